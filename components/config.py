@@ -1,0 +1,593 @@
+"""The stack configuration as typed models: the one source of truth.
+
+``load_stack_config`` takes the ``glm:*`` keys of a stack, deep-merges them over the selected
+hardware profile's defaults (``components.profiles``) and validates the result. Every rule that can
+be checked before anything is created is checked here, with a message that names the config key,
+the value, the limit and the fix; a bad stack fails ``pulumi preview`` and nothing is deployed.
+
+Pulumi.yaml's ``config:`` block and README's config table are checked against these models by
+``tests/test_config_docs.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from components.profiles import DEFAULTS, FACTS, HardwareFacts
+
+Hardware = Literal["a800", "ascend", "rtx5090", "local"]
+
+# vLLM's own default for VLLM_ENGINE_READY_TIMEOUT_S (vLLM >= 0.14; SPEC §3).
+VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S = 600
+# Docker's /dev/shm when neither --shm-size nor --ipc=host is given.
+DOCKER_DEFAULT_SHM_MB = 64
+# Where the persistent compile/JIT cache volume is mounted in the serving container.
+CACHE_MOUNT_PATH = "/var/cache/glm53"
+
+
+class ConfigError(ValueError):
+    """A stack configuration that must not be deployed; the message says what to change."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class HostConfig(_Model):
+    name: str = Field(description="Short name of the host, used in resource names and outputs.")
+    docker_host: str = Field(
+        description="Docker endpoint of the host: `ssh://user@host` for a GPU box, "
+        "`unix:///var/run/docker.sock` for the local engine."
+    )
+    ssh_port: int = Field(22, description="SSH port for preflight and download commands.")
+
+    @property
+    def is_local(self) -> bool:
+        return self.docker_host.startswith("unix://")
+
+    @property
+    def ssh_user(self) -> str:
+        user, _, _ = self.docker_host.removeprefix("ssh://").rpartition("@")
+        return user or "root"
+
+    @property
+    def ssh_address(self) -> str:
+        return self.docker_host.removeprefix("ssh://").rpartition("@")[2].split(":")[0]
+
+
+class TargetConfig(_Model):
+    hosts: list[HostConfig] = Field(
+        description="Hosts that run the serving container. One today; a list so that replicas "
+        "behind one front can come later without a redesign."
+    )
+
+    @model_validator(mode="after")
+    def _one_host(self) -> TargetConfig:
+        if len(self.hosts) != 1:
+            raise ValueError(
+                f"glm:target.hosts lists {len(self.hosts)} hosts; exactly one is supported "
+                "(replicas behind one front are not built yet) — list a single host"
+            )
+        return self
+
+    @property
+    def host(self) -> HostConfig:
+        return self.hosts[0]
+
+
+class ImageBuildConfig(_Model):
+    context: str = Field(description="Docker build context, relative to the project.")
+    dockerfile: str = Field(description="Dockerfile path, relative to the project.")
+    base_image: str = Field(description="`BASE_IMAGE` build argument: the image to patch.")
+    repository: str = Field(description="Local image name; the tag is a content hash.")
+    patches_dir: str | None = Field(
+        None, description="Folder with the patch files and their MANIFEST (a800 only)."
+    )
+
+
+class ImageConfig(_Model):
+    reference: str | None = Field(
+        None,
+        description="A prebuilt or upstream image to pull instead of building "
+        "(pin a tag or, better, a digest).",
+    )
+    build: ImageBuildConfig | None = Field(None, description="Build the image from this context.")
+    vllm_version: str = Field(description="vLLM version inside the image; flags are checked against it.")
+    keep_locally: bool = Field(True, description="Keep the pulled image on the host at destroy.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImageConfig:
+        if self.reference is None and self.build is None:
+            raise ValueError("glm:image needs `reference` (pull) or `build` (build locally)")
+        return self
+
+    @property
+    def vllm_version_tuple(self) -> tuple[int, int]:
+        major, minor = self.vllm_version.split(".")[:2]
+        return int(major), int(minor)
+
+
+class DownloadConfig(_Model):
+    enabled: bool = Field(False, description="Download the weights on the host before serving.")
+    source: Literal["modelscope", "huggingface"] = Field(
+        "huggingface", description="Which hub CLI downloads the weights on the host."
+    )
+    repo: str | None = Field(None, description="Hub repository id of the weights.")
+
+    @model_validator(mode="after")
+    def _repo_when_enabled(self) -> DownloadConfig:
+        if self.enabled and not self.repo:
+            raise ValueError(
+                "glm:model.download.enabled=true without glm:model.download.repo: "
+                "set the hub repository id to download from"
+            )
+        return self
+
+
+class ModelConfig(_Model):
+    host_dir: str = Field(description="Host folder holding the weights folder; mounted read-only.")
+    mount_path: str = Field(description="Where `hostDir` appears inside the serving container.")
+    directory: str = Field(description="Weights folder name inside `hostDir`.")
+    served_name: str = Field(description="`--served-model-name`: the model id clients send.")
+    revision: str = Field("unpinned", description="Weights revision, part of the served-model fingerprint.")
+    weights_gib: float = Field(description="Total weights size in GiB, for the fit check.")
+    max_context_length: int = Field(description="The model's own context limit in tokens.")
+    download: DownloadConfig = Field(default_factory=DownloadConfig)
+
+    @property
+    def container_path(self) -> str:
+        return f"{self.mount_path}/{self.directory}"
+
+    @property
+    def host_path(self) -> str:
+        return f"{self.host_dir}/{self.directory}"
+
+
+class ServingConfig(_Model):
+    """`vllm serve` flags. Unset (null) flags are not rendered, so vLLM's default applies."""
+
+    host: str | None = Field(None, description="`--host`.")
+    port: int = Field(8000, description="`--port`: vLLM's port inside the private network.")
+    max_model_len: int = Field(description="`--max-model-len`.")
+    tensor_parallel_size: int = Field(description="`--tensor-parallel-size`.")
+    enable_expert_parallel: bool = Field(False, description="`--enable-expert-parallel`.")
+    seed: int | None = Field(None, description="`--seed`.")
+    safetensors_load_strategy: str | None = Field(None, description="`--safetensors-load-strategy`.")
+    kv_cache_dtype: str | None = Field(None, description="`--kv-cache-dtype`.")
+    block_size: int | None = Field(None, description="`--block-size`.")
+    max_num_seqs: int = Field(description="`--max-num-seqs`.")
+    max_num_batched_tokens: int | None = Field(None, description="`--max-num-batched-tokens`.")
+    gpu_memory_utilization: float = Field(description="`--gpu-memory-utilization`.", gt=0, le=1)
+    quantization: str | None = Field(None, description="`--quantization`.")
+    moe_backend: str | None = Field(None, description="`--moe-backend`.")
+    enable_flashinfer_autotune: bool | None = Field(
+        None, description="`--[no-]enable-flashinfer-autotune`."
+    )
+    num_speculative_tokens: int | None = Field(
+        None, description="MTP speculative decoding: `--speculative-config` with this many tokens."
+    )
+    trust_remote_code: bool = Field(False, description="`--trust-remote-code`.")
+    tool_call_parser: str | None = Field(None, description="`--tool-call-parser`.")
+    reasoning_parser: str | None = Field(None, description="`--reasoning-parser`.")
+    enable_auto_tool_choice: bool = Field(False, description="`--enable-auto-tool-choice`.")
+    enable_prefix_caching: bool | None = Field(None, description="`--[no-]enable-prefix-caching`.")
+    async_scheduling: bool = Field(False, description="`--async-scheduling`.")
+    enforce_eager: bool = Field(False, description="`--enforce-eager`.")
+    limit_mm_per_prompt: dict[str, int] | None = Field(None, description="`--limit-mm-per-prompt`.")
+    compilation_config: dict[str, Any] | None = Field(None, description="`--compilation-config`.")
+    additional_config: dict[str, Any] | None = Field(None, description="`--additional-config`.")
+    api_server_count: int | None = Field(None, description="`--api-server-count`.")
+    extra_args: list[str] = Field(
+        default_factory=list, description="Appended verbatim (the seed's EXTRA_ARGS knob)."
+    )
+    env: dict[str, str] = Field(default_factory=dict, description="The profile's environment.")
+    extra_env: dict[str, str] = Field(
+        default_factory=dict, description="Added to (and overriding) `env`."
+    )
+
+    @property
+    def speculative_config(self) -> dict[str, Any] | None:
+        if not self.num_speculative_tokens:
+            return None
+        return {"method": "mtp", "num_speculative_tokens": self.num_speculative_tokens}
+
+    @property
+    def merged_env(self) -> dict[str, str]:
+        return {**self.env, **self.extra_env}
+
+
+class MountConfig(_Model):
+    source: str = Field(description="Host path.")
+    target: str = Field(description="Container path.")
+    read_only: bool = Field(False, description="Mount read-only.")
+
+
+class ContainerConfig(_Model):
+    name: str = Field(description="Serving container name.")
+    accelerators: list[int] = Field(description="Accelerator indices given to the container.")
+    gpus: str | None = Field(
+        None, description="NVIDIA `--gpus` value; default `device=<accelerators>`."
+    )
+    devices: list[str] = Field(
+        default_factory=list, description="Extra device nodes (Ascend control devices)."
+    )
+    mounts: list[MountConfig] = Field(default_factory=list, description="Extra bind mounts.")
+    shm_size: str | None = Field(
+        "64g", description="`--shm-size` (e.g. `64g`); TP > 1 crashes on Docker's 64 MB default."
+    )
+    ipc_mode: Literal["host", "private", "shareable"] | None = Field(
+        None, description="`--ipc`; `host` instead of a large shm."
+    )
+    privileged: bool = Field(False, description="`--privileged` (not needed for one box).")
+    network_mode: Literal["bridge", "host"] = Field(
+        "bridge", description="`bridge`: private network behind the front; `host` as in the Ascend seed."
+    )
+    restart: Literal["no", "on-failure", "always", "unless-stopped"] = Field(
+        "unless-stopped", description="Docker restart policy."
+    )
+    log_max_size: str = Field("100m", description="json-file log rotation: size per file.")
+    log_max_files: int = Field(5, description="json-file log rotation: files kept.")
+
+    @property
+    def shm_size_mb(self) -> int | None:
+        if self.shm_size is None:
+            return None
+        units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+        value, unit = self.shm_size[:-1], self.shm_size[-1].lower()
+        if unit not in units:
+            raise ValueError(f"glm:container.shmSize {self.shm_size!r}: use a unit k, m, g or t")
+        return int(float(value) * units[unit])
+
+
+class RateLimitConfig(_Model):
+    enabled: bool = Field(False, description="Per-key request rate limit at the front.")
+    requests_per_second: int = Field(10, description="Sustained requests per second per key.")
+    burst: int = Field(20, description="Requests allowed above the rate before 429.")
+
+
+class FrontConfig(_Model):
+    image: str = Field("nginx:1.27", description="Nginx image.")
+    port: int = Field(8080, description="The stack's one published port (the API).")
+    bind_address: str = Field("0.0.0.0", description="Host address the API port binds to.")
+    max_body_size: str = Field("20m", description="`client_max_body_size`.")
+    read_timeout_seconds: int = Field(600, description="`proxy_read_timeout`.")
+    send_timeout_seconds: int = Field(600, description="`proxy_send_timeout`.")
+    keepalive: int = Field(32, description="Upstream keepalive connections.")
+    rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    tls: bool = Field(False, description="Serve TLS with `glm:tlsCertificate`/`glm:tlsKey`.")
+
+
+class AlertThresholds(_Model):
+    kv_cache_usage: float = Field(0.9, description="KV cache usage fraction that alerts.")
+    ttft_p99_seconds: float = Field(10.0, description="TTFT p99 bound in seconds.")
+    spec_acceptance_min: float = Field(0.3, description="Minimum MTP draft acceptance rate.")
+    capacity_wait_for: str = Field("2m", description="How long capacity-waiting with nothing running may last.")
+
+
+class MonitoringConfig(_Model):
+    image: str = Field("prom/prometheus:v2.53.0", description="Prometheus image.")
+    port: int = Field(9090, description="Host port of the Prometheus UI.")
+    bind_address: str = Field("127.0.0.1", description="Host address Prometheus binds to (loopback).")
+    scrape_interval: str = Field("15s", description="Scrape interval of vLLM /metrics.")
+    thresholds: AlertThresholds = Field(default_factory=AlertThresholds)
+
+
+SmokeStep = Literal["models", "arithmetic", "tool_call", "kv_pool", "front_auth", "streaming"]
+ALL_SMOKE_STEPS: list[SmokeStep] = ["models", "arithmetic", "tool_call", "kv_pool", "front_auth", "streaming"]
+
+
+class SmokeConfig(_Model):
+    deadline_seconds: int = Field(1800, description="How long the gate waits for readiness.")
+    poll_seconds: float = Field(1.0, description="Readiness poll interval (at most 1 s).", gt=0, le=1)
+    prompt: str = Field("What is 13×17? Answer with the number only.", description="Arithmetic prompt.")
+    expected_answer: str = Field("221", description="Exact expected `content` after trimming.")
+    tool_prompt: str = Field("What is the weather in Paris right now?", description="Tool-call prompt.")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Sent with each chat (e.g. `reasoning_effort: low`)."
+    )
+    steps: list[SmokeStep] = Field(
+        default_factory=lambda: list(ALL_SMOKE_STEPS), description="Which gate steps run."
+    )
+
+
+class PreflightConfig(_Model):
+    enabled: bool = Field(True, description="Check the host before creating the container.")
+    min_free_disk_gib: float | None = Field(
+        None, description="Free disk needed under `model.hostDir` (default: the weights size)."
+    )
+    min_shm_gib: float = Field(1, description="Minimum /dev/shm on the host in GiB.")
+
+
+class StackConfig(_Model):
+    hardware: Hardware = Field(description="Hardware profile: a800, ascend, rtx5090 or local.")
+    target: TargetConfig = Field(description="Where it runs.")
+    image: ImageConfig = Field(description="The serving image.")
+    model: ModelConfig = Field(description="The weights and served name.")
+    serving: ServingConfig = Field(description="The vLLM command line and environment.")
+    container: ContainerConfig = Field(description="The serving container.")
+    front: FrontConfig = Field(default_factory=FrontConfig, description="The Nginx front.")
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig, description="Prometheus.")
+    smoke: SmokeConfig = Field(default_factory=SmokeConfig, description="The smoke gate.")
+    preflight: PreflightConfig = Field(default_factory=PreflightConfig, description="Host checks.")
+    promote_from: str | None = Field(
+        None, description="Fully qualified source stack whose verified outputs this stack promotes."
+    )
+
+    @property
+    def facts(self) -> HardwareFacts:
+        return FACTS[self.hardware]
+
+    @property
+    def cache_env(self) -> dict[str, str]:
+        """Point every compile/JIT cache at the persistent cache volume."""
+        return {
+            "VLLM_CACHE_ROOT": f"{CACHE_MOUNT_PATH}/vllm",
+            "TRITON_CACHE_DIR": f"{CACHE_MOUNT_PATH}/triton",
+            "TILELANG_CACHE_DIR": f"{CACHE_MOUNT_PATH}/tilelang",
+            "HF_HOME": f"{CACHE_MOUNT_PATH}/huggingface",
+        }
+
+    @model_validator(mode="after")
+    def _validate(self) -> StackConfig:
+        problems = [p for check in _CHECKS if (p := check(self))]
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+    def advisories(self) -> list[str]:
+        """Warnings: the stack deploys, but an operator should know."""
+        return [w for check in _ADVISORIES if (w := check(self))]
+
+
+# ---- rules checked before anything is created ----------------------------------------------
+
+
+def _check_weights_fit(c: StackConfig) -> str | None:
+    if c.facts.hbm_gib == 0:
+        return None
+    per_card = c.model.weights_gib / c.serving.tensor_parallel_size
+    budget = c.facts.hbm_gib * c.serving.gpu_memory_utilization
+    if per_card <= budget:
+        return None
+    return (
+        f"glm:serving.tensorParallelSize={c.serving.tensor_parallel_size}: weights "
+        f"{c.model.weights_gib:g} GiB / {c.serving.tensor_parallel_size} cards = {per_card:.1f} GiB per "
+        f"card exceeds the budget {c.facts.hbm_gib:g} GiB HBM x gpuMemoryUtilization "
+        f"{c.serving.gpu_memory_utilization:g} = {budget:.1f} GiB per card, leaving nothing for the KV "
+        f"cache. Fix: use more cards (tensorParallelSize and container.accelerators; "
+        f"{c.hardware} needs at least "
+        f"{_min_cards(c.model.weights_gib, budget)}) or a smaller/quantized model."
+    )
+
+
+def _min_cards(weights_gib: float, budget_gib: float) -> int:
+    cards = 1
+    while weights_gib / cards > budget_gib:
+        cards *= 2
+    return cards
+
+
+def _check_tp_matches_accelerators(c: StackConfig) -> str | None:
+    cards = len(c.container.accelerators)
+    if c.facts.accelerator == "none" or c.serving.tensor_parallel_size == cards:
+        return None
+    return (
+        f"glm:serving.tensorParallelSize={c.serving.tensor_parallel_size} but "
+        f"glm:container.accelerators lists {cards} accelerators {c.container.accelerators}: vLLM needs "
+        f"exactly one accelerator per tensor-parallel rank. Fix: make them agree."
+    )
+
+
+def _check_cudagraph_sizes(c: StackConfig) -> str | None:
+    sizes = (c.serving.compilation_config or {}).get("cudagraph_capture_sizes") or []
+    too_big = [s for s in sizes if s > c.serving.max_num_seqs]
+    if not too_big:
+        return None
+    return (
+        f"glm:serving.compilationConfig.cudagraph_capture_sizes has {too_big} above "
+        f"maxNumSeqs={c.serving.max_num_seqs}: graphs larger than the batch are never used and waste "
+        f"memory the KV pool needs. Fix: keep every capture size <= maxNumSeqs."
+    )
+
+
+def _check_tool_parser(c: StackConfig) -> str | None:
+    if not c.serving.enable_auto_tool_choice or c.serving.tool_call_parser:
+        return None
+    return (
+        "glm:serving.enableAutoToolChoice=true without glm:serving.toolCallParser: vLLM refuses to "
+        "start. Fix: set toolCallParser (glm47 for GLM-5.3) or turn enableAutoToolChoice off."
+    )
+
+
+def _check_max_model_len(c: StackConfig) -> str | None:
+    if c.serving.max_model_len <= c.model.max_context_length:
+        return None
+    return (
+        f"glm:serving.maxModelLen={c.serving.max_model_len} exceeds the model's limit "
+        f"glm:model.maxContextLength={c.model.max_context_length}. Fix: lower maxModelLen to at most "
+        f"{c.model.max_context_length}."
+    )
+
+
+def _engine_ready_timeout(c: StackConfig) -> float:
+    value = c.serving.merged_env.get("VLLM_ENGINE_READY_TIMEOUT_S")
+    return float(value) if value is not None else VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S
+
+
+def _check_engine_ready_timeout(c: StackConfig) -> str | None:
+    load = c.facts.known_weights_load_seconds
+    if load is None or _engine_ready_timeout(c) > load:
+        return None
+    return (
+        f"glm:serving.env.VLLM_ENGINE_READY_TIMEOUT_S={_engine_ready_timeout(c):g} s (vLLM's default is "
+        f"{VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S}) is shorter than the {load:g} s the {c.hardware} weights "
+        f"take to load: vLLM declares the engine dead mid-load. Fix: set it to 3600 as the seed does."
+    )
+
+
+def _check_smoke_deadline(c: StackConfig) -> str | None:
+    start = c.facts.known_engine_start_seconds
+    if start is None or c.smoke.deadline_seconds > start:
+        return None
+    return (
+        f"glm:smoke.deadlineSeconds={c.smoke.deadline_seconds} is shorter than the {start:g} s a "
+        f"{c.hardware} engine is known to take to start: the gate would fail a healthy load. "
+        f"Fix: raise it above {start:g} (default 1800)."
+    )
+
+
+def _check_ports(c: StackConfig) -> str | None:
+    published = {"glm:front.port": c.front.port, "glm:monitoring.port": c.monitoring.port}
+    if c.container.network_mode == "host":
+        published["glm:serving.port (network host)"] = c.serving.port
+    seen: dict[int, str] = {}
+    for key, port in published.items():
+        if not 0 < port < 65536:
+            return f"{key}={port} is not a TCP port (1-65535)."
+        if port in seen:
+            return f"{key}={port} clashes with {seen[port]}={port} on the host. Fix: give each its own port."
+        seen[port] = key
+    return None
+
+
+def _check_vllm_not_exposed(c: StackConfig) -> str | None:
+    if c.container.network_mode == "host" and c.serving.host in (None, "0.0.0.0"):
+        return (
+            f"glm:container.networkMode=host with serving.host={c.serving.host or 'all interfaces'} "
+            f"publishes vLLM's port {c.serving.port} to the world without a key (scanned within a day "
+            f"in the A100 seed). Fix: keep networkMode bridge, or set serving.host 127.0.0.1."
+        )
+    return None
+
+
+def _check_nvidia_gpus(c: StackConfig) -> str | None:
+    if c.facts.accelerator != "nvidia" and c.container.gpus is not None:
+        return f"glm:container.gpus is for NVIDIA hardware; {c.hardware} takes accelerators as devices."
+    return None
+
+
+_CHECKS = [
+    _check_weights_fit,
+    _check_tp_matches_accelerators,
+    _check_cudagraph_sizes,
+    _check_tool_parser,
+    _check_max_model_len,
+    _check_engine_ready_timeout,
+    _check_smoke_deadline,
+    _check_ports,
+    _check_vllm_not_exposed,
+    _check_nvidia_gpus,
+]
+
+
+# ---- advisories: deploy, but say so -------------------------------------------------------
+
+
+def _warn_mtp(c: StackConfig) -> str | None:
+    if c.serving.num_speculative_tokens and c.facts.mtp_warning:
+        return (
+            f"glm:serving.numSpeculativeTokens={c.serving.num_speculative_tokens} on {c.hardware}: "
+            f"{c.facts.mtp_warning}. Consider removing it."
+        )
+    return None
+
+
+def _warn_dead_env(c: StackConfig) -> str | None:
+    if "VLLM_RPC_TIMEOUT" in c.serving.merged_env and c.image.vllm_version_tuple >= (0, 23):
+        return (
+            f"glm:serving.env.VLLM_RPC_TIMEOUT does nothing on vLLM {c.image.vllm_version} "
+            "(removed in 0.23.0); it is kept as the seed had it. Remove it, or rely on "
+            "VLLM_ENGINE_READY_TIMEOUT_S / VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS."
+        )
+    return None
+
+
+def _warn_no_shm(c: StackConfig) -> str | None:
+    shm_mb = c.container.shm_size_mb
+    small = shm_mb is None or shm_mb <= DOCKER_DEFAULT_SHM_MB
+    if c.serving.tensor_parallel_size > 1 and small and c.container.ipc_mode != "host":
+        return (
+            f"glm:container.shmSize={c.container.shm_size} and ipcMode is not host: with tensor parallel "
+            "> 1 the 64 MB Docker default /dev/shm crashes at random (A100 seed §8.1). "
+            "Set shmSize (e.g. 64g) or ipcMode host."
+        )
+    return None
+
+
+def _warn_floating_image(c: StackConfig) -> str | None:
+    ref = c.image.reference
+    if ref and "@sha256:" not in ref and (ref.endswith(":latest") or ":" not in ref.rsplit("/", 1)[-1]):
+        return f"glm:image.reference={ref} floats; pin a tag or a digest so a redeploy serves the same build."
+    return None
+
+
+_ADVISORIES = [_warn_mtp, _warn_dead_env, _warn_no_shm, _warn_floating_image]
+
+
+# ---- loading ---------------------------------------------------------------------------------
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``override`` into a copy of ``base``: dicts merge, anything else replaces, None deletes."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+STACK_KEYS = [
+    "target", "image", "model", "serving", "container", "front",
+    "monitoring", "smoke", "preflight", "promoteFrom",
+]  # fmt: skip
+
+
+def build_stack_config(raw: dict[str, Any]) -> StackConfig:
+    """Validate raw ``glm:*`` values (camelCase, as in the stack file) over their profile."""
+    hardware = raw.get("hardware")
+    if hardware not in DEFAULTS:
+        raise ConfigError(
+            f"glm:hardware={hardware!r} is not a known profile. Fix: set it to one of "
+            f"{', '.join(sorted(DEFAULTS))} (pulumi config set glm:hardware a800)."
+        )
+    merged = deep_merge(DEFAULTS[hardware], {k: v for k, v in raw.items() if k != "hardware"})
+    try:
+        return StackConfig.model_validate({"hardware": hardware, **merged})
+    except ValidationError as err:
+        raise ConfigError(_explain(err)) from None
+
+
+def _explain(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        location = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "value_error":
+            lines.append(str(e["ctx"]["error"]))
+        else:
+            got = json.dumps(e.get("input"), default=str)[:80]
+            lines.append(f"glm:{location}: {e['msg']} (got {got})")
+    return "invalid stack configuration:\n  " + "\n  ".join(lines)
+
+
+def load_stack_config() -> StackConfig:
+    """Read the current stack's ``glm:*`` keys (non-secret) and validate them."""
+    import pulumi
+
+    config = pulumi.Config("glm")
+    raw: dict[str, Any] = {"hardware": config.get("hardware")}
+    for key in STACK_KEYS:
+        value = config.get_object(key) if key != "promoteFrom" else config.get(key)
+        if value not in (None, "", {}):  # Pulumi.yaml's defaults mean "not set"
+            raw[key] = value
+    return build_stack_config(raw)

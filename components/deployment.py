@@ -1,0 +1,127 @@
+"""The whole deployment of one stack: which components, in which order, wired how."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+
+from components.config import StackConfig
+from components.model_volume import ModelVolume
+from components.nginx_front import NginxFront
+from components.preflight import Preflight
+from components.prometheus_scrape import PrometheusScrape
+from components.serving_image import ServingImage
+from components.smoke_test import SmokeTest
+from components.vllm_server import VllmServer, command_line
+
+# Points every stack at another Docker engine (CI previews hardware stacks on the local daemon).
+DOCKER_HOST_OVERRIDE = "GLM_DOCKER_HOST"
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Secret config values: never printed, never in plain-text state."""
+
+    api_keys: pulumi.Output[dict[str, str]]
+    tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None = None
+    ssh_private_key: pulumi.Output[str] | None = None
+
+    @staticmethod
+    def from_config() -> Secrets:
+        config = pulumi.Config("glm")
+        api_keys = config.get_secret_object("apiKeys")
+        if api_keys is None:
+            raise pulumi.RunError(
+                "glm:apiKeys is not set: the front refuses every request without a key. Fix: "
+                "pulumi config set --secret --path 'glm:apiKeys.ops' \"$(openssl rand -hex 24)\""
+            )
+        cert, key = config.get_secret("tlsCertificate"), config.get_secret("tlsKey")
+        return Secrets(
+            api_keys=api_keys,  # type: ignore[arg-type]
+            tls_files=(cert, key) if cert is not None and key is not None else None,
+            ssh_private_key=config.get_secret("sshPrivateKey"),
+        )
+
+
+def _first_key(keys: dict[str, str]) -> str:
+    return keys[sorted(keys)[0]]
+
+
+def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
+    """Create every resource of the stack and return the stack outputs."""
+    host = config.target.host
+    docker_host = os.environ.get(DOCKER_HOST_OVERRIDE) or host.docker_host
+    provider = docker.Provider(
+        f"{host.name}-docker",
+        host=docker_host,
+        ssh_opts=["-o", "BatchMode=yes"] if docker_host.startswith("ssh://") else None,
+    )
+    on_host = pulumi.ResourceOptions(providers=[provider])
+
+    preflight = Preflight(f"{stack}-preflight", config, secrets.ssh_private_key) if config.preflight.enabled else None
+    image = ServingImage(f"{stack}-image", config.image, opts=on_host)
+    volume = ModelVolume(
+        f"{stack}-model",
+        config,
+        secrets.ssh_private_key,
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[preflight] if preflight else []),
+    )
+    server = VllmServer(
+        f"{stack}-serving",
+        config,
+        image.ref,
+        volume.mounts,
+        opts=pulumi.ResourceOptions(
+            providers=[provider],
+            depends_on=[d for d in (preflight, volume.download) if d is not None],
+        ),
+    )
+    front = NginxFront(
+        f"{stack}-front",
+        config,
+        network_name=server.network_name,
+        upstream=server.upstream,
+        api_keys=secrets.api_keys,
+        tls_files=secrets.tls_files,
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server]),
+    )
+    monitoring = PrometheusScrape(
+        f"{stack}-monitoring",
+        config,
+        network_name=server.network_name,
+        target=server.upstream,
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server]),
+    )
+    smoke = SmokeTest(
+        f"{stack}-smoke",
+        config,
+        front_url=front.url,
+        api_key=secrets.api_keys.apply(_first_key),
+        image_ref=image.ref,
+        opts=pulumi.ResourceOptions(depends_on=[server, front]),
+    )
+    return {
+        "endpoint": front.url,
+        "servedModelName": config.model.served_name,
+        "vllmCommandLine": command_line(config),
+        "imageRef": image.ref,
+        "curl": front.url.apply(lambda url: _curl(url, config)),
+        "prometheusUrl": monitoring.url,
+        "cacheVolume": volume.cache_volume_name,
+        "smoke": smoke.results,
+    }
+
+
+def _curl(url: str, config: StackConfig) -> str:
+    body = (
+        f'{{"model":"{config.model.served_name}",'
+        '"messages":[{"role":"user","content":"What is 13*17?"}]}'
+    )
+    return (
+        f"curl -s {url}/chat/completions -H \"Authorization: Bearer $GLM_API_KEY\" "
+        f"-H 'Content-Type: application/json' -d '{body}'"
+    )

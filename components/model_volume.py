@@ -1,0 +1,97 @@
+"""ModelVolume: the weights on the host (read-only bind mount) and a persistent compile/JIT cache.
+
+Neither may be lost: the weights are a host folder this program never deletes (the optional
+download step has no delete action), and the cache is a Docker volume with ``retain_on_delete``, so
+it survives container replacement and ``pulumi destroy`` and restarts skip minutes of recompiling
+(a800 seed: Triton/TileLang JIT cache in ``vllm_cache/``).
+"""
+
+from __future__ import annotations
+
+import shlex
+
+import pulumi
+import pulumi_docker as docker
+
+from components.config import CACHE_MOUNT_PATH, ModelConfig, StackConfig
+from components.target import host_command
+
+WEIGHTS_INDEX = "model.safetensors.index.json"
+
+
+def verify_script(model: ModelConfig) -> str:
+    """Shell that fails unless the weights folder has config.json, the index and every shard."""
+    path = shlex.quote(model.host_path)
+    return f"""set -eu
+dir={path}
+test -f "$dir/config.json" || {{ echo "weights check: $dir/config.json is missing (glm:model.hostDir/directory)" >&2; exit 1; }}
+test -f "$dir/{WEIGHTS_INDEX}" || {{ echo "weights check: $dir/{WEIGHTS_INDEX} is missing" >&2; exit 1; }}
+missing=$(python3 - "$dir" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+shards = sorted(set(json.load(open(os.path.join(d, "{WEIGHTS_INDEX}")))["weight_map"].values()))
+print(" ".join(s for s in shards if not os.path.isfile(os.path.join(d, s))))
+PY
+)
+test -z "$missing" || {{ echo "weights check: shards listed in the index are missing: $missing" >&2; exit 1; }}
+echo "weights check: $dir complete"
+"""
+
+
+def download_script(model: ModelConfig) -> str:
+    """Shell that downloads the weights with the hub's CLI, then verifies them."""
+    dest = shlex.quote(model.host_path)
+    repo = shlex.quote(model.download.repo or "")
+    revision = "" if model.revision == "unpinned" else model.revision
+    if model.download.source == "modelscope":
+        rev = f" --revision {shlex.quote(revision)}" if revision else ""
+        fetch = f"modelscope download --model {repo}{rev} --local_dir {dest}"
+    else:
+        rev = f" --revision {shlex.quote(revision)}" if revision else ""
+        fetch = f"huggingface-cli download {repo}{rev} --local-dir {dest}"
+    return f"set -eu\nmkdir -p {dest}\n{fetch}\n" + verify_script(model)
+
+
+class ModelVolume(pulumi.ComponentResource):
+    """Mounts for the serving container: weights read-only and the persistent JIT cache."""
+
+    mounts: list[docker.ContainerMountArgs]
+    """Bind of the weights folder (read-only) and the cache volume."""
+    cache_volume_name: pulumi.Output[str]
+    """Docker volume holding Triton/TileLang/vLLM caches; retained on destroy."""
+
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        ssh_private_key: pulumi.Output[str] | None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("glm:model:ModelVolume", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        model = config.model
+        self.cache = docker.Volume(
+            f"{name}-jit-cache",
+            name=f"{config.container.name}-jit-cache",
+            labels=[docker.VolumeLabelArgs(label="glm53.role", value="jit-cache")],
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+        )
+        self.download = None
+        if model.download.enabled:
+            self.download = host_command(
+                f"{name}-download",
+                config.target.host,
+                download_script(model),
+                ssh_private_key,
+                child,
+            )
+        self.cache_volume_name = self.cache.name
+        self.mounts = [
+            docker.ContainerMountArgs(
+                type="bind", source=model.host_dir, target=model.mount_path, read_only=True
+            ),
+            docker.ContainerMountArgs(
+                type="volume", source=self.cache.name, target=CACHE_MOUNT_PATH
+            ),
+        ]
+        self.register_outputs({"cache_volume_name": self.cache_volume_name})

@@ -1,0 +1,279 @@
+"""Hardware profiles: the seeds' production deployments as data.
+
+Each profile is two things:
+
+* ``facts`` — what the hardware and the pinned software *are* (HBM per card, how long the seed
+  measured the weights load to take, which vLLM the image carries). Stack files cannot change them;
+  validation measures the configuration against them.
+* ``defaults`` — the seed's production settings, in the same shape as the stack config (camelCase
+  keys, one entry per ``glm:<key>``). A stack file's values are deep-merged over them, so a stack
+  says only what differs for its environment (host, paths, ports, secrets).
+
+Sources are named next to each number (``../shared/SPEC.md`` §2 and ``../shared/seeds/``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+AcceleratorKind = Literal["nvidia", "ascend", "none"]
+
+EIGHT_CARDS = [0, 1, 2, 3, 4, 5, 6, 7]
+
+
+@dataclass(frozen=True)
+class HardwareFacts:
+    """What a hardware kind is; never overridden by a stack file."""
+
+    accelerator: AcceleratorKind
+    """How accelerators reach the container: NVIDIA ``gpus``, Ascend ``/dev/davinci*``, or none."""
+    hbm_gib: float
+    """Memory per accelerator card in GiB (0 for the local simulator)."""
+    known_engine_start_seconds: float | None
+    """Seed-measured time from container start to an engine that answers (weights load + init)."""
+    known_weights_load_seconds: float | None
+    """Seed-measured weights load alone; vLLM's engine-ready timeout must exceed it."""
+    mtp_warning: str | None = None
+    """Why MTP speculative decoding is a poor trade on this hardware, when the seeds showed it."""
+
+
+FACTS: dict[str, HardwareFacts] = {
+    # a800-sm80-production.txt: weights 39.8 GiB/card in ~36 s (warm); engine init 335.5 s.
+    "a800": HardwareFacts(
+        accelerator="nvidia",
+        hbm_gib=80.0,
+        known_engine_start_seconds=36.0 + 335.5,
+        known_weights_load_seconds=36.0,
+    ),
+    # ascend-910b3-six-rounds.txt: 64 GB HBM per 910B3; MTP accepted 12.2 % of drafts.
+    "ascend": HardwareFacts(
+        accelerator="ascend",
+        hbm_gib=64.0,
+        known_engine_start_seconds=None,
+        known_weights_load_seconds=None,
+        mtp_warning=(
+            "the Ascend seed measured MTP accepting only 12.2 % of drafted tokens while its KV "
+            "reservation cost ~3.4x of usable context (KV pool 8,956 tokens without it); "
+            "the seed's production config runs without --speculative-config"
+        ),
+    ),
+    # rtx5090-nvfp4-nightly.txt: weights load 632.8 s; start 11-12 min; 32 GB per card.
+    "rtx5090": HardwareFacts(
+        accelerator="nvidia",
+        hbm_gib=32.0,
+        known_engine_start_seconds=720.0,
+        known_weights_load_seconds=632.8,
+    ),
+    # The vLLM-protocol simulator on the local Docker engine (images/vllm-sim): no accelerator.
+    "local": HardwareFacts(
+        accelerator="none",
+        hbm_gib=0.0,
+        known_engine_start_seconds=None,
+        known_weights_load_seconds=None,
+    ),
+}
+
+DEFAULTS: dict[str, dict[str, Any]] = {
+    "a800": {
+        "image": {
+            # Dockerfile.glm53-sm80 in the seed: a base vLLM image plus ~10 patch files.
+            "build": {
+                "context": "images/a800",
+                "dockerfile": "images/a800/Dockerfile",
+                "patchesDir": "images/a800/patches",
+                "baseImage": "vllm/vllm-openai:v0.33.0",
+                "repository": "glm53-flash-sm80",
+            },
+            "vllmVersion": "0.33.0",
+        },
+        "model": {
+            "hostDir": "/data/models",
+            "mountPath": "/models",
+            "directory": "GLM-5.3-Flash",
+            "servedName": "zai-org/GLM-5.3-Flash",
+            "weightsGib": 306.0,
+            "maxContextLength": 1048576,
+            "download": {"source": "huggingface", "repo": "zai-org/GLM-5.3-Flash"},
+        },
+        "serving": {
+            "port": 8000,
+            "tensorParallelSize": 8,
+            "enableExpertParallel": True,
+            "numSpeculativeTokens": 5,
+            "gpuMemoryUtilization": 0.95,
+            "maxNumSeqs": 32,
+            "maxModelLen": 1048576,
+            "toolCallParser": "glm47",
+            "reasoningParser": "glm45",
+            "enableAutoToolChoice": True,
+            "trustRemoteCode": True,
+        },
+        "container": {
+            "name": "glm53-flash-a800-8008",
+            "accelerators": EIGHT_CARDS,
+        },
+        "front": {"port": 8008},
+        "smoke": {"chatTemplateKwargs": {"reasoning_effort": "low"}},
+    },
+    "ascend": {
+        "image": {
+            "reference": "quay.io/ascend/vllm-ascend:glm-5.3-flash",
+            "vllmVersion": "0.23.0",
+        },
+        "model": {
+            "hostDir": "/mnt/sdb",
+            "mountPath": "/root/.cache",
+            "directory": "GLM-5.3-Flash-w8a8",
+            "servedName": "glm5.3-flash",
+            # Not measured in the seed: w8a8 of the same ~320B MoE, taken as the a800 figure.
+            "weightsGib": 306.0,
+            "maxContextLength": 1048576,
+            "download": {"source": "modelscope", "repo": "Eco-Tech/GLM-5.3-Flash-w8a8"},
+        },
+        "serving": {
+            "host": "0.0.0.0",
+            "port": 8077,
+            "maxModelLen": 131072,
+            "tensorParallelSize": 8,
+            "enableExpertParallel": True,
+            "seed": 1024,
+            "safetensorsLoadStrategy": "prefetch",
+            "maxNumSeqs": 16,
+            "maxNumBatchedTokens": 8192,
+            "trustRemoteCode": True,
+            "toolCallParser": "glm47",
+            "reasoningParser": "glm45",
+            "enableAutoToolChoice": True,
+            "quantization": "ascend",
+            "limitMmPerPrompt": {"image": 1, "video": 0},
+            "gpuMemoryUtilization": 0.95,
+            "enablePrefixCaching": True,
+            "asyncScheduling": True,
+            "compilationConfig": {
+                "cudagraph_mode": "FULL_DECODE_ONLY",
+                "cudagraph_capture_sizes": [1, 2, 4, 8, 12, 16],
+            },
+            "additionalConfig": {
+                "ascend_compilation_config": {
+                    "enable_npugraph_ex": True,
+                    "enable_static_kernel": False,
+                },
+                "enable_cpu_binding": True,
+                "enable_flashcomm1": True,
+                "multistream_overlap_shared_expert": True,
+            },
+            "apiServerCount": 1,
+            "env": {
+                "OMP_PROC_BIND": "false",
+                "OMP_NUM_THREADS": "128",
+                "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+                "LD_PRELOAD": "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+                "HCCL_BUFFSIZE": "1024",
+                "HCCL_OP_EXPANSION_MODE": "AIV",
+                "VLLM_ASCEND_ENABLE_FLASHCOMM1": "1",
+                "TASK_QUEUE_ENABLE": "1",
+                "VLLM_RPC_TIMEOUT": "3600000",
+                "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3000",
+                "HCCL_EXEC_TIMEOUT": "3600",
+                "HCCL_CONNECT_TIMEOUT": "1200",
+            },
+        },
+        "container": {
+            "name": "vllm-ascend-glm5.3",
+            "accelerators": EIGHT_CARDS,
+            "shmSize": "500g",
+            # The seed ran --privileged --net=host; the devices below suffice for one box.
+            "privileged": False,
+            "networkMode": "bridge",
+            "devices": ["/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"],
+            "mounts": [
+                {"source": "/usr/local/Ascend/driver", "target": "/usr/local/Ascend/driver"},
+                {"source": "/usr/local/Ascend/firmware", "target": "/usr/local/Ascend/firmware"},
+                {"source": "/usr/local/sbin/npu-smi", "target": "/usr/local/sbin/npu-smi"},
+                {"source": "/etc/hccn.conf", "target": "/etc/hccn.conf", "readOnly": True},
+            ],
+        },
+        "front": {"port": 8077},
+    },
+    "rtx5090": {
+        "image": {
+            "reference": "vllm/vllm-openai:nightly-385dce36b",
+            "vllmVersion": "0.28.1rc1.dev580+g385dce36b",
+        },
+        "model": {
+            "hostDir": "/home/glm/models",
+            "mountPath": "/models",
+            "directory": "GLM-5.3-Flash-NVFP4",
+            "servedName": "glm-5.3-flash",
+            # 185 GB on disk (NVFP4 experts, bf16 rest).
+            "weightsGib": 172.3,
+            "maxContextLength": 131072,
+        },
+        "serving": {
+            "tensorParallelSize": 8,
+            "kvCacheDtype": "fp8",
+            "blockSize": 256,
+            "maxModelLen": 131072,
+            "maxNumSeqs": 4,
+            "maxNumBatchedTokens": 512,
+            "gpuMemoryUtilization": 0.82,
+            "moeBackend": "flashinfer_cutlass",
+            "enableFlashinferAutotune": False,
+            "toolCallParser": "glm47",
+            "enableAutoToolChoice": True,
+            "reasoningParser": "glm45",
+            "trustRemoteCode": True,
+            "enforceEager": True,
+            "env": {
+                "VLLM_GLM53_CUDA_SPARSE_MLA": "1",
+                "VLLM_GLM53_MOE_INPUT_SCALE": "1.0",
+                "VLLM_ENGINE_READY_TIMEOUT_S": "3600",
+                "VLLM_USE_BREAKABLE_CUDAGRAPH": "1",
+                "NCCL_MIN_NCHANNELS": "32",
+                "NCCL_P2P_LEVEL": "PXB",
+            },
+        },
+        "container": {
+            "name": "glm53-flash",
+            "accelerators": EIGHT_CARDS,
+            "gpus": "all",
+            "mounts": [{"source": "/home/glm/glm53_site", "target": "/site"}],
+        },
+        "front": {"port": 8000},
+    },
+    "local": {
+        "target": {"hosts": [{"name": "localhost", "dockerHost": "unix:///var/run/docker.sock"}]},
+        "image": {
+            "build": {
+                "context": "images/vllm-sim",
+                "dockerfile": "images/vllm-sim/Dockerfile",
+                "baseImage": "python:3.11-slim",
+                "repository": "glm53-vllm-sim",
+            },
+            "vllmVersion": "0.33.0",
+        },
+        "model": {
+            "hostDir": "/var/lib/glm53-local/models",
+            "mountPath": "/models",
+            "directory": "GLM-5.3-Flash-sim",
+            "servedName": "glm-5.3-flash",
+            "weightsGib": 0.0,
+            "maxContextLength": 131072,
+        },
+        "serving": {
+            "tensorParallelSize": 1,
+            "maxModelLen": 32768,
+            "maxNumSeqs": 8,
+            "gpuMemoryUtilization": 0.9,
+            "toolCallParser": "glm47",
+            "reasoningParser": "glm45",
+            "enableAutoToolChoice": True,
+            "enablePrefixCaching": True,
+        },
+        "container": {"name": "glm53-flash-local", "accelerators": []},
+        "front": {"port": 8080, "bindAddress": "127.0.0.1"},
+        "preflight": {"minFreeDiskGib": 1, "minShmGib": 0},
+        "smoke": {"deadlineSeconds": 300},
+    },
+}

@@ -1,0 +1,202 @@
+"""VllmServer: the `vllm serve` container, its argv and environment rendered from the config.
+
+The argv is one ``--flag=value`` element per flag in a fixed order, so changing one flag in a stack
+file shows up in ``pulumi preview --diff`` as exactly one changed element of ``command``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+
+from components.config import StackConfig
+
+VLLM_NETWORK_ALIAS = "vllm"
+
+# (config attribute, vLLM flag) in the order they are rendered.
+_VALUE_FLAGS = [
+    ("host", "--host"),
+    ("port", "--port"),
+    ("served_model_name", "--served-model-name"),
+    ("max_model_len", "--max-model-len"),
+    ("tensor_parallel_size", "--tensor-parallel-size"),
+    ("seed", "--seed"),
+    ("safetensors_load_strategy", "--safetensors-load-strategy"),
+    ("kv_cache_dtype", "--kv-cache-dtype"),
+    ("block_size", "--block-size"),
+    ("max_num_seqs", "--max-num-seqs"),
+    ("max_num_batched_tokens", "--max-num-batched-tokens"),
+    ("gpu_memory_utilization", "--gpu-memory-utilization"),
+    ("quantization", "--quantization"),
+    ("moe_backend", "--moe-backend"),
+    ("speculative_config", "--speculative-config"),
+    ("tool_call_parser", "--tool-call-parser"),
+    ("reasoning_parser", "--reasoning-parser"),
+    ("limit_mm_per_prompt", "--limit-mm-per-prompt"),
+    ("compilation_config", "--compilation-config"),
+    ("additional_config", "--additional-config"),
+    ("api_server_count", "--api-server-count"),
+]
+# Switches rendered as ``--flag`` when true.
+_SWITCHES = [
+    ("enable_expert_parallel", "--enable-expert-parallel"),
+    ("trust_remote_code", "--trust-remote-code"),
+    ("enable_auto_tool_choice", "--enable-auto-tool-choice"),
+    ("async_scheduling", "--async-scheduling"),
+    ("enforce_eager", "--enforce-eager"),
+]
+# Tri-state switches: true → ``--flag``, false → ``--no-flag``, unset → vLLM's default.
+_TOGGLES = [
+    ("enable_prefix_caching", "prefix-caching"),
+    ("enable_flashinfer_autotune", "flashinfer-autotune"),
+]
+
+
+def _flag_value(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, separators=(",", ":"), sort_keys=False)
+    return str(value)
+
+
+def render_argv(config: StackConfig) -> list[str]:
+    """The `vllm serve` arguments: the model path, then one ``--flag[=value]`` per element.
+
+    >>> render_argv(cfg)[:3]   # doctest: +SKIP
+    ['/models/GLM-5.3-Flash-NVFP4', '--served-model-name=glm-5.3-flash', '--max-model-len=131072']
+    """
+    serving = config.serving
+    values = {**serving.model_dump(), "served_model_name": config.model.served_name}
+    values["speculative_config"] = serving.speculative_config
+    argv = [config.model.container_path]
+    for attr, flag in _VALUE_FLAGS:
+        if values.get(attr) is not None:
+            argv.append(f"{flag}={_flag_value(values[attr])}")
+    argv += [flag for attr, flag in _SWITCHES if values[attr]]
+    for attr, name in _TOGGLES:
+        if values[attr] is not None:
+            argv.append(f"--enable-{name}" if values[attr] else f"--no-enable-{name}")
+    return argv + list(serving.extra_args)
+
+
+def render_env(config: StackConfig) -> dict[str, str]:
+    """The container environment: profile env, accelerator pinning, cache dirs, then extraEnv."""
+    env = dict(config.serving.env)
+    visible = ",".join(str(i) for i in config.container.accelerators)
+    if config.facts.accelerator == "ascend":
+        env["ASCEND_RT_VISIBLE_DEVICES"] = visible
+    elif config.facts.accelerator == "nvidia" and config.container.gpus != "all":
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    env.update(config.cache_env)
+    env.update(config.serving.extra_env)
+    return dict(sorted(env.items()))
+
+
+def render_devices(config: StackConfig) -> list[str]:
+    """Device nodes for the container (Ascend: one davinci node per card plus control devices)."""
+    cards = []
+    if config.facts.accelerator == "ascend":
+        cards = [f"/dev/davinci{i}" for i in config.container.accelerators]
+    return cards + list(config.container.devices)
+
+
+def command_line(config: StackConfig) -> str:
+    """The full command line, for reviewers and operators (shell-quoted)."""
+    import shlex
+
+    return shlex.join(["vllm", "serve", *render_argv(config)])
+
+
+def health_probe(port: int) -> list[str]:
+    """Docker health check: vLLM's /health (python3 is in every vLLM image; curl is not)."""
+    script = (
+        "import sys,urllib.request;"
+        f"sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:{port}/health',timeout=5).status==200 else 1)"
+    )
+    return ["CMD", "python3", "-c", script]
+
+
+class VllmServer(pulumi.ComponentResource):
+    """The serving container on a private Docker network; it publishes no port."""
+
+    container_name: pulumi.Output[str]
+    """Name of the serving container on the host."""
+    network_name: pulumi.Output[str]
+    """The private network the front and Prometheus join."""
+    upstream: str
+    """host:port of vLLM on the private network."""
+
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        image: pulumi.Input[str],
+        mounts: list[docker.ContainerMountArgs],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("glm:serving:VllmServer", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        c = config.container
+        self.network = docker.Network(
+            f"{name}-network", name=f"{c.name}-net", driver="bridge", opts=child
+        )
+        start_period = int(config.smoke.deadline_seconds)
+        self.container = docker.Container(
+            f"{name}-vllm",
+            name=c.name,
+            image=image,
+            entrypoints=["vllm", "serve"],
+            command=render_argv(config),
+            envs=[f"{k}={v}" for k, v in render_env(config).items()],
+            gpus="all" if config.facts.accelerator == "nvidia" else None,
+            devices=[
+                docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")
+                for d in render_devices(config)
+            ],
+            mounts=[
+                *mounts,
+                *[
+                    docker.ContainerMountArgs(
+                        type="bind", source=m.source, target=m.target, read_only=m.read_only
+                    )
+                    for m in c.mounts
+                ],
+            ],
+            shm_size=c.shm_size_mb,
+            ipc_mode=c.ipc_mode,
+            privileged=c.privileged,
+            network_mode=c.network_mode,
+            networks_advanced=[
+                docker.ContainerNetworksAdvancedArgs(
+                    name=self.network.name, aliases=[VLLM_NETWORK_ALIAS]
+                )
+            ]
+            if c.network_mode == "bridge"
+            else None,
+            restart=c.restart,
+            healthcheck=docker.ContainerHealthcheckArgs(
+                tests=health_probe(config.serving.port),
+                interval="30s",
+                timeout="10s",
+                retries=3,
+                start_period=f"{start_period}s",
+            ),
+            log_driver="json-file",
+            log_opts={"max-size": c.log_max_size, "max-file": str(c.log_max_files)},
+            labels=[
+                docker.ContainerLabelArgs(label="glm53.hardware", value=config.hardware),
+                docker.ContainerLabelArgs(label="glm53.served-model", value=config.model.served_name),
+            ],
+            wait=False,
+            opts=child,
+        )
+        self.container_name = self.container.name
+        self.network_name = self.network.name
+        host = VLLM_NETWORK_ALIAS if c.network_mode == "bridge" else "host.docker.internal"
+        self.upstream = f"{host}:{config.serving.port}"
+        self.register_outputs(
+            {"container_name": self.container_name, "network_name": self.network_name}
+        )
+

@@ -1,0 +1,96 @@
+"""Shared fixtures: run the Pulumi program under mocks for a stack file and record what it renders."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+PROJECT = Path(__file__).resolve().parent.parent
+TEST_API_KEYS = {"ci": "sk-test-ci-0123456789abcdef", "ops": "sk-test-ops-fedcba9876543210"}
+
+
+@dataclass
+class Registered:
+    type: str
+    name: str
+    inputs: dict[str, Any]
+
+
+@dataclass
+class Deployment:
+    resources: list[Registered] = field(default_factory=list)
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    def of_type(self, type_: str) -> list[Registered]:
+        return [r for r in self.resources if r.type == type_]
+
+    def one(self, type_: str, suffix: str = "") -> Registered:
+        found = [r for r in self.of_type(type_) if r.name.endswith(suffix)]
+        assert len(found) == 1, f"expected one {type_} ending {suffix!r}, got {[r.name for r in found]}"
+        return found[0]
+
+
+class GlmMocks(pulumi.runtime.Mocks):
+    """Echo inputs back as outputs, plus the computed outputs the program reads."""
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.deployment.resources.append(Registered(args.typ, args.name, dict(args.inputs)))
+        outputs = dict(args.inputs)
+        if args.typ == "docker:index/remoteImage:RemoteImage":
+            outputs["imageId"] = f"sha256:{'ab' * 32}"
+            outputs["repoDigest"] = f"{args.inputs['name']}@sha256:{'cd' * 32}"
+        if args.typ.startswith("command:"):
+            outputs.setdefault("stdout", "")
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        return {}
+
+
+def stack_config(stack: str) -> dict[str, Any]:
+    """The glm:* values of Pulumi.<stack>.yaml, as the engine hands them to the program."""
+    data = yaml.safe_load((PROJECT / f"Pulumi.{stack}.yaml").read_text())
+    return dict(data.get("config") or {})
+
+
+def run_program(
+    stack: str, overrides: dict[str, Any] | None = None, secrets: dict[str, Any] | None = None
+) -> Deployment:
+    """Run __main__.py for ``stack`` under mocks; ``overrides`` replace whole glm:* keys."""
+    values = {**stack_config(stack), **(overrides or {})}
+    all_secrets = {"glm:apiKeys": TEST_API_KEYS, **(secrets or {})}
+    values.update(all_secrets)
+    config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    deployment = Deployment()
+    pulumi.runtime.set_mocks(GlmMocks(deployment), project="glm", stack=stack, preview=False)
+    pulumi.runtime.set_all_config(config, list(all_secrets))
+
+    def program() -> None:
+        namespace = runpy.run_path(str(PROJECT / "__main__.py"), run_name="__pulumi_program__")
+        outputs = namespace["outputs"]
+
+        def keep(values: dict[str, Any]) -> None:
+            deployment.outputs.update(values)
+
+        pulumi.Output.all(**outputs).apply(keep)
+
+    _sync_await(run_pulumi_func(program))
+    return deployment
+
+
+@pytest.fixture(scope="session")
+def deployed() -> dict[str, Deployment]:
+    """Each committed stack file, run once under mocks."""
+    return {stack: run_program(stack) for stack in ("a800", "ascend", "rtx5090", "local")}
