@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Everything the tests need on a fresh machine, then lint, type check and the whole suite
+# (unit, mocks, real nginx/promtool, simulator, and the end-to-end tests on the real engine).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$GLM_ROOT"
+ensure_venv
+ensure_docker
+ensure_engine
+ensure_local_images
+ensure_local_weights
+ensure_passphrase
+say "ruff"
+ruff check .
+ruff format --check .
+say "mypy"
+mypy
+say "pytest"
+exec python -m pytest "$@"
