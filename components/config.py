@@ -95,7 +95,7 @@ class ImageBuildConfig(_Model):
 class ImageConfig(_Model):
     reference: str | None = Field(
         None,
-        description="A prebuilt or upstream image to pull instead of building "
+        description="A prebuilt or upstream image to pull; when set, no image is built "
         "(pin a tag or, better, a digest).",
     )
     build: ImageBuildConfig | None = Field(None, description="Build the image from this context.")
@@ -107,6 +107,11 @@ class ImageConfig(_Model):
         if self.reference is None and self.build is None:
             raise ValueError("glm:image needs `reference` (pull) or `build` (build locally)")
         return self
+
+    @property
+    def to_build(self) -> ImageBuildConfig | None:
+        """The build to run: none when a reference is given (it wins over a profile's build)."""
+        return self.build if self.reference is None else None
 
     @property
     def vllm_version_tuple(self) -> tuple[int, int]:

@@ -13,6 +13,7 @@ from components.config import StackConfig
 from components.model_volume import ModelVolume
 from components.nginx_front import NginxFront
 from components.preflight import Preflight
+from components.promotion import fingerprint, promoted_image, served_model
 from components.prometheus_scrape import PrometheusScrape
 from components.serving_image import ServingImage
 from components.smoke_test import SmokeTest
@@ -63,7 +64,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     on_host = pulumi.ResourceOptions(providers=[provider])
 
     preflight = Preflight(f"{stack}-preflight", config, secrets.ssh_private_key) if config.preflight.enabled else None
-    image = ServingImage(f"{stack}-image", config.image, opts=on_host)
+    served = served_model(config)
+    promoted = promoted_image(config, served) if config.promote_from else None
+    image = ServingImage(f"{stack}-image", config.image, pinned=promoted, opts=on_host)
     volume = ModelVolume(
         f"{stack}-model",
         config,
@@ -104,7 +107,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         image_ref=image.ref,
         opts=pulumi.ResourceOptions(depends_on=[server, front]),
     )
-    return {
+    outputs: dict[str, Any] = {
         "endpoint": front.url,
         "servedModelName": config.model.served_name,
         "vllmCommandLine": command_line(config),
@@ -113,7 +116,19 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         "prometheusUrl": monitoring.url,
         "cacheVolume": volume.cache_volume_name,
         "smoke": smoke.results,
+        "fingerprint": fingerprint(served),
+        # Published only by an update whose gate passed: what a promotion may take.
+        "verified": pulumi.Output.all(smoke.results, image.verified_ref).apply(
+            lambda gate_and_ref: {
+                "fingerprint": fingerprint(served),
+                "servedModel": served,
+                "imageRef": gate_and_ref[1],
+            }
+        ),
     }
+    if promoted is not None:
+        outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
+    return outputs
 
 
 def _curl(url: str, config: StackConfig) -> str:

@@ -70,17 +70,21 @@ class ServingImage(pulumi.ComponentResource):
 
     ref: pulumi.Output[str]
     """Image reference the container uses: the content-hash tag, or the pulled image's ID."""
+    verified_ref: pulumi.Output[str]
+    """What a promotion pins: the content-hash tag, or the pulled image's repo digest."""
 
     def __init__(
         self,
         name: str,
         image: ImageConfig,
+        pinned: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``pinned``: a promoted stack pulls the source's verified digest instead of the tag."""
         super().__init__("glm:image:ServingImage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        if image.build is not None:
-            build = image.build
+        build = image.to_build
+        if build is not None:
             context = PROJECT_DIR / build.context
             if build.patches_dir:
                 problem = missing_patches(PROJECT_DIR / build.patches_dir)
@@ -105,14 +109,18 @@ class ServingImage(pulumi.ComponentResource):
                 skip_push=True,
                 opts=child,
             )
-            self.ref = built.image_name
+            self.ref = self.verified_ref = built.image_name
         else:
             assert image.reference is not None
             pulled = docker.RemoteImage(
                 f"{name}-pull",
-                name=image.reference,
+                name=pinned if pinned is not None else image.reference,
                 keep_locally=image.keep_locally,
                 opts=child,
             )
             self.ref = pulled.image_id
-        self.register_outputs({"ref": self.ref})
+            # Images imported locally have no repo digest; their ID is then the pin.
+            self.verified_ref = pulumi.Output.all(pulled.repo_digest, pulled.image_id).apply(
+                lambda digest_and_id: digest_and_id[0] or digest_and_id[1]
+            )
+        self.register_outputs({"ref": self.ref, "verified_ref": self.verified_ref})

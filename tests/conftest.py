@@ -15,6 +15,23 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 PROJECT = Path(__file__).resolve().parent.parent
+_SIG_KEY, _SECRET_SIG = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
+
+
+def is_secret(value: Any) -> bool:
+    """A registered input that the engine would store encrypted."""
+    return isinstance(value, dict) and value.get(_SIG_KEY) == _SECRET_SIG
+
+
+def unwrap(value: Any) -> Any:
+    """The plain value of a registered input, secrets unwrapped (for assertions on content)."""
+    if is_secret(value):
+        return unwrap(value["value"])
+    if isinstance(value, dict):
+        return {k: unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap(v) for v in value]
+    return value
 TEST_API_KEYS = {"ci": "sk-test-ci-0123456789abcdef", "ops": "sk-test-ops-fedcba9876543210"}
 
 
@@ -29,6 +46,8 @@ class Registered:
 class Deployment:
     resources: list[Registered] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, pulumi.ResourceOptions] = field(default_factory=dict)
+    """Resource options by resource name (mocks do not see them; a stack transformation does)."""
 
     def of_type(self, type_: str) -> list[Registered]:
         return [r for r in self.resources if r.type == type_]
@@ -42,12 +61,16 @@ class Deployment:
 class GlmMocks(pulumi.runtime.Mocks):
     """Echo inputs back as outputs, plus the computed outputs the program reads."""
 
-    def __init__(self, deployment: Deployment) -> None:
+    def __init__(self, deployment: Deployment, stack_outputs: dict[str, dict[str, Any]]) -> None:
         self.deployment = deployment
+        self.stack_outputs = stack_outputs
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         self.deployment.resources.append(Registered(args.typ, args.name, dict(args.inputs)))
         outputs = dict(args.inputs)
+        if args.typ == "pulumi:pulumi:StackReference":
+            outputs["outputs"] = self.stack_outputs.get(args.inputs["name"], {})
+            outputs["secretOutputNames"] = []
         if args.typ == "docker:index/remoteImage:RemoteImage":
             outputs["imageId"] = f"sha256:{'ab' * 32}"
             outputs["repoDigest"] = f"{args.inputs['name']}@sha256:{'cd' * 32}"
@@ -66,18 +89,26 @@ def stack_config(stack: str) -> dict[str, Any]:
 
 
 def run_program(
-    stack: str, overrides: dict[str, Any] | None = None, secrets: dict[str, Any] | None = None
+    stack: str,
+    overrides: dict[str, Any] | None = None,
+    secrets: dict[str, Any] | None = None,
+    stack_outputs: dict[str, dict[str, Any]] | None = None,
 ) -> Deployment:
-    """Run __main__.py for ``stack`` under mocks; ``overrides`` replace whole glm:* keys."""
+    """Run __main__.py for ``stack`` under mocks; ``overrides`` replace whole glm:* keys and
+    ``stack_outputs`` are what StackReferences to other stacks see."""
     values = {**stack_config(stack), **(overrides or {})}
     all_secrets = {"glm:apiKeys": TEST_API_KEYS, **(secrets or {})}
     values.update(all_secrets)
     config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     deployment = Deployment()
-    pulumi.runtime.set_mocks(GlmMocks(deployment), project="glm", stack=stack, preview=False)
+    pulumi.runtime.set_mocks(GlmMocks(deployment, stack_outputs or {}), project="glm", stack=stack, preview=False)
     pulumi.runtime.set_all_config(config, list(all_secrets))
 
+    def record_options(args: pulumi.ResourceTransformationArgs) -> None:
+        deployment.options[args.name] = args.opts
+
     def program() -> None:
+        pulumi.runtime.register_stack_transformation(record_options)
         namespace = runpy.run_path(str(PROJECT / "__main__.py"), run_name="__pulumi_program__")
         outputs = namespace["outputs"]
 

@@ -1,0 +1,300 @@
+"""Each committed stack file renders the seed's production deployment (Pulumi mocks).
+
+The expected values are written out from the seeds (../shared/SPEC.md §2), not derived from the
+code under test. Flags are compared in ``--flag=value`` form: the seeds write ``--flag value``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import TEST_API_KEYS, Deployment, run_program, unwrap
+
+CONTAINER = "docker:index/container:Container"
+CACHE_ENV = [
+    "HF_HOME=/var/cache/glm53/huggingface",
+    "TILELANG_CACHE_DIR=/var/cache/glm53/tilelang",
+    "TRITON_CACHE_DIR=/var/cache/glm53/triton",
+    "VLLM_CACHE_ROOT=/var/cache/glm53/vllm",
+]
+
+SEED_ARGS = {
+    # a800-sm80-production.txt (v8, production): TP 8 + EP + MTP x5, GMU 0.95, 32 seqs, 1M context.
+    "a800": """
+        --served-model-name zai-org/GLM-5.3-Flash --port 8000
+        --tensor-parallel-size 8 --enable-expert-parallel
+        --speculative-config {"method":"mtp","num_speculative_tokens":5}
+        --gpu-memory-utilization 0.95 --max-num-seqs 32 --max-model-len 1048576
+        --tool-call-parser glm47 --reasoning-parser glm45 --enable-auto-tool-choice
+        --trust-remote-code
+    """,
+    # ascend-910b3-six-rounds.txt §4, the final script.
+    "ascend": """
+        --host 0.0.0.0 --port 8077 --max-model-len 131072 --tensor-parallel-size 8
+        --enable-expert-parallel --seed 1024 --served-model-name glm5.3-flash
+        --safetensors-load-strategy prefetch --max-num-seqs 16 --max-num-batched-tokens 8192
+        --trust-remote-code --tool-call-parser glm47 --reasoning-parser glm45
+        --enable-auto-tool-choice --quantization ascend --limit-mm-per-prompt {"image":1,"video":0}
+        --gpu-memory-utilization 0.95 --enable-prefix-caching --async-scheduling
+        --compilation-config {"cudagraph_mode":"FULL_DECODE_ONLY","cudagraph_capture_sizes":[1,2,4,8,12,16]}
+        --additional-config {"ascend_compilation_config":{"enable_npugraph_ex":true,"enable_static_kernel":false},"enable_cpu_binding":true,"enable_flashcomm1":true,"multistream_overlap_shared_expert":true}
+        --api-server-count 1
+    """,
+    # rtx5090-nvfp4-nightly.txt §3, restored from docker inspect.
+    "rtx5090": """
+        --served-model-name glm-5.3-flash --tensor-parallel-size 8 --kv-cache-dtype fp8
+        --block-size 256 --max-model-len 131072 --max-num-seqs 4 --max-num-batched-tokens 512
+        --gpu-memory-utilization 0.82 --moe-backend flashinfer_cutlass --no-enable-flashinfer-autotune
+        --tool-call-parser glm47 --enable-auto-tool-choice --reasoning-parser glm45
+        --trust-remote-code --enforce-eager --port 8000
+    """,
+}
+
+SEED_MODEL_PATH = {
+    "a800": "/models/GLM-5.3-Flash",
+    "ascend": "/root/.cache/GLM-5.3-Flash-w8a8",
+    "rtx5090": "/models/GLM-5.3-Flash-NVFP4",
+}
+
+SEED_ENV = {
+    # The seed's GPUS 0..7 knob, pinned in the container.
+    "a800": ["CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"],
+    "ascend": [
+        "OMP_PROC_BIND=false",
+        "OMP_NUM_THREADS=128",
+        "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True",
+        "LD_PRELOAD=/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
+        "HCCL_BUFFSIZE=1024",
+        "HCCL_OP_EXPANSION_MODE=AIV",
+        "VLLM_ASCEND_ENABLE_FLASHCOMM1=1",
+        "TASK_QUEUE_ENABLE=1",
+        "VLLM_RPC_TIMEOUT=3600000",
+        "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=3000",
+        "HCCL_EXEC_TIMEOUT=3600",
+        "HCCL_CONNECT_TIMEOUT=1200",
+        "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
+    ],
+    "rtx5090": [
+        "VLLM_GLM53_CUDA_SPARSE_MLA=1",
+        "VLLM_GLM53_MOE_INPUT_SCALE=1.0",
+        "VLLM_ENGINE_READY_TIMEOUT_S=3600",
+        "VLLM_USE_BREAKABLE_CUDAGRAPH=1",
+        "NCCL_MIN_NCHANNELS=32",
+        "NCCL_P2P_LEVEL=PXB",
+    ],
+}
+
+SEED_DEVICES = {
+    "a800": [],
+    "ascend": [f"/dev/davinci{i}" for i in range(8)]
+    + ["/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc"],
+    "rtx5090": [],
+}
+
+SEED_MOUNTS = {  # (source, target, read-only); the JIT cache volume is added to every stack
+    "a800": [("/data/models", "/models", True)],
+    "ascend": [
+        ("/mnt/sdb", "/root/.cache", True),
+        ("/usr/local/Ascend/driver", "/usr/local/Ascend/driver", False),
+        ("/usr/local/Ascend/firmware", "/usr/local/Ascend/firmware", False),
+        ("/usr/local/sbin/npu-smi", "/usr/local/sbin/npu-smi", False),
+        ("/etc/hccn.conf", "/etc/hccn.conf", True),
+    ],
+    "rtx5090": [
+        ("/home/x640/models", "/models", True),
+        ("/home/x640/glm53_site", "/site", False),
+    ],
+}
+
+SEED_CONTAINER = {  # name, shm in MB, ipc, privileged, gpus
+    "a800": ("glm53-flash-a800-8008", 64 * 1024, None, False, "all"),
+    # The seed's --shm-size=500g; --privileged/--net=host dropped (least privilege).
+    "ascend": ("vllm-ascend-glm5.3", 500 * 1024, None, False, None),
+    # The seed had no shm setting (64 MB default crashes TP 8): 64g is the better default.
+    "rtx5090": ("glm53-flash", 64 * 1024, None, False, "all"),
+}
+
+
+def seed_flags(text: str) -> list[str]:
+    """``--flag value`` pairs and bare switches → ``--flag=value`` elements, JSON compacted."""
+    words = text.split()
+    flags: list[str] = []
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else None
+        if value is None:
+            flags.append(word)
+        else:
+            if value[0] in "[{":
+                value = json.dumps(json.loads(value), separators=(",", ":"))
+            flags.append(f"{word}={value}")
+    return flags
+
+
+def serving_container(deployment: Deployment) -> dict:
+    return deployment.one(CONTAINER, "-vllm").inputs
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
+def test_argv_is_the_seeds(deployed: dict[str, Deployment], stack: str) -> None:
+    inputs = serving_container(deployed[stack])
+    assert inputs["entrypoints"] == ["vllm", "serve"]
+    command = inputs["command"]
+    assert command[0] == SEED_MODEL_PATH[stack]
+    assert sorted(command[1:]) == sorted(seed_flags(SEED_ARGS[stack]))
+    assert len(set(command)) == len(command), "a flag is rendered twice"
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
+def test_env_is_the_seeds_plus_the_cache_dirs(deployed: dict[str, Deployment], stack: str) -> None:
+    envs = serving_container(deployed[stack])["envs"]
+    assert sorted(envs) == sorted(SEED_ENV[stack] + CACHE_ENV)
+    assert envs == sorted(envs), "env must render in a stable (sorted) order"
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
+def test_devices_and_mounts_are_the_seeds(deployed: dict[str, Deployment], stack: str) -> None:
+    inputs = serving_container(deployed[stack])
+    devices = [d["hostPath"] for d in inputs.get("devices") or []]
+    assert devices == SEED_DEVICES[stack]
+    assert all(d["containerPath"] == d["hostPath"] for d in inputs.get("devices") or [])
+    binds = [
+        (m["source"], m["target"], bool(m.get("readOnly")))
+        for m in inputs["mounts"]
+        if m["type"] == "bind"
+    ]
+    assert binds == SEED_MOUNTS[stack]
+    [cache] = [m for m in inputs["mounts"] if m["type"] == "volume"]
+    assert cache["target"] == "/var/cache/glm53"
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
+def test_container_runtime_settings(deployed: dict[str, Deployment], stack: str) -> None:
+    inputs = serving_container(deployed[stack])
+    name, shm, ipc, privileged, gpus = SEED_CONTAINER[stack]
+    assert inputs["name"] == name
+    assert inputs["shmSize"] == shm
+    assert inputs.get("ipcMode") == ipc
+    assert inputs["privileged"] is privileged
+    assert inputs.get("gpus") == gpus
+    assert inputs["restart"] == "unless-stopped"
+    assert inputs["logDriver"] == "json-file"
+    assert inputs["logOpts"] == {"max-size": "100m", "max-file": "5"}
+    assert not inputs.get("ports"), "vLLM must publish no port: the front owns the public port"
+    assert inputs["networkMode"] == "bridge"
+    [network] = inputs["networksAdvanced"]
+    assert network["aliases"] == ["vllm"]
+    assert inputs["healthcheck"]["tests"][:2] == ["CMD", "python3"]
+
+
+def test_ascend_seed_privileges_are_one_line_away() -> None:
+    deployment = run_program(
+        "ascend",
+        overrides={
+            "glm:container": {"privileged": True, "networkMode": "host"},
+            "glm:serving": {"host": "127.0.0.1"},
+            "glm:front": {"port": 8078},
+        },
+    )
+    inputs = serving_container(deployment)
+    assert inputs["privileged"] is True
+    assert inputs["networkMode"] == "host"
+    assert not inputs.get("networksAdvanced")
+
+
+def test_extra_args_and_env_pass_through() -> None:
+    deployment = run_program(
+        "a800",
+        overrides={
+            "glm:serving": {
+                "extraArgs": ["--sparse-mla-force-mqa"],
+                "extraEnv": {"TZ": "Asia/Shanghai"},
+            }
+        },
+    )
+    inputs = serving_container(deployment)
+    assert inputs["command"][-1] == "--sparse-mla-force-mqa"
+    assert "TZ=Asia/Shanghai" in inputs["envs"]
+
+
+def test_a800_builds_the_patched_image_with_a_content_hash_tag(
+    deployed: dict[str, Deployment],
+) -> None:
+    image = deployed["a800"].one("docker:index/image:Image").inputs
+    assert image["imageName"].startswith("glm53-flash-sm80:")
+    assert len(image["imageName"].split(":")[1]) == 16
+    assert image["skipPush"] is True
+    assert image["build"]["context"] == "images/a800"
+    assert image["build"]["args"] == {"BASE_IMAGE": "vllm/vllm-openai:v0.33.0"}
+    assert serving_container(deployed["a800"])["image"] == image["imageName"]
+
+
+@pytest.mark.parametrize(
+    ("stack", "reference"),
+    [
+        ("ascend", "quay.io/ascend/vllm-ascend:glm-5.3-flash"),
+        ("rtx5090", "vllm/vllm-openai:nightly-385dce36b"),
+    ],
+)
+def test_upstream_images_are_pulled_and_pinned(
+    deployed: dict[str, Deployment], stack: str, reference: str
+) -> None:
+    pulled = deployed[stack].one("docker:index/remoteImage:RemoteImage", "-pull").inputs
+    assert pulled["name"] == reference
+    assert pulled["keepLocally"] is True
+    assert serving_container(deployed[stack])["image"].startswith("sha256:")
+
+
+def test_prebuilt_a800_image_instead_of_the_build() -> None:
+    deployment = run_program(
+        "a800", overrides={"glm:image": {"reference": "registry.example/glm53-flash-sm80@sha256:" + "e" * 64}}
+    )
+    assert not deployment.of_type("docker:index/image:Image")
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+def test_jit_cache_volume_survives_destroy(deployed: dict[str, Deployment], stack: str) -> None:
+    volume = deployed[stack].one("docker:index/volume:Volume", "-jit-cache")
+    assert volume.inputs["name"].endswith("-jit-cache")
+    assert deployed[stack].options[volume.name].retain_on_delete is True
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
+def test_docker_provider_talks_ssh_to_the_box(deployed: dict[str, Deployment], stack: str) -> None:
+    provider = deployed[stack].one("pulumi:providers:docker")
+    assert provider.inputs["host"].startswith("ssh://deploy@")
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
+def test_preflight_runs_on_the_host_over_ssh(deployed: dict[str, Deployment], stack: str) -> None:
+    check = deployed[stack].one("command:remote:Command", "-preflight-check").inputs
+    assert unwrap(check["connection"])["user"] == "deploy"
+    tool = "npu-smi" if stack == "ascend" else "nvidia-smi"
+    assert tool in check["create"]
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+def test_outputs_for_reviewers_and_operators(deployed: dict[str, Deployment], stack: str) -> None:
+    outputs = deployed[stack].outputs
+    for key in ("endpoint", "servedModelName", "vllmCommandLine", "imageRef", "curl"):
+        assert outputs.get(key), f"stack output {key} missing"
+    assert outputs["vllmCommandLine"].startswith("vllm serve ")
+    assert "$GLM_API_KEY" in outputs["curl"]
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+def test_no_api_key_in_any_plain_output(deployed: dict[str, Deployment], stack: str) -> None:
+    rendered = json.dumps(deployed[stack].outputs, default=str)
+    for key in TEST_API_KEYS.values():
+        assert key not in rendered
+
+
+def test_invalid_stack_fails_before_anything_is_created() -> None:
+    with pytest.raises(Exception, match="glm:serving.tensorParallelSize=4"):
+        run_program(
+            "a800",
+            overrides={"glm:serving": {"tensorParallelSize": 4}, "glm:container": {"accelerators": [0, 1, 2, 3]}},
+        )
