@@ -1,0 +1,90 @@
+"""End to end on the real engine and the local Docker engine (skipped, with the reason, without them).
+
+`pulumi up` of the local stack → gate passes through the front → `preview --expect-no-changes` →
+one vLLM flag changed → preview shows only the serving container and the gate → `up` → `destroy`
+leaves the weights and the JIT cache volume. Plus `pulumi preview` of every hardware stack with the
+Docker host overridden to the local daemon.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+
+from tests.engine import PulumiProject, engine_missing, free_port
+
+pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
+
+API_KEY = "sk-e2e-0123456789abcdef0123"
+WEIGHTS = Path("/var/lib/glm53-local/models/GLM-5.3-Flash-sim")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> PulumiProject:
+    return PulumiProject.copy_of_repo(tmp_path_factory.mktemp("e2e") / "glm")
+
+
+def test_local_stack_lifecycle(project: PulumiProject) -> None:
+    if not (WEIGHTS / "config.json").exists():
+        pytest.skip(f"the local weights fixture is missing: {WEIGHTS} (make test writes it)")
+    front_port, prometheus_port = free_port(), free_port()
+    container = f"glm53-e2e-{front_port}"
+    project.init_stack(
+        "local",
+        config={
+            "glm:front.port": str(front_port),
+            "glm:monitoring.port": str(prometheus_port),
+            "glm:container.name": container,
+        },
+        secrets={"glm:apiKeys.e2e": API_KEY},
+    )
+    cache_volume = f"{container}-jit-cache"
+    try:
+        out = project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (cold)")
+        assert API_KEY not in out, "the API key leaked into pulumi up's output"
+        outputs = project.outputs("local")
+        assert outputs["smoke"]["served_name"] == "glm-5.3-flash"
+
+        client = OpenAI(base_url=outputs["endpoint"], api_key=API_KEY, timeout=30)
+        reply = client.chat.completions.create(
+            model="glm-5.3-flash", messages=[{"role": "user", "content": "What is 13×17?"}]
+        )
+        assert reply.choices[0].message.content.strip() == "221"
+
+        project.run("preview", "--expect-no-changes", "-s", "local", label="preview (no changes)")
+        project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (no-op)")
+
+        project.run("config", "set", "--path", "glm:serving.maxNumSeqs", "4", "-s", "local")
+        steps = project.preview_steps("local")
+        changed = sorted({s["urn"].rsplit("::", 1)[1] for s in steps})
+        assert changed == ["local-serving-vllm", "local-smoke-gate"], steps
+        project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (one flag)")
+        project.run("preview", "--expect-no-changes", "-s", "local")
+    finally:
+        project.run("destroy", "--yes", "-s", "local", label="destroy", check=False)
+    volume = subprocess.run(["docker", "volume", "inspect", cache_volume], capture_output=True)
+    assert volume.returncode == 0, "destroy removed the JIT cache volume"
+    assert (WEIGHTS / "config.json").exists(), "destroy touched the weights"
+    subprocess.run(["docker", "volume", "rm", cache_volume], capture_output=True)
+    print("e2e timings (s):", {k: round(v, 1) for k, v in project.timings.items()})
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
+def test_hardware_stack_previews_on_the_real_engine(project: PulumiProject, stack: str) -> None:
+    """The program beyond mocks: the real engine plans every resource of the hardware stack."""
+    project.init_stack(stack, config={}, secrets={"glm:apiKeys.review": API_KEY})
+    out = project.run(
+        "preview",
+        "--diff",
+        "-s",
+        stack,
+        label=f"preview {stack}",
+        extra_env={"GLM_DOCKER_HOST": "unix:///var/run/docker.sock"},
+    )
+    for resource in (f"{stack}-serving-vllm", f"{stack}-front-nginx", f"{stack}-smoke-gate"):
+        assert resource in out, f"{resource} missing from the preview"
+    assert "--tensor-parallel-size=8" in out
+    assert API_KEY not in out
