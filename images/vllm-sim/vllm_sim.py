@@ -9,7 +9,7 @@ Prometheus rules and the tests can run against it instead of a real 8-accelerato
 * it is started with vLLM's own command line (``vllm_sim.py serve <model> --port ...``),
   understands the flags that change what a client can observe and ignores the rest;
 * it refuses connections while "loading", like vLLM does while weights load;
-* it computes simple arithmetic for real (``13×17`` -> ``221``), answers tool calls built
+* it computes simple arithmetic for real (``13*17`` -> ``221``, also with a ``x`` sign), answers tool calls built
   from the request's own JSON schema, and otherwise returns deterministic filler text;
 * it models time and capacity: prefill rate, per-token decode latency, a prefix cache,
   ``--max-num-seqs``, a KV pool in tokens with FCFS admission (a request bigger than
@@ -50,14 +50,7 @@ VOCAB_SIZE = 151552
 ENGINE_ID = "0"
 
 FAULTS = frozenset(
-    {
-        "wrong-answer",
-        "no-tool-calls",
-        "inline-reasoning",
-        "silent",
-        "http-500",
-        "reasoning-content",
-    }
+    {"wrong-answer", "no-tool-calls", "inline-reasoning", "silent", "http-500", "reasoning-content"}
 )
 
 
@@ -109,7 +102,7 @@ class Config:
 
     @property
     def pool_tokens(self) -> int:
-        """The KV pool as vLLM reports it: num_gpu_blocks × block_size."""
+        """The KV pool as vLLM reports it: num_gpu_blocks * block_size."""
         return self.num_gpu_blocks * self.block_size
 
     @property
@@ -186,9 +179,7 @@ def _is_flag(tok: str) -> bool:
 
 
 def _unknown_is_bool(name: str) -> bool:
-    return name in _UNKNOWN_BOOLS or name.startswith(
-        ("--enable-", "--disable-", "--no-")
-    )
+    return name in _UNKNOWN_BOOLS or name.startswith(("--enable-", "--disable-", "--no-"))
 
 
 def parse_human_int(text: str) -> int:
@@ -199,15 +190,7 @@ def parse_human_int(text: str) -> int:
     m = re.fullmatch(r"(-?\d+(?:\.\d+)?)([kKmMgG]?)", s)
     if not m:
         raise ValueError(s)
-    mult = {
-        "": 1,
-        "k": 10**3,
-        "K": 2**10,
-        "m": 10**6,
-        "M": 2**20,
-        "g": 10**9,
-        "G": 2**30,
-    }
+    mult = {"": 1, "k": 10**3, "K": 2**10, "m": 10**6, "M": 2**20, "g": 10**9, "G": 2**30}
     value = float(m.group(1)) * mult[m.group(2)]
     if value != int(value):
         raise ValueError(s)
@@ -290,12 +273,7 @@ def parse_config(argv: list, env: dict | None = None) -> Config:
             raw[attr] = value
         else:
             ignored = [tok]
-            if (
-                not eq
-                and not _unknown_is_bool(name)
-                and i + 1 < len(args)
-                and not _is_flag(args[i + 1])
-            ):
+            if not eq and not _unknown_is_bool(name) and i + 1 < len(args) and not _is_flag(args[i + 1]):
                 ignored.append(args[i + 1])
                 i += 1
             cfg.ignored.append(" ".join(ignored))
@@ -314,9 +292,7 @@ def parse_config(argv: list, env: dict | None = None) -> Config:
         cfg.max_model_len = DEFAULT_MAX_MODEL_LEN if mml <= 0 else mml
         cfg.max_num_seqs = int(raw.get("max_num_seqs", cfg.max_num_seqs))
         cfg.block_size = int(raw.get("block_size", cfg.block_size))
-        cfg.gpu_memory_utilization = float(
-            raw.get("gpu_memory_utilization", cfg.gpu_memory_utilization)
-        )
+        cfg.gpu_memory_utilization = float(raw.get("gpu_memory_utilization", cfg.gpu_memory_utilization))
     except ValueError as exc:
         raise UsageError(f"invalid numeric argument: {exc}") from None
     if not 0 <= cfg.port <= 65535 or cfg.max_num_seqs < 1 or cfg.block_size < 1:
@@ -344,14 +320,10 @@ def parse_config(argv: list, env: dict | None = None) -> Config:
     faults = {f.strip() for f in env.get("VLLM_SIM_FAULT", "").split(",") if f.strip()}
     unknown = faults - FAULTS
     if unknown:
-        raise UsageError(
-            f"VLLM_SIM_FAULT: unknown fault(s) {sorted(unknown)}; known: {sorted(FAULTS)}"
-        )
+        raise UsageError(f"VLLM_SIM_FAULT: unknown fault(s) {sorted(unknown)}; known: {sorted(FAULTS)}")
     cfg.faults = frozenset(faults)
     cfg.version = env.get("VLLM_SIM_VERSION", "").strip() or DEFAULT_VERSION
-    cfg.prefill_tokens_per_s = _env_float(
-        env, "VLLM_SIM_PREFILL_TOKENS_PER_S", 200000.0
-    )
+    cfg.prefill_tokens_per_s = _env_float(env, "VLLM_SIM_PREFILL_TOKENS_PER_S", 200000.0)
     if cfg.prefill_tokens_per_s <= 0:
         raise UsageError("VLLM_SIM_PREFILL_TOKENS_PER_S must be > 0")
     cfg.decode_token_seconds = _env_float(env, "VLLM_SIM_DECODE_TOKEN_SECONDS", 0.01)
@@ -364,9 +336,7 @@ def parse_config(argv: list, env: dict | None = None) -> Config:
         cfg.reject_fields = frozenset(
             f.strip() for f in env["VLLM_SIM_REJECT_FIELDS"].split(",") if f.strip()
         )
-    cfg.prefix_block_tokens = _env_int(
-        env, "VLLM_SIM_PREFIX_BLOCK_TOKENS", cfg.block_size, minimum=1
-    )
+    cfg.prefix_block_tokens = _env_int(env, "VLLM_SIM_PREFIX_BLOCK_TOKENS", cfg.block_size, minimum=1)
     cfg.quiet = _env_bool(env, "VLLM_SIM_QUIET")
     return cfg
 
@@ -573,7 +543,7 @@ class Arithmetic:
 
 
 def find_arithmetic(text: str) -> Arithmetic | None:
-    """Find and evaluate the last arithmetic expression in text (13×17, 13 x 17, 12+30 ...)."""
+    """Find and evaluate the last arithmetic expression in text (13*17, 13 x 17, 12+30, with a multiplication sign ...)."""
     s = (text or "").translate(_TRANSLATE)
     for pattern, op in _WORD_OPS:
         s = pattern.sub(f" {op} ", s)
@@ -621,12 +591,9 @@ _STOP_CAPS = {
     "Who", "Why", "Will", "Would", "You", "Your",
 }  # fmt: skip
 _PLACE_PROPS = re.compile(
-    r"city|location|place|town|country|region|destination|origin|address|where",
-    re.IGNORECASE,
+    r"city|location|place|town|country|region|destination|origin|address|where", re.IGNORECASE
 )
-_TEXT_PROPS = re.compile(
-    r"^(q|query|question|text|prompt|input|message|content|search)$", re.IGNORECASE
-)
+_TEXT_PROPS = re.compile(r"^(q|query|question|text|prompt|input|message|content|search)$", re.IGNORECASE)
 
 
 def _capitalised_phrases(text: str) -> list:
@@ -640,9 +607,7 @@ def _capitalised_phrases(text: str) -> list:
 
 
 def _pick_place(text: str) -> str | None:
-    m = re.search(
-        r"\b(?:in|at|for|to|from|near|of)\s+([A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)*)", text
-    )
+    m = re.search(r"\b(?:in|at|for|to|from|near|of)\s+([A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*)*)", text)
     if m:
         kept = [w for w in m.group(1).split() if w not in _STOP_CAPS]
         if kept:
@@ -674,9 +639,7 @@ def build_value(name: str, schema: Any, prompt: str) -> Any:
         return build_arguments(schema, prompt)
     if typ == "array":
         count = int(schema.get("minItems") or 0)
-        return [
-            build_value(name, schema.get("items") or {}, prompt) for _ in range(count)
-        ]
+        return [build_value(name, schema.get("items") or {}, prompt) for _ in range(count)]
     if typ in ("integer", "number"):
         lo, hi = schema.get("minimum"), schema.get("maximum")
         for num in re.findall(r"-?\d+(?:\.\d+)?", prompt):
@@ -707,19 +670,13 @@ def build_arguments(schema: Any, prompt: str) -> dict:
     if not isinstance(props, dict):
         return {}
     required = schema.get("required")
-    names = (
-        [n for n in required if n in props]
-        if isinstance(required, list)
-        else list(props)
-    )
+    names = [n for n in required if n in props] if isinstance(required, list) else list(props)
     return {n: build_value(n, props[n], prompt) for n in names}
 
 
 def choose_function(tools: list, tool_choice: Any, prompt: str) -> dict | None:
     functions = [
-        t.get("function")
-        for t in tools
-        if isinstance(t, dict) and isinstance(t.get("function"), dict)
+        t.get("function") for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)
     ]
     functions = [f for f in functions if f.get("name")]
     if not functions:
@@ -733,9 +690,7 @@ def choose_function(tools: list, tool_choice: Any, prompt: str) -> dict | None:
     words = {w.lower() for w in re.findall(r"[A-Za-z]+", prompt)}
     best, best_score = functions[0], 0
     for fn in functions:
-        score = sum(
-            1 for part in re.split(r"[_\W]+", fn["name"].lower()) if part in words
-        )
+        score = sum(1 for part in re.split(r"[_\W]+", fn["name"].lower()) if part in words)
         if score > best_score:
             best, best_score = fn, score
     return best
@@ -838,9 +793,7 @@ def make_plan(cfg: Config, body: dict, messages: list, max_tokens: int | None) -
 
     if not thinking:
         reasoning = None
-    inline = bool(reasoning) and (
-        not cfg.reasoning_parser or "inline-reasoning" in faults
-    )
+    inline = bool(reasoning) and (not cfg.reasoning_parser or "inline-reasoning" in faults)
     if inline:
         content = f"<think>{reasoning}</think>{content or ''}"
         reasoning = None
@@ -849,9 +802,7 @@ def make_plan(cfg: Config, body: dict, messages: list, max_tokens: int | None) -
     if fixed_length:
         n = max_tokens if max_tokens is not None else cfg.default_max_tokens
         tokens = [("content", p) for p in filler_pieces(n)]
-        return Plan(
-            tokens, "length" if max_tokens is not None else "stop", None, inline
-        )
+        return Plan(tokens, "length" if max_tokens is not None else "stop", None, inline)
     tokens += [("reasoning", p) for p in tokenize(reasoning or "")]
     tokens += [("content", p) for p in tokenize(content or "")]
     if tool is not None:
@@ -888,9 +839,7 @@ def _labels(pairs: list) -> str:
     if not pairs:
         return ""
     body = ",".join(
-        '{}="{}"'.format(
-            k, str(v).replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
-        )
+        '{}="{}"'.format(k, str(v).replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\""))
         for k, v in pairs
     )
     return "{" + body + "}"
@@ -932,12 +881,10 @@ class Histogram:
 
     def lines(self, name: str, base: list) -> list:
         out, cum = [], 0
-        for bound, n in zip(self.buckets, self.counts):
-            cum += n
-            out.append(
-                f"{name}_bucket{_labels(base + [('le', fmt_float(bound))])} {cum}.0"
-            )
-        out.append(f"{name}_bucket{_labels(base + [('le', '+Inf')])} {self.count}.0")
+        for i, bound in enumerate(self.buckets):
+            cum += self.counts[i]
+            out.append(f"{name}_bucket{_labels([*base, ('le', fmt_float(bound))])} {cum}.0")
+        out.append(f"{name}_bucket{_labels([*base, ('le', '+Inf')])} {self.count}.0")
         out.append(f"{name}_count{_labels(base)} {self.count}.0")
         out.append(f"{name}_sum{_labels(base)} {fmt_float(self.total)}")
         return out
@@ -981,40 +928,24 @@ class Metrics:
             family(name, typ, help_, [f"{name}{_labels(base)} {fmt_float(value)}"])
 
         simple(
-            "vllm:num_requests_running",
-            "gauge",
-            "Number of requests in model execution batches.",
-            running,
+            "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", running
         )
-        simple(
-            "vllm:num_requests_waiting",
-            "gauge",
-            "Number of requests waiting to be processed.",
-            waiting,
-        )
+        simple("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", waiting)
         if v >= (0, 20, 0):
             family(
                 "vllm:num_requests_waiting_by_reason",
                 "gauge",
                 "Number of requests waiting to be processed, by reason.",
                 [
-                    f"vllm:num_requests_waiting_by_reason{_labels(base + [('reason', r)])} "
+                    f"vllm:num_requests_waiting_by_reason{_labels([*base, ('reason', r)])} "
                     f"{fmt_float(by_reason.get(r, 0))}"
                     for r in ("capacity", "deferred")
                 ],
             )
-        simple(
-            "vllm:kv_cache_usage_perc",
-            "gauge",
-            "KV-cache usage. 1 means 100 percent usage.",
-            usage,
-        )
+        simple("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage)
         if v < (0, 12, 0):
             simple(
-                "vllm:gpu_cache_usage_perc",
-                "gauge",
-                "GPU KV-cache usage. 1 means 100 percent usage.",
-                usage,
+                "vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage. 1 means 100 percent usage.", usage
             )
         simple(
             "vllm:prefix_cache_queries_total",
@@ -1035,10 +966,7 @@ class Metrics:
             self.preemptions,
         )
         simple(
-            "vllm:prompt_tokens_total",
-            "counter",
-            "Number of prefill tokens processed.",
-            self.prompt_tokens,
+            "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", self.prompt_tokens
         )
         simple(
             "vllm:generation_tokens_total",
@@ -1057,31 +985,11 @@ class Metrics:
             ],
         )
         hists = [
-            (
-                "vllm:request_prompt_tokens",
-                "Number of prefill tokens processed.",
-                self.req_prompt,
-            ),
-            (
-                "vllm:request_generation_tokens",
-                "Number of generation tokens processed.",
-                self.req_gen,
-            ),
-            (
-                "vllm:time_to_first_token_seconds",
-                "Histogram of time to first token in seconds.",
-                self.ttft,
-            ),
-            (
-                "vllm:inter_token_latency_seconds",
-                "Histogram of inter-token latency in seconds.",
-                self.itl,
-            ),
-            (
-                "vllm:e2e_request_latency_seconds",
-                "Histogram of e2e request latency in seconds.",
-                self.e2e,
-            ),
+            ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", self.req_prompt),
+            ("vllm:request_generation_tokens", "Number of generation tokens processed.", self.req_gen),
+            ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft),
+            ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl),
+            ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e),
             (
                 "vllm:request_queue_time_seconds",
                 "Histogram of time spent in WAITING phase for request.",
@@ -1156,14 +1064,12 @@ class Aborted(Exception):
 WAITING, RUNNING, DONE = "waiting", "running", "done"
 
 
-@dataclass
+@dataclass(eq=False)
 class SimRequest:
     request_id: str
     prompt_pieces: list
     plan: Plan
-    reserve: (
-        int  # KV tokens held while running: prompt + (max_tokens or planned output)
-    )
+    reserve: int  # KV tokens held while running: prompt + (max_tokens or planned output)
     arrival: float = field(default_factory=time.monotonic)
     state: str = WAITING
     admitted_at: float = 0.0
@@ -1316,9 +1222,7 @@ class Engine:
             cfg = self.cfg
             hashes = self._block_hashes(req.prompt_pieces)
             req.cached_tokens = self._prefix_lookup(hashes, req.prompt_tokens)
-            prefill_s = (
-                req.prompt_tokens - req.cached_tokens
-            ) / cfg.prefill_tokens_per_s
+            prefill_s = (req.prompt_tokens - req.cached_tokens) / cfg.prefill_tokens_per_s
             if cfg.hol_blocking:
                 self._acquire_engine(alive)
                 try:
@@ -1343,9 +1247,7 @@ class Engine:
             for i, (channel, piece) in enumerate(req.plan.tokens):
                 if i:
                     self._sleep_until(last + cfg.decode_token_seconds, alive)
-                    if (
-                        cfg.hol_blocking
-                    ):  # a decode step waits for a prefill in progress
+                    if cfg.hol_blocking:  # a decode step waits for a prefill in progress
                         self._acquire_engine(alive)
                         self.hol.release()
                     t = time.monotonic()
@@ -1364,14 +1266,10 @@ class Engine:
                 m.req_gen.observe(req.generated)
                 k = cfg.spec_tokens
                 if k and req.generated > 1:
-                    steps = max(
-                        1, math.ceil(req.generated / (1 + k * cfg.spec_acceptance))
-                    )
+                    steps = max(1, math.ceil(req.generated / (1 + k * cfg.spec_acceptance)))
                     m.spec_drafts += steps
                     m.spec_draft_tokens += steps * k
-                    m.spec_accepted += min(
-                        round(steps * k * cfg.spec_acceptance), req.generated - 1
-                    )
+                    m.spec_accepted += min(round(steps * k * cfg.spec_acceptance), req.generated - 1)
             reason = "length" if req.plan.finish_reason == "length" else "stop"
         finally:
             self._release(req, reason)
@@ -1383,9 +1281,7 @@ class Engine:
 
 
 class HTTPError(Exception):
-    def __init__(
-        self, status: int, message: str, err_type: str, param: str | None = None
-    ):
+    def __init__(self, status: int, message: str, err_type: str, param: str | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
@@ -1393,12 +1289,8 @@ class HTTPError(Exception):
         self.param = param
 
 
-def error_body(
-    status: int, message: str, err_type: str, param: str | None = None
-) -> dict:
-    return {
-        "error": {"message": message, "type": err_type, "param": param, "code": status}
-    }
+def error_body(status: int, message: str, err_type: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": err_type, "param": param, "code": status}}
 
 
 def bad_request(message: str, param: str | None = None) -> HTTPError:
@@ -1414,9 +1306,7 @@ class SimServer(ThreadingHTTPServer):
     request_queue_size = 256
     allow_reuse_address = True
 
-    def __init__(
-        self, address: tuple, cfg: Config, engine: Engine, stop: threading.Event
-    ):
+    def __init__(self, address: tuple, cfg: Config, engine: Engine, stop: threading.Event):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.cfg = cfg
@@ -1465,10 +1355,11 @@ class Handler(BaseHTTPRequestHandler):
             return False
 
     def send_body(
-        self, status: int, body: bytes, content_type: str, headers: dict | None = None
+        self, status: int, body: bytes, content_type: str | None, headers: dict | None = None
     ) -> None:
         self.send_response(status)
-        self.send_header("content-type", content_type)
+        if content_type:
+            self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(body)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
@@ -1478,13 +1369,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_json(self, status: int, obj: Any) -> None:
         self.send_body(
-            status, json.dumps(obj, ensure_ascii=False).encode(), "application/json"
+            status, json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode(), "application/json"
         )
 
     def send_error_json(self, err: HTTPError) -> None:
-        self.send_json(
-            err.status, error_body(err.status, err.message, err.err_type, err.param)
-        )
+        self.send_json(err.status, error_body(err.status, err.message, err.err_type, err.param))
 
     def read_body(self) -> bytes:
         if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
@@ -1527,9 +1416,8 @@ class Handler(BaseHTTPRequestHandler):
             raise Aborted from None
 
     def write_sse(self, obj: Any) -> None:
-        self.write_chunk(
-            b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
-        )
+        data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+        self.write_chunk(b"data: " + data + b"\n\n")
 
     def end_stream(self) -> None:
         self.write_chunk(b"data: [DONE]\n\n")
@@ -1562,11 +1450,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
             api_key = self.server.cfg.api_key
             authorization = self.headers.get("authorization", "")
-            if (
-                api_key
-                and path.startswith("/v1")
-                and authorization != f"Bearer {api_key}"
-            ):
+            if api_key and path.startswith("/v1") and authorization != f"Bearer {api_key}":
                 self.send_json(401, {"error": "Unauthorized"})
                 return
             getattr(self, "route_" + route)()
@@ -1581,7 +1465,7 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---- simple endpoints --------------------------------------------------------------
     def route_health(self) -> None:
-        self.send_body(200, b"", "application/json")
+        self.send_body(200, b"", None)
 
     def route_version(self) -> None:
         self.send_json(200, {"version": self.server.cfg.version})
@@ -1627,9 +1511,7 @@ class Handler(BaseHTTPRequestHandler):
         model = body.get("model")
         cfg = self.server.cfg
         if model not in (None, "") and model not in cfg.served_names:
-            raise HTTPError(
-                404, f"The model `{model}` does not exist.", "NotFoundError", "model"
-            )
+            raise HTTPError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
 
     def route_tokenize(self) -> None:
         body = self.read_json()
@@ -1647,7 +1529,7 @@ class Handler(BaseHTTPRequestHandler):
         ids = [token_id(p) for p in pieces]
         with self.server.vocab_lock:
             if len(self.server.vocab) < 1_000_000:
-                self.server.vocab.update(zip(ids, pieces))
+                self.server.vocab.update({token_id(p): p for p in pieces})
         self.send_json(
             200,
             {
@@ -1686,13 +1568,9 @@ class Handler(BaseHTTPRequestHandler):
         if max_tokens is None:
             max_tokens = body.get("max_tokens")
         if max_tokens is not None and (
-            isinstance(max_tokens, bool)
-            or not isinstance(max_tokens, int)
-            or max_tokens < 1
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
         ):
-            raise bad_request(
-                f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens"
-            )
+            raise bad_request(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
         return max_tokens
 
     def _length_check(self, n_prompt: int, max_tokens: int | None) -> None:
@@ -1723,12 +1601,7 @@ class Handler(BaseHTTPRequestHandler):
         cfg = self.server.cfg
         if "http-500" in cfg.faults:
             self.read_body()
-            self.send_json(
-                500,
-                error_body(
-                    500, "EngineCore encountered an issue.", "InternalServerError"
-                ),
-            )
+            self.send_json(500, error_body(500, "EngineCore encountered an issue.", "InternalServerError"))
             return
         body = self.read_json()
         max_tokens = self._common_checks(body)
@@ -1745,25 +1618,18 @@ class Handler(BaseHTTPRequestHandler):
             tool_choice = "auto"
         if tool_choice == "auto" and tools and not cfg.auto_tool_choice:
             raise bad_request(
-                '"auto" tool choice requires --enable-auto-tool-choice and '
-                "--tool-call-parser to be set",
+                '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
                 "tool_choice",
             )
-        if tool_choice not in (None, "auto", "none", "required") and not isinstance(
-            tool_choice, dict
-        ):
+        if tool_choice not in (None, "auto", "none", "required") and not isinstance(tool_choice, dict):
             raise bad_request(f"Invalid tool_choice: {tool_choice!r}", "tool_choice")
         if tool_choice not in (None, "none") and not tools:
-            raise bad_request(
-                "When using `tool_choice`, `tools` must be set.", "tool_choice"
-            )
+            raise bad_request("When using `tool_choice`, `tools` must be set.", "tool_choice")
         if isinstance(tool_choice, dict):
             wanted = (tool_choice.get("function") or {}).get("name")
             names = [(t.get("function") or {}).get("name") for t in tools or []]
             if wanted not in names:
-                raise bad_request(
-                    f"Tool '{wanted}' has not been passed in `tools`.", "tool_choice"
-                )
+                raise bad_request(f"Tool '{wanted}' has not been passed in `tools`.", "tool_choice")
         pieces = tokenize(render_chat(messages, tools))
         self._length_check(len(pieces), max_tokens)
         if "silent" in cfg.faults:
@@ -1777,12 +1643,7 @@ class Handler(BaseHTTPRequestHandler):
         cfg = self.server.cfg
         if "http-500" in cfg.faults:
             self.read_body()
-            self.send_json(
-                500,
-                error_body(
-                    500, "EngineCore encountered an issue.", "InternalServerError"
-                ),
-            )
+            self.send_json(500, error_body(500, "EngineCore encountered an issue.", "InternalServerError"))
             return
         body = self.read_json()
         max_tokens = self._common_checks(body)
@@ -1836,9 +1697,7 @@ class Handler(BaseHTTPRequestHandler):
             usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
         return usage
 
-    def _generate(
-        self, body: dict, pieces: list, plan: Plan, max_tokens: int | None, chat: bool
-    ) -> None:
+    def _generate(self, body: dict, pieces: list, plan: Plan, max_tokens: int | None, chat: bool) -> None:
         cfg = self.server.cfg
         engine = self.server.engine
         planned = len(plan.tokens) if max_tokens is None else max_tokens
@@ -1850,11 +1709,7 @@ class Handler(BaseHTTPRequestHandler):
         )
         created = int(time.time())
         stream = bool(body.get("stream"))
-        stream_options = (
-            body.get("stream_options")
-            if isinstance(body.get("stream_options"), dict)
-            else {}
-        )
+        stream_options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
         include_usage = bool(stream_options.get("include_usage"))
         continuous = bool(stream_options.get("continuous_usage_stats"))
         reasoning_keys = self._reasoning_keys()
@@ -1883,22 +1738,12 @@ class Handler(BaseHTTPRequestHandler):
                 collected.append((channel, piece))
                 return
             if not chat:
-                choice = {
-                    "index": 0,
-                    "text": piece,
-                    "logprobs": None,
-                    "finish_reason": None,
-                }
+                choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
                 self.write_sse(chunk_usage(base_chunk([choice])))
                 return
             if i == 0:
                 first = {"role": "assistant", "content": ""}
-                choice = {
-                    "index": 0,
-                    "delta": first,
-                    "logprobs": None,
-                    "finish_reason": None,
-                }
+                choice = {"index": 0, "delta": first, "logprobs": None, "finish_reason": None}
                 self.write_sse(chunk_usage(base_chunk([choice])))
             if channel == "reasoning":
                 delta = {key: piece for key in reasoning_keys}
@@ -1918,12 +1763,7 @@ class Handler(BaseHTTPRequestHandler):
                 }
             else:
                 delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
-            choice = {
-                "index": 0,
-                "delta": delta,
-                "logprobs": None,
-                "finish_reason": None,
-            }
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
             self.write_sse(chunk_usage(base_chunk([choice])))
 
         if stream:
@@ -1934,12 +1774,7 @@ class Handler(BaseHTTPRequestHandler):
         finish = plan.finish_reason
 
         if stream:
-            choice = {
-                "index": 0,
-                "logprobs": None,
-                "finish_reason": finish,
-                "stop_reason": None,
-            }
+            choice = {"index": 0, "logprobs": None, "finish_reason": finish, "stop_reason": None}
             if chat:
                 choice["delta"] = {}
             else:
@@ -2059,10 +1894,7 @@ def main(argv: list | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    log(
-        cfg,
-        f"vLLM-protocol simulator (a test double, NOT a model) speaking vLLM {cfg.version}",
-    )
+    log(cfg, f"vLLM-protocol simulator (a test double, NOT a model) speaking vLLM {cfg.version}")
     log(
         cfg,
         f"model={cfg.model!r} served_model_name={cfg.served_names} "
@@ -2070,9 +1902,7 @@ def main(argv: list | None = None) -> int:
         f"block_size={cfg.block_size}",
     )
     if cfg.ignored:
-        log(
-            cfg, "ignoring flags the simulator does not model: " + " ".join(cfg.ignored)
-        )
+        log(cfg, "ignoring flags the simulator does not model: " + " ".join(cfg.ignored))
     if cfg.faults:
         log(cfg, f"faults injected: {sorted(cfg.faults)}")
     if cfg.never_ready:
@@ -2089,11 +1919,7 @@ def main(argv: list | None = None) -> int:
             return 0
     log(cfg, f"GPU KV cache size: {cfg.pool_tokens:,} tokens")
     concurrency = cfg.pool_tokens / cfg.max_model_len if cfg.max_model_len else 0
-    log(
-        cfg,
-        f"Maximum concurrency for {cfg.max_model_len:,} tokens per request: "
-        f"{concurrency:.2f}x",
-    )
+    log(cfg, f"Maximum concurrency for {cfg.max_model_len:,} tokens per request: {concurrency:.2f}x")
 
     engine = Engine(cfg, stop)
     try:
@@ -2105,10 +1931,7 @@ def main(argv: list | None = None) -> int:
     if stop.is_set():
         server.server_close()
         return 0
-    log(
-        cfg,
-        f"Starting vLLM API server 0 on http://{cfg.host}:{server.server_address[1]}",
-    )
+    log(cfg, f"Starting vLLM API server 0 on http://{cfg.host}:{server.server_address[1]}")
     if not cfg.quiet:
         sys.stderr.write("INFO:     Application startup complete.\n")
         sys.stderr.flush()

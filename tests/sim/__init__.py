@@ -1,0 +1,1 @@
+"""Tests of the vLLM-protocol simulator (images/vllm-sim)."""
