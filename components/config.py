@@ -12,6 +12,8 @@ Pulumi.yaml's ``config:`` block and README's config table are checked against th
 from __future__ import annotations
 
 import copy
+import hashlib
+import ipaddress
 import json
 from typing import Any, Literal
 
@@ -234,11 +236,28 @@ class ContainerConfig(_Model):
     network_mode: Literal["bridge", "host"] = Field(
         "bridge", description="`bridge`: private network behind the front; `host` as in the Ascend seed."
     )
+    network_subnet: str | None = Field(
+        None,
+        description="Subnet of the private network (default: a /24 in 172.30.0.0/16 derived from "
+        "`name`); vLLM keeps one address in it across replacements, so the front's upstream holds.",
+    )
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = Field(
         "unless-stopped", description="Docker restart policy."
     )
     log_max_size: str = Field("100m", description="json-file log rotation: size per file.")
     log_max_files: int = Field(5, description="json-file log rotation: files kept.")
+
+    @property
+    def subnet(self) -> ipaddress.IPv4Network:
+        if self.network_subnet is not None:
+            return ipaddress.IPv4Network(self.network_subnet)
+        third = int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % 250 + 1
+        return ipaddress.IPv4Network(f"172.30.{third}.0/24")
+
+    @property
+    def vllm_address(self) -> str:
+        """vLLM's fixed address: Nginx resolves its upstream once, at start."""
+        return str(self.subnet.network_address + 10)
 
     @property
     def shm_size_mb(self) -> int | None:

@@ -140,7 +140,11 @@ class VllmServer(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         c = config.container
         self.network = docker.Network(
-            f"{name}-network", name=f"{c.name}-net", driver="bridge", opts=child
+            f"{name}-network",
+            name=f"{c.name}-net",
+            driver="bridge",
+            ipam_configs=[docker.NetworkIpamConfigArgs(subnet=str(c.subnet))],
+            opts=child,
         )
         start_period = int(config.smoke.deadline_seconds)
         self.container = docker.Container(
@@ -170,7 +174,9 @@ class VllmServer(pulumi.ComponentResource):
             network_mode=c.network_mode,
             networks_advanced=[
                 docker.ContainerNetworksAdvancedArgs(
-                    name=self.network.name, aliases=[VLLM_NETWORK_ALIAS]
+                    name=self.network.name,
+                    aliases=[VLLM_NETWORK_ALIAS],
+                    ipv4_address=c.vllm_address,
                 )
             ]
             if c.network_mode == "bridge"
@@ -190,7 +196,8 @@ class VllmServer(pulumi.ComponentResource):
                 docker.ContainerLabelArgs(label="glm53.served-model", value=config.model.served_name),
             ],
             wait=False,
-            opts=child,
+            # A fixed container name cannot exist twice: remove the old one first.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
         self.container_name = self.container.name
         self.network_name = self.network.name

@@ -187,6 +187,11 @@ def test_container_runtime_settings(deployed: dict[str, Deployment], stack: str)
     assert inputs["networkMode"] == "bridge"
     [network] = inputs["networksAdvanced"]
     assert network["aliases"] == ["vllm"]
+    # A fixed address: Nginx resolves its upstream once, so a replaced vLLM must keep it.
+    subnet = deployed[stack].one("docker:index/network:Network").inputs["ipamConfigs"][0]["subnet"]
+    assert subnet.startswith("172.30.") and subnet.endswith(".0/24")
+    assert network["ipv4Address"] == subnet.replace(".0/24", ".10")
+    assert deployed[stack].options[f"{stack}-serving-vllm"].delete_before_replace is True
     assert inputs["healthcheck"]["tests"][:2] == ["CMD", "python3"]
 
 
