@@ -319,6 +319,12 @@ class SmokeConfig(_Model):
     steps: list[SmokeStep] = Field(
         default_factory=lambda: list(ALL_SMOKE_STEPS), description="Which gate steps run."
     )
+    metrics_url: str | None = Field(
+        None,
+        description="Where the gate reads vLLM's metrics for the KV-pool step (vLLM /metrics or a "
+        "Prometheus /federate); default on a local target: the stack's Prometheus. Unset on a "
+        "remote box: the step is skipped, with the reason, unless e.g. an SSH tunnel's URL is set.",
+    )
 
 
 class PreflightConfig(_Model):
@@ -486,7 +492,8 @@ def _check_vllm_not_exposed(c: StackConfig) -> str | None:
         return (
             f"glm:container.networkMode=host with serving.host={c.serving.host or 'all interfaces'} "
             f"publishes vLLM's port {c.serving.port} to the world without a key (scanned within a day "
-            f"in the A100 seed). Fix: keep networkMode bridge, or set serving.host 127.0.0.1."
+            f"in the A100 seed). Fix: keep networkMode bridge, or set serving.host to the Docker "
+            f"bridge gateway (e.g. 172.17.0.1), where the front reaches it and the world does not."
         )
     return None
 

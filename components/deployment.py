@@ -105,7 +105,8 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         front_url=front.url,
         api_key=secrets.api_keys.apply(_first_key),
         image_ref=image.ref,
-        opts=pulumi.ResourceOptions(depends_on=[server, front]),
+        metrics_url=_metrics_url(config),
+        opts=pulumi.ResourceOptions(depends_on=[server, front, monitoring]),
     )
     outputs: dict[str, Any] = {
         "endpoint": front.url,
@@ -129,6 +130,16 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     if promoted is not None:
         outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
     return outputs
+
+
+def _metrics_url(config: StackConfig) -> str | None:
+    """vLLM's metrics as the Pulumi host can reach them: the configured URL, or on a local target
+    the stack's Prometheus (/federate), which scrapes vLLM on the private network."""
+    if config.smoke.metrics_url or not config.target.host.is_local:
+        return config.smoke.metrics_url
+    monitoring = config.monitoring
+    host = "127.0.0.1" if monitoring.bind_address in ("0.0.0.0", "::") else monitoring.bind_address
+    return f"http://{host}:{monitoring.port}/federate?match[]=vllm:cache_config_info"
 
 
 def _curl(url: str, config: StackConfig) -> str:

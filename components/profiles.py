@@ -273,6 +273,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         },
         "container": {"name": "glm53-flash-local", "accelerators": []},
         "front": {"port": 8080, "bindAddress": "127.0.0.1"},
+        # The gate reads the KV pool through Prometheus here: scrape soon after vLLM starts.
+        "monitoring": {"scrapeInterval": "5s"},
         "preflight": {"minFreeDiskGib": 1, "minShmGib": 0},
         "smoke": {"deadlineSeconds": 300},
     },

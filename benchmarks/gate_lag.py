@@ -1,0 +1,186 @@
+"""How long after vLLM becomes ready does the smoke gate pass?
+
+Starts the vLLM-protocol simulator with ``VLLM_SIM_LOADING_SECONDS=T`` (connections refused while
+"loading", as vLLM does), optionally behind the real Nginx front, runs the gate at once, and
+measures per run:
+
+* detect lag: when the gate saw readiness - when the simulator bound its port;
+* pass lag:   when the gate passed (every step) - when the simulator bound its port.
+
+Each run starts the gate after a random fraction of one poll interval, so the ready moment falls at
+a random point between two polls. The simulator's ready moment is when its "Starting vLLM API
+server" line reaches our pipe (written right after the port is bound). Run from the project root::
+
+    python3 benchmarks/gate_lag.py                     # 5 runs, T=3 s, poll 1 s, through nginx
+    python3 benchmarks/gate_lag.py --runs 10 --poll-seconds 0.25 --no-front
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(PROJECT))
+
+from components.config import build_stack_config  # noqa: E402
+from components.nginx_front import render_nginx_conf  # noqa: E402
+from components.smoke_test import gate_params, run_gate  # noqa: E402
+from components.vllm_server import render_argv  # noqa: E402
+
+SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
+KEY = "sk-benchmark-0123456789abcdef0123"
+MAX_RUNS = 50
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+
+
+def one_run(
+    loading_seconds: float, poll_seconds: float, use_front: bool, phase: float
+) -> tuple[float, float]:
+    config = build_stack_config(
+        {"hardware": "local", "smoke": {"chatTemplateKwargs": {"reasoning_effort": "low"}}}
+    )
+    sim_port = free_port()
+    ready_at: list[float] = []
+    sim = subprocess.Popen(
+        [sys.executable, str(SIM), "serve", *render_argv(config), "--host=127.0.0.1", f"--port={sim_port}"],
+        env={**os.environ, "VLLM_SIM_LOADING_SECONDS": str(loading_seconds)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+    def watch() -> None:
+        assert sim.stderr is not None
+        for line in sim.stderr:
+            if "Starting vLLM API server" in line and not ready_at:
+                ready_at.append(time.monotonic())
+
+    threading.Thread(target=watch, daemon=True).start()
+    procs: list[subprocess.Popen[str] | subprocess.Popen[bytes]] = [sim]
+    runtime = tempfile.mkdtemp(prefix="gate-lag-")
+    try:
+        metrics_url = f"http://127.0.0.1:{sim_port}/metrics"
+        endpoint = f"http://127.0.0.1:{sim_port}/v1"
+        steps = ["models", "arithmetic", "tool_call", "kv_pool"]
+        if use_front:
+            front_port = free_port()
+            os.chmod(runtime, 0o755)
+            conf = render_nginx_conf(
+                config.front,
+                f"127.0.0.1:{sim_port}",
+                {"bench": KEY},
+                listen=f"127.0.0.1:{front_port}",
+                runtime_dir=runtime,
+            )
+            Path(runtime, "nginx.conf").write_text(conf)
+            nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+            procs.append(
+                subprocess.Popen(
+                    [
+                        nginx,
+                        "-e",
+                        "stderr",
+                        "-p",
+                        runtime,
+                        "-c",
+                        f"{runtime}/nginx.conf",
+                        "-g",
+                        "daemon off;",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            wait_listening(front_port)
+            endpoint = f"http://127.0.0.1:{front_port}/v1"
+            steps = [*steps, "front_auth", "streaming"]
+        params = gate_params(config, endpoint, "bench", metrics_url)
+        params["smoke"].update(deadline_seconds=loading_seconds + 30, poll_seconds=poll_seconds, steps=steps)
+        # Where the ready moment falls between two polls would otherwise be the same in every run
+        # (the simulator's start-up time); a random phase makes the lag a fair sample.
+        time.sleep(phase)
+        detected_at: list[float] = []
+
+        def progress(line: str) -> None:  # the gate reports each step the moment it passes
+            if line.startswith("readiness: ok"):
+                detected_at.append(time.monotonic())
+
+        run_gate(params, KEY, progress)
+        passed_at = time.monotonic()
+        if not ready_at:
+            raise RuntimeError("the simulator never logged that it was ready")
+        return detected_at[0] - ready_at[0], passed_at - ready_at[0]
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=5, help=f"number of runs (1-{MAX_RUNS}, default 5)")
+    parser.add_argument("--loading-seconds", type=float, default=3.0, help="simulated load time T")
+    parser.add_argument("--poll-seconds", type=float, default=1.0, help="gate poll interval (≤ 1)")
+    parser.add_argument("--no-front", action="store_true", help="talk to the simulator directly")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random poll phase per run")
+    args = parser.parse_args()
+    if not 1 <= args.runs <= MAX_RUNS:
+        parser.error(f"--runs must be between 1 and {MAX_RUNS}")
+    if not 0 < args.poll_seconds <= 1:
+        parser.error("--poll-seconds must be in (0, 1]")
+    use_front = not args.no_front
+    if use_front and not (shutil.which("nginx") or Path("/usr/sbin/nginx").exists()):
+        parser.error("nginx is not installed: pass --no-front")
+
+    where = "through the Nginx front" if use_front else "direct to the simulator"
+    print(f"gate lag: T={args.loading_seconds:g} s, poll {args.poll_seconds:g} s, {where}, {args.runs} runs")
+    detects, passes = [], []
+    rng = random.Random(args.seed)
+    for run in range(1, args.runs + 1):
+        phase = rng.uniform(0, args.poll_seconds)
+        detect, passed = one_run(args.loading_seconds, args.poll_seconds, use_front, phase)
+        detects.append(detect)
+        passes.append(passed)
+        print(
+            f"run {run}: readiness seen {detect * 1000:7.1f} ms after ready, gate passed {passed * 1000:7.1f} ms after ready"
+        )
+    print(
+        f"median: readiness seen {statistics.median(detects) * 1000:.1f} ms after ready, "
+        f"gate passed {statistics.median(passes) * 1000:.1f} ms after ready "
+        f"(max {max(passes) * 1000:.1f} ms)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

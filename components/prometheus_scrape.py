@@ -1,0 +1,339 @@
+"""Prometheus: scrape vLLM's ``/metrics`` and alert on the failure modes the seeds lived through.
+
+None of the surveyed stacks ships vLLM engine alerts (SPEC §5). The rules here cover, each for a
+reason written down in SPEC §2-3:
+
+* a KV pool smaller than ``--max-model-len`` (the Ascend hang: long requests wait forever, HTTP
+  still says 200, and one such request blocks all others);
+* requests waiting for capacity while nothing runs (the same hang, seen from the scheduler);
+* KV cache nearly full, TTFT p99 too high, MTP drafts mostly rejected, and the target down.
+
+The render functions are pure; the tests run them through the real ``promtool``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+import yaml
+
+from components.config import MonitoringConfig, StackConfig
+
+DEFAULT_JOB = "vllm"
+CONFIG_PATH = "/etc/prometheus/prometheus.yml"
+RULES_PATH = "/etc/prometheus/rules.yml"
+CONTAINER_PORT = 9090
+DATA_PATH = "/prometheus"
+"""The image's TSDB ``VOLUME``: an anonymous volume that goes with the container. Series restart
+when the container is replaced (any rule or config change); the alerts need only minutes of data."""
+
+# The official image's ENTRYPOINT is /bin/prometheus and its CMD the flags, so `command` holds
+# flags only. Replacing CMD drops the image's console-template flags, which the UI does not need.
+PROMETHEUS_FLAGS = [
+    f"--config.file={CONFIG_PATH}",
+    f"--storage.tsdb.path={DATA_PATH}",
+    f"--web.listen-address=:{CONTAINER_PORT}",
+]
+
+# vLLM's block sizes are powers of two (attention backends: 16, 64 for MLA, 128 on Ascend, 256 for
+# the RTX 5090 profile); the configured --block-size is added when it is not one of them.
+POWER_OF_TWO_BLOCK_SIZES = [2**i for i in range(11)]  # 1 .. 1024
+
+
+def integers_below(n: int) -> str:
+    """An RE2 regex (Prometheus anchors it) matching exactly the decimal integers 0 .. n-1.
+
+    Canonical spelling only: no sign, no leading zeros (vLLM writes ``str(int)``).
+
+    >>> integers_below(1)
+    '0'
+    >>> integers_below(70)
+    '[0-9]|[1-6][0-9]'
+    >>> integers_below(1024)
+    '[0-9]|[1-9][0-9]|[1-9][0-9]{2}|10[0-1][0-9]|102[0-3]'
+    """
+    if n < 1:
+        raise ValueError(f"no non-negative integer is below {n}")
+    top = str(n - 1)
+    if len(top) == 1:
+        return "0" if top == "0" else f"[0-{top}]"
+    # Every shorter length in full: 0-9, then [1-9] followed by k-1 digits.
+    alternatives = ["[0-9]"] + [f"[1-9]{_digits(k - 1)}" for k in range(2, len(top))]
+    # Same length as `top`: for each position, `top`'s prefix, a smaller digit, anything after;
+    # once only 9s follow, the digit itself is included and that alternative reaches `top`.
+    for i, ch in enumerate(top):
+        lowest = 1 if i == 0 else 0
+        rest = top[i + 1 :]
+        if rest.strip("9") == "":
+            alternatives.append(top[:i] + _digit_range(lowest, int(ch)) + _digits(len(rest)))
+            break
+        if int(ch) > lowest:
+            alternatives.append(top[:i] + _digit_range(lowest, int(ch) - 1) + _digits(len(rest)))
+    return "|".join(alternatives)
+
+
+def _digit_range(low: int, high: int) -> str:
+    return str(low) if low == high else f"[{low}-{high}]"
+
+
+def _digits(count: int) -> str:
+    return {0: "", 1: "[0-9]"}.get(count, f"[0-9]{{{count}}}")
+
+
+def checked_block_sizes(config: StackConfig) -> list[int]:
+    """Block sizes the KV-pool rule can judge exactly."""
+    sizes = set(POWER_OF_TWO_BLOCK_SIZES)
+    if config.serving.block_size:
+        sizes.add(config.serving.block_size)
+    return sorted(sizes)
+
+
+def kv_pool_below_expr(max_model_len: int, block_sizes: list[int], job: str = DEFAULT_JOB) -> str:
+    """PromQL that is non-empty exactly when ``num_gpu_blocks * block_size < max_model_len``.
+
+    Both factors are label values (strings) of ``vllm:cache_config_info``, and PromQL cannot
+    multiply labels. For a fixed block size B, ``blocks * B < L`` holds exactly when
+    ``blocks < ceil(L / B)``, so one selector per B with a regex for "integers below ceil(L/B)".
+    """
+    selectors = [
+        f'vllm:cache_config_info{{job="{job}",block_size="{size}",'
+        f'num_gpu_blocks=~"{integers_below(math.ceil(max_model_len / size))}"}}'
+        for size in block_sizes
+    ]
+    return "\n  or ".join(selectors)
+
+
+def _for_target_down(config: StackConfig) -> str:
+    """Down-time that is not yet news: a restart takes as long as the seeds measured, plus 20 %."""
+    start = config.facts.known_engine_start_seconds
+    return f"{max(5, math.ceil((start or 0) * 1.2 / 60))}m"
+
+
+def _alert(
+    name: str, expr: str, severity: str, summary: str, description: str, for_: str | None
+) -> dict[str, Any]:
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_:
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity}
+    rule["annotations"] = {"summary": summary, "description": description}
+    return rule
+
+
+def alert_rules(config: StackConfig, job: str = DEFAULT_JOB) -> list[dict[str, Any]]:
+    """The alerting rules for this stack, as Prometheus rule dicts (see ``render_alert_rules``)."""
+    serving = config.serving
+    thresholds = config.monitoring.thresholds
+    max_len = serving.max_model_len
+    sel = f'job="{job}"'
+    sizes = checked_block_sizes(config)
+    levers = (
+        "Levers, in the order the Ascend seed found them: lower glm:serving.maxNumBatchedTokens "
+        "(--max-num-batched-tokens; 32768 -> 8192 took the pool from 4,584 to 9,072 tokens), raise "
+        "glm:serving.gpuMemoryUtilization (--gpu-memory-utilization), drop MTP "
+        "(glm:serving.numSpeculativeTokens, --speculative-config), or lower "
+        f"glm:serving.maxModelLen (--max-model-len, now {max_len}) to what the pool holds."
+    )
+    rules = [
+        _alert(
+            "VllmKvPoolBelowMaxModelLen",
+            kv_pool_below_expr(max_len, sizes, job),
+            "critical",
+            f"KV pool is smaller than max_model_len {max_len}: long requests will wait forever",
+            "vLLM reserved {{ $labels.num_gpu_blocks }} KV blocks x {{ $labels.block_size }} "
+            f"tokens, below --max-model-len {max_len}. A request longer than the pool is accepted "
+            "(HTTP 200), waits for capacity forever and blocks every request behind it (one hang "
+            f"lasted 2,171 s on Ascend). {levers}",
+            None,
+        ),
+        _alert(
+            "VllmKvPoolUnchecked",
+            f'vllm:cache_config_info{{{sel},block_size!~"{"|".join(map(str, sizes))}"}}\n'
+            f'  or vllm:cache_config_info{{{sel},num_gpu_blocks!~"[0-9]+"}}',
+            "warning",
+            "KV pool size cannot be checked against max_model_len",
+            "vllm:cache_config_info reports block_size {{ $labels.block_size }} and num_gpu_blocks "
+            "{{ $labels.num_gpu_blocks }}, which the VllmKvPoolBelowMaxModelLen rule does not cover. "
+            "Set glm:serving.blockSize to the block size vLLM uses so the rule is rendered for it.",
+            None,
+        ),
+        _alert(
+            "VllmCapacityWaitNothingRunning",
+            f'vllm:num_requests_waiting_by_reason{{{sel},reason="capacity"}} > 0\n'
+            "  and on (job, instance, model_name, engine)\n"
+            f"vllm:num_requests_running{{{sel}}} == 0",
+            "critical",
+            "Requests wait for KV capacity while nothing runs: the engine is stuck",
+            "{{ $value }} request(s) of {{ $labels.model_name }} have waited for capacity with no "
+            f"request running for {thresholds.capacity_wait_for}: a request needs more KV than the "
+            f"whole pool (the Ascend hang). Cancel the long request to unblock the others, then "
+            f"make the pool at least max_model_len {max_len}. {levers}",
+            thresholds.capacity_wait_for,
+        ),
+        _alert(
+            "VllmKvCacheNearlyFull",
+            f"vllm:kv_cache_usage_perc{{{sel}}} > {thresholds.kv_cache_usage:g}",
+            "warning",
+            f"KV cache above {thresholds.kv_cache_usage:.0%} for 5 minutes",
+            "KV cache usage of {{ $labels.model_name }} is {{ $value | humanizePercentage }} "
+            f"(threshold glm:monitoring.thresholds.kvCacheUsage = {thresholds.kv_cache_usage:g}). "
+            "New requests queue or preempt running ones. Lower glm:serving.maxNumSeqs, enlarge the "
+            "pool (glm:serving.gpuMemoryUtilization, maxNumBatchedTokens), or add capacity.",
+            "5m",
+        ),
+        _alert(
+            "VllmTtftP99High",
+            "histogram_quantile(0.99, sum by (le, model_name) "
+            f"(rate(vllm:time_to_first_token_seconds_bucket{{{sel}}}[5m])))\n"
+            f"  > {thresholds.ttft_p99_seconds:g}",
+            "warning",
+            f"Time to first token p99 above {thresholds.ttft_p99_seconds:g} s",
+            "TTFT p99 of {{ $labels.model_name }} is {{ $value | humanizeDuration }} "
+            f"(threshold glm:monitoring.thresholds.ttftP99Seconds = {thresholds.ttft_p99_seconds:g}). "
+            "Long prefills block the queue: check vllm:num_requests_waiting, lower "
+            "glm:serving.maxNumBatchedTokens for chunked prefill, or shed load.",
+            "10m",
+        ),
+    ]
+    if serving.num_speculative_tokens:
+        rules.append(
+            _alert(
+                "VllmSpecDecodeAcceptanceLow",
+                "sum by (job, instance, model_name) "
+                f"(rate(vllm:spec_decode_num_accepted_tokens_total{{{sel}}}[5m]))\n"
+                "  / sum by (job, instance, model_name) "
+                f"(rate(vllm:spec_decode_num_draft_tokens_total{{{sel}}}[5m]))\n"
+                f"  < {thresholds.spec_acceptance_min:g}",
+                "warning",
+                f"MTP accepts under {thresholds.spec_acceptance_min:.0%} of drafted tokens",
+                "Speculative decoding of {{ $labels.model_name }} accepts {{ $value | "
+                "humanizePercentage }} of drafted tokens (threshold "
+                "glm:monitoring.thresholds.specAcceptanceMin = "
+                f"{thresholds.spec_acceptance_min:g}; {serving.num_speculative_tokens} tokens "
+                "drafted per step). Drafts cost compute and KV; the Ascend seed measured 12.2 % "
+                "and removed MTP. Lower or unset glm:serving.numSpeculativeTokens.",
+                "15m",
+            )
+        )
+    rules.append(
+        _alert(
+            "VllmTargetDown",
+            f"up{{{sel}}} == 0",
+            "critical",
+            "vLLM /metrics is unreachable: the engine is down or still loading",
+            "Prometheus cannot scrape {{ $labels.instance }}. vLLM refuses connections while the "
+            f"weights load; on {config.hardware} a start is allowed {_for_target_down(config)} "
+            "before this fires. Check `docker logs` of the serving container (OOM, engine-ready "
+            "timeout, NCCL/HCCL errors) and its restart count.",
+            _for_target_down(config),
+        )
+    )
+    return rules
+
+
+def render_alert_rules(config: StackConfig, job: str = DEFAULT_JOB) -> str:
+    """The Prometheus rule file (``rules.yml``) for this stack."""
+    groups = {"groups": [{"name": f"glm-vllm-{config.hardware}", "rules": alert_rules(config, job)}]}
+    return _yaml(groups)
+
+
+def render_prometheus_config(
+    monitoring: MonitoringConfig, target: str, job: str, *, rules_path: str = RULES_PATH
+) -> str:
+    """``prometheus.yml``: scrape vLLM's ``/metrics`` at ``target`` (host:port) and load the rules."""
+    config = {
+        "global": {
+            "scrape_interval": monitoring.scrape_interval,
+            "evaluation_interval": monitoring.scrape_interval,
+        },
+        "rule_files": [rules_path],
+        "scrape_configs": [
+            {
+                "job_name": job,
+                "metrics_path": "/metrics",
+                "static_configs": [{"targets": [target]}],
+            }
+        ],
+    }
+    return _yaml(config)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (PromQL) as literal blocks, so the file reads like hand-written rules."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def _yaml(data: Any) -> str:
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
+
+
+class PrometheusScrape(pulumi.ComponentResource):
+    """Prometheus on the private network, scraping vLLM and evaluating the stack's alert rules."""
+
+    url: pulumi.Output[str]
+    """The Prometheus UI (loopback by default: reach it through an SSH tunnel)."""
+    container_name: pulumi.Output[str]
+    """Docker name of the Prometheus container."""
+
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        network_name: pulumi.Input[str],
+        target: str,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("glm:monitoring:PrometheusScrape", name, None, opts)
+        monitoring = config.monitoring
+        child = pulumi.ResourceOptions(parent=self)
+
+        image = docker.RemoteImage(f"{name}-image", name=monitoring.image, keep_locally=True, opts=child)
+        container = docker.Container(
+            f"{name}-prometheus",
+            name=f"{config.container.name}-prometheus",
+            image=image.image_id,
+            command=PROMETHEUS_FLAGS,
+            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
+            ports=[
+                docker.ContainerPortArgs(
+                    internal=CONTAINER_PORT, external=monitoring.port, ip=monitoring.bind_address
+                )
+            ],
+            # The image runs as `nobody`: the files must be world-readable (they hold no secret).
+            uploads=[
+                docker.ContainerUploadArgs(
+                    file=CONFIG_PATH,
+                    content=render_prometheus_config(monitoring, target, DEFAULT_JOB),
+                    permissions="0644",
+                ),
+                docker.ContainerUploadArgs(
+                    file=RULES_PATH, content=render_alert_rules(config), permissions="0644"
+                ),
+            ],
+            labels=[docker.ContainerLabelArgs(label="glm.role", value="monitoring")],
+            restart="unless-stopped",
+            log_driver="json-file",
+            log_opts={
+                "max-size": config.container.log_max_size,
+                "max-file": str(config.container.log_max_files),
+            },
+            # A fixed container name and host port cannot exist twice: remove the old one first.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+        )
+
+        host = monitoring.bind_address
+        if host in ("0.0.0.0", "::"):
+            host = "localhost" if config.target.host.is_local else config.target.host.ssh_address
+        self.url = pulumi.Output.from_input(f"http://{host}:{monitoring.port}")
+        self.container_name = container.name
+        self.register_outputs({"url": self.url, "container_name": self.container_name})

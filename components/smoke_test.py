@@ -1,0 +1,896 @@
+"""SmokeTest: the gate that decides "deployed" — the model has answered, through the front door.
+
+``pulumi up`` reports success only after this resource's create/update has passed, in order
+(SPEC §4): readiness (refused connections and 502/503/504 mean "still loading"), ``models``,
+``arithmetic``, ``tool_call``, ``kv_pool``, ``front_auth`` and ``streaming``. Each step fails on
+its own with a :class:`GateFailure` that says which step, what came back and what to look at.
+
+The gate is plain Python (:func:`run_gate`), so tests run it against the vLLM-protocol simulator
+without a Pulumi engine. :class:`SmokeTestProvider` wraps it in a dynamic provider and
+:class:`SmokeTest` is the component the program builds. docs/smoke-gate.md is the operator's view.
+
+Secrets: the API key is a secret *input* (Pulumi stores it encrypted with the inputs). The outputs
+never carry it; they carry only a salted SHA-256 fingerprint under the same property name
+``api_key``, so a key rotation re-runs the gate, and the engine encrypts that output as well
+(a dynamic provider does not accept secrets; the engine marks an output secret when the input of
+the same name was secret).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import math
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pulumi
+import pulumi.dynamic
+
+from components.config import ALL_SMOKE_STEPS, SmokeConfig, StackConfig
+from components.vllm_server import render_argv, render_env
+
+PROVIDER_VERSION = "1"
+"""Bump by hand for a behaviour change that must re-run every stack's gate."""
+SOURCE_HASH = hashlib.sha256(ast.dump(ast.parse(Path(__file__).read_text())).encode()).hexdigest()[:12]
+"""Hash of this module's syntax tree: a code change re-runs the gate, a comment or format change does not."""
+VERSION = f"{PROVIDER_VERSION}+{SOURCE_HASH}"
+
+REQUEST_TIMEOUT_SECONDS = 120.0
+"""Upper bound for one gate request (a chat at low reasoning effort answers in seconds)."""
+CHAT_MAX_TOKENS = 1024
+"""Room for the reasoning at low effort plus the answer; a truncated answer fails with the reason."""
+STREAM_MAX_TOKENS = 32
+PROGRESS_EVERY_SECONDS = 10.0
+PROBE_CONNECT_TIMEOUT_SECONDS = 5.0
+PROBE_READ_TIMEOUT_SECONDS = 10.0
+EXCERPT_CHARS = 300
+KV_METRICS_WAIT_SECONDS = 60.0
+"""How long the kv_pool step waits for vllm:cache_config_info to appear (a Prometheus scrape)."""
+MIN_STREAM_CHUNKS = 3
+MIN_STREAM_SPREAD = 0.3
+"""First-to-last chunk span as a fraction of the request: unbuffered SSE is ~0.9, buffered ~0."""
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+"""Readiness keeps polling on these: 502/503/504 while vLLM loads, 429 if the front rate-limits the poll."""
+WRONG_KEY = "sk-smoke-gate-deliberately-wrong-key"
+# Not a secret, a domain separator: keeps the fingerprint from matching a plain sha256 of the key.
+_FINGERPRINT_SALT = b"glm53-smoke-gate/api-key/v1\0"
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "City name, e.g. Paris"}},
+            "required": ["city"],
+        },
+    },
+}
+STREAM_PROMPT = "Count from 1 to 20, one number per line."
+
+Progress = Callable[[str], None]
+
+
+class GateFailure(Exception):
+    """One gate step failed; ``message`` says what came back and what to look at."""
+
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(f"smoke gate failed at step '{step}': {message}")
+        self.step = step
+        self.message = message
+
+
+def stderr_progress(line: str) -> None:
+    """Progress for the operator: ``pulumi.log`` in a dynamic provider only writes to stderr anyway."""
+    print(f"[smoke-gate] {line}", file=sys.stderr, flush=True)
+
+
+# ---- small pure helpers -------------------------------------------------------------------
+
+
+def plain(value: Any) -> Any:
+    """Inputs as values: numbers come back from the engine as floats (``131072.0``); dicts sorted.
+
+    >>> plain({"b": 131072.0, "a": [1.0, 0.5, True]})
+    {'a': [1, 0.5, True], 'b': 131072}
+    """
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(value[k]) for k in sorted(value)}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def key_fingerprint(api_key: str) -> str:
+    """16 hex digits of a salted SHA-256: tells a rotated key apart, reveals nothing of a random key."""
+    return hashlib.sha256(_FINGERPRINT_SALT + api_key.encode()).hexdigest()[:16]
+
+
+def excerpt(text: Any, limit: int = EXCERPT_CHARS) -> str:
+    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    """The value of ``--name=value`` (or presence of ``--name``) in a rendered argv."""
+    for arg in argv:
+        if arg == name:
+            return ""
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _mentions(argv: list[str], *names: str) -> str:
+    found = [f"{n}={v}" if v else n for n in names if (v := _flag(argv, n)) is not None]
+    return ", ".join(found) if found else "none of " + ", ".join(names)
+
+
+def thinking_disabled(chat_template_kwargs: Mapping[str, Any]) -> bool:
+    """Whether the request turns GLM's thinking off (then no separate reasoning is expected)."""
+    kw = chat_template_kwargs
+    return (
+        kw.get("enable_thinking") is False
+        or kw.get("thinking") is False
+        or str(kw.get("reasoning_effort", "")).lower() == "none"
+    )
+
+
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def metric_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """(labels, value) of every sample of ``name`` in Prometheus text (vLLM /metrics or /federate)."""
+    samples = []
+    for line in text.splitlines():
+        m = _SAMPLE.match(line.strip())
+        if not m or m["name"] != name:
+            continue
+        labels = dict(_LABEL.findall(m["labels"] or ""))
+        try:
+            value = float(m["value"])
+        except ValueError:
+            continue
+        samples.append((labels, value))
+    return samples
+
+
+def kv_pools(metrics_text: str) -> list[dict[str, Any]]:
+    """The KV pool of each engine from ``vllm:cache_config_info``: ``num_gpu_blocks * block_size``."""
+    pools = []
+    for labels, _ in metric_samples(metrics_text, "vllm:cache_config_info"):
+        try:
+            blocks, block_size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
+        except (KeyError, ValueError):
+            continue
+        pools.append(
+            {
+                "engine": labels.get("engine", "0"),
+                "num_gpu_blocks": blocks,
+                "block_size": block_size,
+                "tokens": blocks * block_size,
+            }
+        )
+    return pools
+
+
+def stream_spread(arrivals: list[float], total: float) -> float:
+    """First-to-last chunk span as a fraction of the whole request (0 when all came at once).
+
+    >>> stream_spread([0.1, 0.5, 0.9], 1.0)
+    0.8
+    """
+    if len(arrivals) < 2 or total <= 0:
+        return 0.0
+    return round((max(arrivals) - min(arrivals)) / total, 3)
+
+
+def kv_pool_message(pool: dict[str, Any], max_model_len: int, argv: list[str]) -> str:
+    """Why a KV pool below max_model_len must not ship, and which flags move it (Ascend seed)."""
+    gmu = _flag(argv, "--gpu-memory-utilization")
+    mnbt = _flag(argv, "--max-num-batched-tokens")
+    spec = _flag(argv, "--speculative-config")
+    return (
+        f"KV pool is {pool['tokens']:,} tokens (num_gpu_blocks {pool['num_gpu_blocks']:,} × "
+        f"block_size {pool['block_size']}, engine {pool['engine']}) but --max-model-len is "
+        f"{max_model_len:,}: a request longer than the pool is accepted, then waits forever "
+        '(vllm:num_requests_waiting_by_reason{reason="capacity"}) while HTTP says 200, and blocks '
+        "every request behind it (the Ascend 910B3 seed saw one hang for 2,171 s). Levers, in "
+        f"order: lower --max-num-batched-tokens (now {mnbt or 'vLLM default'}; the Ascend seed went "
+        "32768 → 8192 and the pool grew 4,584 → 9,072); raise --gpu-memory-utilization (now "
+        f"{gmu or 'vLLM default'}); drop MTP --speculative-config (now {spec or 'off'}; its drafts "
+        f"cost KV); or lower --max-model-len to at most {pool['tokens']:,} "
+        "(glm:serving.maxNumBatchedTokens / gpuMemoryUtilization / numSpeculativeTokens / maxModelLen)."
+    )
+
+
+# ---- the gate -------------------------------------------------------------------------------
+
+
+class _Gate:
+    """One run of the gate: holds the client, the parameters and the results as they accrue."""
+
+    def __init__(self, params: Mapping[str, Any], api_key: str, progress: Progress) -> None:
+        import httpx
+
+        p = plain(dict(params))
+        smoke = {**SmokeConfig().model_dump(), **(p.get("smoke") or {})}
+        self.endpoint = str(p["endpoint"]).rstrip("/")
+        self.metrics_url = p.get("metrics_url") or None
+        self.served_name = str(p["served_name"])
+        self.max_model_len = int(p["max_model_len"])
+        self.argv = [str(a) for a in p.get("argv") or []]
+        self.container = p.get("container_name") or "the serving container"
+        self.prompt = str(smoke["prompt"])
+        self.expected = str(smoke["expected_answer"])
+        self.tool_prompt = str(smoke["tool_prompt"])
+        self.template_kwargs = dict(smoke["chat_template_kwargs"] or {})
+        self.steps = list(smoke["steps"])
+        self.deadline = float(smoke["deadline_seconds"])
+        self.poll = min(float(smoke["poll_seconds"]), 1.0)
+        self.timeout = float(smoke.get("request_timeout_seconds", REQUEST_TIMEOUT_SECONDS))
+        self.api_key = api_key
+        self.progress = progress
+        self.latency_ms: dict[str, float] = {}
+        self.skipped: dict[str, str] = {}
+        self.results: dict[str, Any] = {}
+        # trust_env=False: the gate talks to the stack's own host; a proxy from the environment
+        # would turn "connection refused while loading" into the proxy's own errors.
+        self.client = httpx.Client(trust_env=False, follow_redirects=False)
+        self.start = time.monotonic()
+
+    # -- plumbing --
+
+    def _auth(self, key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def request(
+        self,
+        step: str,
+        method: str,
+        url: str,
+        *,
+        key: str | None = None,
+        body: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, bytes]:
+        """One bounded request: connect, each read and the whole body stay within ``timeout``.
+
+        A server that accepts and never sends a byte fails ``step`` instead of hanging the gate.
+        """
+        import httpx
+
+        limit = timeout or self.timeout
+        deadline = time.monotonic() + limit
+        # The engine's queue is read while the request is still open: once the client gives up,
+        # vLLM aborts the request and the metrics no longer show what it was waiting for.
+        queue: dict[str, str] = {}
+        watcher = threading.Timer(0.8 * limit, lambda: queue.update(now=self._capacity_hint()))
+        watcher.daemon = True
+        if self.metrics_url and url != self.metrics_url:
+            watcher.start()
+        try:
+            with self.client.stream(
+                method, url, json=body, headers=self._auth(key), timeout=httpx.Timeout(limit)
+            ) as resp:
+                chunks = []
+                for chunk in resp.iter_bytes():
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise httpx.ReadTimeout("body still arriving at the deadline")
+                return resp.status_code, b"".join(chunks)
+        except httpx.TimeoutException as err:
+            if watcher.is_alive():  # the snapshot is being taken: let it finish
+                watcher.join(timeout=6.0)
+            raise GateFailure(
+                step,
+                f"{method} {url} got no complete answer within {limit:g} s ({type(err).__name__}): the "
+                "server accepted the connection but did not answer. Look at: the serving container's "
+                f"log (docker logs {self.container}) and vLLM's queue{queue.get('now', '')}.",
+            ) from None
+        except httpx.HTTPError as err:
+            raise GateFailure(
+                step,
+                f"{method} {url} failed: {describe(err)}. Look at: is the front up "
+                f"(docker ps), and the log of {self.container}.",
+            ) from None
+        finally:
+            watcher.cancel()
+
+    def json_body(self, step: str, url: str, status: int, raw: bytes) -> Any:
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise GateFailure(
+                step,
+                f"{url} answered {status} with a body that is not JSON: {excerpt(raw.decode(errors='replace'))}",
+            ) from None
+
+    def _capacity_hint(self) -> str:
+        """When metrics are reachable, what the engine is doing now (Ascend's hang: waiting on capacity)."""
+        if not self.metrics_url:
+            return ""
+        import httpx
+
+        try:  # its own connection: this runs on a timer thread beside a pending request
+            text = httpx.get(self.metrics_url, timeout=5.0, trust_env=False).text
+        except Exception:
+            return ""
+        facts = []
+        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+            values = [value for _, value in metric_samples(text, name)]
+            if values:
+                facts.append(f"{name.split(':')[1]} {sum(values):g}")
+        for labels, value in metric_samples(text, "vllm:num_requests_waiting_by_reason"):
+            if labels.get("reason") == "capacity" and value:
+                facts.append(f"{value:g} waiting for KV capacity")
+        if pools := kv_pools(text):
+            facts.append(f"KV pool {min(p['tokens'] for p in pools):,} tokens")
+        return f" (metrics now: {', '.join(facts)})" if facts else ""
+
+    def timed(self, step: str, fn: Callable[[], None]) -> None:
+        started = time.monotonic()
+        fn()
+        if step in self.skipped:  # the step decided it cannot run here (e.g. kv_pool without metrics)
+            return
+        self.latency_ms[step] = round((time.monotonic() - started) * 1000, 1)
+        self.progress(f"{step}: ok in {self.latency_ms[step]:g} ms")
+
+    # -- steps --
+
+    def wait_ready(self) -> None:
+        """Poll ``/models`` through the front until it answers 200; loading signals keep waiting."""
+        import httpx
+
+        url = f"{self.endpoint}/models"
+        timeout = httpx.Timeout(
+            min(PROBE_READ_TIMEOUT_SECONDS, self.timeout),
+            connect=min(PROBE_CONNECT_TIMEOUT_SECONDS, self.timeout),
+        )
+        deadline = self.start + self.deadline
+        last_report = self.start
+        last = "no answer yet"
+        self.progress(
+            f"readiness: waiting up to {self.deadline:g} s for {url} (polling every {self.poll:g} s)"
+        )
+        while True:
+            try:
+                resp = self.client.get(url, headers=self._auth(self.api_key), timeout=timeout)
+                if resp.status_code == 200:
+                    break
+                last = f"HTTP {resp.status_code}: {excerpt(resp.text, 120)}"
+                if resp.status_code in (401, 403):
+                    raise GateFailure(
+                        "readiness",
+                        f"the front refused the gate's API key ({last}). Look at: glm:apiKeys (the gate "
+                        "uses the first key by name) and the key map rendered into the front's nginx.conf.",
+                    )
+                if resp.status_code not in RETRY_STATUSES:
+                    raise GateFailure(
+                        "readiness",
+                        f"{url} answered {last}; only 200, or 502/503/504 while loading (429 when rate-limited), are expected. "
+                        "Look at: the endpoint (front URL) and the front's log.",
+                    )
+            except httpx.TimeoutException as err:
+                last = f"no answer within the probe timeout ({type(err).__name__})"
+            except httpx.HTTPError as err:
+                last = describe(err)
+            now = time.monotonic()
+            if now >= deadline:
+                raise GateFailure(
+                    "readiness",
+                    f"not ready after {now - self.start:.0f} s (glm:smoke.deadlineSeconds="
+                    f"{self.deadline:g}); last answer from {url}: {last}. vLLM refuses connections "
+                    "while the weights load and the engine starts (normal: 632 s load on rtx5090, "
+                    f"5.5 min init on a800). Look at: docker logs {self.container} (still loading, or "
+                    "crashed?), VLLM_ENGINE_READY_TIMEOUT_S, and raise glm:smoke.deadlineSeconds if "
+                    "the load is simply slow.",
+                )
+            if now - last_report >= PROGRESS_EVERY_SECONDS:
+                last_report = now
+                self.progress(
+                    f"readiness: {now - self.start:.0f} s elapsed of {self.deadline:g} s, waiting for "
+                    f"{url} to answer 200; last: {last}"
+                )
+            time.sleep(max(0.0, min(self.poll, deadline - now)))
+        self.results["ready_seconds"] = round(time.monotonic() - self.start, 3)
+
+    def check_models(self) -> None:
+        url = f"{self.endpoint}/models"
+        status, raw = self.request("models", "GET", url, key=self.api_key)
+        if status != 200:
+            raise GateFailure("models", f"{url} answered {status}: {excerpt(raw.decode(errors='replace'))}")
+        body = self.json_body("models", url, status, raw)
+        models = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(models, list):
+            raise GateFailure("models", f"{url} has no `data` list: {excerpt(body)}")
+        ids = [m.get("id") for m in models if isinstance(m, dict)]
+        entry = next((m for m in models if isinstance(m, dict) and m.get("id") == self.served_name), None)
+        if entry is None:
+            raise GateFailure(
+                "models",
+                f"{url} lists {ids}, not the served name {self.served_name!r}. Look at: "
+                f"--served-model-name in the argv ({_mentions(self.argv, '--served-model-name')}) and "
+                "glm:model.servedName; is the front pointed at the right vLLM?",
+            )
+        reported = entry.get("max_model_len")
+        if reported != self.max_model_len:
+            raise GateFailure(
+                "models",
+                f"{self.served_name!r} reports max_model_len {reported} but the stack configures "
+                f"{self.max_model_len} (glm:serving.maxModelLen). Look at: the running container's "
+                f"argv (docker inspect {self.container}): an old container, or vLLM capped the length.",
+            )
+        self.results["model_root"] = entry.get("root")
+
+    def _chat(self, step: str, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        url = f"{self.endpoint}/chat/completions"
+        status, raw = self.request(step, "POST", url, key=self.api_key, body=body)
+        if status != 200:
+            hint = ""
+            if status == 400:
+                hint = " A 400 means vLLM rejected a field: look at glm:smoke.chatTemplateKwargs and the parser flags."
+            elif status >= 500:
+                hint = f" Look at: docker logs {self.container} (engine error?)."
+            raise GateFailure(
+                step, f"{url} answered {status}: {excerpt(raw.decode(errors='replace'))}.{hint}"
+            )
+        data = self.json_body(step, url, status, raw)
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+        except (KeyError, IndexError, TypeError):
+            raise GateFailure(
+                step, f"{url} answered 200 without choices[0].message: {excerpt(data)}"
+            ) from None
+        return choice, message
+
+    def _chat_body(self, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.served_name,
+            "messages": messages,
+            "max_tokens": CHAT_MAX_TOKENS,
+            "temperature": 0,
+            **extra,
+        }
+        if self.template_kwargs:
+            body["chat_template_kwargs"] = self.template_kwargs
+        return body
+
+    def check_arithmetic(self) -> None:
+        choice, message = self._chat(
+            "arithmetic", self._chat_body([{"role": "user", "content": self.prompt}])
+        )
+        content = message.get("content") or ""
+        reasoning = message.get("reasoning") or message.get("reasoning_content")
+        finish = choice.get("finish_reason")
+        if "<think>" in content or "</think>" in content:
+            raise GateFailure(
+                "arithmetic",
+                f"the reasoning came back inline in `content` ({excerpt(content)!r}) instead of "
+                "`message.reasoning`/`reasoning_content`. Look at: --reasoning-parser (argv has "
+                f"{_mentions(self.argv, '--reasoning-parser')}; GLM-5.3 needs glm45) and the "
+                "vLLM version's reasoning parsers.",
+            )
+        if content.strip() != self.expected:
+            where = (
+                f"the reasoning used up max_tokens={CHAT_MAX_TOKENS}: lower "
+                "glm:smoke.chatTemplateKwargs.reasoning_effort"
+                if finish == "length"
+                else "the weights (glm:model), the image's patches and the chat template"
+            )
+            raise GateFailure(
+                "arithmetic",
+                f"asked {self.prompt!r}, expected content {self.expected!r} exactly (after trimming), got "
+                f"{excerpt(content)!r} (finish_reason={finish}). Look at: {where}.",
+            )
+        if not reasoning and not thinking_disabled(self.template_kwargs):
+            raise GateFailure(
+                "arithmetic",
+                "the answer is right but no reasoning came back in `message.reasoning` or "
+                f"`message.reasoning_content` (message keys: {sorted(message)}). Look at: "
+                f"--reasoning-parser (argv has {_mentions(self.argv, '--reasoning-parser')}).",
+            )
+        self.results["reasoning_field"] = (
+            "reasoning" if message.get("reasoning") else "reasoning_content" if reasoning else None
+        )
+
+    def check_tool_call(self) -> None:
+        body = self._chat_body(
+            [{"role": "user", "content": self.tool_prompt}], tools=[WEATHER_TOOL], tool_choice="auto"
+        )
+        choice, message = self._chat("tool_call", body)
+        finish = choice.get("finish_reason")
+        calls = message.get("tool_calls") or []
+        where = (
+            f"Look at: --enable-auto-tool-choice and --tool-call-parser (argv has "
+            f"{_mentions(self.argv, '--enable-auto-tool-choice', '--tool-call-parser')}; GLM-5.3 needs glm47)."
+        )
+        if finish != "tool_calls" or not calls:
+            raise GateFailure(
+                "tool_call",
+                f"asked {self.tool_prompt!r} with a get_weather tool and tool_choice auto: "
+                f"finish_reason={finish}, {len(calls)} tool_calls, content "
+                f"{excerpt(message.get('content') or '', 200)!r}. {where}",
+            )
+        call = next((c for c in calls if (c.get("function") or {}).get("name") == "get_weather"), None)
+        if call is None:
+            names = [(c.get("function") or {}).get("name") for c in calls]
+            raise GateFailure("tool_call", f"tool_calls name {names}, not get_weather. {where}")
+        arguments = call["function"].get("arguments")
+        try:
+            parsed = json.loads(arguments) if isinstance(arguments, str) else None
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("city"), str) or not parsed["city"]:
+            raise GateFailure(
+                "tool_call",
+                f"get_weather arguments are not a JSON object with a `city` string: {excerpt(arguments)!r}. {where}",
+            )
+
+    def check_kv_pool(self) -> None:
+        if not self.metrics_url:
+            self.skipped["kv_pool"] = (
+                "no metrics_url: vLLM's /metrics is blocked at the front and vLLM's private port is "
+                "not reachable from the Pulumi host; pass SmokeTest(metrics_url=...) to check it"
+            )
+            self.progress(f"kv_pool: skipped ({self.skipped['kv_pool']})")
+            return
+        # A Prometheus /federate URL has nothing until its first scrape of the new vLLM: wait for
+        # it a bounded while (KV_METRICS_WAIT_SECONDS), polling like the readiness wait.
+        waited_until = time.monotonic() + KV_METRICS_WAIT_SECONDS
+        while True:
+            status, raw = self.request("kv_pool", "GET", self.metrics_url, timeout=min(30.0, self.timeout))
+            text = raw.decode(errors="replace")
+            if status != 200:
+                raise GateFailure("kv_pool", f"{self.metrics_url} answered {status}: {excerpt(text)}")
+            pools = kv_pools(text)
+            if pools or time.monotonic() >= waited_until:
+                break
+            time.sleep(self.poll)
+        if not pools:
+            raise GateFailure(
+                "kv_pool",
+                f"{self.metrics_url} has no vllm:cache_config_info with num_gpu_blocks and block_size: "
+                f"{excerpt(text, 200)!r}. Look at: is metrics_url vLLM's /metrics (or a Prometheus "
+                "/federate of it)?",
+            )
+        smallest = min(pools, key=lambda p: p["tokens"])
+        self.results["kv_pool_tokens"] = smallest["tokens"]
+        self.results["kv_block_size"] = smallest["block_size"]
+        self.results["kv_num_gpu_blocks"] = smallest["num_gpu_blocks"]
+        if smallest["tokens"] < self.max_model_len:
+            raise GateFailure("kv_pool", kv_pool_message(smallest, self.max_model_len, self.argv))
+
+    def check_front_auth(self) -> None:
+        url = f"{self.endpoint}/models"
+        for label, key in (("without a key", None), ("with a wrong key", WRONG_KEY)):
+            status, raw = self.request("front_auth", "GET", url, key=key)
+            if status != 401:
+                raise GateFailure(
+                    "front_auth",
+                    f"GET {url} {label} answered {status}, expected 401: "
+                    f"{excerpt(raw.decode(errors='replace'), 200)!r}. The API is open to anyone who "
+                    "can reach the port. Look at: the front's key map (glm:apiKeys) and that the "
+                    "endpoint is the front, not vLLM's own port.",
+                )
+
+    def check_streaming(self) -> None:
+        import httpx
+
+        url = f"{self.endpoint}/chat/completions"
+        body = self._chat_body(
+            [{"role": "user", "content": STREAM_PROMPT}], stream=True, max_tokens=STREAM_MAX_TOKENS
+        )
+        arrivals: list[float] = []
+        done = False
+        started = time.monotonic()
+        deadline = started + self.timeout
+        try:
+            with self.client.stream(
+                "POST", url, json=body, headers=self._auth(self.api_key), timeout=httpx.Timeout(self.timeout)
+            ) as resp:
+                if resp.status_code != 200:
+                    resp.read()
+                    raise GateFailure(
+                        "streaming", f"{url} (stream) answered {resp.status_code}: {excerpt(resp.text)}"
+                    )
+                for line in resp.iter_lines():
+                    now = time.monotonic()
+                    if now > deadline:
+                        raise httpx.ReadTimeout("stream still open at the deadline")
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        done = True
+                        break
+                    try:
+                        delta = json.loads(data)["choices"][0].get("delta") or {}
+                    except (ValueError, KeyError, IndexError, TypeError):
+                        continue
+                    if any(delta.get(k) for k in ("content", "reasoning", "reasoning_content")):
+                        arrivals.append(now - started)
+        except httpx.TimeoutException:
+            raise GateFailure(
+                "streaming",
+                f"the SSE stream from {url} did not finish within {self.timeout:g} s "
+                f"({len(arrivals)} chunks so far). Look at: the front's proxy_read_timeout and the log "
+                f"of {self.container}.",
+            ) from None
+        except httpx.HTTPError as err:
+            raise GateFailure("streaming", f"the SSE stream from {url} broke: {describe(err)}") from None
+        total = time.monotonic() - started
+        spread = stream_spread(arrivals, total)
+        self.results["stream_chunks"] = len(arrivals)
+        self.results["stream_spread"] = spread
+        if not done:
+            raise GateFailure("streaming", f"the SSE stream from {url} ended without `data: [DONE]`.")
+        if len(arrivals) < MIN_STREAM_CHUNKS:
+            raise GateFailure(
+                "streaming",
+                f"only {len(arrivals)} content/reasoning chunks arrived (need ≥ {MIN_STREAM_CHUNKS}) for "
+                f"max_tokens={STREAM_MAX_TOKENS}. Look at: the front's proxy_buffering and gzip settings.",
+            )
+        if spread < MIN_STREAM_SPREAD:
+            raise GateFailure(
+                "streaming",
+                f"{len(arrivals)} chunks arrived bunched: first at {min(arrivals):.3f} s, last at "
+                f"{max(arrivals):.3f} s of {total:.3f} s (spread {spread:.0%} < {MIN_STREAM_SPREAD:.0%}). "
+                "The front buffers SSE: clients see nothing until the end. Look at: "
+                "`proxy_buffering off` and `proxy_http_version 1.1` in the front's nginx.conf.",
+            )
+
+    def vllm_version(self) -> None:
+        """``/version`` is blocked at the front; ask the host of metrics_url when it is vLLM itself."""
+        if not self.metrics_url or not urlsplit(self.metrics_url).path.rstrip("/").endswith("/metrics"):
+            self.results["vllm_version"] = None
+            self.results["vllm_version_source"] = (
+                "unknown: /version is not served through the front and no vLLM metrics_url was given"
+            )
+            return
+        parts = urlsplit(self.metrics_url)
+        url = urlunsplit((parts.scheme, parts.netloc, "/version", "", ""))
+        try:
+            resp = self.client.get(url, timeout=5.0)
+            version = resp.json().get("version") if resp.status_code == 200 else None
+        except Exception:
+            version = None
+        self.results["vllm_version"] = version
+        self.results["vllm_version_source"] = url if version else f"unknown: {url} did not answer a version"
+
+    # -- the run --
+
+    def run(self) -> dict[str, Any]:
+        steps = {
+            "models": self.check_models,
+            "arithmetic": self.check_arithmetic,
+            "tool_call": self.check_tool_call,
+            "kv_pool": self.check_kv_pool,
+            "front_auth": self.check_front_auth,
+            "streaming": self.check_streaming,
+        }
+        try:
+            self.timed("readiness", self.wait_ready)
+            for step in ALL_SMOKE_STEPS:
+                if step not in self.steps:
+                    self.skipped[step] = "not in glm:smoke.steps"
+                    continue
+                self.timed(step, steps[step])
+            self.vllm_version()
+        finally:
+            self.client.close()
+        ran = [s for s in ALL_SMOKE_STEPS if s in self.latency_ms]
+        pass_seconds = round(time.monotonic() - self.start, 3)
+        self.progress(f"passed in {pass_seconds:g} s: {', '.join(['readiness', *ran])}")
+        return {
+            "served_name": self.served_name,
+            "max_model_len": self.max_model_len,
+            "kv_pool_tokens": None,
+            **self.results,
+            "latency_ms": dict(self.latency_ms),
+            "steps_run": ran,
+            "steps_skipped": dict(sorted(self.skipped.items())),
+            "pass_seconds": pass_seconds,
+        }
+
+
+def describe(err: BaseException) -> str:
+    """A transport error in words; "connection refused" is what a loading vLLM looks like."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = err
+    while cur is not None and len(chain) < 8:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    if any(isinstance(e, ConnectionRefusedError) for e in chain) or "refused" in str(err).lower():
+        return "connection refused"
+    name = type(err).__name__
+    return f"{name}: {excerpt(str(err), 160)}" if str(err) else name
+
+
+def run_gate(params: Mapping[str, Any], api_key: str, progress: Progress = stderr_progress) -> dict[str, Any]:
+    """Run every configured step in order; return the results or raise :class:`GateFailure`.
+
+    ``params`` are the resource inputs without the key: ``endpoint`` (front URL ending in ``/v1``),
+    ``served_name``, ``max_model_len``, ``argv``, optional ``metrics_url`` and ``container_name``,
+    and ``smoke`` (``SmokeConfig`` fields plus ``request_timeout_seconds``).
+    """
+    return _Gate(params, api_key, progress).run()
+
+
+# ---- the dynamic provider ---------------------------------------------------------------------
+
+# Inputs that decide what the gate verifies: a change to any of them re-runs it. The key is compared
+# by fingerprint (see the module docstring); ``__provider`` is left out (``version`` stands for code).
+GATE_INPUTS = (
+    "argv",
+    "container_name",
+    "endpoint",
+    "env",
+    "image_ref",
+    "max_model_len",
+    "metrics_url",
+    "model_path",
+    "served_name",
+    "smoke",
+    "version",
+)
+
+
+def changed_inputs(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
+    """Gate inputs that differ between the stored outputs and the new inputs (unknowns differ)."""
+    changed = [k for k in GATE_INPUTS if plain(olds.get(k)) != plain(news.get(k))]
+    new_key = news.get("api_key")
+    if not isinstance(new_key, str) or olds.get("api_key") != key_fingerprint(new_key):
+        changed.append("api_key")
+    return changed
+
+
+def gate_outputs(news: Mapping[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    """Full outputs: every input (so the next diff can compare) with the key replaced by its
+    fingerprint, plus the results. The default ``update`` would return nothing and wipe state."""
+    outs = {k: plain(news.get(k)) for k in GATE_INPUTS if news.get(k) is not None}
+    outs["api_key"] = key_fingerprint(str(news["api_key"]))
+    outs["results"] = results
+    return outs
+
+
+class SmokeTestProvider(pulumi.dynamic.ResourceProvider):
+    """Runs the gate on create and update. Pickled with dill: imports live inside the methods."""
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.CheckResult:
+        from pulumi.runtime import rpc
+
+        failures = []
+
+        def known(value: Any) -> bool:
+            return value is not None and value != rpc.UNKNOWN
+
+        endpoint = news.get("endpoint")
+        if known(endpoint) and urlsplit(str(endpoint)).scheme not in ("http", "https"):
+            failures.append(pulumi.dynamic.CheckFailure("endpoint", f"not an http(s) URL: {endpoint!r}"))
+        metrics_url = news.get("metrics_url")
+        if known(metrics_url) and urlsplit(str(metrics_url)).scheme not in ("http", "https"):
+            failures.append(
+                pulumi.dynamic.CheckFailure("metrics_url", f"not an http(s) URL: {metrics_url!r}")
+            )
+        if news.get("api_key") is None:
+            failures.append(pulumi.dynamic.CheckFailure("api_key", "the gate needs an API key (glm:apiKeys)"))
+        smoke = news.get("smoke")
+        if isinstance(smoke, dict):
+            unknown_steps = [s for s in smoke.get("steps") or [] if s not in ALL_SMOKE_STEPS]
+            if unknown_steps:
+                failures.append(
+                    pulumi.dynamic.CheckFailure(
+                        "smoke", f"unknown steps {unknown_steps}; known: {', '.join(ALL_SMOKE_STEPS)}"
+                    )
+                )
+            poll = smoke.get("poll_seconds")
+            if isinstance(poll, (int, float)) and not 0 < poll <= 1:
+                failures.append(
+                    pulumi.dynamic.CheckFailure("smoke", f"poll_seconds={poll} must be in (0, 1]")
+                )
+        inputs = {k: (v if v == rpc.UNKNOWN else plain(v)) for k, v in news.items()}
+        return pulumi.dynamic.CheckResult(inputs, failures)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        changed = changed_inputs(olds, news)
+        # replaces stays empty: a changed input means "update", and update re-runs the gate.
+        return pulumi.dynamic.DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        import httpx  # noqa: F401  (fail here, in the provider, if the runtime lacks it)
+
+        results = run_gate(props, str(props["api_key"]), stderr_progress)
+        ident = (
+            "smoke-" + hashlib.sha256(f"{props['endpoint']}|{props['served_name']}".encode()).hexdigest()[:12]
+        )
+        return pulumi.dynamic.CreateResult(ident, gate_outputs(props, results))
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
+        import httpx  # noqa: F401
+
+        results = run_gate(news, str(news["api_key"]), stderr_progress)
+        return pulumi.dynamic.UpdateResult(gate_outputs(news, results))
+
+    def delete(self, _id: str, _props: dict[str, Any]) -> None:
+        """Nothing to remove: the gate leaves no trace on the host."""
+
+
+# ---- the resources ------------------------------------------------------------------------------
+
+
+class _SmokeGate(pulumi.dynamic.Resource):
+    results: pulumi.Output[dict[str, Any]]
+
+    def __init__(self, name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(SmokeTestProvider(), name, {**props, "results": None}, opts)
+
+
+def gate_params(
+    config: StackConfig,
+    endpoint: pulumi.Input[str],
+    image_ref: pulumi.Input[str],
+    metrics_url: pulumi.Input[str] | None = None,
+) -> dict[str, Any]:
+    """The gate's inputs except the key: deterministic (sorted, no timestamps or random values),
+    so a ``pulumi preview`` after ``pulumi up`` shows no change."""
+    smoke = {**config.smoke.model_dump(mode="json"), "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS}
+    params: dict[str, Any] = {
+        "argv": render_argv(config),
+        "container_name": config.container.name,
+        "endpoint": endpoint,
+        "env": render_env(config),
+        "image_ref": image_ref,
+        "max_model_len": config.serving.max_model_len,
+        "model_path": config.model.container_path,
+        "served_name": config.model.served_name,
+        "smoke": plain(smoke),
+        "version": VERSION,
+    }
+    if metrics_url is not None:
+        params["metrics_url"] = metrics_url
+    return params
+
+
+class SmokeTest(pulumi.ComponentResource):
+    """Blocks ``pulumi up`` until the model answers 13x17 and calls a tool through the front."""
+
+    results: pulumi.Output[dict[str, Any]]
+    """Latencies per step (ms), KV pool tokens, vLLM version, served name, seconds to pass, steps
+    run and skipped. Nothing secret."""
+
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        front_url: pulumi.Input[str],
+        api_key: pulumi.Output[str],
+        image_ref: pulumi.Input[str],
+        metrics_url: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("glm:smoke:SmokeTest", name, None, opts)
+        # Secret whatever the caller passed: Pulumi then stores this input encrypted.
+        secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
+        props = {**gate_params(config, front_url, image_ref, metrics_url), "api_key": secret_key}
+        self.gate = _SmokeGate(f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))
+        # The results carry no secret; unsecret keeps them readable as stack outputs even though
+        # the resource also holds a secret input.
+        self.results = pulumi.Output.unsecret(self.gate.results)
+        self.register_outputs({"results": self.results})

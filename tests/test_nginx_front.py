@@ -1,0 +1,724 @@
+"""The Nginx front, proven with the real ``nginx`` binary.
+
+Every stack's rendered ``nginx.conf`` goes through ``nginx -t``; then real Nginx processes run on
+loopback in front of the vLLM-protocol simulator (``images/vllm-sim``) and the real ``openai``
+client checks keys, streaming, limits, blocked routes and upstream failures. Processes are
+started per module, bound to 127.0.0.1 and stopped by their own pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import http.client
+import ipaddress
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import openai
+import pulumi
+import pytest
+from pulumi.runtime import rpc
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from components.config import ConfigError, StackConfig, build_stack_config
+from components.nginx_front import CONF_PATH, TLS_DIR, NginxFront, public_url, render_nginx_conf
+
+PROJECT = Path(__file__).resolve().parent.parent
+SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+SERVED = "glm-5.3-flash"
+GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01"}]}
+HARDWARE = ["a800", "ascend", "rtx5090", "local"]
+KEYS = {"alice": "sk-alice-0123456789abcdef0123", "bob": "sk-bob.+/~_-fedcba9876543210=="}
+ARITHMETIC = [{"role": "user", "content": "What is 13×17? Answer with the number only."}]
+
+
+def stack(hardware: str, **overrides: Any) -> StackConfig:
+    raw: dict[str, Any] = {"hardware": hardware, **overrides}
+    if hardware != "local":
+        raw["target"] = GPU_HOST
+    return build_stack_config(raw)
+
+
+# ---- processes -------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+@contextlib.contextmanager
+def running(argv: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """Run ``argv`` with stdout+stderr to ``log``; stop it (and only it) afterwards."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        yield proc
+    finally:
+        proc.terminate()  # nginx: SIGTERM is a fast shutdown of master and workers
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def runtime_dir() -> Path:
+    """A temp dir the Nginx workers (``nobody`` when the tests run as root) can use."""
+    path = Path(tempfile.mkdtemp(prefix="glm-nginx-"))
+    path.chmod(0o755)
+    return path
+
+
+@contextlib.contextmanager
+def vllm_sim(extra_env: dict[str, str] | None = None, wait_ready: bool = True) -> Iterator[int]:
+    assert SIM.is_file(), f"the vLLM-protocol simulator is missing at {SIM}"
+    port = free_port()
+    argv = [
+        sys.executable, str(SIM), "serve", "/models/x", "--host", "127.0.0.1", "--port", str(port),
+        "--served-model-name", SERVED, "--max-model-len", "32768", "--enable-auto-tool-choice",
+        "--tool-call-parser", "glm47", "--reasoning-parser", "glm45",
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_SIM_DECODE_TOKEN_SECONDS": "0.05", **(extra_env or {})}
+    log_dir = runtime_dir()
+    with running(argv, log_dir / "sim.log", env) as proc:
+        if wait_ready:
+            deadline = time.monotonic() + 30
+            while True:
+                assert proc.poll() is None, (log_dir / "sim.log").read_text()
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                        break
+                assert time.monotonic() < deadline, "the simulator did not become ready in 30 s"
+                time.sleep(0.1)
+        yield port
+    shutil.rmtree(log_dir, ignore_errors=True)
+
+
+class Front:
+    """A real Nginx running a rendered config on a loopback port."""
+
+    def __init__(self, port: int, directory: Path, scheme: str = "http") -> None:
+        self.port = port
+        self.dir = directory
+        self.base = f"{scheme}://127.0.0.1:{port}"
+        self.log = directory / "nginx.log"
+
+    def client(self, key: str | None = KEYS["alice"], **kwargs: Any) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.base}/v1", api_key=key, max_retries=0, timeout=30, **kwargs)
+
+
+@contextlib.contextmanager
+def nginx_front(
+    config: StackConfig, upstream: str, tls_files: tuple[bytes, bytes] | None = None
+) -> Iterator[Front]:
+    directory = runtime_dir()
+    port = free_port()
+    if tls_files:
+        (directory / "tls.crt").write_bytes(tls_files[0])
+        (directory / "tls.key").write_bytes(tls_files[1])
+    conf = render_nginx_conf(
+        config.front, upstream, KEYS, tls=bool(tls_files),
+        listen=f"127.0.0.1:{port}", runtime_dir=str(directory), tls_dir=str(directory),
+    )  # fmt: skip
+    (directory / "nginx.conf").write_text(conf)
+    front = Front(port, directory, "https" if tls_files else "http")
+    argv = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e", "stderr",
+            "-g", "daemon off;"]  # fmt: skip
+    with running(argv, front.log) as proc:
+        wait_for_port(port, proc)
+        yield front
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def raw_get(port: int, path: str, headers: dict[str, str]) -> tuple[int, str]:
+    """GET with the path sent byte for byte (httpx would remove `..` before sending)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", path, headers=headers)
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
+def self_signed() -> tuple[bytes, bytes]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return (
+        cert.public_bytes(serialization.Encoding.PEM),
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
+
+
+# ---- pure rendering --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hardware", HARDWARE)
+def test_rendered_conf_has_the_seed_directives(hardware: str) -> None:
+    conf = render_nginx_conf(stack(hardware).front, "vllm:8000", KEYS)
+    for directive in [
+        "pid /tmp/nginx.pid;",
+        "error_log /dev/stderr warn;",
+        "server_tokens off;",
+        "server vllm:8000;",
+        "keepalive 32;",
+        "listen 8080;",
+        "client_max_body_size 20m;",
+        "proxy_http_version 1.1;",
+        "proxy_buffering off;",
+        'proxy_set_header Connection "";',
+        'proxy_set_header Authorization "";',
+        "proxy_read_timeout 600s;",
+        "proxy_send_timeout 600s;",
+        "proxy_connect_timeout 2s;",
+        "error_page 502 503 = @upstream_unavailable;",
+        "proxy_pass http://vllm/v1/;",
+        "proxy_pass http://vllm/health;",
+    ]:
+        assert directive in conf, directive
+    assert "limit_req" not in conf  # off by default
+    assert " ssl" not in conf
+    assert "$http_authorization" in conf and '$http_authorization"' not in conf
+
+
+def test_rendered_conf_follows_front_config() -> None:
+    config = stack(
+        "ascend",
+        front={
+            "maxBodySize": "5m", "readTimeoutSeconds": 900, "sendTimeoutSeconds": 300,
+            "keepalive": 8, "rateLimit": {"enabled": True, "requestsPerSecond": 3, "burst": 7},
+        },
+    )  # fmt: skip
+    conf = render_nginx_conf(config.front, "vllm:8077", KEYS, tls=True)
+    assert "client_max_body_size 5m;" in conf
+    assert "proxy_read_timeout 900s;" in conf and "proxy_send_timeout 300s;" in conf
+    assert "keepalive 8;" in conf
+    assert "limit_req_zone $api_client zone=per_api_key:10m rate=3r/s;" in conf
+    assert "limit_req zone=per_api_key burst=7 nodelay;" in conf
+    assert "listen 8080 ssl;" in conf
+    assert f"ssl_certificate {TLS_DIR}/tls.crt;" in conf
+    assert f"ssl_certificate_key {TLS_DIR}/tls.key;" in conf
+
+
+def test_keys_are_sorted_case_sensitive_and_never_in_the_log_format() -> None:
+    front = stack("local").front
+    forward = render_nginx_conf(front, "vllm:8000", {"alice": KEYS["alice"], "bob": KEYS["bob"]})
+    backward = render_nginx_conf(front, "vllm:8000", {"bob": KEYS["bob"], "alice": KEYS["alice"]})
+    assert forward == backward
+    assert forward.index('"alice";') < forward.index('"bob";')
+    # A `~` regex (case-sensitive); `.` and `+` made literal.
+    assert '"~^Bearer sk-bob[.][+]/~_-fedcba9876543210==$" "bob";' in forward
+    log_format = next(line for line in forward.splitlines() if "log_format" in line)
+    assert '"client":"$api_client"' in log_format
+    assert '"upstream_response_time":"$upstream_response_time"' in log_format
+    assert "authorization" not in log_format.lower() and '$request"' not in log_format
+
+
+@pytest.mark.parametrize(
+    ("keys", "match"),
+    [
+        ({}, "glm:apiKeys is empty"),
+        ({"alice": "sk-has space-0123456789"}, "glm:apiKeys.alice: the key must be a bearer token"),
+        ({"alice": 'sk-quote"0123456789abc'}, "glm:apiKeys.alice: the key must be a bearer token"),
+        ({"alice": "sk-dollar$0123456789ab"}, "glm:apiKeys.alice: the key must be a bearer token"),
+        ({"alice": "sk-short"}, "glm:apiKeys.alice is 8 characters; use at least 16"),
+        ({"al ice": KEYS["alice"]}, "glm:apiKeys.al ice: the client name"),
+        ({"alice": KEYS["alice"], "carol": KEYS["alice"]}, "glm:apiKeys.carol and glm:apiKeys.alice"),
+    ],
+)
+def test_unsafe_keys_are_refused_without_echoing_them(keys: dict[str, str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match) as raised:
+        render_nginx_conf(stack("local").front, "vllm:8000", keys)
+    for key in keys.values():
+        assert key not in str(raised.value)
+
+
+def test_values_that_would_break_the_conf_are_refused() -> None:
+    with pytest.raises(ConfigError, match=r"glm:front\.maxBodySize='20m; include /etc/passwd'"):
+        render_nginx_conf(
+            stack("local", front={"maxBodySize": "20m; include /etc/passwd"}).front, "vllm:8000", KEYS
+        )
+    with pytest.raises(ValueError, match="is not host:port"):
+        render_nginx_conf(stack("local").front, "vllm:8000; }", KEYS)
+    assert "server [::1]:8000;" in render_nginx_conf(stack("local").front, "[::1]:8000", KEYS)
+
+
+def test_public_url() -> None:
+    assert public_url(stack("a800")) == "http://gpu01:8008/v1"
+    assert public_url(stack("local")) == "http://127.0.0.1:8080/v1"
+    assert public_url(stack("rtx5090", front={"tls": True}), "api.example.org") == (
+        "https://api.example.org:8000/v1"
+    )
+
+
+# ---- nginx -t on every stack -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_pair() -> tuple[bytes, bytes]:
+    return self_signed()
+
+
+@pytest.mark.parametrize("rate_limit", [False, True], ids=["no-rate-limit", "rate-limit"])
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "tls"])
+@pytest.mark.parametrize("hardware", HARDWARE)
+def test_nginx_accepts_the_rendered_conf(
+    hardware: str, tls: bool, rate_limit: bool, tls_pair: tuple[bytes, bytes], tmp_path: Path
+) -> None:
+    config = stack(hardware, front={"tls": tls, "rateLimit": {"enabled": rate_limit}})
+    (tmp_path / "tls.crt").write_bytes(tls_pair[0])
+    (tmp_path / "tls.key").write_bytes(tls_pair[1])
+    # The production listen port (8080) and upstream; only file locations point at tmp_path.
+    conf = render_nginx_conf(
+        config.front, f"127.0.0.1:{config.serving.port}", KEYS, tls=config.front.tls,
+        runtime_dir=str(tmp_path), tls_dir=str(tmp_path),
+    )  # fmt: skip
+    path = tmp_path / "nginx.conf"
+    path.write_text(conf)
+    result = subprocess.run(
+        [NGINX, "-t", "-c", str(path), "-p", str(tmp_path), "-e", "stderr"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "test is successful" in result.stderr
+
+
+def test_nginx_t_rejects_a_broken_conf(tmp_path: Path) -> None:
+    """The check above can fail: the same conf with one directive misspelt does not pass."""
+    conf = render_nginx_conf(stack("local").front, "127.0.0.1:8000", KEYS, runtime_dir=str(tmp_path))
+    (tmp_path / "nginx.conf").write_text(conf.replace("proxy_buffering off;", "proxy_bufering off;"))
+    result = subprocess.run(
+        [NGINX, "-t", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path), "-e", "stderr"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode != 0 and "proxy_bufering" in result.stderr
+
+
+# ---- a real front in front of the simulator --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sim_port() -> Iterator[int]:
+    with vllm_sim() as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def front(sim_port: int) -> Iterator[Front]:
+    with nginx_front(stack("local"), f"127.0.0.1:{sim_port}") as running_front:
+        yield running_front
+
+
+def test_request_without_a_valid_key_gets_openai_401(front: Front) -> None:
+    expected = {
+        "message": "Invalid or missing API key. Send the header `Authorization: Bearer <your key>`.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": "invalid_api_key",
+    }
+    for key in ["sk-not-a-key-0000000000000", KEYS["alice"].upper(), KEYS["alice"] + "x"]:
+        with pytest.raises(openai.AuthenticationError) as raised:
+            front.client(key).models.list()
+        assert raised.value.status_code == 401
+        assert raised.value.response.json() == {"error": expected}
+        assert raised.value.response.headers["content-type"] == "application/json"
+    bare = httpx.post(f"{front.base}/v1/chat/completions", json={"model": SERVED}, timeout=5)
+    assert bare.status_code == 401 and bare.json()["error"]["code"] == "invalid_api_key"
+    assert bare.headers["www-authenticate"].startswith("Bearer")
+    assert bare.headers["server"] == "nginx"  # server_tokens off: no version
+
+
+@pytest.mark.parametrize("client_name", ["alice", "bob"])
+def test_each_key_gets_an_answer(front: Front, client_name: str) -> None:
+    client = front.client(KEYS[client_name])
+    assert [m.id for m in client.models.list().data] == [SERVED]
+    reply = client.chat.completions.create(
+        model=SERVED,
+        messages=ARITHMETIC,
+        max_tokens=200,
+        extra_body={"chat_template_kwargs": {"reasoning_effort": "low"}},
+    )
+    assert reply.choices[0].message.content.strip() == "221"
+
+
+def spread_over_time(arrivals: list[float], total: float) -> bool:
+    """True when chunks arrive across the response, not in one lump at the end."""
+    if len(arrivals) < 10 or total <= 0:
+        return False
+    return arrivals[-1] - arrivals[0] >= 0.6 * total and arrivals[len(arrivals) // 2] < 0.75 * total
+
+
+def test_spread_check_can_fail() -> None:
+    assert not spread_over_time([1.98 + i * 0.001 for i in range(40)], 2.0)  # buffered: all at end
+    assert not spread_over_time([0.1, 0.2, 1.9], 2.0)  # too few chunks to judge
+    assert spread_over_time([0.05 * i for i in range(1, 41)], 2.0)
+
+
+def test_sse_chunks_stream_through_unbuffered(front: Front) -> None:
+    start = time.monotonic()
+    arrivals: list[float] = []
+    text = []
+    stream = front.client().chat.completions.create(
+        model=SERVED,
+        messages=[{"role": "user", "content": "Tell me a long story about a cat."}],
+        max_tokens=40,
+        stream=True,
+    )
+    for chunk in stream:
+        arrivals.append(time.monotonic() - start)
+        if chunk.choices and chunk.choices[0].delta.content:
+            text.append(chunk.choices[0].delta.content)
+    total = time.monotonic() - start
+    # 40 tokens at 0.05 s each: about 2 s, and chunks spread evenly over it.
+    assert total >= 1.5, f"the stream took {total:.2f} s; the simulator should pace it"
+    assert spread_over_time(arrivals, total), f"chunks arrived at {arrivals} of {total:.2f} s"
+    assert "".join(text)
+
+
+def test_body_over_the_limit_gets_json_413(front: Front) -> None:
+    too_big = "x" * (21 * 1024 * 1024)  # client_max_body_size 20m
+    with pytest.raises(openai.APIStatusError) as raised:
+        front.client().chat.completions.create(
+            model=SERVED, messages=[{"role": "user", "content": too_big}], max_tokens=1
+        )
+    assert raised.value.status_code == 413
+    assert raised.value.response.json()["error"]["code"] == "request_too_large"
+    # Just under the limit is accepted by the front (vLLM then judges the length).
+    ok = httpx.post(
+        f"{front.base}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEYS['alice']}"},
+        json={"model": SERVED, "messages": ARITHMETIC, "max_tokens": 50},
+        timeout=30,
+    )
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/metrics", "/version", "/tokenize", "/detokenize", "/health", "/ping", "/",
+        "/v1/../metrics", "/v1/%2e%2e/version", "/v1", "/docs", "/openapi.json",
+    ],
+)  # fmt: skip
+def test_vllm_internal_routes_are_not_reachable(front: Front, path: str) -> None:
+    for headers in ({}, {"Authorization": f"Bearer {KEYS['alice']}"}):
+        status, body = raw_get(front.port, path, headers)
+        assert status == 404, (path, status, body[:200])
+        assert json.loads(body)["error"]["code"] == "not_found"
+        assert "vllm:" not in body
+
+
+def test_simulator_does_serve_those_routes(sim_port: int) -> None:
+    """Control for the test above: the routes exist upstream."""
+    assert "vllm:num_requests_running" in httpx.get(f"http://127.0.0.1:{sim_port}/metrics").text
+    assert httpx.get(f"http://127.0.0.1:{sim_port}/version").status_code == 200
+
+
+def test_healthz_reflects_vllm_health_without_a_key(front: Front) -> None:
+    reply = httpx.get(f"{front.base}/healthz", timeout=5)
+    assert reply.status_code == 200
+
+
+def test_access_log_is_json_with_client_name_and_no_key(front: Front) -> None:
+    front.client(KEYS["bob"]).models.list()
+    time.sleep(0.2)
+    output = front.log.read_text()
+    records = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    mine = [r for r in records if r["client"] == "bob" and r["uri"] == "/v1/models"]
+    assert mine, output[-2000:]
+    assert mine[-1]["status"] == 200
+    assert float(mine[-1]["upstream_response_time"]) >= 0
+    assert mine[-1]["upstream_addr"].startswith("127.0.0.1:")
+    assert all(key not in output for key in KEYS.values())
+    assert any(r["client"] == "" and r["status"] == 401 for r in records)
+
+
+# ---- failures and options on their own fronts ------------------------------------------------
+
+
+def test_upstream_down_gives_fast_json_503() -> None:
+    with nginx_front(stack("local"), f"127.0.0.1:{free_port()}") as down:
+        start = time.monotonic()
+        with pytest.raises(openai.InternalServerError) as raised:
+            down.client().chat.completions.create(model=SERVED, messages=ARITHMETIC)
+        assert time.monotonic() - start < 2.0
+        assert raised.value.status_code == 503
+        error = raised.value.response.json()["error"]
+        assert error["code"] == "upstream_unavailable" and error["type"] == "server_error"
+        health = httpx.get(f"{down.base}/healthz", timeout=5)
+        assert health.status_code == 503 and health.json()["error"]["code"] == "upstream_unavailable"
+        assert health.headers["retry-after"] == "10"
+
+
+def test_front_recovers_when_vllm_finishes_loading() -> None:
+    """vLLM refuses connections while loading; the front answers 503 then 200, no restart."""
+    with (
+        vllm_sim({"VLLM_SIM_LOADING_SECONDS": "3"}, wait_ready=False) as port,
+        nginx_front(stack("local"), f"127.0.0.1:{port}") as loading,
+    ):
+        first = httpx.get(f"{loading.base}/healthz", timeout=5)
+        assert first.status_code == 503
+        deadline = time.monotonic() + 20
+        while httpx.get(f"{loading.base}/healthz", timeout=5).status_code != 200:
+            assert time.monotonic() < deadline, "the front never saw the simulator come up"
+            time.sleep(0.2)
+        reply = loading.client().chat.completions.create(model=SERVED, messages=ARITHMETIC)
+        assert reply.choices[0].message.content.strip() == "221"
+
+
+def test_rate_limit_per_key_gives_json_429(sim_port: int) -> None:
+    config = stack("local", front={"rateLimit": {"enabled": True, "requestsPerSecond": 1, "burst": 2}})
+    with nginx_front(config, f"127.0.0.1:{sim_port}") as limited:
+        auth = {"Authorization": f"Bearer {KEYS['bob']}"}
+        with httpx.Client(base_url=limited.base, headers=auth, timeout=5) as client:
+            replies = [client.get("/v1/models") for _ in range(8)]
+        statuses = [r.status_code for r in replies]
+        assert statuses[:3] == [200, 200, 200], statuses  # 1 + burst 2
+        assert 429 in statuses, statuses
+        refused = next(r for r in replies if r.status_code == 429)
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+        assert refused.headers["retry-after"] == "1"
+        # Per key: alice still has her own budget.
+        assert limited.client(KEYS["alice"]).models.list().data[0].id == SERVED
+
+
+def test_rate_limit_is_off_by_default(front: Front) -> None:
+    auth = {"Authorization": f"Bearer {KEYS['alice']}"}
+    with httpx.Client(base_url=front.base, headers=auth, timeout=5) as client:
+        assert {client.get("/v1/models").status_code for _ in range(30)} == {200}
+
+
+def test_tls_front_serves_https(sim_port: int, tls_pair: tuple[bytes, bytes], tmp_path: Path) -> None:
+    cert = tmp_path / "ca.pem"
+    cert.write_bytes(tls_pair[0])
+    trust = ssl.create_default_context(cafile=str(cert))
+    with nginx_front(stack("local", front={"tls": True}), f"127.0.0.1:{sim_port}", tls_pair) as tls:
+        assert tls.base.startswith("https://")
+        assert httpx.get(f"{tls.base}/healthz", verify=trust, timeout=5).status_code == 200
+        with httpx.Client(verify=trust) as http_client:
+            reply = tls.client(http_client=http_client).chat.completions.create(
+                model=SERVED, messages=ARITHMETIC
+            )
+        assert reply.choices[0].message.content.strip() == "221"
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{tls.port}/healthz", timeout=5).raise_for_status()
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    seen: ClassVar[list[tuple[str, dict[str, str]]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+        body = b'{"object":"list","data":[]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_key_stays_at_the_front_and_paths_are_normalized() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with nginx_front(stack("local"), f"127.0.0.1:{server.server_address[1]}") as fwd:
+            auth = {"Authorization": f"Bearer {KEYS['alice']}"}
+            for path in ["/v1/models", "/v1/chat/../models", "/metrics/../v1/models"]:
+                assert raw_get(fwd.port, path, auth)[0] == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [path for path, _ in _Recorder.seen] == ["/v1/models"] * 3
+    for _, headers in _Recorder.seen:
+        assert "authorization" not in headers
+        assert len(headers["x-request-id"]) == 32
+        assert headers["x-forwarded-for"] == "127.0.0.1"
+
+
+# ---- the component under Pulumi mocks --------------------------------------------------------
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    def __init__(self) -> None:
+        self.registered: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.registered[args.name] = (args.typ, dict(args.inputs))
+        outputs = dict(args.inputs)
+        if args.typ == "docker:index/remoteImage:RemoteImage":
+            outputs["imageId"] = f"sha256:{'ab' * 32}"
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        return {}
+
+
+def construct(build: Any) -> tuple[RecordingMocks, dict[str, Any]]:
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, project="glm", stack="test", preview=False)
+    seen: dict[str, Any] = {}
+
+    def program() -> None:
+        component = build()
+        pulumi.Output.all(url=component.url, container_name=component.container_name).apply(seen.update)
+
+    _sync_await(run_pulumi_func(program))
+    return mocks, seen
+
+
+@pytest.mark.parametrize("hardware", HARDWARE)
+def test_nginx_front_under_mocks(hardware: str) -> None:
+    config = stack(hardware)
+    mocks, outputs = construct(
+        lambda: NginxFront("front", config, "glm-net", "vllm:8000", pulumi.Output.secret(KEYS), None)
+    )
+    assert {name: typ for name, (typ, _) in mocks.registered.items()} == {
+        "front": "glm:front:NginxFront",
+        "front-image": "docker:index/remoteImage:RemoteImage",
+        "front-nginx": "docker:index/container:Container",
+    }
+    assert mocks.registered["front-image"][1]["name"] == "nginx:1.27"
+    assert mocks.registered["front-image"][1]["keepLocally"] is True
+    inputs = mocks.registered["front-nginx"][1]
+    assert inputs["name"] == f"{config.container.name}-nginx"
+    assert inputs["image"] == f"sha256:{'ab' * 32}"
+    assert inputs["networksAdvanced"] == [{"name": "glm-net"}]
+    assert [{k: p[k] for k in ("internal", "external", "ip")} for p in inputs["ports"]] == [
+        {"internal": 8080, "external": config.front.port, "ip": config.front.bind_address}
+    ]
+    assert inputs["restart"] == "unless-stopped"
+    assert inputs["logDriver"] == "json-file" and inputs["logOpts"]["max-size"] == "100m"
+    assert {"label": "glm.role", "value": "front"} in inputs["labels"]  # what the policy pack looks for
+    assert "hosts" not in inputs  # vLLM is on the private network, by its alias
+    [upload] = rpc.unwrap_rpc_secret(inputs["uploads"])
+    assert upload["file"] == CONF_PATH and upload["permissions"] == "0600"
+    assert upload["content"] == render_nginx_conf(config.front, "vllm:8000", KEYS)
+    assert outputs == {
+        "url": public_url(config),
+        "container_name": f"{config.container.name}-nginx",
+    }
+
+
+def without_secrets(value: Any) -> Any:
+    if rpc.is_rpc_secret(value):
+        return "[secret]"
+    if isinstance(value, dict):
+        return {k: without_secrets(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [without_secrets(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("secret_keys", [True, False], ids=["secret-keys", "plain-keys"])
+def test_rendered_conf_is_a_secret_and_keys_appear_nowhere_else(secret_keys: bool) -> None:
+    keys = pulumi.Output.secret(KEYS) if secret_keys else pulumi.Output.from_input(KEYS)
+    mocks, _ = construct(lambda: NginxFront("front", stack("local"), "net", "vllm:8000", keys, None))
+    # The engine sees the whole uploads list as secret (a secret inside a list taints the list).
+    uploads = mocks.registered["front-nginx"][1]["uploads"]
+    assert rpc.is_rpc_secret(uploads)
+    [upload] = rpc.unwrap_rpc_secret(uploads)
+    assert KEYS["alice"] in upload["content"]
+    visible = json.dumps(without_secrets(mocks.registered), default=str)
+    assert all(key not in visible for key in KEYS.values())
+
+
+def test_front_reaches_a_host_network_vllm_through_the_gateway() -> None:
+    config = stack(
+        "ascend", container={"networkMode": "host"}, serving={"host": "172.17.0.1"}, front={"port": 8078}
+    )
+    mocks, _ = construct(
+        lambda: NginxFront(
+            "front", config, "net", "host.docker.internal:8077", pulumi.Output.secret(KEYS), None
+        )
+    )
+    inputs = mocks.registered["front-nginx"][1]
+    assert inputs["hosts"] == [{"host": "host.docker.internal", "ip": "host-gateway"}]
+    assert "server host.docker.internal:8077;" in rpc.unwrap_rpc_secret(inputs["uploads"])[0]["content"]
+
+
+def test_tls_without_certificate_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"glm:front\.tls=true but no certificate"):
+        construct(
+            lambda: NginxFront(
+                "front", stack("local", front={"tls": True}), "net", "vllm:8000",
+                pulumi.Output.secret(KEYS), None,
+            )
+        )  # fmt: skip
+
+
+def test_tls_files_are_uploaded_with_the_key_private() -> None:
+    config = stack("a800", front={"tls": True})
+    cert, key = "-----BEGIN CERTIFICATE-----\nx\n", "-----BEGIN PRIVATE KEY-----\ny\n"
+    mocks, outputs = construct(
+        lambda: NginxFront(
+            "front", config, "net", "vllm:8000", pulumi.Output.secret(KEYS),
+            (pulumi.Output.from_input(cert), pulumi.Output.secret(key)), public_host="api.example.org",
+        )
+    )  # fmt: skip
+    registered = mocks.registered["front-nginx"][1]["uploads"]
+    assert rpc.is_rpc_secret(registered)
+    uploads = {u["file"]: u for u in rpc.unwrap_rpc_secret(registered)}
+    assert uploads[f"{TLS_DIR}/tls.crt"]["content"] == cert
+    assert uploads[f"{TLS_DIR}/tls.key"]["content"] == key
+    assert uploads[f"{TLS_DIR}/tls.key"]["permissions"] == "0600"
+    assert "listen 8080 ssl;" in uploads[CONF_PATH]["content"]
+    assert outputs["url"] == "https://api.example.org:8008/v1"

@@ -1,0 +1,567 @@
+"""Prometheus scrape config and alert rules, proven with the real ``promtool``.
+
+For each stack: ``promtool check config`` (which loads the rules), ``promtool check rules``, and
+``promtool test rules`` with generated series that make every alert fire and not fire, including
+the KV-pool boundary for every block size (``num_gpu_blocks * block_size`` one block short of
+``max_model_len`` fires, exactly ``max_model_len`` does not).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from components.config import StackConfig, build_stack_config
+from components.prometheus_scrape import (
+    CONFIG_PATH,
+    DEFAULT_JOB,
+    PROMETHEUS_FLAGS,
+    RULES_PATH,
+    PrometheusScrape,
+    checked_block_sizes,
+    integers_below,
+    kv_pool_below_expr,
+    render_alert_rules,
+    render_prometheus_config,
+)
+
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01"}]}
+HARDWARE = ["a800", "ascend", "rtx5090", "local"]
+TARGET = "vllm:8000"
+
+
+def stack(hardware: str, **overrides: Any) -> StackConfig:
+    raw: dict[str, Any] = {"hardware": hardware, **overrides}
+    if hardware != "local":
+        raw["target"] = GPU_HOST
+    return build_stack_config(raw)
+
+
+# Real stacks, plus one with a block size that is not a power of two.
+STACKS = {hw: (hw, {}) for hw in HARDWARE} | {"rtx5090-block96": ("rtx5090", {"serving": {"blockSize": 96}})}
+
+
+def rules_of(config: StackConfig) -> dict[str, dict[str, Any]]:
+    [group] = yaml.safe_load(render_alert_rules(config))["groups"]
+    return {rule["alert"]: rule for rule in group["rules"]}
+
+
+# ---- the "integers below N" regex ------------------------------------------------------------
+
+
+def matches(n: int, text: str) -> bool:
+    return re.fullmatch(f"(?:{integers_below(n)})", text) is not None
+
+
+def test_integers_below_exhaustively_for_small_n() -> None:
+    for n in range(1, 1500):
+        regex = re.compile(f"(?:{integers_below(n)})")
+        for value in range(0, n + 25):
+            assert (regex.fullmatch(str(value)) is not None) == (value < n), (n, value, regex.pattern)
+
+
+def test_integers_below_property_for_large_n() -> None:
+    rng = random.Random(20260529)
+    specials = [10**k + d for k in range(1, 10) for d in (-1, 0, 1)]
+    specials += [2**k + d for k in range(1, 31) for d in (-1, 0, 1)]
+    specials += [8956, 2004983, 1048576, 131072, 149796]
+    for n in specials + [rng.randint(1, 10**10) for _ in range(1500)]:
+        regex = re.compile(f"(?:{integers_below(n)})")
+        near = [n - 2, n - 1, n, n + 1, n + 2, n * 10, n // 10, 0, 9, 10]
+        digits = len(str(n))
+        samples = [rng.randint(0, 10**digits) for _ in range(40)] + [rng.randint(0, n) for _ in range(40)]
+        for value in near + samples:
+            if value >= 0:
+                assert (regex.fullmatch(str(value)) is not None) == (value < n), (n, value, regex.pattern)
+
+
+@pytest.mark.parametrize("text", ["", "-1", "+1", "01", "00", "007", "1.0", " 1", "1 ", "1e3", "0x1"])
+def test_integers_below_accepts_only_canonical_decimals(text: str) -> None:
+    assert not matches(10**6, text)
+
+
+def test_integers_below_refuses_an_empty_range() -> None:
+    with pytest.raises(ValueError, match="no non-negative integer is below 0"):
+        integers_below(0)
+
+
+# ---- rendered rules --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(STACKS))
+def test_kv_pool_rule_is_exact_at_the_boundary_for_every_block_size(name: str) -> None:
+    hardware, overrides = STACKS[name]
+    config = stack(hardware, **overrides)
+    length = config.serving.max_model_len
+    expr = rules_of(config)["VllmKvPoolBelowMaxModelLen"]["expr"]
+    assert expr.strip() == kv_pool_below_expr(length, checked_block_sizes(config))
+    regexes = dict(re.findall(r'block_size="(\d+)",num_gpu_blocks=~"([^"]+)"', expr))
+    assert sorted(map(int, regexes)) == checked_block_sizes(config)
+    for size, regex in regexes.items():
+        needed = math.ceil(length / int(size))  # fewest blocks that hold max_model_len
+        assert (needed - 1) * int(size) < length <= needed * int(size)
+        assert re.fullmatch(f"(?:{regex})", str(needed - 1)), (size, needed)
+        assert not re.fullmatch(f"(?:{regex})", str(needed)), (size, needed)
+
+
+def test_block_sizes_are_powers_of_two_plus_the_configured_one() -> None:
+    assert checked_block_sizes(stack("a800")) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    assert checked_block_sizes(stack("rtx5090")) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    odd = stack("rtx5090", serving={"blockSize": 96})
+    assert 96 in checked_block_sizes(odd)
+    rules = rules_of(odd)
+    assert 'block_size="96",num_gpu_blocks=~"' in rules["VllmKvPoolBelowMaxModelLen"]["expr"]
+    assert "|96|" in rules["VllmKvPoolUnchecked"]["expr"]
+
+
+def test_spec_decode_alert_exists_only_with_mtp() -> None:
+    assert "VllmSpecDecodeAcceptanceLow" in rules_of(stack("a800"))  # MTP 5 tokens
+    for hardware in ("ascend", "rtx5090", "local"):
+        assert "VllmSpecDecodeAcceptanceLow" not in rules_of(stack(hardware))
+    assert "VllmSpecDecodeAcceptanceLow" in rules_of(stack("ascend", serving={"numSpeculativeTokens": 1}))
+
+
+@pytest.mark.parametrize("hardware", HARDWARE)
+def test_rules_name_the_stack_limits_and_the_levers(hardware: str) -> None:
+    config = stack(hardware)
+    rules = rules_of(config)
+    kv = rules["VllmKvPoolBelowMaxModelLen"]["annotations"]
+    text = kv["summary"] + kv["description"]
+    assert str(config.serving.max_model_len) in kv["summary"]
+    for lever in ["--max-num-batched-tokens", "--gpu-memory-utilization", "MTP", "--max-model-len"]:
+        assert lever in text, lever
+    for rule in rules.values():
+        assert rule["labels"]["severity"] in {"critical", "warning"}
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+        assert 'job="vllm"' in rule["expr"]
+    assert rules["VllmCapacityWaitNothingRunning"]["for"] == "2m"
+    assert "and on (job, instance, model_name, engine)" in rules["VllmCapacityWaitNothingRunning"]["expr"]
+    assert rules["VllmKvCacheNearlyFull"]["expr"] == 'vllm:kv_cache_usage_perc{job="vllm"} > 0.9'
+    assert rules["VllmTtftP99High"]["expr"].startswith(
+        "histogram_quantile(0.99, sum by (le, model_name) "
+        '(rate(vllm:time_to_first_token_seconds_bucket{job="vllm"}[5m])))'
+    )
+
+
+def test_thresholds_come_from_the_stack_config() -> None:
+    thresholds = {
+        "kvCacheUsage": 0.8, "ttftP99Seconds": 3.5, "specAcceptanceMin": 0.45, "capacityWaitFor": "7m",
+    }  # fmt: skip
+    rules = rules_of(stack("a800", monitoring={"thresholds": thresholds}))
+    assert rules["VllmKvCacheNearlyFull"]["expr"].endswith("> 0.8")
+    assert rules["VllmTtftP99High"]["expr"].endswith("> 3.5")
+    assert rules["VllmSpecDecodeAcceptanceLow"]["expr"].endswith("< 0.45")
+    assert rules["VllmCapacityWaitNothingRunning"]["for"] == "7m"
+
+
+def test_target_down_waits_for_the_known_engine_start() -> None:
+    # a800 starts in ~371 s and rtx5090 in ~720 s (seeds); +20 %, at least 5 minutes.
+    assert rules_of(stack("a800"))["VllmTargetDown"]["for"] == "8m"
+    assert rules_of(stack("rtx5090"))["VllmTargetDown"]["for"] == "15m"
+    assert rules_of(stack("ascend"))["VllmTargetDown"]["for"] == "5m"
+
+
+def test_prometheus_config_scrapes_vllm_and_loads_the_rules() -> None:
+    monitoring = stack("local", monitoring={"scrapeInterval": "5s"}).monitoring
+    config = yaml.safe_load(render_prometheus_config(monitoring, TARGET, DEFAULT_JOB))
+    assert config["global"] == {"scrape_interval": "5s", "evaluation_interval": "5s"}
+    assert config["rule_files"] == [RULES_PATH]
+    [scrape] = config["scrape_configs"]
+    assert scrape == {
+        "job_name": "vllm",
+        "metrics_path": "/metrics",
+        "static_configs": [{"targets": [TARGET]}],
+    }
+
+
+def test_flags_suit_the_official_image() -> None:
+    """prom/prometheus has ENTRYPOINT /bin/prometheus, so `command` replaces only its flags."""
+    assert [
+        f"--config.file={CONFIG_PATH}",
+        "--storage.tsdb.path=/prometheus",
+        "--web.listen-address=:9090",
+    ] == PROMETHEUS_FLAGS
+
+
+# ---- promtool check ---------------------------------------------------------------------------
+
+
+def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def write_files(config: StackConfig, directory: Path) -> tuple[Path, Path]:
+    rules = directory / "rules.yml"
+    rules.write_text(render_alert_rules(config))
+    prometheus = directory / "prometheus.yml"
+    prometheus.write_text(
+        render_prometheus_config(config.monitoring, TARGET, DEFAULT_JOB, rules_path=str(rules))
+    )
+    return prometheus, rules
+
+
+@pytest.mark.parametrize("name", list(STACKS))
+def test_promtool_checks_config_and_rules(name: str, tmp_path: Path) -> None:
+    hardware, overrides = STACKS[name]
+    config = stack(hardware, **overrides)
+    prometheus, rules = write_files(config, tmp_path)
+    checked = promtool("check", "config", str(prometheus))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(rules_of(config))} rules found" in checked.stdout
+    checked = promtool("check", "rules", str(rules))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_promtool_check_rejects_a_broken_rule(tmp_path: Path) -> None:
+    """The checks above can fail."""
+    broken = render_alert_rules(stack("local")).replace(
+        "histogram_quantile(0.99, sum by", "histogram_quantile(0.99 sum by"
+    )
+    (tmp_path / "rules.yml").write_text(broken)
+    assert promtool("check", "rules", str(tmp_path / "rules.yml")).returncode != 0
+
+
+# ---- promtool test rules: every alert fires and stays quiet --------------------------------
+
+_TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
+
+
+def expand(text: str, labels: dict[str, str], value: float | None) -> str:
+    """What Prometheus renders for the few template forms the rules use (anything else fails)."""
+
+    def one(match: re.Match[str]) -> str:
+        expr = match.group(1)
+        if expr.startswith("$labels."):
+            return labels[expr.removeprefix("$labels.")]
+        assert value is not None, f"{expr} needs the alert value"
+        if expr == "$value":
+            return f"{value:g}"
+        if expr == "$value | humanizePercentage":
+            return f"{value * 100:.4g}%"
+        if expr == "$value | humanizeDuration":
+            assert 1 <= value < 60, "only seconds are modelled here"
+            return f"{value:.4g}s"
+        raise AssertionError(f"template {expr!r} is not modelled by this test")
+
+    return _TEMPLATE.sub(one, text)
+
+
+def series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
+    rendered = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{name}{{{rendered}}}", "values": values}
+
+
+def minutes(duration: str) -> int:
+    number, unit = int(duration[:-1]), duration[-1]
+    return {"s": math.ceil(number / 60), "m": number, "h": number * 60}[unit]
+
+
+class Expect:
+    """Builds promtool's exp_alerts from the rule's own annotations."""
+
+    def __init__(self, rules: dict[str, dict[str, Any]]) -> None:
+        self.rules = rules
+
+    def alert(self, name: str, labels: dict[str, str], value: float | None = None) -> dict[str, Any]:
+        rule = self.rules[name]
+        full = {**labels, **rule["labels"]}
+        return {
+            "exp_labels": full,
+            "exp_annotations": {k: expand(v, full, value) for k, v in rule["annotations"].items()},
+        }
+
+    def check(self, at: int, name: str, *alerts: dict[str, Any]) -> dict[str, Any]:
+        return {"eval_time": f"{at}m", "alertname": name, "exp_alerts": list(alerts)}
+
+
+def promtool_tests(config: StackConfig) -> list[dict[str, Any]]:
+    rules = rules_of(config)
+    expect = Expect(rules)
+    length = config.serving.max_model_len
+    target = {"job": DEFAULT_JOB, "instance": TARGET}
+    model = {**target, "model_name": config.model.served_name, "engine": "0"}
+    tests: list[dict[str, Any]] = []
+
+    # KV pool: per block size, one block short of max_model_len fires; exactly enough does not.
+    # Plus the seeds: Ascend's 8,956-token pool fires; A800's 2,004,983 tokens do not.
+    pools: dict[tuple[str, str], bool] = {}
+    for size in checked_block_sizes(config):
+        needed = math.ceil(length / size)
+        pools[str(size), str(needed - 1)] = True
+        pools[str(size), str(needed)] = False
+        pools[str(size), str(needed * 3)] = False
+    pools["4", "2239"] = length > 2239 * 4  # 8,956 tokens
+    pools["1", "2004983"] = length > 2004983
+    pools["64", "31327"] = length > 31327 * 64  # 2,004,928: the A800 pool in whole 64-token blocks
+    assert pools["4", "2239"] and not pools["1", "2004983"]
+    info = [
+        {**target, "block_size": size, "num_gpu_blocks": blocks, "cache_dtype": "auto"}
+        for size, blocks in pools
+    ]
+    firing = [labels for labels, (key, fires) in zip(info, pools.items(), strict=True) if fires]
+    tests.append(
+        {
+            "input_series": [series("vllm:cache_config_info", labels, "1x5") for labels in info],
+            "alert_rule_test": [
+                expect.check(
+                    1,
+                    "VllmKvPoolBelowMaxModelLen",
+                    *(expect.alert("VllmKvPoolBelowMaxModelLen", f) for f in firing),
+                ),
+                expect.check(1, "VllmKvPoolUnchecked"),
+            ],
+        }
+    )
+    # A block size the rule was not rendered for, or no block count: said so, not silently passed.
+    odd = [
+        {**target, "block_size": "48", "num_gpu_blocks": "10", "cache_dtype": "auto"},
+        {**target, "block_size": "16", "num_gpu_blocks": "None", "cache_dtype": "auto"},
+    ]
+    tests.append(
+        {
+            "input_series": [series("vllm:cache_config_info", labels, "1x5") for labels in odd],
+            "alert_rule_test": [
+                expect.check(
+                    1, "VllmKvPoolUnchecked", *(expect.alert("VllmKvPoolUnchecked", o) for o in odd)
+                ),
+                expect.check(1, "VllmKvPoolBelowMaxModelLen"),
+            ],
+        }
+    )
+
+    # Capacity wait with nothing running: engine 0 is stuck; engine 1 waits but runs; deferred
+    # waiting does not count.
+    hold = minutes(config.monitoring.thresholds.capacity_wait_for)
+    stuck = {**model, "reason": "capacity"}
+    busy = {**model, "engine": "1", "reason": "capacity"}
+    tests.append(
+        {
+            "input_series": [
+                series("vllm:num_requests_waiting_by_reason", stuck, "1x40"),
+                series("vllm:num_requests_waiting_by_reason", {**model, "reason": "deferred"}, "3x40"),
+                series("vllm:num_requests_running", model, "0x40"),
+                series("vllm:num_requests_waiting_by_reason", busy, "1x40"),
+                series("vllm:num_requests_running", {**model, "engine": "1"}, "2x40"),
+            ],
+            "alert_rule_test": [
+                expect.check(hold - 1, "VllmCapacityWaitNothingRunning"),
+                expect.check(
+                    hold + 1,
+                    "VllmCapacityWaitNothingRunning",
+                    expect.alert("VllmCapacityWaitNothingRunning", stuck, 1),
+                ),
+            ],
+        }
+    )
+    tests.append(
+        {
+            "input_series": [
+                series("vllm:num_requests_waiting_by_reason", stuck, "0x40"),
+                series("vllm:num_requests_running", model, "0x40"),
+            ],
+            "alert_rule_test": [expect.check(hold + 1, "VllmCapacityWaitNothingRunning")],
+        }
+    )
+
+    # KV cache usage: above the threshold for 5 minutes fires, below does not.
+    threshold = config.monitoring.thresholds.kv_cache_usage
+    high = round(threshold + (1 - threshold) / 2, 3)
+    tests.append(
+        {
+            "input_series": [
+                series("vllm:kv_cache_usage_perc", model, f"{high}x20"),
+                series("vllm:kv_cache_usage_perc", {**model, "engine": "1"}, f"{threshold / 2}x20"),
+            ],
+            "alert_rule_test": [
+                expect.check(3, "VllmKvCacheNearlyFull"),
+                expect.check(10, "VllmKvCacheNearlyFull", expect.alert("VllmKvCacheNearlyFull", model, high)),
+            ],
+        }
+    )
+
+    # TTFT p99: every first token in (10 s, 20 s] puts p99 at 19.9 s; in (0, 0.5 s] at 0.495 s.
+    def ttft(model_name: str, slow: bool) -> list[dict[str, str]]:
+        out = []
+        for le in ["0.5", "1", "10", "20", "+Inf"]:
+            counts = "0+60x40" if (le in ("20", "+Inf") or not slow) else "0x40"
+            labels = {**target, "model_name": model_name, "engine": "0", "le": le}
+            out.append(series("vllm:time_to_first_token_seconds_bucket", labels, counts))
+        return out
+
+    assert config.monitoring.thresholds.ttft_p99_seconds < 19.9
+    tests.append(
+        {
+            "input_series": ttft("slow-model", True) + ttft("fast-model", False),
+            "alert_rule_test": [
+                expect.check(
+                    20, "VllmTtftP99High", expect.alert("VllmTtftP99High", {"model_name": "slow-model"}, 19.9)
+                ),
+            ],
+        }
+    )
+
+    # MTP acceptance (only where the stack drafts): 10 % fires, 80 % does not, idle (0/0) does not.
+    if "VllmSpecDecodeAcceptanceLow" in rules:
+        assert config.monitoring.thresholds.spec_acceptance_min > 0.1
+        tests.append(
+            {
+                "input_series": [
+                    series("vllm:spec_decode_num_accepted_tokens_total", model, "0+6x40"),
+                    series("vllm:spec_decode_num_draft_tokens_total", model, "0+60x40"),
+                    series(
+                        "vllm:spec_decode_num_accepted_tokens_total",
+                        {**model, "model_name": "good"},
+                        "0+48x40",
+                    ),
+                    series(
+                        "vllm:spec_decode_num_draft_tokens_total", {**model, "model_name": "good"}, "0+60x40"
+                    ),
+                    series(
+                        "vllm:spec_decode_num_accepted_tokens_total", {**model, "model_name": "idle"}, "0x40"
+                    ),
+                    series(
+                        "vllm:spec_decode_num_draft_tokens_total", {**model, "model_name": "idle"}, "0x40"
+                    ),
+                ],
+                "alert_rule_test": [
+                    expect.check(
+                        25,
+                        "VllmSpecDecodeAcceptanceLow",
+                        expect.alert(
+                            "VllmSpecDecodeAcceptanceLow", {**target, "model_name": model["model_name"]}, 0.1
+                        ),
+                    ),
+                ],
+            }
+        )
+
+    # Target down: quiet while a start may still be loading, then fires; up never fires.
+    down_for = minutes(rules["VllmTargetDown"]["for"])
+    tests.append(
+        {
+            "input_series": [
+                series("up", target, "0x40"),
+                series("up", {**target, "instance": "other:8000"}, "1x40"),
+            ],
+            "alert_rule_test": [
+                expect.check(down_for - 1, "VllmTargetDown"),
+                expect.check(down_for + 1, "VllmTargetDown", expect.alert("VllmTargetDown", target)),
+            ],
+        }
+    )
+    for test in tests:
+        test["interval"] = "1m"
+    return tests
+
+
+def run_promtool_tests(
+    config: StackConfig, tests: list[dict[str, Any]], directory: Path
+) -> subprocess.CompletedProcess[str]:
+    (directory / "rules.yml").write_text(render_alert_rules(config))
+    document = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests}
+    (directory / "rules_test.yml").write_text(yaml.safe_dump(document, sort_keys=False))
+    return promtool("test", "rules", "rules_test.yml", cwd=directory)
+
+
+@pytest.mark.parametrize("name", list(STACKS))
+def test_promtool_every_alert_fires_and_stays_quiet(name: str, tmp_path: Path) -> None:
+    hardware, overrides = STACKS[name]
+    config = stack(hardware, **overrides)
+    tests = promtool_tests(config)
+    tested = {check["alertname"] for test in tests for check in test["alert_rule_test"]}
+    assert tested == set(rules_of(config)), "every rule of the stack is exercised"
+    fired = {c["alertname"] for t in tests for c in t["alert_rule_test"] if c["exp_alerts"]}
+    assert fired == set(rules_of(config)), "every rule is seen firing"
+    result = run_promtool_tests(config, tests, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_promtool_test_catches_a_wrong_expectation(tmp_path: Path) -> None:
+    """Control: expecting the KV-pool alert for a pool of exactly max_model_len fails."""
+    config = stack("ascend")
+    expect = Expect(rules_of(config))
+    exact = {"job": DEFAULT_JOB, "instance": TARGET, "block_size": "128", "num_gpu_blocks": "1024"}
+    assert config.serving.max_model_len == 1024 * 128
+    wrong = [
+        {
+            "interval": "1m",
+            "input_series": [series("vllm:cache_config_info", exact, "1x5")],
+            "alert_rule_test": [
+                expect.check(
+                    1, "VllmKvPoolBelowMaxModelLen", expect.alert("VllmKvPoolBelowMaxModelLen", exact)
+                )
+            ],
+        }
+    ]
+    result = run_promtool_tests(config, wrong, tmp_path)
+    assert result.returncode != 0
+    assert "VllmKvPoolBelowMaxModelLen" in result.stdout + result.stderr
+
+
+# ---- the component under Pulumi mocks --------------------------------------------------------
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    def __init__(self) -> None:
+        self.registered: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.registered[args.name] = (args.typ, dict(args.inputs))
+        outputs = dict(args.inputs)
+        if args.typ == "docker:index/remoteImage:RemoteImage":
+            outputs["imageId"] = f"sha256:{'ef' * 32}"
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        return {}
+
+
+@pytest.mark.parametrize("hardware", HARDWARE)
+def test_prometheus_scrape_under_mocks(hardware: str) -> None:
+    config = stack(hardware)
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, project="glm", stack="test", preview=False)
+    seen: dict[str, Any] = {}
+
+    def program() -> None:
+        scrape = PrometheusScrape("metrics", config, "glm-net", f"vllm:{config.serving.port}")
+        pulumi.Output.all(url=scrape.url, container_name=scrape.container_name).apply(seen.update)
+
+    _sync_await(run_pulumi_func(program))
+    assert {name: typ for name, (typ, _) in mocks.registered.items()} == {
+        "metrics": "glm:monitoring:PrometheusScrape",
+        "metrics-image": "docker:index/remoteImage:RemoteImage",
+        "metrics-prometheus": "docker:index/container:Container",
+    }
+    assert mocks.registered["metrics-image"][1] == {"name": "prom/prometheus:v2.53.0", "keepLocally": True}
+    inputs = mocks.registered["metrics-prometheus"][1]
+    assert inputs["name"] == f"{config.container.name}-prometheus"
+    assert inputs["command"] == PROMETHEUS_FLAGS
+    assert inputs["image"] == f"sha256:{'ef' * 32}"
+    assert inputs["networksAdvanced"] == [{"name": "glm-net"}]
+    assert [{k: p[k] for k in ("internal", "external", "ip")} for p in inputs["ports"]] == [
+        {"internal": 9090, "external": 9090, "ip": "127.0.0.1"}
+    ]
+    assert "volumes" not in inputs and "mounts" not in inputs  # TSDB: the image's own volume
+    uploads = {u["file"]: u["content"] for u in inputs["uploads"]}
+    assert uploads[RULES_PATH] == render_alert_rules(config)
+    scraped = yaml.safe_load(uploads[CONFIG_PATH])
+    assert scraped["scrape_configs"][0]["static_configs"] == [{"targets": [f"vllm:{config.serving.port}"]}]
+    assert scraped["rule_files"] == [RULES_PATH]
+    assert inputs["restart"] == "unless-stopped" and inputs["logDriver"] == "json-file"
+    assert seen == {"url": "http://127.0.0.1:9090", "container_name": f"{config.container.name}-prometheus"}
+    json.dumps(inputs, default=str)  # plain data: nothing secret in Prometheus' inputs
