@@ -18,6 +18,7 @@ import pulumi
 import pulumi_docker as docker
 
 from components.config import ConfigError, FrontConfig, StackConfig
+from components.vllm_server import upstream_hosts
 
 CONTAINER_PORT = 8080
 """Port Nginx listens on inside its container; the host port is ``glm:front.port``."""
@@ -402,11 +403,6 @@ class NginxFront(pulumi.ComponentResource):
 
         labels = [docker.ContainerLabelArgs(label="glm.role", value="front")]
 
-        # vLLM on the host network is reached through the Docker host's gateway address.
-        hosts = None
-        if config.container.network_mode == "host":
-            hosts = [docker.ContainerHostArgs(host="host.docker.internal", ip="host-gateway")]
-
         container = docker.Container(
             f"{name}-nginx",
             name=f"{config.container.name}-nginx",
@@ -417,7 +413,7 @@ class NginxFront(pulumi.ComponentResource):
             ],
             uploads=uploads,
             labels=labels,
-            hosts=hosts,
+            hosts=upstream_hosts(config),
             restart="unless-stopped",
             log_driver="json-file",
             log_opts={

@@ -21,6 +21,7 @@ import pulumi_docker as docker
 import yaml
 
 from components.config import MonitoringConfig, StackConfig
+from components.vllm_server import upstream_hosts
 
 DEFAULT_JOB = "vllm"
 CONFIG_PATH = "/etc/prometheus/prometheus.yml"
@@ -321,6 +322,7 @@ class PrometheusScrape(pulumi.ComponentResource):
                 ),
             ],
             labels=[docker.ContainerLabelArgs(label="glm.role", value="monitoring")],
+            hosts=upstream_hosts(config),
             restart="unless-stopped",
             log_driver="json-file",
             log_opts={

@@ -104,7 +104,7 @@ class ServingImage(pulumi.ComponentResource):
                     context=build.context,
                     dockerfile=build.dockerfile,
                     args={"BASE_IMAGE": build.base_image},
-                    builder_version="BuilderV1",
+                    builder_version=docker.BuilderVersion.BUILDER_V1,
                 ),
                 skip_push=True,
                 opts=child,

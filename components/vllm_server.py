@@ -15,6 +15,7 @@ import pulumi_docker as docker
 from components.config import StackConfig
 
 VLLM_NETWORK_ALIAS = "vllm"
+VLLM_HOST_GATEWAY = "host.docker.internal"
 
 # (config attribute, vLLM flag) in the order they are rendered.
 _VALUE_FLAGS = [
@@ -109,6 +110,13 @@ def command_line(config: StackConfig) -> str:
     return shlex.join(["vllm", "serve", *render_argv(config)])
 
 
+def upstream_hosts(config: StackConfig) -> list[docker.ContainerHostArgs] | None:
+    """/etc/hosts entries a container needs to reach vLLM: on the host network, the gateway."""
+    if config.container.network_mode != "host":
+        return None
+    return [docker.ContainerHostArgs(host=VLLM_HOST_GATEWAY, ip="host-gateway")]
+
+
 def health_probe(port: int) -> list[str]:
     """Docker health check: vLLM's /health (python3 is in every vLLM image; curl is not)."""
     script = (
@@ -201,7 +209,7 @@ class VllmServer(pulumi.ComponentResource):
         )
         self.container_name = self.container.name
         self.network_name = self.network.name
-        host = VLLM_NETWORK_ALIAS if c.network_mode == "bridge" else "host.docker.internal"
+        host = VLLM_NETWORK_ALIAS if c.network_mode == "bridge" else VLLM_HOST_GATEWAY
         self.upstream = f"{host}:{config.serving.port}"
         self.register_outputs(
             {"container_name": self.container_name, "network_name": self.network_name}

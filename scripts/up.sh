@@ -6,6 +6,7 @@ cd "$GLM_ROOT"
 ensure_venv
 ensure_docker
 ensure_engine
+require_providers
 ensure_local_images
 ensure_local_weights
 ensure_passphrase

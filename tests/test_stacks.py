@@ -200,7 +200,7 @@ def test_ascend_seed_privileges_are_one_line_away() -> None:
         "ascend",
         overrides={
             "glm:container": {"privileged": True, "networkMode": "host"},
-            "glm:serving": {"host": "127.0.0.1"},
+            "glm:serving": {"host": "172.17.0.1"},
             "glm:front": {"port": 8078},
         },
     )
@@ -208,6 +208,10 @@ def test_ascend_seed_privileges_are_one_line_away() -> None:
     assert inputs["privileged"] is True
     assert inputs["networkMode"] == "host"
     assert not inputs.get("networksAdvanced")
+    # The front and Prometheus reach vLLM on the host through the gateway.
+    for suffix in ("-nginx", "-prometheus"):
+        hosts = deployment.one(CONTAINER, suffix).inputs["hosts"]
+        assert hosts == [{"host": "host.docker.internal", "ip": "host-gateway"}]
 
 
 def test_extra_args_and_env_pass_through() -> None:

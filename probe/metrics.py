@@ -1,0 +1,118 @@
+"""vLLM's Prometheus text, read straight from ``/metrics`` or from a Prometheus ``/federate``.
+
+Federation adds ``job``/``instance`` labels and a timestamp after each value; both are tolerated.
+Counters are summed over every series (engines, instances) of a name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_SAMPLE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$"
+)
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+KV_INFO = "vllm:cache_config_info"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
+KV_USAGE = "vllm:kv_cache_usage_perc"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+
+
+def parse(text: str) -> list[Sample]:
+    """Every sample in Prometheus text exposition format (comments and bad lines skipped).
+
+    >>> parse('vllm:num_requests_running{engine="0",model_name="m"} 1.0 1732900000000')
+    [Sample(name='vllm:num_requests_running', labels={'engine': '0', 'model_name': 'm'}, value=1.0)]
+    """
+    out = []
+    for line in text.splitlines():
+        m = _SAMPLE.match(line.strip())
+        if not m:
+            continue
+        try:
+            value = float(m["value"])
+        except ValueError:
+            continue
+        out.append(Sample(m["name"], dict(_LABEL.findall(m["labels"] or "")), value))
+    return out
+
+
+class Snapshot:
+    """One scrape of the metrics URL."""
+
+    def __init__(self, text: str):
+        self.samples = parse(text)
+
+    def has(self, name: str) -> bool:
+        return any(s.name == name for s in self.samples)
+
+    def total(self, name: str, **labels: str) -> float | None:
+        """Sum of every series of ``name`` whose labels match; None when the metric is absent."""
+        values = [
+            s.value
+            for s in self.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        ]
+        return sum(values) if values else None
+
+    def kv_pools(self) -> list[dict[str, Any]]:
+        """The KV pool of each engine: ``num_gpu_blocks * block_size`` from vllm:cache_config_info."""
+        pools = []
+        for s in self.samples:
+            if s.name != KV_INFO:
+                continue
+            try:
+                blocks, block_size = int(s.labels["num_gpu_blocks"]), int(s.labels["block_size"])
+            except (KeyError, ValueError):
+                continue
+            pools.append(
+                {
+                    "engine": s.labels.get("engine", "0"),
+                    "instance": s.labels.get("instance"),
+                    "num_gpu_blocks": blocks,
+                    "block_size": block_size,
+                    "tokens": blocks * block_size,
+                    "enable_prefix_caching": s.labels.get("enable_prefix_caching"),
+                    "cache_dtype": s.labels.get("cache_dtype"),
+                    "gpu_memory_utilization": s.labels.get("gpu_memory_utilization"),
+                }
+            )
+        return pools
+
+    def info_label(self, label: str) -> str | None:
+        """A label of any ``*_info`` metric (e.g. ``max_num_seqs`` where vLLM exports it)."""
+        for s in self.samples:
+            if s.name.endswith("_info") and label in s.labels:
+                return s.labels[label]
+        return None
+
+    def scheduler(self) -> dict[str, float | None]:
+        """Running, waiting, waiting for capacity, KV usage: the article's step 2 (idle = all 0)."""
+        return {
+            "running": self.total(RUNNING),
+            "waiting": self.total(WAITING),
+            "waiting_capacity": self.total(WAITING_BY_REASON, reason="capacity"),
+            "kv_cache_usage": max((s.value for s in self.samples if s.name == KV_USAGE), default=None),
+        }
+
+
+def delta(before: Snapshot, after: Snapshot, name: str) -> float | None:
+    """How much a counter grew between two scrapes; None when either lacks it."""
+    a, b = before.total(name), after.total(name)
+    return None if a is None or b is None else b - a

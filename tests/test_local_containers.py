@@ -1,0 +1,183 @@
+"""The local stack's containers, as the program renders them, run on the real Docker engine.
+
+The Pulumi Docker provider cannot be built on this workplace (docs/engine-build.md), so this test
+takes what the program registers under mocks — images, network, volume, and each container's
+entrypoint, argv, env, mounts, uploads, ports, hosts and options — and hands exactly that to the
+`docker` CLI. Then the smoke gate runs against the result through the real Nginx front, with the
+KV pool read through the real Prometheus. What it proves: the rendered configuration works in the
+real images; what it does not: the provider's own behaviour (diffs, replacement order).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.smoke_test import GateFailure, run_gate
+from tests.conftest import PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
+from tests.engine import free_port
+
+LOCAL_IMAGES = ["glm53-local/python:bookworm", "glm53-local/nginx:bookworm", "glm53-local/prometheus:bookworm"]
+WEIGHTS = Path("/var/lib/glm53-local/models/GLM-5.3-Flash-sim")
+
+
+def _docker_missing() -> str | None:
+    if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode:
+        return "no Docker engine answers (start dockerd)"
+    for image in LOCAL_IMAGES:
+        if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode:
+            return f"local image {image} is missing (scripts/offline-images.sh makes it)"
+    if not (WEIGHTS / "config.json").exists():
+        return f"the local weights fixture {WEIGHTS} is missing (make test writes it)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_docker_missing() is not None, reason=str(_docker_missing()))
+
+
+def docker(*args: str, stdin: str | None = None) -> str:
+    result = subprocess.run(["docker", *args], capture_output=True, text=True, input=stdin, timeout=600)
+    if result.returncode:
+        raise AssertionError(f"docker {' '.join(args[:3])} … failed: {result.stderr[-2000:]}")
+    return result.stdout.strip()
+
+
+def run_args(container: dict[str, Any], network: str, image_ids: dict[str, str]) -> list[str]:
+    """`docker create` arguments for a registered docker.Container's inputs."""
+    args = ["create", "--name", container["name"]]
+    entrypoint = container.get("entrypoints") or []
+    if entrypoint:
+        args += ["--entrypoint", entrypoint[0]]
+    for env in container.get("envs") or []:
+        args += ["-e", env]
+    for mount in container.get("mounts") or []:
+        spec = f"type={mount['type']},source={mount['source']},target={mount['target']}"
+        args += ["--mount", spec + (",readonly" if mount.get("readOnly") else "")]
+    for port in container.get("ports") or []:
+        args += ["-p", f"{port['ip']}:{int(port['external'])}:{int(port['internal'])}"]
+    for host in container.get("hosts") or []:
+        args += ["--add-host", f"{host['host']}:{host['ip']}"]
+    if container.get("shmSize"):
+        args += ["--shm-size", f"{int(container['shmSize'])}m"]
+    for net in container.get("networksAdvanced") or []:
+        args += ["--network", network]
+        for alias in net.get("aliases") or []:
+            args += ["--network-alias", alias]
+        if net.get("ipv4Address"):
+            args += ["--ip", net["ipv4Address"]]
+    for key, value in (container.get("logOpts") or {}).items():
+        args += ["--log-opt", f"{key}={value}"]
+    args += ["--log-driver", container.get("logDriver", "json-file"), "--restart", container["restart"]]
+    health = container.get("healthcheck")
+    if health:
+        # The CLI takes a shell command; the provider passes the CMD form. Same probe.
+        args += ["--health-cmd", " ".join(json.dumps(a) for a in health["tests"][1:])]
+        args += ["--health-interval", "2s"]
+    args.append(image_ids.get(container["image"], container["image"]))
+    args += [*entrypoint[1:], *(container.get("command") or [])]
+    return args
+
+
+def start(container: Registered, network: str, image_ids: dict[str, str]) -> str:
+    inputs = unwrap(container.inputs)
+    docker(*run_args(inputs, network, image_ids))
+    with tempfile.TemporaryDirectory() as tmp:
+        for upload in inputs.get("uploads") or []:
+            local = Path(tmp) / Path(upload["file"]).name
+            local.write_text(upload["content"])
+            local.chmod(int(upload.get("permissions", "0644"), 8))
+            docker("cp", str(local), f"{inputs['name']}:{upload['file']}")
+    docker("start", inputs["name"])
+    return str(inputs["name"])
+
+
+@pytest.fixture(scope="module")
+def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
+    front_port, prometheus_port = free_port(), free_port()
+    name = f"glm53-ct-{front_port}"
+    deployment = run_program(
+        "local",
+        overrides={
+            "glm:front": {"image": "glm53-local/nginx:bookworm", "port": front_port},
+            "glm:monitoring": {"image": "glm53-local/prometheus:bookworm", "port": prometheus_port},
+            "glm:container": {"name": name},
+        },
+    )
+    built = deployment.one("docker:index/image:Image").inputs
+    build = built["build"]
+    subprocess.run(
+        ["docker", "build", "-q", "-t", built["imageName"], "-f", build["dockerfile"],
+         *[a for k, v in build["args"].items() for a in ("--build-arg", f"{k}={v}")], build["context"]],
+        cwd=PROJECT, check=True, capture_output=True, env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/bin:/bin:/usr/sbin"},
+    )  # fmt: skip
+    network = deployment.one("docker:index/network:Network").inputs
+    volume = deployment.one("docker:index/volume:Volume", "-jit-cache").inputs
+    containers = {c.name.rsplit("-", 1)[1]: c for c in deployment.of_type("docker:index/container:Container")}
+    pulled = f"sha256:{'ab' * 32}"  # the mocks' RemoteImage id; here, the image each container names
+    started: list[str] = []
+    try:
+        docker("network", "create", "--subnet", network["ipamConfigs"][0]["subnet"], network["name"])
+        docker("volume", "create", volume["name"])
+        started.append(start(containers["vllm"], network["name"], {}))
+        started.append(start(containers["nginx"], network["name"], {pulled: "glm53-local/nginx:bookworm"}))
+        started.append(
+            start(containers["prometheus"], network["name"], {pulled: "glm53-local/prometheus:bookworm"})
+        )
+        yield deployment, {"front_port": front_port, "prometheus_port": prometheus_port, "name": name}
+    finally:
+        for container in started:
+            subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+        subprocess.run(["docker", "network", "rm", network["name"]], capture_output=True)
+        subprocess.run(["docker", "volume", "rm", volume["name"]], capture_output=True)
+
+
+def gate_params_of(deployment: Deployment) -> dict[str, Any]:
+    gate = deployment.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs
+    return {k: unwrap(v) for k, v in gate.items() if k not in ("api_key", "__provider")}
+
+
+def test_the_gate_passes_through_the_real_front(local_stack: tuple[Deployment, dict[str, Any]]) -> None:
+    deployment, _ = local_stack
+    params = gate_params_of(deployment)
+    progress: list[str] = []
+    results = run_gate(params, TEST_API_KEYS["ci"], progress.append)
+    assert results["served_name"] == "glm-5.3-flash"
+    assert results["kv_pool_tokens"] >= params["max_model_len"], "the KV pool came through Prometheus"
+    assert "kv_pool" not in results.get("steps_skipped", {})
+
+
+def test_the_front_refuses_a_wrong_key(local_stack: tuple[Deployment, dict[str, Any]]) -> None:
+    deployment, _ = local_stack
+    with pytest.raises(GateFailure, match="readiness"):
+        run_gate({**gate_params_of(deployment), "smoke": {**gate_params_of(deployment)["smoke"], "deadline_seconds": 3}},
+                 "sk-wrong-key-0000000000000000", lambda _: None)  # fmt: skip
+
+
+def test_vllm_health_check_turns_healthy(local_stack: tuple[Deployment, dict[str, Any]]) -> None:
+    _, ports = local_stack
+    deadline = time.monotonic() + 60
+    status = ""
+    while time.monotonic() < deadline:
+        status = docker("inspect", "-f", "{{.State.Health.Status}}", ports["name"])
+        if status == "healthy":
+            break
+        time.sleep(1)
+    assert status == "healthy"
+
+
+def test_the_weights_are_mounted_read_only(local_stack: tuple[Deployment, dict[str, Any]]) -> None:
+    _, ports = local_stack
+    result = subprocess.run(
+        ["docker", "exec", ports["name"], "python3", "-c", "open('/models/GLM-5.3-Flash-sim/x', 'w')"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0 and "Read-only file system" in result.stderr
