@@ -37,9 +37,7 @@ class ConfigError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
-    )
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
 
 
 class HostConfig(_Model):
@@ -174,9 +172,7 @@ class ServingConfig(_Model):
     gpu_memory_utilization: float = Field(description="`--gpu-memory-utilization`.", gt=0, le=1)
     quantization: str | None = Field(None, description="`--quantization`.")
     moe_backend: str | None = Field(None, description="`--moe-backend`.")
-    enable_flashinfer_autotune: bool | None = Field(
-        None, description="`--[no-]enable-flashinfer-autotune`."
-    )
+    enable_flashinfer_autotune: bool | None = Field(None, description="`--[no-]enable-flashinfer-autotune`.")
     num_speculative_tokens: int | None = Field(
         None, description="MTP speculative decoding: `--speculative-config` with this many tokens."
     )
@@ -195,9 +191,7 @@ class ServingConfig(_Model):
         default_factory=list, description="Appended verbatim (the seed's EXTRA_ARGS knob)."
     )
     env: dict[str, str] = Field(default_factory=dict, description="The profile's environment.")
-    extra_env: dict[str, str] = Field(
-        default_factory=dict, description="Added to (and overriding) `env`."
-    )
+    extra_env: dict[str, str] = Field(default_factory=dict, description="Added to (and overriding) `env`.")
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:
@@ -219,9 +213,7 @@ class MountConfig(_Model):
 class ContainerConfig(_Model):
     name: str = Field(description="Serving container name.")
     accelerators: list[int] = Field(description="Accelerator indices given to the container.")
-    gpus: str | None = Field(
-        None, description="NVIDIA `--gpus` value; default `device=<accelerators>`."
-    )
+    gpus: str | None = Field(None, description="NVIDIA `--gpus` value; default `device=<accelerators>`.")
     devices: list[str] = Field(
         default_factory=list, description="Extra device nodes (Ascend control devices)."
     )
@@ -292,7 +284,9 @@ class AlertThresholds(_Model):
     kv_cache_usage: float = Field(0.9, description="KV cache usage fraction that alerts.")
     ttft_p99_seconds: float = Field(10.0, description="TTFT p99 bound in seconds.")
     spec_acceptance_min: float = Field(0.3, description="Minimum MTP draft acceptance rate.")
-    capacity_wait_for: str = Field("2m", description="How long capacity-waiting with nothing running may last.")
+    capacity_wait_for: str = Field(
+        "2m", description="How long capacity-waiting with nothing running may last."
+    )
 
 
 class MonitoringConfig(_Model):

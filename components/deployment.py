@@ -13,8 +13,8 @@ from components.config import StackConfig
 from components.model_volume import ModelVolume
 from components.nginx_front import NginxFront
 from components.preflight import Preflight
-from components.promotion import fingerprint, promoted_image, served_model
 from components.prometheus_scrape import PrometheusScrape
+from components.promotion import fingerprint, promoted_image, served_model
 from components.serving_image import ServingImage
 from components.smoke_test import SmokeTest
 from components.vllm_server import VllmServer, command_line
@@ -63,7 +63,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     )
     on_host = pulumi.ResourceOptions(providers=[provider])
 
-    preflight = Preflight(f"{stack}-preflight", config, secrets.ssh_private_key) if config.preflight.enabled else None
+    preflight = (
+        Preflight(f"{stack}-preflight", config, secrets.ssh_private_key) if config.preflight.enabled else None
+    )
     served = served_model(config)
     promoted = promoted_image(config, served) if config.promote_from else None
     image = ServingImage(f"{stack}-image", config.image, pinned=promoted, opts=on_host)
@@ -144,10 +146,9 @@ def _metrics_url(config: StackConfig) -> str | None:
 
 def _curl(url: str, config: StackConfig) -> str:
     body = (
-        f'{{"model":"{config.model.served_name}",'
-        '"messages":[{"role":"user","content":"What is 13*17?"}]}'
+        f'{{"model":"{config.model.served_name}","messages":[{{"role":"user","content":"What is 13*17?"}}]}}'
     )
     return (
-        f"curl -s {url}/chat/completions -H \"Authorization: Bearer $GLM_API_KEY\" "
+        f'curl -s {url}/chat/completions -H "Authorization: Bearer $GLM_API_KEY" '
         f"-H 'Content-Type: application/json' -d '{body}'"
     )

@@ -90,8 +90,6 @@ class ModelVolume(pulumi.ComponentResource):
             docker.ContainerMountArgs(
                 type="bind", source=model.host_dir, target=model.mount_path, read_only=True
             ),
-            docker.ContainerMountArgs(
-                type="volume", source=self.cache.name, target=CACHE_MOUNT_PATH
-            ),
+            docker.ContainerMountArgs(type="volume", source=self.cache.name, target=CACHE_MOUNT_PATH),
         ]
         self.register_outputs({"cache_volume_name": self.cache_volume_name})

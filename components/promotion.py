@@ -93,5 +93,9 @@ def judge(source_stack: str, own: dict[str, Any], verified: Any) -> str:
 def promoted_image(config: StackConfig, own: dict[str, Any]) -> pulumi.Output[str]:
     """The source's verified image reference (by digest/ID), after checking the promotion."""
     assert config.promote_from is not None
-    source = pulumi.StackReference(f"promote-from-{config.promote_from.replace('/', '-')}", config.promote_from)
-    return source.get_output("verified").apply(lambda verified: judge(config.promote_from or "", own, verified))
+    source = pulumi.StackReference(
+        f"promote-from-{config.promote_from.replace('/', '-')}", config.promote_from
+    )
+    return source.get_output("verified").apply(
+        lambda verified: judge(config.promote_from or "", own, verified)
+    )

@@ -61,7 +61,9 @@ def missing_patches(patches_dir: Path) -> str | None:
         return f"{patches_dir}/MANIFEST lists no patch files"
     absent = [e.file for e in entries if not (patches_dir / e.file).is_file()]
     if absent:
-        return f"{len(absent)} of {len(entries)} patch files are missing from {patches_dir}: {', '.join(absent)}"
+        return (
+            f"{len(absent)} of {len(entries)} patch files are missing from {patches_dir}: {', '.join(absent)}"
+        )
     return None
 
 

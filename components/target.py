@@ -27,9 +27,7 @@ def host_command(
         port=host.ssh_port,
         private_key=ssh_private_key,
     )
-    return remote.Command(
-        name, connection=connection, create=f"bash -c {_quote(script)}", opts=opts
-    )
+    return remote.Command(name, connection=connection, create=f"bash -c {_quote(script)}", opts=opts)
 
 
 def _quote(script: str) -> str:

@@ -211,7 +211,4 @@ class VllmServer(pulumi.ComponentResource):
         self.network_name = self.network.name
         host = VLLM_NETWORK_ALIAS if c.network_mode == "bridge" else VLLM_HOST_GATEWAY
         self.upstream = f"{host}:{config.serving.port}"
-        self.register_outputs(
-            {"container_name": self.container_name, "network_name": self.network_name}
-        )
-
+        self.register_outputs({"container_name": self.container_name, "network_name": self.network_name})

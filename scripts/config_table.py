@@ -1,7 +1,7 @@
 """Render README's config table from the pydantic models (the one source of truth).
 
-    python scripts/config_table.py          # rewrite the table in README.md
-    python scripts/config_table.py --check  # exit 1 when README.md is out of date
+python scripts/config_table.py          # rewrite the table in README.md
+python scripts/config_table.py --check  # exit 1 when README.md is out of date
 """
 
 from __future__ import annotations

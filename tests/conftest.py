@@ -32,6 +32,8 @@ def unwrap(value: Any) -> Any:
     if isinstance(value, list):
         return [unwrap(v) for v in value]
     return value
+
+
 TEST_API_KEYS = {"ci": "sk-test-ci-0123456789abcdef", "ops": "sk-test-ops-fedcba9876543210"}
 
 
@@ -101,7 +103,9 @@ def run_program(
     values.update(all_secrets)
     config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     deployment = Deployment()
-    pulumi.runtime.set_mocks(GlmMocks(deployment, stack_outputs or {}), project="glm", stack=stack, preview=False)
+    pulumi.runtime.set_mocks(
+        GlmMocks(deployment, stack_outputs or {}), project="glm", stack=stack, preview=False
+    )
     pulumi.runtime.set_all_config(config, list(all_secrets))
 
     def record_options(args: pulumi.ResourceTransformationArgs) -> None:

@@ -55,7 +55,7 @@ def test_cudagraph_capture_sizes_above_max_num_seqs() -> None:
 
 
 def test_auto_tool_choice_needs_a_parser() -> None:
-    with pytest.raises(ConfigError, match="enableAutoToolChoice=true without glm:serving.toolCallParser"):
+    with pytest.raises(ConfigError, match=r"enableAutoToolChoice=true without glm:serving\.toolCallParser"):
         make("a800", serving={"toolCallParser": None})
 
 
@@ -81,7 +81,9 @@ def test_port_clash_between_front_and_prometheus() -> None:
 
 
 def test_port_clash_with_vllm_on_host_network() -> None:
-    with pytest.raises(ConfigError, match=r"serving.port \(network host\)=8077 clashes with glm:front.port=8077"):
+    with pytest.raises(
+        ConfigError, match=r"serving.port \(network host\)=8077 clashes with glm:front.port=8077"
+    ):
         make("ascend", container={"networkMode": "host"}, serving={"host": "127.0.0.1"})
 
 
@@ -107,7 +109,7 @@ def test_more_than_one_host_is_refused_for_now() -> None:
 
 
 def test_download_needs_a_repo() -> None:
-    with pytest.raises(ConfigError, match="download.enabled=true without glm:model.download.repo"):
+    with pytest.raises(ConfigError, match=r"download\.enabled=true without glm:model\.download\.repo"):
         make("rtx5090", model={"download": {"enabled": True}})
 
 

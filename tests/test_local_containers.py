@@ -25,7 +25,11 @@ from components.smoke_test import GateFailure, run_gate
 from tests.conftest import PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
 from tests.engine import free_port
 
-LOCAL_IMAGES = ["glm53-local/python:bookworm", "glm53-local/nginx:bookworm", "glm53-local/prometheus:bookworm"]
+LOCAL_IMAGES = [
+    "glm53-local/python:bookworm",
+    "glm53-local/nginx:bookworm",
+    "glm53-local/prometheus:bookworm",
+]
 WEIGHTS = Path("/var/lib/glm53-local/models/GLM-5.3-Flash-sim")
 
 

@@ -84,7 +84,13 @@ def test_promoted_pull_pins_the_verified_digest() -> None:
 
 def test_differences_name_each_setting() -> None:
     own = {"image": "a", "argv": ["/m", "--x=1"], "env": {"A": "1"}, "modelPath": "/m", "revision": "r1"}
-    source = {"image": "b", "argv": ["/m", "--x=2"], "env": {"A": "1", "B": "2"}, "modelPath": "/m", "revision": "r2"}
+    source = {
+        "image": "b",
+        "argv": ["/m", "--x=2"],
+        "env": {"A": "1", "B": "2"},
+        "modelPath": "/m",
+        "revision": "r2",
+    }
     assert differences(own, source) == [
         "argv has --x=1 (source: not set)",
         "argv lacks --x=2 (source has it)",
@@ -109,7 +115,11 @@ def test_one_flag_change_touches_only_the_serving_container_and_the_gate() -> No
     assert [(a, b) for a, b in zip(old_cmd, new_cmd, strict=True) if a != b] == [
         ("--max-num-seqs=32", "--max-num-seqs=16")
     ]
-    container_changes = {k for k in before["a800-serving-vllm"] if before["a800-serving-vllm"][k] != after["a800-serving-vllm"][k]}
+    container_changes = {
+        k
+        for k in before["a800-serving-vllm"]
+        if before["a800-serving-vllm"][k] != after["a800-serving-vllm"][k]
+    }
     assert container_changes == {"command"}
 
 

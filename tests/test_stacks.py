@@ -162,9 +162,7 @@ def test_devices_and_mounts_are_the_seeds(deployed: dict[str, Deployment], stack
     assert devices == SEED_DEVICES[stack]
     assert all(d["containerPath"] == d["hostPath"] for d in inputs.get("devices") or [])
     binds = [
-        (m["source"], m["target"], bool(m.get("readOnly")))
-        for m in inputs["mounts"]
-        if m["type"] == "bind"
+        (m["source"], m["target"], bool(m.get("readOnly"))) for m in inputs["mounts"] if m["type"] == "bind"
     ]
     assert binds == SEED_MOUNTS[stack]
     [cache] = [m for m in inputs["mounts"] if m["type"] == "volume"]
@@ -302,8 +300,11 @@ def test_no_api_key_in_any_plain_output(deployed: dict[str, Deployment], stack: 
 
 
 def test_invalid_stack_fails_before_anything_is_created() -> None:
-    with pytest.raises(Exception, match="glm:serving.tensorParallelSize=4"):
+    with pytest.raises(Exception, match=r"glm:serving\.tensorParallelSize=4"):
         run_program(
             "a800",
-            overrides={"glm:serving": {"tensorParallelSize": 4}, "glm:container": {"accelerators": [0, 1, 2, 3]}},
+            overrides={
+                "glm:serving": {"tensorParallelSize": 4},
+                "glm:container": {"accelerators": [0, 1, 2, 3]},
+            },
         )
