@@ -112,3 +112,13 @@ ensure_stack() {
   local stack=$1
   pulumi stack select "$stack" >/dev/null 2>&1 || pulumi stack init "$stack" >/dev/null
 }
+
+# Everything the local stack (and the tests that run its parts) needs on this machine.
+ensure_local_prerequisites() {
+  ensure_venv
+  ensure_docker
+  ensure_engine
+  ensure_local_images
+  ensure_local_weights
+  ensure_passphrase
+}

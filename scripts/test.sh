@@ -4,12 +4,7 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$GLM_ROOT"
-ensure_venv
-ensure_docker
-ensure_engine
-ensure_local_images
-ensure_local_weights
-ensure_passphrase
+ensure_local_prerequisites
 say "ruff"
 ruff check .
 ruff format --check .

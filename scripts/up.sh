@@ -3,13 +3,8 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$GLM_ROOT"
-ensure_venv
-ensure_docker
-ensure_engine
+ensure_local_prerequisites
 require_providers
-ensure_local_images
-ensure_local_weights
-ensure_passphrase
 ensure_stack local
 ensure_local_key
 pulumi up --yes --skip-preview -s local

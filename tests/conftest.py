@@ -84,6 +84,37 @@ class GlmMocks(pulumi.runtime.Mocks):
         return {}
 
 
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Records each registered resource by name, for one component built under mocks."""
+
+    def __init__(self) -> None:
+        self.registered: dict[str, tuple[str, dict[str, Any]]] = {}
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.registered[args.name] = (args.typ, dict(args.inputs))
+        outputs = dict(args.inputs)
+        if args.typ == "docker:index/remoteImage:RemoteImage":
+            outputs["imageId"] = f"sha256:{'ab' * 32}"
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        return {}
+
+
+def construct(build: Any) -> tuple[RecordingMocks, dict[str, Any]]:
+    """Build one component (``build()``) under mocks; returns its ``url`` and ``container_name``."""
+    mocks = RecordingMocks()
+    pulumi.runtime.set_mocks(mocks, project="glm", stack="test", preview=False)
+    seen: dict[str, Any] = {}
+
+    def program() -> None:
+        component = build()
+        pulumi.Output.all(url=component.url, container_name=component.container_name).apply(seen.update)
+
+    _sync_await(run_pulumi_func(program))
+    return mocks, seen
+
+
 def stack_config(stack: str) -> dict[str, Any]:
     """The glm:* values of Pulumi.<stack>.yaml, as the engine hands them to the program."""
     data = yaml.safe_load((PROJECT / f"Pulumi.{stack}.yaml").read_text())

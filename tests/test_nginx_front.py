@@ -32,11 +32,10 @@ import openai
 import pulumi
 import pytest
 from pulumi.runtime import rpc
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from components.config import ConfigError, StackConfig, build_stack_config
 from components.nginx_front import CONF_PATH, TLS_DIR, NginxFront, public_url, render_nginx_conf
+from tests.conftest import construct
 
 PROJECT = Path(__file__).resolve().parent.parent
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
@@ -595,34 +594,6 @@ def test_key_stays_at_the_front_and_paths_are_normalized() -> None:
 
 
 # ---- the component under Pulumi mocks --------------------------------------------------------
-
-
-class RecordingMocks(pulumi.runtime.Mocks):
-    def __init__(self) -> None:
-        self.registered: dict[str, tuple[str, dict[str, Any]]] = {}
-
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        self.registered[args.name] = (args.typ, dict(args.inputs))
-        outputs = dict(args.inputs)
-        if args.typ == "docker:index/remoteImage:RemoteImage":
-            outputs["imageId"] = f"sha256:{'ab' * 32}"
-        return f"{args.name}-id", outputs
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
-        return {}
-
-
-def construct(build: Any) -> tuple[RecordingMocks, dict[str, Any]]:
-    mocks = RecordingMocks()
-    pulumi.runtime.set_mocks(mocks, project="glm", stack="test", preview=False)
-    seen: dict[str, Any] = {}
-
-    def program() -> None:
-        component = build()
-        pulumi.Output.all(url=component.url, container_name=component.container_name).apply(seen.update)
-
-    _sync_await(run_pulumi_func(program))
-    return mocks, seen
 
 
 @pytest.mark.parametrize("hardware", HARDWARE)

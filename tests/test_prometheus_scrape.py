@@ -17,11 +17,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pulumi
 import pytest
 import yaml
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from components.config import StackConfig, build_stack_config
 from components.prometheus_scrape import (
@@ -36,6 +33,7 @@ from components.prometheus_scrape import (
     render_alert_rules,
     render_prometheus_config,
 )
+from tests.conftest import construct
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01"}]}
@@ -515,33 +513,12 @@ def test_promtool_test_catches_a_wrong_expectation(tmp_path: Path) -> None:
 # ---- the component under Pulumi mocks --------------------------------------------------------
 
 
-class RecordingMocks(pulumi.runtime.Mocks):
-    def __init__(self) -> None:
-        self.registered: dict[str, tuple[str, dict[str, Any]]] = {}
-
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        self.registered[args.name] = (args.typ, dict(args.inputs))
-        outputs = dict(args.inputs)
-        if args.typ == "docker:index/remoteImage:RemoteImage":
-            outputs["imageId"] = f"sha256:{'ef' * 32}"
-        return f"{args.name}-id", outputs
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
-        return {}
-
-
 @pytest.mark.parametrize("hardware", HARDWARE)
 def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     config = stack(hardware)
-    mocks = RecordingMocks()
-    pulumi.runtime.set_mocks(mocks, project="glm", stack="test", preview=False)
-    seen: dict[str, Any] = {}
-
-    def program() -> None:
-        scrape = PrometheusScrape("metrics", config, "glm-net", f"vllm:{config.serving.port}")
-        pulumi.Output.all(url=scrape.url, container_name=scrape.container_name).apply(seen.update)
-
-    _sync_await(run_pulumi_func(program))
+    mocks, seen = construct(
+        lambda: PrometheusScrape("metrics", config, "glm-net", f"vllm:{config.serving.port}")
+    )
     assert {name: typ for name, (typ, _) in mocks.registered.items()} == {
         "metrics": "glm:monitoring:PrometheusScrape",
         "metrics-image": "docker:index/remoteImage:RemoteImage",
@@ -551,7 +528,7 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     inputs = mocks.registered["metrics-prometheus"][1]
     assert inputs["name"] == f"{config.container.name}-prometheus"
     assert inputs["command"] == PROMETHEUS_FLAGS
-    assert inputs["image"] == f"sha256:{'ef' * 32}"
+    assert inputs["image"] == f"sha256:{'ab' * 32}"
     assert inputs["networksAdvanced"] == [{"name": "glm-net"}]
     assert [{k: p[k] for k in ("internal", "external", "ip")} for p in inputs["ports"]] == [
         {"internal": 9090, "external": 9090, "ip": "127.0.0.1"}
