@@ -17,6 +17,14 @@ from pathlib import Path
 from typing import Any
 
 PROJECT = Path(__file__).resolve().parent.parent
+# Where scripts/engine.sh builds each plugin from when the official installer is out of reach.
+PLUGIN_SOURCES = {
+    "pulumi-language-python": "github.com/pulumi/pulumi/sdk/v3 python/cmd/pulumi-language-python",
+    "pulumi-resource-docker": "github.com/pulumi/pulumi-docker/provider/v4 (v4.11.0 = "
+    "v4.0.0-20251224124537-d8e789826ba1) and github.com/kreuzwerker/terraform-provider-docker",
+    "pulumi-resource-command": "github.com/pulumi/pulumi-command/provider (v1.2.1 = "
+    "v0.0.0-20260303235922-7f3eb6f3b77c)",
+}
 COPIED = ["Pulumi.yaml", "__main__.py", "components", "images", "requirements.txt"]
 
 
@@ -24,9 +32,12 @@ def engine_missing() -> str | None:
     """Why the real engine cannot run here, or None."""
     if shutil.which("pulumi") is None:
         return "the pulumi CLI is not on PATH (scripts/engine.sh builds it; make test puts it there)"
-    for plugin in ("pulumi-language-python", "pulumi-resource-docker", "pulumi-resource-command"):
+    for plugin, source in PLUGIN_SOURCES.items():
         if shutil.which(plugin) is None:
-            return f"{plugin} is not on PATH (scripts/engine.sh builds it)"
+            return (
+                f"{plugin} is not on PATH: scripts/engine.sh could not get it (no official installer "
+                f"reachable, and the Go module proxy refuses {source}; see docs/engine-build.md)"
+            )
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         return "no Docker engine answers (start dockerd)"
     if not (PROJECT / ".venv" / "bin" / "python").exists():
