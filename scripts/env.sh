@@ -37,6 +37,10 @@ ensure_venv() {
     echo "$want" >"$stamp"
   fi
   export PATH="$GLM_ROOT/.venv/bin:$PATH"
+  # The Go-built language host (v3.79) no longer receives Pulumi.yaml's `virtualenv:` from the
+  # 3.274 CLI: name the interpreter explicitly. The dynamic provider imports `components`.
+  export PULUMI_PYTHON_CMD="$GLM_ROOT/.venv/bin/python"
+  export PYTHONPATH="$GLM_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 ensure_docker() {
