@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.engine import PulumiProject, engine_missing, free_port  # noqa: E402
+from tests.engine import PulumiProject, engine_missing, free_port
 
 KEY = "sk-bench-0123456789abcdef0123"
 
