@@ -108,6 +108,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         api_key=secrets.api_keys.apply(_first_key),
         image_ref=image.ref,
         metrics_url=_metrics_url(config),
+        container_id=server.container.id,
         opts=pulumi.ResourceOptions(depends_on=[server, front, monitoring]),
     )
     outputs: dict[str, Any] = {

@@ -739,6 +739,7 @@ def run_gate(params: Mapping[str, Any], api_key: str, progress: Progress = stder
 # by fingerprint (see the module docstring); ``__provider`` is left out (``version`` stands for code).
 GATE_INPUTS = (
     "argv",
+    "container_id",
     "container_name",
     "endpoint",
     "env",
@@ -847,6 +848,7 @@ def gate_params(
     endpoint: pulumi.Input[str],
     image_ref: pulumi.Input[str],
     metrics_url: pulumi.Input[str] | None = None,
+    container_id: pulumi.Input[str] | None = None,
 ) -> dict[str, Any]:
     """The gate's inputs except the key: deterministic (sorted, no timestamps or random values),
     so a ``pulumi preview`` after ``pulumi up`` shows no change."""
@@ -865,6 +867,9 @@ def gate_params(
     }
     if metrics_url is not None:
         params["metrics_url"] = metrics_url
+    if container_id is not None:
+        # A container replaced for any reason (mounts, devices, shm: not gate inputs) re-runs the gate.
+        params["container_id"] = container_id
     return params
 
 
@@ -884,11 +889,13 @@ class SmokeTest(pulumi.ComponentResource):
         image_ref: pulumi.Input[str],
         metrics_url: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
+        container_id: pulumi.Input[str] | None = None,
     ) -> None:
         super().__init__("glm:smoke:SmokeTest", name, None, opts)
         # Secret whatever the caller passed: Pulumi then stores this input encrypted.
         secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
-        props = {**gate_params(config, front_url, image_ref, metrics_url), "api_key": secret_key}
+        params = gate_params(config, front_url, image_ref, metrics_url, container_id)
+        props = {**params, "api_key": secret_key}
         self.gate = _SmokeGate(f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))
         # The results carry no secret; unsecret keeps them readable as stack outputs even though
         # the resource also holds a secret input.
