@@ -3,8 +3,10 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$GLM_ROOT"
+ensure_venv
+ensure_engine
+require_providers # before the slow steps: say at once what cannot work here
 ensure_local_prerequisites
-require_providers
 ensure_stack local
 ensure_local_key
 pulumi up --yes --skip-preview -s local
