@@ -317,3 +317,11 @@ def test_gate_reruns_whenever_the_serving_container_is_replaced(deployed: dict[s
     assert gate["container_id"] == "a800-serving-vllm-id"  # the mocks' id of the serving container
     olds = {k: unwrap(v) for k, v in gate.items()}
     assert "container_id" in changed_inputs(olds, {**olds, "container_id": "a-new-container"})
+
+
+@pytest.mark.parametrize("stack", ["a800", "local"])
+def test_gate_is_wired_after_the_container_and_the_front(deployed: dict[str, Deployment], stack: str) -> None:
+    depends_on = deployed[stack].options[f"{stack}-smoke"].depends_on
+    assert isinstance(depends_on, list)
+    kinds = {type(d).__name__ for d in depends_on}
+    assert {"VllmServer", "NginxFront", "PrometheusScrape"} <= kinds
