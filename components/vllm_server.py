@@ -117,6 +117,22 @@ def upstream_hosts(config: StackConfig) -> list[docker.ContainerHostArgs] | None
     return [docker.ContainerHostArgs(host=VLLM_HOST_GATEWAY, ip="host-gateway")]
 
 
+def go_duration(seconds: int) -> str:
+    """A duration as Go prints it (``1800`` → ``30m0s``): the Docker provider reads health-check
+    durations back in this form, so any other spelling would show as a change on every preview.
+
+    >>> go_duration(30), go_duration(300), go_duration(3725)
+    ('30s', '5m0s', '1h2m5s')
+    """
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
 def health_probe(port: int) -> list[str]:
     """Docker health check: vLLM's /health (python3 is in every vLLM image; curl is not)."""
     script = (
@@ -154,7 +170,7 @@ class VllmServer(pulumi.ComponentResource):
             ipam_configs=[docker.NetworkIpamConfigArgs(subnet=str(c.subnet))],
             opts=child,
         )
-        start_period = int(config.smoke.deadline_seconds)
+
         self.container = docker.Container(
             f"{name}-vllm",
             name=c.name,
@@ -192,10 +208,11 @@ class VllmServer(pulumi.ComponentResource):
             restart=c.restart,
             healthcheck=docker.ContainerHealthcheckArgs(
                 tests=health_probe(config.serving.port),
-                interval="30s",
-                timeout="10s",
+                interval=go_duration(30),
+                timeout=go_duration(10),
                 retries=3,
-                start_period=f"{start_period}s",
+                # A load as long as the gate's deadline is normal (632 s weights on rtx5090).
+                start_period=go_duration(config.smoke.deadline_seconds),
             ),
             log_driver="json-file",
             log_opts={"max-size": c.log_max_size, "max-file": str(c.log_max_files)},

@@ -191,6 +191,9 @@ def test_container_runtime_settings(deployed: dict[str, Deployment], stack: str)
     assert network["ipv4Address"] == subnet.replace(".0/24", ".10")
     assert deployed[stack].options[f"{stack}-serving-vllm"].delete_before_replace is True
     assert inputs["healthcheck"]["tests"][:2] == ["CMD", "python3"]
+    # Go's duration spelling, as the provider reads it back (else every preview shows a change).
+    assert inputs["healthcheck"]["startPeriod"] == "30m0s"
+    assert inputs["healthcheck"]["interval"] == "30s"
 
 
 def test_ascend_seed_privileges_are_one_line_away() -> None:
