@@ -65,8 +65,9 @@ def _flag_value(value: Any) -> str:
 def render_argv(config: StackConfig) -> list[str]:
     """The `vllm serve` arguments: the model path, then one ``--flag[=value]`` per element.
 
-    >>> render_argv(cfg)[:3]   # doctest: +SKIP
-    ['/models/GLM-5.3-Flash-NVFP4', '--served-model-name=glm-5.3-flash', '--max-model-len=131072']
+    >>> from components.config import build_stack_config
+    >>> render_argv(build_stack_config({"hardware": "local"}))[:3]
+    ['/models/GLM-5.3-Flash-sim', '--port=8000', '--served-model-name=glm-5.3-flash']
     """
     serving = config.serving
     values = {**serving.model_dump(), "served_model_name": config.model.served_name}
