@@ -240,6 +240,11 @@ class ContainerConfig(_Model):
     log_max_files: int = Field(5, description="json-file log rotation: files kept.")
 
     @property
+    def log_opts(self) -> dict[str, str]:
+        """json-file rotation options, the same for every container of the stack."""
+        return {"max-size": self.log_max_size, "max-file": str(self.log_max_files)}
+
+    @property
     def subnet(self) -> ipaddress.IPv4Network:
         if self.network_subnet is not None:
             return ipaddress.IPv4Network(self.network_subnet)

@@ -416,10 +416,7 @@ class NginxFront(pulumi.ComponentResource):
             hosts=upstream_hosts(config),
             restart="unless-stopped",
             log_driver="json-file",
-            log_opts={
-                "max-size": config.container.log_max_size,
-                "max-file": str(config.container.log_max_files),
-            },
+            log_opts=config.container.log_opts,
             # A fixed container name and host port cannot exist twice: remove the old one first.
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )

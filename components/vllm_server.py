@@ -216,7 +216,7 @@ class VllmServer(pulumi.ComponentResource):
                 start_period=go_duration(config.smoke.deadline_seconds),
             ),
             log_driver="json-file",
-            log_opts={"max-size": c.log_max_size, "max-file": str(c.log_max_files)},
+            log_opts=c.log_opts,
             labels=[
                 docker.ContainerLabelArgs(label="glm53.hardware", value=config.hardware),
                 docker.ContainerLabelArgs(label="glm53.served-model", value=config.model.served_name),
