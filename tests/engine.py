@@ -28,10 +28,21 @@ PLUGIN_SOURCES = {
 COPIED = ["Pulumi.yaml", "__main__.py", "components", "images", "requirements.txt"]
 
 
-def engine_missing() -> str | None:
-    """Why the real engine cannot run here, or None."""
+def core_engine_missing() -> str | None:
+    """Why the CLI and the Python language host cannot run a program here, or None."""
     if shutil.which("pulumi") is None:
         return "the pulumi CLI is not on PATH (scripts/engine.sh builds it; make test puts it there)"
+    if shutil.which("pulumi-language-python") is None:
+        return "pulumi-language-python is not on PATH (scripts/engine.sh builds it)"
+    if not (PROJECT / ".venv" / "bin" / "python").exists():
+        return "no .venv (make test creates it)"
+    return None
+
+
+def engine_missing() -> str | None:
+    """Why the real engine cannot run the whole program here, or None."""
+    if core_engine_missing():
+        return core_engine_missing()
     for plugin, source in PLUGIN_SOURCES.items():
         if shutil.which(plugin) is None:
             return (
