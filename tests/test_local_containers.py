@@ -11,8 +11,10 @@ real images; what it does not: the provider's own behaviour (diffs, replacement 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -185,3 +187,24 @@ def test_the_weights_are_mounted_read_only(local_stack: tuple[Deployment, dict[s
         text=True,
     )
     assert result.returncode != 0 and "Read-only file system" in result.stderr
+
+
+def test_the_probe_measures_through_the_real_front(
+    local_stack: tuple[Deployment, dict[str, Any]], tmp_path: Path
+) -> None:
+    """The capacity probe, bounded, against the containers: front for requests, Prometheus for metrics."""
+    _, ports = local_stack
+    env = {**os.environ, "GLM_PROBE_KEY": TEST_API_KEYS["ci"]}
+    metrics = f"http://127.0.0.1:{ports['prometheus_port']}/federate?match[]=vllm:cache_config_info"
+    result = subprocess.run(
+        [sys.executable, "-m", "probe", "--endpoint", f"http://127.0.0.1:{ports['front_port']}/v1",
+         "--api-key-env", "GLM_PROBE_KEY", "--metrics-url", metrics, "--out", str(tmp_path),
+         "--time-budget", "90", "--max-requests", "80", "--metrics-lag", "6", "--quiet"],
+        cwd=PROJECT, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert result.returncode in (0, 1), result.stderr[-2000:]
+    report = json.loads((tmp_path / "probe-result.json").read_text())
+    # The simulator's default pool (4 x max_model_len), read through the real Prometheus.
+    assert report["kv_pool"]["tokens"] == 4 * 32768
+    assert (tmp_path / "probe-report.md").exists()
+    assert TEST_API_KEYS["ci"] not in (tmp_path / "probe-report.md").read_text() + result.stderr
