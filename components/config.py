@@ -452,10 +452,11 @@ def _engine_ready_timeout(c: StackConfig) -> float:
 
 def _check_engine_ready_timeout(c: StackConfig) -> str | None:
     load = c.facts.known_weights_load_seconds
-    if load is None or _engine_ready_timeout(c) > load:
+    timeout = _engine_ready_timeout(c)
+    if load is None or timeout > load:
         return None
     return (
-        f"glm:serving.env.VLLM_ENGINE_READY_TIMEOUT_S={_engine_ready_timeout(c):g} s (vLLM's default is "
+        f"glm:serving.env.VLLM_ENGINE_READY_TIMEOUT_S={timeout:g} s (vLLM's default is "
         f"{VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S}) is shorter than the {load:g} s the {c.hardware} weights "
         f"take to load: vLLM declares the engine dead mid-load. Fix: set it to 3600 as the seed does."
     )

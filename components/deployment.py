@@ -67,6 +67,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         Preflight(f"{stack}-preflight", config, secrets.ssh_private_key) if config.preflight.enabled else None
     )
     served = served_model(config)
+    served_fingerprint = fingerprint(served)
     promoted = promoted_image(config, served) if config.promote_from else None
     image = ServingImage(f"{stack}-image", config.image, pinned=promoted, opts=on_host)
     volume = ModelVolume(
@@ -120,11 +121,11 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         "prometheusUrl": monitoring.url,
         "cacheVolume": volume.cache_volume_name,
         "smoke": smoke.results,
-        "fingerprint": fingerprint(served),
+        "fingerprint": served_fingerprint,
         # Published only by an update whose gate passed: what a promotion may take.
         "verified": pulumi.Output.all(smoke.results, image.verified_ref).apply(
             lambda gate_and_ref: {
-                "fingerprint": fingerprint(served),
+                "fingerprint": served_fingerprint,
                 "servedModel": served,
                 "imageRef": gate_and_ref[1],
             }

@@ -42,12 +42,10 @@ def download_script(model: ModelConfig) -> str:
     """Shell that downloads the weights with the hub's CLI, then verifies them."""
     dest = shlex.quote(model.host_path)
     repo = shlex.quote(model.download.repo or "")
-    revision = "" if model.revision == "unpinned" else model.revision
+    rev = "" if model.revision == "unpinned" else f" --revision {shlex.quote(model.revision)}"
     if model.download.source == "modelscope":
-        rev = f" --revision {shlex.quote(revision)}" if revision else ""
         fetch = f"modelscope download --model {repo}{rev} --local_dir {dest}"
     else:
-        rev = f" --revision {shlex.quote(revision)}" if revision else ""
         fetch = f"huggingface-cli download {repo}{rev} --local-dir {dest}"
     return f"set -eu\nmkdir -p {dest}\n{fetch}\n" + verify_script(model)
 

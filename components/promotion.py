@@ -21,7 +21,7 @@ from typing import Any
 import pulumi
 
 from components.config import StackConfig
-from components.serving_image import PROJECT_DIR, context_hash
+from components.serving_image import build_tag
 from components.vllm_server import render_argv, render_env
 
 
@@ -29,7 +29,7 @@ def image_identity(config: StackConfig) -> str:
     """What the image *is*, known at preview: the content-hash tag of a build, or the reference."""
     build = config.image.to_build
     if build is not None:
-        return f"{build.repository}:{context_hash(PROJECT_DIR / build.context)}"
+        return build_tag(build.repository, build.context)
     assert config.image.reference is not None
     return config.image.reference
 

@@ -8,6 +8,7 @@ host (ascend, rtx5090).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,13 @@ def context_hash(context: Path) -> str:
         digest.update(path.relative_to(context).as_posix().encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+@functools.cache
+def build_tag(repository: str, context: str) -> str:
+    """``repository:<content hash of the context>`` — one hash per program run, shared by the
+    image build and the served-model fingerprint."""
+    return f"{repository}:{context_hash(PROJECT_DIR / context)}"
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,6 @@ class ServingImage(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         build = image.to_build
         if build is not None:
-            context = PROJECT_DIR / build.context
             if build.patches_dir:
                 problem = missing_patches(PROJECT_DIR / build.patches_dir)
                 if problem:
@@ -97,7 +104,7 @@ class ServingImage(pulumi.ComponentResource):
                         "to produce an unpatched image until then.",
                         resource=self,
                     )
-            tag = f"{build.repository}:{context_hash(context)}"
+            tag = build_tag(build.repository, build.context)
             built = docker.Image(
                 f"{name}-build",
                 image_name=tag,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 import pulumi
 from pulumi_command import local, remote
 
@@ -27,10 +29,4 @@ def host_command(
         port=host.ssh_port,
         private_key=ssh_private_key,
     )
-    return remote.Command(name, connection=connection, create=f"bash -c {_quote(script)}", opts=opts)
-
-
-def _quote(script: str) -> str:
-    import shlex
-
-    return shlex.quote(script)
+    return remote.Command(name, connection=connection, create=f"bash -c {shlex.quote(script)}", opts=opts)

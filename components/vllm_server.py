@@ -7,6 +7,7 @@ file shows up in ``pulumi preview --diff`` as exactly one changed element of ``c
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import pulumi
@@ -106,8 +107,6 @@ def render_devices(config: StackConfig) -> list[str]:
 
 def command_line(config: StackConfig) -> str:
     """The full command line, for reviewers and operators (shell-quoted)."""
-    import shlex
-
     return shlex.join(["vllm", "serve", *render_argv(config)])
 
 
