@@ -84,21 +84,15 @@ class GlmMocks(pulumi.runtime.Mocks):
         return {}
 
 
-class RecordingMocks(pulumi.runtime.Mocks):
-    """Records each registered resource by name, for one component built under mocks."""
+class RecordingMocks(GlmMocks):
+    """The program's mocks for one component: ``registered`` is (type, inputs) by name."""
 
     def __init__(self) -> None:
-        self.registered: dict[str, tuple[str, dict[str, Any]]] = {}
+        super().__init__(Deployment(), {})
 
-    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
-        self.registered[args.name] = (args.typ, dict(args.inputs))
-        outputs = dict(args.inputs)
-        if args.typ == "docker:index/remoteImage:RemoteImage":
-            outputs["imageId"] = f"sha256:{'ab' * 32}"
-        return f"{args.name}-id", outputs
-
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
-        return {}
+    @property
+    def registered(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        return {r.name: (r.type, r.inputs) for r in self.deployment.resources}
 
 
 def construct(build: Any) -> tuple[RecordingMocks, dict[str, Any]]:

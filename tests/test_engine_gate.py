@@ -45,10 +45,10 @@ import yaml
 from components.config import ALL_SMOKE_STEPS, build_stack_config
 from components.nginx_front import render_nginx_conf
 from components.vllm_server import render_argv
+from tests.conftest import PROJECT
 from tests.engine import PulumiProject, free_port
 from tests.test_smoke_gate import NGINX, Sim, start_sim, stop
 
-PROJECT = Path(__file__).resolve().parent.parent
 PROGRAM = Path(__file__).resolve().parent / "engine_gate_program"
 VENV = PROJECT / ".venv"
 STACK = "gate"

@@ -35,9 +35,8 @@ from pulumi.runtime import rpc
 
 from components.config import ConfigError, StackConfig, build_stack_config
 from components.nginx_front import CONF_PATH, TLS_DIR, NginxFront, public_url, render_nginx_conf
-from tests.conftest import construct
+from tests.conftest import PROJECT, construct
 
-PROJECT = Path(__file__).resolve().parent.parent
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 SERVED = "glm-5.3-flash"

@@ -39,8 +39,8 @@ from components.smoke_test import (
     stream_spread,
 )
 from components.vllm_server import render_argv
+from tests.conftest import PROJECT
 
-PROJECT = Path(__file__).resolve().parent.parent
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 KEY = "sk-smoke-test-0123456789abcdef0123"
