@@ -11,7 +11,7 @@ preview:   ## pulumi preview --diff of STACK (e.g. make preview STACK=a800)
 destroy:   ## destroy STACK (the weights and the JIT cache volume stay)
 	scripts/pulumi.sh destroy --yes -s $(STACK)
 images:    ## the local stack's offline base images
-	scripts/offline-images.sh
+	offline/images.sh
 engine:    ## the Pulumi CLI and plugins (installer, else Go build)
 	scripts/engine.sh
 lint:

@@ -113,7 +113,7 @@ class ServingImage(pulumi.ComponentResource):
                     context=build.context,
                     dockerfile=build.dockerfile,
                     args={"BASE_IMAGE": build.base_image},
-                    builder_version=docker.BuilderVersion.BUILDER_V1,
+                    builder_version=docker.BuilderVersion.BUILDER_BUILD_KIT,
                 ),
                 skip_push=True,
                 opts=child,

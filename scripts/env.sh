@@ -9,38 +9,54 @@ export PULUMI_SKIP_UPDATE_CHECK=true
 export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true
 # The weights folder the local stack mounts (a tiny fixture: the simulator reads no weights).
 GLM_LOCAL_WEIGHTS=/var/lib/glm53-local/models/GLM-5.3-Flash-sim
+# The local stack's secrets (its API key and passphrase salt) live in this copy of Pulumi.local.yaml,
+# outside the repository: the tracked file stays as committed.
+GLM_LOCAL_CONFIG=$GLM_STATE_DIR/Pulumi.local.yaml
 
 say() { echo "glm53: $*" >&2; }
 
+# ensure_packages COMMAND=PACKAGE…: install the Debian packages of missing commands (as root with
+# apt), else stop at once naming them.
+ensure_packages() {
+  local pair missing=()
+  for pair in "$@"; do
+    command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
+  done
+  ((${#missing[@]})) || return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    say "installing ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null &&
+      return 0
+  fi
+  say "missing packages: sudo apt-get install ${missing[*]}"
+  return 1
+}
+# What `make up` needs; what `make test` needs on top (real nginx, promtool, stand-in SSH hosts).
+UP_PACKAGES=(dockerd=docker.io debootstrap=debootstrap python3=python3-venv openssl=openssl)
+TEST_PACKAGES=(nginx=nginx promtool=prometheus sshd=openssh-server ssh=openssh-client ip=iproute2 nsenter=util-linux)
+
 ensure_passphrase() {
+  mkdir -p "$GLM_STATE_DIR/state"
   if [ -z "${PULUMI_CONFIG_PASSPHRASE:-}" ] && [ -z "${PULUMI_CONFIG_PASSPHRASE_FILE:-}" ]; then
-    mkdir -p "$GLM_STATE_DIR/state"
     if [ ! -s "$GLM_STATE_DIR/passphrase" ]; then
       (umask 077 && python3 -c 'import secrets; print(secrets.token_urlsafe(32))' >"$GLM_STATE_DIR/passphrase")
-      say "new secrets passphrase in $GLM_STATE_DIR/passphrase (keep it: it decrypts the stack's secrets)"
+      say "new secrets passphrase in $GLM_STATE_DIR/passphrase (keep it: it decrypts the stacks' secrets)"
     fi
     export PULUMI_CONFIG_PASSPHRASE_FILE="$GLM_STATE_DIR/passphrase"
   fi
-  mkdir -p "$GLM_STATE_DIR/state"
 }
 
 ensure_venv() {
   local stamp="$GLM_ROOT/.venv/.requirements.sha256" want
-  want=$(cat "$GLM_ROOT/requirements.txt" "$GLM_ROOT/requirements-dev.txt" | sha256sum | cut -c1-64)
-  if [ ! -x "$GLM_ROOT/.venv/bin/python" ]; then
-    say "creating .venv"
-    python3 -m venv "$GLM_ROOT/.venv"
-  fi
+  want=$(cat "$GLM_ROOT/requirements.txt" "$GLM_ROOT/requirements-dev.txt" "$GLM_ROOT/policy/requirements.txt" | sha256sum | cut -c1-64)
+  [ -x "$GLM_ROOT/.venv/bin/python" ] || { say "creating .venv"; python3 -m venv "$GLM_ROOT/.venv"; }
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     say "installing Python requirements"
     "$GLM_ROOT/.venv/bin/pip" install -q --disable-pip-version-check -r "$GLM_ROOT/requirements-dev.txt" >&2
     echo "$want" >"$stamp"
   fi
   export PATH="$GLM_ROOT/.venv/bin:$PATH"
-  # The Go-built language host (v3.79) no longer receives Pulumi.yaml's `virtualenv:` from the
-  # 3.274 CLI: name the interpreter explicitly. The dynamic provider imports `components`.
-  export PULUMI_PYTHON_CMD="$GLM_ROOT/.venv/bin/python"
-  export PYTHONPATH="$GLM_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 }
 
 ensure_docker() {
@@ -51,44 +67,20 @@ ensure_docker() {
     setsid nohup dockerd --iptables=false >/var/log/glm53-dockerd.log 2>&1 </dev/null &
     for _ in $(seq 60); do docker info >/dev/null 2>&1 && return 0; sleep 1; done
   fi
-  say "no Docker engine answers: install docker.io and start dockerd"
+  say "no Docker engine answers: start dockerd (sudo dockerd, or systemctl start docker)"
   return 1
 }
 
-# Puts the engine's bin dir on PATH. engine.sh exits 3 when some binaries could not be had (here:
-# the docker and command providers, whose modules the Go proxy refuses); that is reported, not
-# fatal: what needs them says so (`require_providers`), and the e2e tests skip with the reason.
+# The CLI and language host on PATH, the providers in Pulumi's plugin cache (scripts/engine.sh).
 ensure_engine() {
   local out status=0
   out=$("$GLM_ROOT/scripts/engine.sh") || status=$?
   [ -n "$out" ] && export PATH="$(tail -n 1 <<<"$out"):$PATH"
-  case $status in
-    0) ;;
-    3) say "the Pulumi engine is incomplete: $(missing_engine_binaries | tr '\n' ' ')" ;;
-    *) say "scripts/engine.sh failed ($status)"; return "$status" ;;
-  esac
+  [ "$status" = 0 ] || say "the Pulumi engine is incomplete (docs/engine-build.md)"
+  return "$status"
 }
 
-missing_engine_binaries() {
-  local b
-  for b in pulumi pulumi-language-python pulumi-resource-docker pulumi-resource-command; do
-    command -v "$b" >/dev/null || echo "$b"
-  done
-}
-
-require_providers() {
-  local missing
-  missing=$(missing_engine_binaries)
-  [ -z "$missing" ] && return 0
-  say "cannot run pulumi here: missing $(echo $missing). On a machine that reaches get.pulumi.com,"
-  say "scripts/engine.sh installs them (pulumi plugin install resource docker 4.11.0 / command 1.2.1);"
-  say "here the Go module proxy refuses their modules (docs/engine-build.md)."
-  return 3
-}
-
-ensure_local_images() {
-  "$GLM_ROOT/scripts/offline-images.sh"
-}
+ensure_local_images() { "$GLM_ROOT/offline/images.sh"; }
 
 ensure_local_weights() {
   [ -f "$GLM_LOCAL_WEIGHTS/model.safetensors.index.json" ] && return 0
@@ -103,22 +95,55 @@ JSON
   printf '\0\0\0\0\0\0\0\0' >"$GLM_LOCAL_WEIGHTS/model-00001-of-00001.safetensors"
 }
 
-# The local stack's API key: generated once into the stack's encrypted config.
-ensure_local_key() {
-  if ! pulumi config get --path 'glm:apiKeys.local' -s local >/dev/null 2>&1; then
-    say "generating the local stack's API key (pulumi config get --path glm:apiKeys.local -s local)"
-    python3 -c 'import secrets; print("sk-local-" + secrets.token_hex(20))' \
-      | pulumi config set --secret --path 'glm:apiKeys.local' -s local >/dev/null
-  fi
+# The user's copy of Pulumi.local.yaml: the tracked settings, plus this user's salt and key
+# (the salt is taken from the tracked file when `stack init` has just written it there).
+sync_local_config() {
+  python3 - "$GLM_ROOT/Pulumi.local.yaml" "$GLM_LOCAL_CONFIG" <<'PY'
+import sys, yaml
+tracked, mine = sys.argv[1], sys.argv[2]
+with open(tracked) as f:
+    want = yaml.safe_load(f) or {}
+try:
+    with open(mine) as f:
+        have = yaml.safe_load(f) or {}
+except FileNotFoundError:
+    have = {}
+if "encryptionsalt" in have:
+    want["encryptionsalt"] = have["encryptionsalt"]
+config = want.setdefault("config", {})
+if "glm:apiKeys" in have.get("config", {}):
+    config["glm:apiKeys"] = have["config"]["glm:apiKeys"]
+with open(mine, "w") as f:
+    f.write("# Made by scripts/env.sh from the repository's Pulumi.local.yaml; holds this user's local key.\n")
+    yaml.safe_dump(want, f, sort_keys=False)
+PY
 }
 
+# ensure_stack STACK: select it, creating it on first use (a new user never needs `stack init`).
 ensure_stack() {
-  local stack=$1
-  pulumi stack select "$stack" >/dev/null 2>&1 || pulumi stack init "$stack" >/dev/null
+  local tracked
+  [ "$1" = local ] && sync_local_config
+  pulumi stack select "$1" >/dev/null 2>&1 && return 0
+  say "creating stack $1 in $PULUMI_BACKEND_URL"
+  [ "$1" = local ] || { pulumi stack init "$1" >/dev/null; return; }
+  # `stack init` writes the passphrase salt into the tracked file: move it to the user's copy.
+  tracked=$(cat "$GLM_ROOT/Pulumi.local.yaml")
+  pulumi stack init local >/dev/null
+  sync_local_config
+  printf '%s\n' "$tracked" >"$GLM_ROOT/Pulumi.local.yaml"
+}
+
+# The local stack's API key: generated once into the user's copy of its config.
+ensure_local_key() {
+  pulumi config get --path 'glm:apiKeys.local' -s local --config-file "$GLM_LOCAL_CONFIG" >/dev/null 2>&1 && return 0
+  say "generating the local stack's API key"
+  python3 -c 'import secrets; print("sk-local-" + secrets.token_hex(20))' |
+    pulumi config set --secret --path 'glm:apiKeys.local' -s local --config-file "$GLM_LOCAL_CONFIG" >/dev/null
 }
 
 # Everything the local stack (and the tests that run its parts) needs on this machine.
 ensure_local_prerequisites() {
+  ensure_packages "${UP_PACKAGES[@]}"
   ensure_venv
   ensure_docker
   ensure_engine

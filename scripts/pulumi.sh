@@ -1,10 +1,26 @@
 #!/usr/bin/env bash
-# The Pulumi CLI with this project's environment (venv, engine, file backend, passphrase):
-#   scripts/pulumi.sh preview -s a800 --diff
+# The pulumi CLI with this project's environment (venv, engine, file backend, passphrase):
+#   scripts/pulumi.sh preview --diff -s a800
+# The stack named by -s/--stack is created on first use. The local stack reads its config from the
+# user's copy of Pulumi.local.yaml (scripts/env.sh), so its key never lands in the repository.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$GLM_ROOT"
 ensure_venv
 ensure_engine
 ensure_passphrase
-exec pulumi "$@"
+
+stack=
+args=("$@")
+for i in "${!args[@]}"; do
+  case ${args[$i]} in
+    -s | --stack) stack=${args[$((i + 1))]:-} ;;
+    -s=* | --stack=*) stack=${args[$i]#*=} ;;
+  esac
+done
+[ -n "$stack" ] && ensure_stack "$stack"
+# Only these subcommands read stack config (and accept --config-file).
+if [ "$stack" = local ]; then
+  case ${1:-} in up | preview | destroy | refresh | config | import | watch) args+=(--config-file "$GLM_LOCAL_CONFIG") ;; esac
+fi
+exec pulumi "${args[@]}"

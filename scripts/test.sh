@@ -4,11 +4,7 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$GLM_ROOT"
-ensure_local_prerequisites
-say "ruff"
-ruff check .
-ruff format --check .
-say "mypy"
-mypy
-say "pytest"
+ensure_packages "${TEST_PACKAGES[@]}"
+ensure_local_prerequisites || say "continuing: the tests that need what is missing skip with the reason"
+make --no-print-directory lint
 exec python -m pytest "$@"

@@ -3,17 +3,13 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$GLM_ROOT"
-ensure_venv
-ensure_engine
-require_providers # before the slow steps: say at once what cannot work here
 ensure_local_prerequisites
 ensure_stack local
 ensure_local_key
-pulumi up --yes --skip-preview -s local
-endpoint=$(pulumi stack output endpoint -s local)
+pulumi up --yes --skip-preview -s local --config-file "$GLM_LOCAL_CONFIG"
 cat <<MSG
 
-The local stack answers at $endpoint (the smoke gate passed).
-  export GLM_API_KEY="\$(PULUMI_CONFIG_PASSPHRASE_FILE=$PULUMI_CONFIG_PASSPHRASE_FILE PULUMI_BACKEND_URL=$PULUMI_BACKEND_URL pulumi config get --path glm:apiKeys.local -s local)"
+The local stack answers at $(pulumi stack output endpoint -s local) (the smoke gate passed).
+  export GLM_API_KEY="\$($GLM_ROOT/scripts/pulumi.sh config get --path glm:apiKeys.local -s local)"
   $(pulumi stack output curl -s local)
 MSG

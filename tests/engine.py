@@ -6,6 +6,7 @@ and the state lives in a temporary file backend.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -16,44 +17,49 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 PROJECT = Path(__file__).resolve().parent.parent
-# Where scripts/engine.sh builds each plugin from when the official installer is out of reach.
-PLUGIN_SOURCES = {
-    "pulumi-language-python": "github.com/pulumi/pulumi/sdk/v3 python/cmd/pulumi-language-python",
-    "pulumi-resource-docker": "github.com/pulumi/pulumi-docker/provider/v4 (v4.11.0 = "
-    "v4.0.0-20251224124537-d8e789826ba1) and github.com/kreuzwerker/terraform-provider-docker",
-    "pulumi-resource-command": "github.com/pulumi/pulumi-command/provider (v1.2.1 = "
-    "v0.0.0-20260303235922-7f3eb6f3b77c)",
-}
 COPIED = ["Pulumi.yaml", "__main__.py", "components", "images", "requirements.txt"]
+PROVIDERS = ("docker", "command")
 
 
 def core_engine_missing() -> str | None:
     """Why the CLI and the Python language host cannot run a program here, or None."""
     if shutil.which("pulumi") is None:
-        return "the pulumi CLI is not on PATH (scripts/engine.sh builds it; make test puts it there)"
+        return "the pulumi CLI is not on PATH (scripts/engine.sh gets it; make test puts it there)"
     if shutil.which("pulumi-language-python") is None:
-        return "pulumi-language-python is not on PATH (scripts/engine.sh builds it)"
+        return "pulumi-language-python is not on PATH (scripts/engine.sh gets it)"
     if not (PROJECT / ".venv" / "bin" / "python").exists():
         return "no .venv (make test creates it)"
     return None
 
 
+@functools.cache
 def engine_missing() -> str | None:
     """Why the real engine cannot run the whole program here, or None."""
     if core_engine_missing():
         return core_engine_missing()
-    for plugin, source in PLUGIN_SOURCES.items():
-        if shutil.which(plugin) is None:
+    listed = subprocess.run(["pulumi", "plugin", "ls", "--json"], capture_output=True, text=True)
+    installed = {p.get("name") for p in json.loads(listed.stdout or "[]") if p.get("kind") == "resource"}
+    for provider in PROVIDERS:
+        if provider not in installed:
             return (
-                f"{plugin} is not on PATH: scripts/engine.sh could not get it (no official installer "
-                f"reachable, and the Go module proxy refuses {source}; see docs/engine-build.md)"
+                f"the {provider} provider is not in Pulumi's plugin cache: scripts/engine.sh installs it "
+                "(the official installer, or a build from source: docs/engine-build.md)"
             )
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         return "no Docker engine answers (start dockerd)"
-    if not (PROJECT / ".venv" / "bin" / "python").exists():
-        return "no .venv (make test creates it)"
     return None
+
+
+def without_secrets(stack_file: Path) -> str:
+    """A stack file's text with a user's passphrase salt and encrypted values left out: the copies
+    get their own secrets, under the tests' own passphrase."""
+    data = yaml.safe_load(stack_file.read_text()) or {}
+    data.pop("encryptionsalt", None)
+    data["config"] = {k: v for k, v in (data.get("config") or {}).items() if "secure" not in json.dumps(v)}
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def free_port() -> int:
@@ -79,7 +85,7 @@ class PulumiProject:
             else:
                 shutil.copy2(source, into / name)
         for stack_file in PROJECT.glob("Pulumi.*.yaml"):
-            shutil.copy2(stack_file, into / stack_file.name)
+            (into / stack_file.name).write_text(without_secrets(stack_file))
         (into / ".venv").symlink_to(PROJECT / ".venv")
         (into / "state").mkdir()
         return cls(into)
@@ -92,7 +98,6 @@ class PulumiProject:
             PULUMI_CONFIG_PASSPHRASE="e2e-only-passphrase",
             PULUMI_SKIP_UPDATE_CHECK="true",
             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
-            PULUMI_HOME=str(self.root / "pulumi-home"),
         )
         env.pop("PULUMI_CONFIG_PASSPHRASE_FILE", None)
         return env

@@ -40,7 +40,7 @@ def _docker_missing() -> str | None:
         return "no Docker engine answers (start dockerd)"
     for image in LOCAL_IMAGES:
         if subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode:
-            return f"local image {image} is missing (scripts/offline-images.sh makes it)"
+            return f"local image {image} is missing (offline/images.sh makes it)"
     if not (WEIGHTS / "config.json").exists():
         return f"the local weights fixture {WEIGHTS} is missing (make test writes it)"
     return None

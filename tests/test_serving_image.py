@@ -93,13 +93,13 @@ def test_tag_changes_when_a_patch_changes_and_ignores_pycache(tmp_path: Path) ->
         ["docker", "image", "inspect", "glm53-local/python:bookworm"], capture_output=True
     ).returncode
     != 0,
-    reason="needs dockerd and the local base image (scripts/offline-images.sh)",
+    reason="needs dockerd and the local base image (offline/images.sh)",
 )
 def test_real_docker_build_refuses_an_unpatched_image(tmp_path: Path) -> None:
     context = tmp_path / "a800"
     shutil.copytree(PROJECT / "images" / "a800", context)
     result = subprocess.run(
-        ["docker", "build", "--build-arg", "BASE_IMAGE=glm53-local/python:bookworm", "-t", "glm53-unpatched-test", str(context)],
+        ["docker", "build", "--force-rm", "--build-arg", "BASE_IMAGE=glm53-local/python:bookworm", "-t", "glm53-unpatched-test", str(context)],
         capture_output=True, text=True, env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/bin:/bin:/usr/sbin"}, timeout=300,
     )  # fmt: skip
     subprocess.run(["docker", "image", "rm", "glm53-unpatched-test"], capture_output=True)

@@ -4,13 +4,17 @@
 # per role. On a machine that reaches a registry the stack's defaults (python:3.11-slim, nginx,
 # prom/prometheus) are the right images and this script is not needed.
 #
-#   scripts/offline-images.sh            # builds what is missing
-#   FORCE=1 scripts/offline-images.sh    # rebuilds
+#   offline/images.sh            # builds what is missing
+#   FORCE=1 offline/images.sh    # rebuilds
+#   MIRROR=http://… offline/images.sh
 set -euo pipefail
 
 SUITE=${SUITE:-bookworm}
-MIRROR=${MIRROR:-$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)}
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
+# The Debian mirror this machine's apt already uses for SUITE (whatever sources format it is in).
+apt_mirror() {
+  apt-get indextargets --format '$(REPO_URI)' "Codename: $SUITE" "Identifier: Packages" "Component: main" \
+    2>/dev/null | head -n 1
+}
 PREFIX=glm53-local
 ROLES=(python nginx prometheus)
 
@@ -28,6 +32,8 @@ if [ -z "${FORCE:-}" ] && have_all; then
 fi
 
 command -v debootstrap >/dev/null || { log "installing debootstrap"; apt-get install -y -q debootstrap >&2; }
+MIRROR=${MIRROR:-$(apt_mirror)}
+[ -n "$MIRROR" ] || { log "apt has no $SUITE main source to debootstrap from: set MIRROR=http://…/debian"; exit 1; }
 
 work=$(mktemp -d /var/tmp/glm53-rootfs.XXXXXX)
 trap 'rm -rf "$work"' EXIT
