@@ -12,7 +12,7 @@ destroy:   ## destroy STACK (the weights and the JIT cache volume stay)
 	scripts/pulumi.sh destroy --yes -s $(STACK)
 images:    ## the local stack's offline base images
 	offline/images.sh
-engine:    ## the Pulumi CLI and plugins (installer, else Go build)
+engine:    ## the Pulumi engine (cache, else installer, else from source: GLM_ENGINE_SOURCES=DIR)
 	scripts/engine.sh
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy

@@ -1,66 +1,176 @@
-"""Times of the real engine on the local stack: up (cold, warm), no-op up, preview per stack, destroy.
+"""Times of the real engine on the local stack, against the seeds' way of deploying (a shell script).
 
-    .venv/bin/python benchmarks/pulumi_times.py          # needs the complete engine and dockerd
+    .venv/bin/python benchmarks/pulumi_times.py [--runs 3] [--skip-make-up]
 
-Cold: first `up` on a fresh state (images built, containers created, gate waits for the simulator).
-Warm: `up` after `destroy`, with the images and the JIT cache volume still on the host.
-Prints one line per figure; with an incomplete engine it prints why and exits 2.
+Needs the complete engine and dockerd (make test sets both up). For each figure it prints the
+median, min and max of ``--runs`` runs:
+
+- cold ``make up`` on a fresh ``git clone`` (its own venv and state; the engine cache and the local
+  base images warm). Needs the default local stack's ports (8080, 9090) free; skipped otherwise;
+- warm ``pulumi up`` to a passing gate (after ``destroy``: images and the JIT cache volume stay);
+- no-op preview, no-op up;
+- ``up --refresh`` after the vLLM container was removed (re-created, gate re-run);
+- destroy;
+- the seeds' way: a shell script with the same three ``docker run`` (the images, argv and config
+  files taken from what ``pulumi up`` deployed), polling ``/v1/models`` and asking 13×17.
+
+and ``pulumi up`` ÷ script as a ratio.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import shlex
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.engine import PulumiProject, engine_missing, free_port
+from tests.engine import PROJECT, PulumiProject, engine_missing, free_port
 
 KEY = "sk-bench-0123456789abcdef0123"
 
 
+def timed(fn) -> float:  # type: ignore[no-untyped-def]
+    start = time.monotonic()
+    fn()
+    return time.monotonic() - start
+
+
+def sh(cmd: str, **kwargs) -> str:  # type: ignore[no-untyped-def]
+    return subprocess.run(cmd, shell=True, check=True, capture_output=True, text=True, **kwargs).stdout
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def cold_make_up(runs: int) -> list[float]:
+    """`make up` on a fresh clone with its own state dir; destroyed after each run."""
+    times = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            clone = Path(tmp) / "glm"
+            sh(f"git clone -q {shlex.quote(str(PROJECT))} {shlex.quote(str(clone))}")
+            env_prefix = f"GLM_STATE_DIR={shlex.quote(tmp)}/state"
+            try:
+                times.append(timed(lambda: sh(f"{env_prefix} make -C {clone} up")))
+            finally:
+                subprocess.run(
+                    f"{env_prefix} {clone}/scripts/pulumi.sh destroy --yes -s local",
+                    shell=True,
+                    capture_output=True,
+                )
+    return times
+
+
+def deployed_as_script(project: PulumiProject, name: str, port: int, workdir: Path) -> str:
+    """The three `docker run`s of what `pulumi up` deployed, as a seed-style shell script."""
+    network = json.loads(sh(f"docker network inspect {name}-net"))[0]
+    subnet = network["IPAM"]["Config"][0]["Subnet"]
+    lines = ["set -eu", f"docker network create --subnet {subnet} bench-net >/dev/null"]
+    for role in ("", "-nginx", "-prometheus"):
+        info = json.loads(sh(f"docker inspect {name}{role}"))[0]
+        ip = info["NetworkSettings"]["Networks"][f"{name}-net"]["IPAddress"]
+        args = ["docker", "run", "-d", "--name", f"bench{role or '-vllm'}", "--network", "bench-net", "--ip", ip]
+        for mount in info["Mounts"]:
+            if mount["Type"] == "bind":
+                args += ["-v", f"{mount['Source']}:{mount['Destination']}:ro"]
+        for upload in ("/etc/nginx/nginx.conf", "/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml"):
+            local = workdir / f"{role.strip('-') or 'vllm'}-{Path(upload).name}"
+            if subprocess.run(["docker", "cp", f"{name}{role}:{upload}", str(local)], capture_output=True).returncode == 0:
+                args += ["-v", f"{local}:{upload}:ro"]
+        for binding in (info["HostConfig"].get("PortBindings") or {}).values():
+            for b in binding:
+                args += ["-p", f"{b['HostIp'] or '0.0.0.0'}:{b['HostPort']}:{b['HostPort']}"]
+        args += [f"--entrypoint={info['Config']['Entrypoint'][0]}"] if info["Config"]["Entrypoint"] else []
+        args += ["--shm-size", str(info["HostConfig"]["ShmSize"])]
+        args += [info["Config"]["Image"], *(info["Config"]["Entrypoint"] or [])[1:], *(info["Config"]["Cmd"] or [])]
+        lines.append(shlex.join(args) + " >/dev/null")
+    body = json.dumps({"model": project.outputs("local")["servedModelName"], "messages": [{"role": "user", "content": "What is 13*17?"}]})
+    url = f"http://127.0.0.1:{port}/v1"
+    lines += [
+        f'until curl -sf -H "Authorization: Bearer {KEY}" {url}/models >/dev/null; do sleep 0.2; done',
+        f"curl -sf {url}/chat/completions -H 'Authorization: Bearer {KEY}' -H 'Content-Type: application/json' "
+        f"-d {shlex.quote(body)} | grep -q '\"content\":\"221\"'",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def clean_script_run() -> None:
+    subprocess.run("docker rm -f bench-vllm bench-nginx bench-prometheus; docker network rm bench-net", shell=True, capture_output=True)
+
+
+def summary(label: str, times: list[float]) -> str:
+    return f"{label:42s} median {statistics.median(times):6.2f} s   min {min(times):6.2f}   max {max(times):6.2f}   (n={len(times)})"
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--skip-make-up", action="store_true")
+    args = parser.parse_args()
     missing = engine_missing()
     if missing:
         print(f"pulumi_times: cannot run: {missing}")
         return 2
+    figures: dict[str, list[float]] = {}
+    if args.skip_make_up:
+        print("cold make up: skipped (--skip-make-up)")
+    elif not (port_free(8080) and port_free(9090)):
+        print("cold make up: skipped: the default local stack's ports 8080/9090 are taken (make destroy first)")
+    else:
+        figures["cold make up (fresh clone, warm engine)"] = cold_make_up(args.runs)
+
     with tempfile.TemporaryDirectory() as tmp:
         project = PulumiProject.copy_of_repo(Path(tmp) / "glm")
         port = free_port()
         name = f"glm53-bench-{port}"
         project.init_stack(
             "local",
-            config={
-                "glm:front.port": str(port),
-                "glm:monitoring.port": str(free_port()),
-                "glm:container.name": name,
-            },
+            config={"glm:front.port": str(port), "glm:monitoring.port": str(free_port()), "glm:container.name": name},
             secrets={"glm:apiKeys.bench": KEY},
         )
+
+        def run(*cmd: str) -> None:
+            project.run(*cmd, "-s", "local")
+
         try:
-            project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (cold)")
-            project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (no-op)")
-            project.run("preview", "-s", "local", label="preview local (no changes)")
-            project.run("destroy", "--yes", "-s", "local", label="destroy")
-            project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (warm)")
-            for stack in ("a800", "ascend", "rtx5090"):
-                project.init_stack(stack, config={}, secrets={"glm:apiKeys.bench": KEY})
-                project.run(
-                    "preview",
-                    "-s",
-                    stack,
-                    label=f"preview {stack}",
-                    extra_env={"GLM_DOCKER_HOST": "unix:///var/run/docker.sock"},
+            run("up", "--yes", "--skip-preview")
+            for key in ("warm up to gate passed", "no-op preview", "no-op up", "refresh-up (vLLM removed)", "destroy"):
+                figures[key] = []
+            for _ in range(args.runs):
+                figures["no-op preview"].append(timed(lambda: run("preview", "--expect-no-changes")))
+                figures["no-op up"].append(timed(lambda: run("up", "--yes", "--skip-preview")))
+                sh(f"docker rm -f {name}")
+                figures["refresh-up (vLLM removed)"].append(timed(lambda: run("up", "--yes", "--skip-preview", "--refresh")))
+                script = deployed_as_script(project, name, port, Path(tmp))
+                figures["destroy"].append(timed(lambda: run("destroy", "--yes")))
+                figures["warm up to gate passed"].append(timed(lambda: run("up", "--yes", "--skip-preview")))
+            figures["seed-style shell script to 221"] = []
+            run("destroy", "--yes")
+            (Path(tmp) / "deploy.sh").write_text(script)
+            for _ in range(args.runs):
+                clean_script_run()
+                figures["seed-style shell script to 221"].append(
+                    timed(lambda: sh(f"timeout 120 bash {tmp}/deploy.sh"))
                 )
         finally:
+            clean_script_run()
             project.run("destroy", "--yes", "-s", "local", check=False)
             subprocess.run(["docker", "volume", "rm", f"{name}-jit-cache"], capture_output=True)
-        for label, seconds in project.timings.items():
-            print(f"{label:32s} {seconds:7.1f} s")
-        cold, warm = project.timings["up (cold)"], project.timings["up (warm)"]
-        print(f"{'warm/cold up':32s} {warm / cold:7.2f}x")
+
+    for label, times in figures.items():
+        print(summary(label, times))
+    up, script = (statistics.median(figures[k]) for k in ("warm up to gate passed", "seed-style shell script to 221"))
+    print(f"{'pulumi up ÷ shell script (medians)':42s} {up / script:6.2f}x")
     return 0
 
 

@@ -12,15 +12,10 @@ state → one vLLM flag changed: ``preview --diff`` shows exactly that argv elem
 gate → simulator stopped and a flag changed: ``up`` fails with the gate's step message and the state
 keeps the last passing gate → ``destroy`` (delete is a no-op).
 
-Two workarounds for the old (v3.79) language host under the v3.274.1 engine, both measured:
-
-* it ignores ``runtime.options.virtualenv`` (the new engine no longer passes it as the ``-virtualenv``
-  flag the old host reads) and runs the program with the ``python3`` first on PATH, so the test sets
-  ``PULUMI_PYTHON_CMD`` to the venv's python and checks the program's ``sys.prefix``. The dynamic
-  provider (a script from v3.274.1) does get the option (``PULUMI_RUNTIME_VIRTUALENV``), as an
-  absolute path: a relative one would be resolved against the provider's working directory.
-* the provider is pickled by reference (``components.smoke_test.SmokeTestProvider``), so the provider
-  process must import ``components``: ``PYTHONPATH`` is the repo root.
+The provider is pickled by reference (``components.smoke_test.SmokeTestProvider``), so the provider
+process must import ``components``; this program lives outside the repository, so ``PYTHONPATH`` is
+the repo root. (The main program needs no such thing: the repository is its working directory.) The
+language host honours ``runtime.options.virtualenv``: the test checks the program's ``sys.prefix``.
 """
 
 from __future__ import annotations
@@ -76,7 +71,7 @@ pytestmark = pytest.mark.skipif(gate_engine_missing() is not None, reason=str(ga
 
 @dataclass
 class GateProject(PulumiProject):
-    """The gate program in a temp dir, run with the workarounds in the module docstring."""
+    """The gate program in a temp dir (see the module docstring for its environment)."""
 
     @classmethod
     def copy_of_program(cls, into: Path) -> GateProject:
@@ -92,7 +87,6 @@ class GateProject(PulumiProject):
     def env(self) -> dict[str, str]:
         return {
             **super().env,
-            "PULUMI_PYTHON_CMD": str(VENV / "bin" / "python"),
             "PYTHONPATH": str(PROJECT),
             "GLM_REPO_ROOT": str(PROJECT),
         }

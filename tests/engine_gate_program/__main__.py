@@ -4,8 +4,8 @@ The config is read like the main program's (``glm:*`` objects over the ``local``
 by ``build_stack_config``); the front is given as ``glm:frontUrl`` instead of being created, the
 metrics URL as ``glm:smoke.metricsUrl``, the key as the secret ``glm:apiKeys`` (first by name, as
 components/deployment.py picks it). No Docker or command resources: only the dynamic provider runs.
-Run by tests/test_engine_gate.py on a copy of this folder (it sets PULUMI_PYTHON_CMD, PYTHONPATH and
-GLM_REPO_ROOT; see its docstring for why).
+Run by tests/test_engine_gate.py on a copy of this folder (it sets PYTHONPATH and GLM_REPO_ROOT; see
+its docstring for why).
 """
 
 import os
@@ -42,6 +42,5 @@ smoke = SmokeTest(
     metrics_url=stack_config.smoke.metrics_url,
 )
 pulumi.export("smoke", smoke.results)
-# Which interpreter ran the program: the v3.79 language host ignores `virtualenv` under the v3.274
-# engine and runs the first python3 on PATH unless PULUMI_PYTHON_CMD is set (the test checks this).
+# Which interpreter ran the program: the language host must honour Pulumi.yaml's `virtualenv`.
 pulumi.export("programPython", sys.prefix)
