@@ -15,9 +15,10 @@ import copy
 import hashlib
 import ipaddress
 import json
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from components.profiles import DEFAULTS, FACTS, HardwareFacts
@@ -34,6 +35,67 @@ CACHE_MOUNT_PATH = "/var/cache/glm53"
 
 class ConfigError(ValueError):
     """A stack configuration that must not be deployed; the message says what to change."""
+
+
+# ---- value types: a bad value names its key (``_explain`` adds it), the value and the fix -------
+
+_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?[kKmMgGtT]")
+_NGINX_SIZE = re.compile(r"[0-9]+[kKmMgG]?")
+# Prometheus' model.ParseDuration, the parser promtool runs: units largest first, each at most once.
+_PROMETHEUS_DURATION = re.compile(
+    r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?"
+)
+
+
+def _docker_size(value: str) -> str:
+    if not _SIZE.fullmatch(value):
+        raise ValueError(f"{value!r} is not a size. Fix: a number with a unit k, m, g or t, e.g. 64g")
+    return value
+
+
+def _nginx_size(value: str) -> str:
+    if not _NGINX_SIZE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an nginx size. Fix: a number with an optional k, m or g suffix, e.g. 20m"
+        )
+    return value
+
+
+def _prometheus_duration(value: str) -> str:
+    if value == "0" or not value or not _PROMETHEUS_DURATION.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Prometheus duration (promtool refuses it). Fix: a number with a "
+            "unit, units largest first, e.g. 15s, 2m or 1m30s"
+        )
+    return value
+
+
+def _nonzero_duration(value: str) -> str:
+    if not re.search(r"[1-9]", _prometheus_duration(value)):
+        raise ValueError(f"{value!r} is zero. Fix: a positive duration, e.g. 15s")
+    return value
+
+
+def _at_least_one_second(value: int) -> int:
+    if value < 1:
+        raise ValueError(f"{value} s: every request would time out. Fix: at least 1 s; the seed uses 600")
+    return value
+
+
+def _positive(value: int) -> int:
+    if value <= 0:
+        raise ValueError(
+            f"{value} must be greater than 0. Fix: a positive number (README's config table has the default)"
+        )
+    return value
+
+
+Positive = Annotated[int, AfterValidator(_positive)]
+DockerSize = Annotated[str, AfterValidator(_docker_size)]
+NginxSize = Annotated[str, AfterValidator(_nginx_size)]
+PrometheusDuration = Annotated[str, AfterValidator(_prometheus_duration)]
+Timeout = Annotated[int, AfterValidator(_at_least_one_second)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
 class _Model(BaseModel):
@@ -142,8 +204,8 @@ class ModelConfig(_Model):
     directory: str = Field(description="Weights folder name inside `hostDir`.")
     served_name: str = Field(description="`--served-model-name`: the model id clients send.")
     revision: str = Field("unpinned", description="Weights revision, part of the served-model fingerprint.")
-    weights_gib: float = Field(description="Total weights size in GiB, for the fit check.")
-    max_context_length: int = Field(description="The model's own context limit in tokens.")
+    weights_gib: float = Field(description="Total weights size in GiB, for the fit check.", ge=0)
+    max_context_length: Positive = Field(description="The model's own context limit in tokens.")
     download: DownloadConfig = Field(default_factory=DownloadConfig)
 
     @property
@@ -160,15 +222,15 @@ class ServingConfig(_Model):
 
     host: str | None = Field(None, description="`--host`.")
     port: int = Field(8000, description="`--port`: vLLM's port inside the private network.")
-    max_model_len: int = Field(description="`--max-model-len`.")
-    tensor_parallel_size: int = Field(description="`--tensor-parallel-size`.")
+    max_model_len: Positive = Field(description="`--max-model-len`.")
+    tensor_parallel_size: Positive = Field(description="`--tensor-parallel-size`.")
     enable_expert_parallel: bool = Field(False, description="`--enable-expert-parallel`.")
     seed: int | None = Field(None, description="`--seed`.")
     safetensors_load_strategy: str | None = Field(None, description="`--safetensors-load-strategy`.")
     kv_cache_dtype: str | None = Field(None, description="`--kv-cache-dtype`.")
-    block_size: int | None = Field(None, description="`--block-size`.")
-    max_num_seqs: int = Field(description="`--max-num-seqs`.")
-    max_num_batched_tokens: int | None = Field(None, description="`--max-num-batched-tokens`.")
+    block_size: Positive | None = Field(None, description="`--block-size`.")
+    max_num_seqs: Positive = Field(description="`--max-num-seqs`.")
+    max_num_batched_tokens: Positive | None = Field(None, description="`--max-num-batched-tokens`.")
     gpu_memory_utilization: float = Field(description="`--gpu-memory-utilization`.", gt=0, le=1)
     quantization: str | None = Field(None, description="`--quantization`.")
     moe_backend: str | None = Field(None, description="`--moe-backend`.")
@@ -186,7 +248,7 @@ class ServingConfig(_Model):
     limit_mm_per_prompt: dict[str, int] | None = Field(None, description="`--limit-mm-per-prompt`.")
     compilation_config: dict[str, Any] | None = Field(None, description="`--compilation-config`.")
     additional_config: dict[str, Any] | None = Field(None, description="`--additional-config`.")
-    api_server_count: int | None = Field(None, description="`--api-server-count`.")
+    api_server_count: Positive | None = Field(None, description="`--api-server-count`.")
     extra_args: list[str] = Field(
         default_factory=list, description="Appended verbatim (the seed's EXTRA_ARGS knob)."
     )
@@ -218,7 +280,7 @@ class ContainerConfig(_Model):
         default_factory=list, description="Extra device nodes (Ascend control devices)."
     )
     mounts: list[MountConfig] = Field(default_factory=list, description="Extra bind mounts.")
-    shm_size: str | None = Field(
+    shm_size: DockerSize | None = Field(
         "64g", description="`--shm-size` (e.g. `64g`); TP > 1 crashes on Docker's 64 MB default."
     )
     ipc_mode: Literal["host", "private", "shareable"] | None = Field(
@@ -236,8 +298,8 @@ class ContainerConfig(_Model):
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = Field(
         "unless-stopped", description="Docker restart policy."
     )
-    log_max_size: str = Field("100m", description="json-file log rotation: size per file.")
-    log_max_files: int = Field(5, description="json-file log rotation: files kept.")
+    log_max_size: DockerSize = Field("100m", description="json-file log rotation: size per file.")
+    log_max_files: Positive = Field(5, description="json-file log rotation: files kept.")
 
     @property
     def log_opts(self) -> dict[str, str]:
@@ -261,35 +323,32 @@ class ContainerConfig(_Model):
         if self.shm_size is None:
             return None
         units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
-        value, unit = self.shm_size[:-1], self.shm_size[-1].lower()
-        if unit not in units:
-            raise ValueError(f"glm:container.shmSize {self.shm_size!r}: use a unit k, m, g or t")
-        return int(float(value) * units[unit])
+        return int(float(self.shm_size[:-1]) * units[self.shm_size[-1].lower()])
 
 
 class RateLimitConfig(_Model):
     enabled: bool = Field(False, description="Per-key request rate limit at the front.")
-    requests_per_second: int = Field(10, description="Sustained requests per second per key.")
-    burst: int = Field(20, description="Requests allowed above the rate before 429.")
+    requests_per_second: Positive = Field(10, description="Sustained requests per second per key.")
+    burst: Positive = Field(20, description="Requests allowed above the rate before 429.")
 
 
 class FrontConfig(_Model):
     image: str = Field("nginx:1.27", description="Nginx image.")
     port: int = Field(8080, description="The stack's one published port (the API).")
     bind_address: str = Field("0.0.0.0", description="Host address the API port binds to.")
-    max_body_size: str = Field("20m", description="`client_max_body_size`.")
-    read_timeout_seconds: int = Field(600, description="`proxy_read_timeout`.")
-    send_timeout_seconds: int = Field(600, description="`proxy_send_timeout`.")
-    keepalive: int = Field(32, description="Upstream keepalive connections.")
+    max_body_size: NginxSize = Field("20m", description="`client_max_body_size`.")
+    read_timeout_seconds: Timeout = Field(600, description="`proxy_read_timeout`.")
+    send_timeout_seconds: Timeout = Field(600, description="`proxy_send_timeout`.")
+    keepalive: Positive = Field(32, description="Upstream keepalive connections.")
     rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     tls: bool = Field(False, description="Serve TLS with `glm:tlsCertificate`/`glm:tlsKey`.")
 
 
 class AlertThresholds(_Model):
-    kv_cache_usage: float = Field(0.9, description="KV cache usage fraction that alerts.")
-    ttft_p99_seconds: float = Field(10.0, description="TTFT p99 bound in seconds.")
-    spec_acceptance_min: float = Field(0.3, description="Minimum MTP draft acceptance rate.")
-    capacity_wait_for: str = Field(
+    kv_cache_usage: Fraction = Field(0.9, description="KV cache usage fraction that alerts.")
+    ttft_p99_seconds: float = Field(10.0, description="TTFT p99 bound in seconds.", gt=0)
+    spec_acceptance_min: Fraction = Field(0.3, description="Minimum MTP draft acceptance rate.")
+    capacity_wait_for: PrometheusDuration = Field(
         "2m", description="How long capacity-waiting with nothing running may last."
     )
 
@@ -298,7 +357,9 @@ class MonitoringConfig(_Model):
     image: str = Field("prom/prometheus:v2.53.0", description="Prometheus image.")
     port: int = Field(9090, description="Host port of the Prometheus UI.")
     bind_address: str = Field("127.0.0.1", description="Host address Prometheus binds to (loopback).")
-    scrape_interval: str = Field("15s", description="Scrape interval of vLLM /metrics.")
+    scrape_interval: Annotated[str, AfterValidator(_nonzero_duration)] = Field(
+        "15s", description="Scrape interval of vLLM /metrics."
+    )
     thresholds: AlertThresholds = Field(default_factory=AlertThresholds)
 
 
@@ -307,7 +368,7 @@ ALL_SMOKE_STEPS: list[SmokeStep] = ["models", "arithmetic", "tool_call", "kv_poo
 
 
 class SmokeConfig(_Model):
-    deadline_seconds: int = Field(1800, description="How long the gate waits for readiness.")
+    deadline_seconds: Positive = Field(1800, description="How long the gate waits for readiness.")
     poll_seconds: float = Field(1.0, description="Readiness poll interval (at most 1 s).", gt=0, le=1)
     prompt: str = Field("What is 13×17? Answer with the number only.", description="Arithmetic prompt.")
     expected_answer: str = Field("221", description="Exact expected `content` after trimming.")
@@ -604,7 +665,9 @@ def _explain(err: ValidationError) -> str:
     for e in err.errors():
         location = ".".join(str(p) for p in e["loc"])
         if e["type"] == "value_error":
-            lines.append(str(e["ctx"]["error"]))
+            message = str(e["ctx"]["error"])
+            # Model rules write their own "glm:<key>=..." sentence; value types get the key here.
+            lines.append(message if message.startswith("glm:") else f"glm:{location}={message}")
         else:
             got = json.dumps(e.get("input"), default=str)[:80]
             lines.append(f"glm:{location}: {e['msg']} (got {got})")

@@ -42,7 +42,6 @@ MIN_API_KEY_LENGTH = 16
 # and `{}`, so a key can be written into nginx.conf without any escaping beyond the regex below.
 _API_KEY = re.compile(r"[A-Za-z0-9._~+/-]+=*")
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_NGINX_SIZE = re.compile(r"[0-9]+[kKmMgG]?")
 _UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
 
 _ACCESS_LOG_FIELDS = {
@@ -146,11 +145,6 @@ def render_nginx_conf(
     their container defaults in production; tests point them at loopback and a temp dir.
     """
     _check_api_keys(api_keys)
-    if not _NGINX_SIZE.fullmatch(front.max_body_size):
-        raise ConfigError(
-            f"glm:front.maxBodySize={front.max_body_size!r} is not an nginx size. Fix: a number "
-            "with an optional k, m or g suffix, e.g. 20m."
-        )
     if not _UPSTREAM.fullmatch(upstream):
         raise ValueError(f"upstream {upstream!r} is not host:port")
     rate = front.rate_limit

@@ -146,3 +146,55 @@ def test_deep_merge_replaces_lists_merges_dicts_and_deletes_on_null() -> None:
     base = {"a": {"x": 1, "y": 2}, "l": [1, 2], "k": "v"}
     assert deep_merge(base, {"a": {"y": 3, "x": None}, "l": [9], "k": None}) == {"a": {"y": 3}, "l": [9]}
     assert base == {"a": {"x": 1, "y": 2}, "l": [1, 2], "k": "v"}
+
+
+# ---- numbers refused before anything is created (issues 11 item 3, 12 item 3) -------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "fix"),
+    [
+        ({"container": {"shmSize": "64x"}}, "glm:container.shmSize", "64g"),
+        ({"container": {"shmSize": "lots"}}, "glm:container.shmSize", "64g"),
+        ({"serving": {"maxModelLen": -5}}, "glm:serving.maxModelLen", "greater than 0"),
+        ({"serving": {"maxNumSeqs": 0}}, "glm:serving.maxNumSeqs", "greater than 0"),
+        ({"front": {"keepalive": 0}}, "glm:front.keepalive", "greater than 0"),
+        ({"front": {"rateLimit": {"requestsPerSecond": 0}}}, "glm:front.rateLimit.requestsPerSecond", "greater than 0"),
+        ({"front": {"rateLimit": {"burst": -1}}}, "glm:front.rateLimit.burst", "greater than 0"),
+        ({"front": {"readTimeoutSeconds": 0}}, "glm:front.readTimeoutSeconds", "at least 1"),
+        ({"front": {"sendTimeoutSeconds": 0}}, "glm:front.sendTimeoutSeconds", "at least 1"),
+        ({"front": {"maxBodySize": "1k; include /etc/passwd"}}, "glm:front.maxBodySize", "20m"),
+        ({"front": {"maxBodySize": "20 MB"}}, "glm:front.maxBodySize", "20m"),
+        ({"monitoring": {"scrapeInterval": "15"}}, "glm:monitoring.scrapeInterval", "15s"),
+        ({"monitoring": {"scrapeInterval": "0s"}}, "glm:monitoring.scrapeInterval", "15s"),
+        ({"monitoring": {"thresholds": {"capacityWaitFor": "2 minutes"}}}, "glm:monitoring.thresholds.capacityWaitFor", "2m"),
+    ],
+)  # fmt: skip
+def test_bad_numbers_are_refused_naming_the_key_value_and_fix(
+    overrides: dict[str, Any], key: str, fix: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        make("a800", **overrides)
+    message = str(raised.value)
+    assert key in message and fix in message, message
+
+
+def test_every_bad_number_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as raised:
+        make(
+            "a800",
+            container={"shmSize": "64x"},
+            front={"keepalive": 0, "maxBodySize": "big"},
+            monitoring={"scrapeInterval": "15"},
+        )
+    message = str(raised.value)
+    for key in ("shmSize", "keepalive", "maxBodySize", "scrapeInterval"):
+        assert f".{key}" in message, message
+
+
+@pytest.mark.parametrize("duration", ["15s", "1m30s", "2h", "500ms", "1d", "1w"])
+def test_prometheus_durations_that_promtool_accepts_are_accepted(duration: str) -> None:
+    config = make(
+        "a800", monitoring={"scrapeInterval": duration, "thresholds": {"capacityWaitFor": duration}}
+    )
+    assert config.monitoring.scrape_interval == duration
