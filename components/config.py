@@ -15,7 +15,12 @@ import copy
 import hashlib
 import ipaddress
 import json
+import math
+import os
 import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -31,6 +36,26 @@ VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S = 600
 DOCKER_DEFAULT_SHM_MB = 64
 # Where the persistent compile/JIT cache volume is mounted in the serving container.
 CACHE_MOUNT_PATH = "/var/cache/glm53"
+VISIBILITY_ENV = (
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+"""Set by the program from ``glm:container.accelerators`` (``render_env``)."""
+# vLLM env vars that open routes besides inference (SPEC §6 "vLLM routes"); the front forwards only
+# the inference routes, but anything on the private network or the host could reach the rest.
+REFUSED_ENV = {
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "opens /v1/load_lora_adapter and /v1/unload_lora_adapter: "
+    "anyone who reaches vLLM can load code-bearing adapters into the server",
+    "VLLM_SERVER_DEV_MODE": "opens /sleep, /wake_up, /reset_prefix_cache, /collective_rpc and other "
+    "dev routes without a key",
+}
+WARNED_ENV = {
+    "VLLM_TORCH_PROFILER_DIR": "opens /start_profile and /stop_profile (no key) and writes traces "
+    "into the container; the front does not forward them",
+}
+_FALSE_ENV = {"", "0", "false", "no", "off"}
 
 
 class ConfigError(ValueError):
@@ -559,6 +584,24 @@ def _check_vllm_not_exposed(c: StackConfig) -> str | None:
     return None
 
 
+def _dangerous_env(name: str, value: str) -> str | None:
+    if name not in REFUSED_ENV or value.strip().lower() in _FALSE_ENV:
+        return None
+    return (
+        f"{name} {REFUSED_ENV[name]}. Fix: remove it; change adapters or debug on a "
+        "separate stack that is not reachable from clients."
+    )
+
+
+def _check_dangerous_env(c: StackConfig) -> str | None:
+    found = [
+        f"glm:serving.env/extraEnv.{name}={value!r}: {reason}"
+        for name, value in sorted(c.serving.merged_env.items())
+        if (reason := _dangerous_env(name, value)) is not None
+    ]
+    return "\n".join(found) or None
+
+
 def _check_nvidia_gpus(c: StackConfig) -> str | None:
     if c.facts.accelerator != "nvidia" and c.container.gpus is not None:
         return f"glm:container.gpus is for NVIDIA hardware; {c.hardware} takes accelerators as devices."
@@ -576,6 +619,7 @@ _CHECKS = [
     _check_ports,
     _check_vllm_not_exposed,
     _check_nvidia_gpus,
+    _check_dangerous_env,
 ]
 
 
@@ -620,7 +664,17 @@ def _warn_floating_image(c: StackConfig) -> str | None:
     return None
 
 
-_ADVISORIES = [_warn_mtp, _warn_dead_env, _warn_no_shm, _warn_floating_image]
+def _warn_profiler(c: StackConfig) -> str | None:
+    found = [
+        f"glm:serving.env/extraEnv.{name} {reason}; remove it once the profile is taken."
+        for name, value in sorted(c.serving.merged_env.items())
+        if name in WARNED_ENV and value.strip().lower() not in _FALSE_ENV
+        for reason in [WARNED_ENV[name]]
+    ]
+    return "\n".join(found) or None
+
+
+_ADVISORIES = [_warn_profiler, _warn_mtp, _warn_dead_env, _warn_no_shm, _warn_floating_image]
 
 
 # ---- loading ---------------------------------------------------------------------------------
@@ -644,9 +698,175 @@ STACK_KEYS = [
     "monitoring", "smoke", "preflight", "promoteFrom",
 ]  # fmt: skip
 
+SECRET_KEYS = {
+    "apiKeys": "API keys of the front, `{name: key}` (secret, required).",
+    "servingSecretEnv": "Secret environment of the vLLM container, `{NAME: value}` (e.g. `HF_TOKEN` for a "
+    "gated download); only the names reach the fingerprint and outputs (secret).",
+    "tlsCertificate": "PEM certificate when `front.tls` is true (secret).",
+    "tlsKey": "PEM key when `front.tls` is true (secret).",
+    "sshPrivateKey": "SSH key for preflight/download commands; default: the SSH agent (secret).",
+}
+"""The ``glm:*`` keys that hold secrets, read with ``get_secret*`` (components/secrets.py)."""
 
-def build_stack_config(raw: dict[str, Any]) -> StackConfig:
-    """Validate raw ``glm:*`` values (camelCase, as in the stack file) over their profile."""
+DOCKER_HOST_OVERRIDE = "GLM_DOCKER_HOST"
+"""Environment variable that replaces ``glm:target.hosts[0].dockerHost`` (validated like it):
+CI previews a hardware stack on the local engine with ``GLM_DOCKER_HOST=unix:///var/run/docker.sock``."""
+
+MIN_API_KEY_LENGTH = 16
+MIN_API_KEY_BITS = 40
+"""A key's entropy as its own character frequencies estimate it (an underestimate for random keys:
+16 random hex digits score ~55, ``sk-`` + 48 hex digits ~190; ``aaaaaaaaaaaaaaaa`` scores 0)."""
+# RFC 6750 b64token: what may follow "Bearer ". It also keeps keys free of quotes, spaces, `;`, `$`
+# and `{}`, so a key can be written into nginx.conf without any escaping.
+_API_KEY = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+_CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NEW_KEY = "`echo sk-$(openssl rand -hex 24)`"
+
+
+@dataclass(frozen=True)
+class SecretInputs:
+    """The secret keys as the program reads them before anything is created, for validation only.
+
+    Plain values: never put one in a message, a resource input or an output. The Outputs the
+    components use are built by ``components.secrets.Secrets``.
+    """
+
+    api_keys: Any = None
+    serving_env: Any = None
+    tls_certificate: bool = False
+    tls_key: bool = False
+    secret_plain_keys: tuple[str, ...] = ()
+    """``glm:*`` keys of the models that hold a value set with ``--secret``."""
+
+    def problems(self) -> list[str]:
+        """Rules that need no model: where secrets are, and the keys' and names' shapes."""
+        found = [_secret_in_plain_key(key) for key in self.secret_plain_keys]
+        found += check_api_keys(self.api_keys)
+        if self.serving_env is not None and not isinstance(self.serving_env, Mapping):
+            found.append(
+                "glm:servingSecretEnv must be a map of environment variables. Fix: "
+                "pulumi config set --secret --path 'glm:servingSecretEnv.HF_TOKEN' <value>"
+            )
+        for name, value in sorted(self.serving_env_items()):
+            if not _ENV_NAME.fullmatch(name):
+                found.append(
+                    f"glm:servingSecretEnv.{name} is not an environment variable name. Fix: letters, "
+                    "digits and `_`, not starting with a digit (e.g. HF_TOKEN)."
+                )
+            if not isinstance(value, str):
+                found.append(
+                    f"glm:servingSecretEnv.{name} is not a string. Fix: set it with "
+                    f"pulumi config set --secret --path 'glm:servingSecretEnv.{name}' <value>"
+                )
+        return found
+
+    def serving_env_items(self) -> list[tuple[str, Any]]:
+        return list(self.serving_env.items()) if isinstance(self.serving_env, Mapping) else []
+
+    def problems_with(self, config: StackConfig) -> list[str]:
+        """Rules that need the validated model."""
+        found = []
+        taken = {
+            **{name: "glm:serving.env / extraEnv" for name in config.serving.merged_env},
+            **{name: "the program (cache directories)" for name in config.cache_env},
+            **{name: "the program (accelerator pinning)" for name in VISIBILITY_ENV},
+        }
+        for name, _ in sorted(self.serving_env_items()):
+            if name in taken:
+                found.append(
+                    f"glm:servingSecretEnv.{name} is also set by {taken[name]}: the container would "
+                    f"get one of them at random. Fix: set {name} in one place only."
+                )
+            if (reason := _dangerous_env(name, "1")) is not None:
+                found.append(f"glm:servingSecretEnv.{name}: {reason}")
+        if config.front.tls and not (self.tls_certificate and self.tls_key):
+            found.append(
+                "glm:front.tls=true but no certificate was given. Fix: pulumi config set "
+                'glm:tlsCertificate -- "$(cat tls.crt)" and pulumi config set --secret glm:tlsKey '
+                '-- "$(cat tls.key)", or set glm:front.tls false.'
+            )
+        return found
+
+
+def _secret_in_plain_key(key: str) -> str:
+    where = (
+        "the vLLM argv and env, the gate's inputs and the stack outputs"
+        if key == "serving"
+        else "resource inputs and stack outputs"
+    )
+    return (
+        f"glm:{key} holds a secret value (set with --secret), but glm:{key} is written in plain text "
+        f"into {where}. Fix: remove it (pulumi config rm --path 'glm:{key}.<path>') and put a secret "
+        "environment variable such as HF_TOKEN in glm:servingSecretEnv "
+        "(pulumi config set --secret --path 'glm:servingSecretEnv.HF_TOKEN' <value>); vLLM needs no "
+        "--api-key behind the front, which checks glm:apiKeys. Secret keys: "
+        + ", ".join(f"glm:{k}" for k in SECRET_KEYS)
+        + "."
+    )
+
+
+def _entropy_bits(key: str) -> float:
+    """Shannon entropy of the key's characters times its length: ``aaaa...`` has 0."""
+    counts = Counter(key)
+    return -sum(n * math.log2(n / len(key)) for n in counts.values())
+
+
+def check_api_keys(api_keys: Any) -> list[str]:
+    """Keys nginx.conf can hold safely and an attacker cannot guess. Messages name the client,
+    never the key."""
+    if api_keys is None:
+        return [
+            "glm:apiKeys is not set: the front refuses every request without a key. Fix: "
+            "pulumi config set --secret --path 'glm:apiKeys.ops' \"$(openssl rand -hex 24)\""
+        ]
+    if not isinstance(api_keys, Mapping) or not api_keys:
+        return [
+            "glm:apiKeys is empty: the front would refuse every request. Fix: "
+            "pulumi config set --secret --path 'glm:apiKeys.<client>' <key>"
+        ]
+    found = []
+    seen: dict[str, str] = {}
+    for name in sorted(api_keys):
+        key = api_keys[name]
+        if not _CLIENT_NAME.fullmatch(name):
+            found.append(
+                f"glm:apiKeys.{name}: the client name must be 1-64 characters of letters, digits, "
+                "`_`, `.` and `-`, starting with a letter or digit (it is logged as the client)."
+            )
+        if not isinstance(key, str) or not _API_KEY.fullmatch(key):
+            found.append(
+                f"glm:apiKeys.{name}: the key must be a bearer token (letters, digits and "
+                f"`-._~+/`, optionally ending in `=`). Fix: generate one with {_NEW_KEY}."
+            )
+            continue
+        if len(key) < MIN_API_KEY_LENGTH:
+            found.append(
+                f"glm:apiKeys.{name} is {len(key)} characters; use at least {MIN_API_KEY_LENGTH} "
+                f"random characters (e.g. {_NEW_KEY})."
+            )
+        elif (bits := _entropy_bits(key)) < MIN_API_KEY_BITS:
+            found.append(
+                f"glm:apiKeys.{name} is not random enough (about {bits:.0f} bits by its character "
+                f"frequencies; at least {MIN_API_KEY_BITS} needed). Fix: generate one with {_NEW_KEY}."
+            )
+        if key in seen:
+            found.append(
+                f"glm:apiKeys.{name} and glm:apiKeys.{seen[key]} hold the same key: the access log "
+                "could not tell the clients apart. Fix: give each client its own key."
+            )
+        seen[key] = name
+    return found
+
+
+def build_stack_config(
+    raw: dict[str, Any], secrets: SecretInputs | None = None, docker_host: str | None = None
+) -> StackConfig:
+    """Validate raw ``glm:*`` values (camelCase, as in the stack file) over their profile.
+
+    ``secrets`` (when given) are checked too, and every problem is reported in one error;
+    ``docker_host`` replaces ``target.hosts[0].dockerHost`` (``GLM_DOCKER_HOST``).
+    """
     hardware = raw.get("hardware")
     if hardware not in DEFAULTS:
         raise ConfigError(
@@ -654,28 +874,42 @@ def build_stack_config(raw: dict[str, Any]) -> StackConfig:
             f"{', '.join(sorted(DEFAULTS))} (pulumi config set glm:hardware a800)."
         )
     merged = deep_merge(DEFAULTS[hardware], {k: v for k, v in raw.items() if k != "hardware"})
+    hosts = merged.get("target", {}).get("hosts")
+    if docker_host and isinstance(hosts, list) and hosts and isinstance(hosts[0], dict):
+        hosts[0]["dockerHost"] = docker_host
+    problems = secrets.problems() if secrets is not None else []
     try:
-        return StackConfig.model_validate({"hardware": hardware, **merged})
+        config = StackConfig.model_validate({"hardware": hardware, **merged})
     except ValidationError as err:
-        raise ConfigError(_explain(err)) from None
+        raise ConfigError(_report([*_explain(err), *problems])) from None
+    if secrets is not None:
+        problems += secrets.problems_with(config)
+    if problems:
+        raise ConfigError(_report(problems))
+    return config
 
 
-def _explain(err: ValidationError) -> str:
+def _report(problems: list[str]) -> str:
+    return "invalid stack configuration:\n  " + "\n  ".join(problems)
+
+
+def _explain(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
         location = ".".join(str(p) for p in e["loc"])
         if e["type"] == "value_error":
             message = str(e["ctx"]["error"])
             # Model rules write their own "glm:<key>=..." sentence; value types get the key here.
-            lines.append(message if message.startswith("glm:") else f"glm:{location}={message}")
+            lines += message.split("\n") if message.startswith("glm:") else [f"glm:{location}={message}"]
         else:
             got = json.dumps(e.get("input"), default=str)[:80]
             lines.append(f"glm:{location}: {e['msg']} (got {got})")
-    return "invalid stack configuration:\n  " + "\n  ".join(lines)
+    return lines
 
 
-def load_stack_config() -> StackConfig:
-    """Read the current stack's ``glm:*`` keys (non-secret) and validate them."""
+def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
+    """Read the current stack's ``glm:*`` keys and validate them, secrets included (their values
+    are only checked here; components get them as secret Outputs from ``components.secrets``)."""
     import pulumi
 
     config = pulumi.Config("glm")
@@ -684,4 +918,13 @@ def load_stack_config() -> StackConfig:
         value = config.get_object(key) if key != "promoteFrom" else config.get(key)
         if value not in (None, "", {}):  # Pulumi.yaml's defaults mean "not set"
             raw[key] = value
-    return build_stack_config(raw)
+    secrets = SecretInputs(
+        api_keys=config.get_object("apiKeys"),
+        serving_env=config.get_object("servingSecretEnv"),
+        tls_certificate=config.get("tlsCertificate") is not None,
+        tls_key=config.get("tlsKey") is not None,
+        secret_plain_keys=tuple(
+            key for key in ["hardware", *STACK_KEYS] if pulumi.runtime.is_config_secret(f"glm:{key}")
+        ),
+    )
+    return build_stack_config(raw, secrets, environ.get(DOCKER_HOST_OVERRIDE) or None)

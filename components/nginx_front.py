@@ -17,7 +17,7 @@ import re
 import pulumi
 import pulumi_docker as docker
 
-from components.config import ConfigError, FrontConfig, StackConfig
+from components.config import ConfigError, FrontConfig, StackConfig, check_api_keys
 from components.vllm_server import upstream_hosts
 
 CONTAINER_PORT = 8080
@@ -36,12 +36,6 @@ UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
 HEALTH_READ_TIMEOUT_SECONDS = 5
 WORKER_PROCESSES = 4
 """LLM traffic is a few hundred long-lived streams; ``auto`` would start one worker per host core."""
-MIN_API_KEY_LENGTH = 16
-
-# RFC 6750 b64token: what may follow "Bearer ". It also keeps keys free of quotes, spaces, `;`, `$`
-# and `{}`, so a key can be written into nginx.conf without any escaping beyond the regex below.
-_API_KEY = re.compile(r"[A-Za-z0-9._~+/-]+=*")
-_CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
 
 _ACCESS_LOG_FIELDS = {
@@ -94,40 +88,6 @@ def _key_regex(key: str) -> str:
     return f"~^Bearer {escaped}$"
 
 
-def _check_api_keys(api_keys: dict[str, str]) -> None:
-    """Refuse keys that nginx.conf cannot hold safely. Messages name the key, never its value."""
-    if not api_keys:
-        raise ConfigError(
-            "glm:apiKeys is empty: the front would refuse every request. Fix: "
-            "pulumi config set --secret --path 'glm:apiKeys.<client>' <key>"
-        )
-    seen: dict[str, str] = {}
-    for name in sorted(api_keys):
-        key = api_keys[name]
-        if not _CLIENT_NAME.fullmatch(name):
-            raise ConfigError(
-                f"glm:apiKeys.{name}: the client name must be 1-64 characters of letters, digits, "
-                "`_`, `.` and `-`, starting with a letter or digit (it is logged as the client)."
-            )
-        if not isinstance(key, str) or not _API_KEY.fullmatch(key):
-            raise ConfigError(
-                f"glm:apiKeys.{name}: the key must be a bearer token (letters, digits and "
-                "`-._~+/`, optionally ending in `=`). Fix: generate one with "
-                "`echo sk-$(openssl rand -hex 24)`."
-            )
-        if len(key) < MIN_API_KEY_LENGTH:
-            raise ConfigError(
-                f"glm:apiKeys.{name} is {len(key)} characters; use at least {MIN_API_KEY_LENGTH} "
-                "random characters (e.g. `echo sk-$(openssl rand -hex 24)`)."
-            )
-        if key in seen:
-            raise ConfigError(
-                f"glm:apiKeys.{name} and glm:apiKeys.{seen[key]} hold the same key: the access log "
-                "could not tell the clients apart. Fix: give each client its own key."
-            )
-        seen[key] = name
-
-
 def render_nginx_conf(
     front: FrontConfig,
     upstream: str,
@@ -144,7 +104,9 @@ def render_nginx_conf(
     client names to keys. ``listen``, ``runtime_dir`` (pid and temp files) and ``tls_dir`` keep
     their container defaults in production; tests point them at loopback and a temp dir.
     """
-    _check_api_keys(api_keys)
+    problems = check_api_keys(api_keys)  # checked at load too; render never writes a bad key
+    if problems:
+        raise ConfigError("\n".join(problems))
     if not _UPSTREAM.fullmatch(upstream):
         raise ValueError(f"upstream {upstream!r} is not host:port")
     rate = front.rate_limit
@@ -360,19 +322,14 @@ class NginxFront(pulumi.ComponentResource):
         *,
         public_host: str | None = None,
     ) -> None:
-        """``tls_files`` is (certificate PEM, key PEM), required when ``glm:front.tls`` is on.
+        """``tls_files`` is (certificate PEM, key PEM); config loading refuses ``glm:front.tls``
+        without them.
 
         Nginx resolves ``upstream`` once, at start; vLLM keeps a fixed address on the private
         network (``glm:container.networkSubnet``), so a replaced vLLM does not strand the front.
         """
         super().__init__("glm:front:NginxFront", name, None, opts)
         front = config.front
-        if front.tls and tls_files is None:
-            raise ConfigError(
-                "glm:front.tls=true but no certificate was given. Fix: pulumi config set "
-                'glm:tlsCertificate -- "$(cat tls.crt)" and pulumi config set --secret glm:tlsKey '
-                '-- "$(cat tls.key)", or set glm:front.tls false.'
-            )
         child = pulumi.ResourceOptions(parent=self)
 
         image = docker.RemoteImage(f"{name}-image", name=front.image, keep_locally=True, opts=child)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
@@ -97,6 +98,10 @@ def render_env(config: StackConfig) -> dict[str, str]:
     return dict(sorted(env.items()))
 
 
+def _env_entry(name: str, secret: pulumi.Output[str]) -> pulumi.Output[str]:
+    return pulumi.Output.secret(secret.apply(lambda value: f"{name}={value}"))
+
+
 def render_devices(config: StackConfig) -> list[str]:
     """Device nodes for the container (Ascend: one davinci node per card plus control devices)."""
     cards = []
@@ -159,7 +164,12 @@ class VllmServer(pulumi.ComponentResource):
         image: pulumi.Input[str],
         mounts: list[docker.ContainerMountArgs],
         opts: pulumi.ResourceOptions | None = None,
+        *,
+        secret_env: Mapping[str, pulumi.Output[str]] | None = None,
     ) -> None:
+        """``secret_env`` (``glm:servingSecretEnv``) joins the env as secret entries; the SDK then
+        stores the whole ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env
+        stays readable in the ``verified`` output and the fingerprint)."""
         super().__init__("glm:serving:VllmServer", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         c = config.container
@@ -177,7 +187,10 @@ class VllmServer(pulumi.ComponentResource):
             image=image,
             entrypoints=["vllm", "serve"],
             command=render_argv(config),
-            envs=[f"{k}={v}" for k, v in render_env(config).items()],
+            envs=[
+                *[f"{k}={v}" for k, v in render_env(config).items()],
+                *[_env_entry(k, v) for k, v in sorted((secret_env or {}).items())],
+            ],
             gpus="all" if config.facts.accelerator == "nvidia" else None,
             devices=[
                 docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")

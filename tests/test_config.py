@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from components.config import ConfigError, build_stack_config, deep_merge
+from components.config import ConfigError, SecretInputs, StackConfig, build_stack_config, deep_merge
 
 HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01.example.internal"}]}
 
@@ -198,3 +198,77 @@ def test_prometheus_durations_that_promtool_accepts_are_accepted(duration: str) 
         "a800", monitoring={"scrapeInterval": duration, "thresholds": {"capacityWaitFor": duration}}
     )
     assert config.monitoring.scrape_interval == duration
+
+
+# ---- secrets, checked before anything is created (issues 11 item 3, 13 items 1, 5, 9) ---------
+
+GOOD_KEYS = {"ops": "sk-test-ops-fedcba9876543210"}
+
+
+def with_secrets(
+    hardware: str = "a800", secrets: SecretInputs | None = None, **overrides: Any
+) -> StackConfig:
+    return build_stack_config(
+        {"hardware": hardware, "target": HOST, **overrides}, secrets or SecretInputs(api_keys=GOOD_KEYS)
+    )
+
+
+def test_missing_api_keys_are_refused_with_the_command_that_sets_them() -> None:
+    with pytest.raises(ConfigError, match=r"glm:apiKeys is not set.*pulumi config set --secret --path"):
+        with_secrets(secrets=SecretInputs())
+
+
+@pytest.mark.parametrize("key", ["aaaaaaaaaaaaaaaa", "abababababababababab", "sk-aaaaaaaaaaaaaaaaaaaa"])
+def test_api_keys_that_are_not_random_are_refused_without_echoing_them(key: str) -> None:
+    with pytest.raises(ConfigError, match=r"glm:apiKeys\.ops is not random enough") as raised:
+        with_secrets(secrets=SecretInputs(api_keys={"ops": key}))
+    assert key not in str(raised.value)
+
+
+def test_generated_api_keys_are_accepted() -> None:
+    import secrets as stdlib_secrets
+
+    for _ in range(50):
+        with_secrets(secrets=SecretInputs(api_keys={"ops": "sk-" + stdlib_secrets.token_hex(8)}))
+
+
+def test_tls_without_certificate_is_refused_at_load() -> None:
+    with pytest.raises(ConfigError, match=r"glm:front\.tls=true but no certificate"):
+        with_secrets(front={"tls": True})
+    assert with_secrets(
+        front={"tls": True}, secrets=SecretInputs(api_keys=GOOD_KEYS, tls_certificate=True, tls_key=True)
+    ).front.tls
+
+
+def test_config_and_secret_problems_are_reported_together() -> None:
+    with pytest.raises(ConfigError) as raised:
+        with_secrets(secrets=SecretInputs(api_keys={"ops": "short"}), front={"keepalive": 0})
+    assert "glm:front.keepalive" in str(raised.value) and "glm:apiKeys.ops is 5 characters" in str(
+        raised.value
+    )
+
+
+def test_docker_host_override_goes_through_the_models() -> None:
+    config = build_stack_config(
+        {"hardware": "a800", "target": HOST}, docker_host="unix:///var/run/docker.sock"
+    )
+    assert config.target.host.docker_host == "unix:///var/run/docker.sock"
+    assert config.target.host.name == "gpu01"
+    assert config.target.host.is_local  # preflight, downloads and the endpoint follow the engine
+    assert build_stack_config({"hardware": "a800", "target": HOST}).target.host.docker_host.startswith(
+        "ssh://"
+    )
+
+
+@pytest.mark.parametrize("name", ["VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_SERVER_DEV_MODE"])
+def test_env_that_opens_non_inference_routes_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match=rf"glm:serving.env/extraEnv.{name}='1'.*Fix: remove it"):
+        make("a800", serving={"extraEnv": {name: "1"}})
+    with pytest.raises(ConfigError, match=rf"glm:servingSecretEnv.{name}"):
+        with_secrets(secrets=SecretInputs(api_keys=GOOD_KEYS, serving_env={name: "True"}))
+    assert make("a800", serving={"extraEnv": {name: "0"}})
+
+
+def test_profiler_env_warns() -> None:
+    config = make("a800", serving={"extraEnv": {"VLLM_TORCH_PROFILER_DIR": "/tmp/prof"}})
+    assert any("VLLM_TORCH_PROFILER_DIR opens /start_profile" in w for w in config.advisories())

@@ -665,16 +665,6 @@ def test_front_reaches_a_host_network_vllm_through_the_gateway() -> None:
     assert "server host.docker.internal:8077;" in rpc.unwrap_rpc_secret(inputs["uploads"])[0]["content"]
 
 
-def test_tls_without_certificate_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"glm:front\.tls=true but no certificate"):
-        construct(
-            lambda: NginxFront(
-                "front", stack("local", front={"tls": True}), "net", "vllm:8000",
-                pulumi.Output.secret(KEYS), None,
-            )
-        )  # fmt: skip
-
-
 def test_tls_files_are_uploaded_with_the_key_private() -> None:
     config = stack("a800", front={"tls": True})
     cert, key = "-----BEGIN CERTIFICATE-----\nx\n", "-----BEGIN PRIVATE KEY-----\ny\n"

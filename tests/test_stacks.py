@@ -328,3 +328,13 @@ def test_gate_is_wired_after_the_container_and_the_front(deployed: dict[str, Dep
     assert isinstance(depends_on, list)
     kinds = {type(d).__name__ for d in depends_on}
     assert {"VllmServer", "NginxFront", "PrometheusScrape"} <= kinds
+
+
+def test_glm_docker_host_points_the_provider_and_the_host_at_another_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GLM_DOCKER_HOST", "unix:///var/run/docker.sock")
+    deployment = run_program("a800")
+    provider = deployment.one("pulumi:providers:docker")
+    assert provider.inputs["host"] == "unix:///var/run/docker.sock"
+    assert deployment.outputs["endpoint"] == "http://localhost:8008/v1"
