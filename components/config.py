@@ -573,13 +573,55 @@ def _check_ports(c: StackConfig) -> str | None:
     return None
 
 
+DOCKER_BRIDGE_GATEWAY = "172.17.0.1"
+"""Docker's default bridge gateway: what ``host-gateway`` (the front's ``host.docker.internal``)
+resolves to unless dockerd sets ``--bip`` or ``--host-gateway-ip``."""
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]").split("/")[0])
+    except ValueError:
+        return None
+
+
+def binds_all_interfaces(host: str | None) -> bool:
+    """Every spelling that makes a server listen on all interfaces.
+
+    >>> [binds_all_interfaces(h) for h in (None, "", "0", "::", "[::]", "0.0.0.0", "10.0.0.5")]
+    [True, True, True, True, True, True, False]
+    """
+    if host is None or host.strip() in ("", "0", "*"):
+        return True
+    address = _address(host)
+    return address is not None and address.is_unspecified
+
+
+def is_loopback(host: str) -> bool:
+    address = _address(host)
+    return host.strip().lower() == "localhost" or (address is not None and address.is_loopback)
+
+
 def _check_vllm_not_exposed(c: StackConfig) -> str | None:
-    if c.container.network_mode == "host" and c.serving.host in (None, "0.0.0.0"):
+    if c.container.network_mode != "host":
+        return None
+    host, port = c.serving.host, c.serving.port
+    fix = (
+        f"Fix: keep networkMode bridge, or set glm:serving.host to the Docker bridge gateway "
+        f"({DOCKER_BRIDGE_GATEWAY} unless dockerd sets --bip/--host-gateway-ip), where the front "
+        "reaches it as host.docker.internal and the world does not."
+    )
+    if binds_all_interfaces(host):
+        shown = "unset" if host is None else repr(host)
         return (
-            f"glm:container.networkMode=host with serving.host={c.serving.host or 'all interfaces'} "
-            f"publishes vLLM's port {c.serving.port} to the world without a key (scanned within a day "
-            f"in the A100 seed). Fix: keep networkMode bridge, or set serving.host to the Docker "
-            f"bridge gateway (e.g. 172.17.0.1), where the front reaches it and the world does not."
+            f"glm:container.networkMode=host with glm:serving.host={shown} publishes vLLM's port "
+            f"{port} on every interface without a key (scanned within a day in the A100 seed). {fix}"
+        )
+    if host is not None and is_loopback(host):
+        return (
+            f"glm:container.networkMode=host with glm:serving.host={host!r}: vLLM listens on the host's "
+            f"loopback only, and the front (in its own container) cannot reach it; the gate would wait "
+            f"out its whole deadline. {fix}"
         )
     return None
 

@@ -233,7 +233,8 @@ def no_public_serving_port(resource: Resource, config: Mapping[str, Any]) -> lis
             violations.append(
                 f"{resource.name} (the vLLM container) uses the host network with vLLM listening on "
                 f"{'all interfaces' if host is None else host}: its port is open without a key. "
-                "Fix: glm:container.networkMode bridge, or glm:serving.host 127.0.0.1."
+                "Fix: glm:container.networkMode bridge, or glm:serving.host set to the Docker bridge gateway "
+                "(172.17.0.1), where the front reaches it and the world does not."
             )
     return violations
 

@@ -88,7 +88,7 @@ def test_port_clash_with_vllm_on_host_network() -> None:
 
 
 def test_host_network_with_vllm_on_all_interfaces_is_refused() -> None:
-    with pytest.raises(ConfigError, match="publishes vLLM's port 8077 to the world"):
+    with pytest.raises(ConfigError, match="publishes vLLM's port 8077 on every interface"):
         make("ascend", container={"networkMode": "host"}, front={"port": 9443})
 
 
@@ -272,3 +272,39 @@ def test_env_that_opens_non_inference_routes_is_refused(name: str) -> None:
 def test_profiler_env_warns() -> None:
     config = make("a800", serving={"extraEnv": {"VLLM_TORCH_PROFILER_DIR": "/tmp/prof"}})
     assert any("VLLM_TORCH_PROFILER_DIR opens /start_profile" in w for w in config.advisories())
+
+
+# ---- host network: vLLM must listen where the front reaches it and the world does not (13.2) ---
+
+
+@pytest.mark.parametrize("host", [None, "0.0.0.0", "::", "[::]", "", "0", "0.0.0.0/0", "*"])
+def test_host_network_refuses_every_all_interfaces_spelling(host: str | None) -> None:
+    with pytest.raises(ConfigError) as raised:
+        make("ascend", container={"networkMode": "host"}, serving={"host": host, "port": 8000})
+    message = str(raised.value)
+    assert "publishes vLLM's port 8000" in message and "172.17.0.1" in message
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])
+def test_host_network_refuses_loopback_the_front_cannot_reach(host: str) -> None:
+    with pytest.raises(ConfigError, match=r"the front .* cannot reach it.*172\.17\.0\.1"):
+        make("ascend", container={"networkMode": "host"}, serving={"host": host, "port": 8000})
+
+
+def test_host_network_on_the_bridge_gateway_is_accepted() -> None:
+    config = make("ascend", container={"networkMode": "host"}, serving={"host": "172.17.0.1", "port": 8000})
+    assert config.serving.host == "172.17.0.1"
+
+
+def test_the_ascend_stack_files_host_network_line_is_true() -> None:
+    """Pulumi.ascend.yaml says the seed's --privileged --net=host is a few lines away: those lines load."""
+    import yaml
+
+    from tests.conftest import PROJECT
+
+    text = (PROJECT / "Pulumi.ascend.yaml").read_text()
+    lines = [line.removeprefix("#   ") for line in text.splitlines() if line.startswith("#   glm:")]
+    assert lines, "Pulumi.ascend.yaml lost its host-network lines"
+    overrides = {k.removeprefix("glm:"): v for k, v in yaml.safe_load("\n".join(lines)).items()}
+    config = make("ascend", **overrides)
+    assert config.container.network_mode == "host" and config.container.privileged
