@@ -294,13 +294,20 @@ class ServingConfig(_Model):
 class MountConfig(_Model):
     source: str = Field(description="Host path.")
     target: str = Field(description="Container path.")
-    read_only: bool = Field(False, description="Mount read-only.")
+    read_only: bool = Field(
+        True, description="Mount read-only (the default: the container runs as root with remote code)."
+    )
 
 
 class ContainerConfig(_Model):
     name: str = Field(description="Serving container name.")
     accelerators: list[int] = Field(description="Accelerator indices given to the container.")
-    gpus: str | None = Field(None, description="NVIDIA `--gpus` value; default `device=<accelerators>`.")
+    gpus: str | None = Field(
+        None,
+        description="NVIDIA `--gpus`: always `all` on NVIDIA (pulumi-docker 4.11 takes no other value); "
+        "vLLM is pinned to `accelerators` with CUDA_VISIBLE_DEVICES (PCI bus order) and "
+        "NVIDIA_VISIBLE_DEVICES. Unset or `all`.",
+    )
     devices: list[str] = Field(
         default_factory=list, description="Extra device nodes (Ascend control devices)."
     )
@@ -645,8 +652,16 @@ def _check_dangerous_env(c: StackConfig) -> str | None:
 
 
 def _check_nvidia_gpus(c: StackConfig) -> str | None:
-    if c.facts.accelerator != "nvidia" and c.container.gpus is not None:
+    if c.container.gpus is None:
+        return None
+    if c.facts.accelerator != "nvidia":
         return f"glm:container.gpus is for NVIDIA hardware; {c.hardware} takes accelerators as devices."
+    if c.container.gpus != "all":
+        return (
+            f"glm:container.gpus={c.container.gpus!r}: pulumi-docker 4.11 supports only `all` (any other "
+            "value replaces the container on every up). Fix: remove it and list the cards in "
+            "glm:container.accelerators; vLLM is pinned to them with CUDA_VISIBLE_DEVICES."
+        )
     return None
 
 

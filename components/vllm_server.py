@@ -91,8 +91,14 @@ def render_env(config: StackConfig) -> dict[str, str]:
     visible = ",".join(str(i) for i in config.container.accelerators)
     if config.facts.accelerator == "ascend":
         env["ASCEND_RT_VISIBLE_DEVICES"] = visible
-    elif config.facts.accelerator == "nvidia" and config.container.gpus != "all":
+    elif config.facts.accelerator == "nvidia":
+        # The container gets --gpus all (the only value pulumi-docker 4.11 keeps stable, SPEC §6);
+        # CUDA_VISIBLE_DEVICES pins vLLM to the listed cards, numbered as nvidia-smi numbers them.
+        # NVIDIA_VISIBLE_DEVICES says the same to the NVIDIA runtime where it reads it (a
+        # `--runtime nvidia` start); Docker's own --gpus all adds `all` after it.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = visible
+        env["NVIDIA_VISIBLE_DEVICES"] = visible
     env.update(config.cache_env)
     env.update(config.serving.extra_env)
     return dict(sorted(env.items()))

@@ -308,3 +308,9 @@ def test_the_ascend_stack_files_host_network_line_is_true() -> None:
     overrides = {k.removeprefix("glm:"): v for k, v in yaml.safe_load("\n".join(lines)).items()}
     config = make("ascend", **overrides)
     assert config.container.network_mode == "host" and config.container.privileged
+
+
+def test_gpus_other_than_all_are_refused_naming_accelerators() -> None:
+    with pytest.raises(ConfigError, match=r"glm:container\.gpus='device=4,5,6,7'.*only `all`.*accelerators"):
+        make("a800", container={"gpus": "device=4,5,6,7"})
+    assert make("a800", container={"gpus": "all"}).container.gpus == "all"
