@@ -374,6 +374,11 @@ class FrontConfig(_Model):
     keepalive: Positive = Field(32, description="Upstream keepalive connections.")
     rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     tls: bool = Field(False, description="Serve TLS with `glm:tlsCertificate`/`glm:tlsKey`.")
+    allow_plain_http: bool = Field(
+        False,
+        description="Accept plain HTTP on a non-loopback `bindAddress` (keys and prompts cross the "
+        "network in clear); without it such a stack is refused. Prefer `tls`.",
+    )
 
 
 class AlertThresholds(_Model):
@@ -633,6 +638,19 @@ def _check_vllm_not_exposed(c: StackConfig) -> str | None:
     return None
 
 
+def _check_plain_http(c: StackConfig) -> str | None:
+    front = c.front
+    if front.tls or front.allow_plain_http or is_loopback(front.bind_address):
+        return None
+    return (
+        f"glm:front.bindAddress={front.bind_address} serves the API over plain HTTP: API keys and "
+        "prompts cross the network in clear. Fix: turn on TLS (glm:front.tls true with "
+        'glm:tlsCertificate and glm:tlsKey, docs/front-and-alerts.md "TLS"), or bind to '
+        "127.0.0.1 behind your own TLS proxy, or accept it explicitly with "
+        "glm:front.allowPlainHttp: true (every preview then warns)."
+    )
+
+
 def _dangerous_env(name: str, value: str) -> str | None:
     if name not in REFUSED_ENV or value.strip().lower() in _FALSE_ENV:
         return None
@@ -677,6 +695,7 @@ _CHECKS = [
     _check_vllm_not_exposed,
     _check_nvidia_gpus,
     _check_dangerous_env,
+    _check_plain_http,
 ]
 
 
@@ -731,7 +750,25 @@ def _warn_profiler(c: StackConfig) -> str | None:
     return "\n".join(found) or None
 
 
-_ADVISORIES = [_warn_profiler, _warn_mtp, _warn_dead_env, _warn_no_shm, _warn_floating_image]
+def _warn_plain_http(c: StackConfig) -> str | None:
+    front = c.front
+    if front.tls or not front.allow_plain_http or is_loopback(front.bind_address):
+        return None
+    return (
+        f"glm:front.allowPlainHttp=true: the API on {front.bind_address}:{front.port} is plain HTTP, so "
+        "API keys and prompts cross the network in clear. Set up TLS (docs/front-and-alerts.md "
+        '"TLS") and remove the opt-in.'
+    )
+
+
+_ADVISORIES = [
+    _warn_plain_http,
+    _warn_profiler,
+    _warn_mtp,
+    _warn_dead_env,
+    _warn_no_shm,
+    _warn_floating_image,
+]
 
 
 # ---- loading ---------------------------------------------------------------------------------

@@ -36,6 +36,10 @@ UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
 HEALTH_READ_TIMEOUT_SECONDS = 5
 WORKER_PROCESSES = 4
 """LLM traffic is a few hundred long-lived streams; ``auto`` would start one worker per host core."""
+INFERENCE_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses")
+"""The only paths the front forwards (exact matches). vLLM also serves LoRA loading, scoring,
+tokenizing, dev and profiler routes, some of them without its own key check (SPEC §6)."""
+
 _UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
 
 _ACCESS_LOG_FIELDS = {
@@ -169,10 +173,30 @@ def render_nginx_conf(
             "The model server did not answer in time.", "upstream_timeout", "server_error"
         ),
         "not_found": openai_error(
-            "Not found. This endpoint serves the OpenAI-compatible API under /v1/ only.",
+            "Not found. This endpoint serves only " + ", ".join(INFERENCE_ROUTES) + ".",
             "not_found",
         ),
+        "query_string_not_allowed": openai_error(
+            "Query strings are not accepted: the OpenAI API takes its parameters in the JSON body.",
+            "query_string_not_allowed",
+        ),
+        "bad_request": openai_error(
+            "Bad request: malformed HTTP, or a header (such as Authorization) sent twice.", "bad_request"
+        ),
     }
+
+    # Exact locations: with a URI in proxy_pass, vLLM receives exactly the listed path (nginx
+    # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
+    routes = "\n".join(
+        f"""        location = {route} {{
+            if ($api_client = "") {{
+                return 401;
+            }}{rate_limit}
+            proxy_pass http://vllm{route};
+        }}
+"""
+        for route in INFERENCE_ROUTES
+    )
 
     return f"""# Rendered by components/nginx_front.py from the stack config; edit the stack, not this file.
 worker_processes {WORKER_PROCESSES};
@@ -208,6 +232,13 @@ http {{
 {ssl}
         client_max_body_size {front.max_body_size};
 
+        # The error log writes the request line, query string included (the access log writes $uri):
+        # refuse queries here, before a 413, a rate limit or an upstream error could log one.
+        if ($args != "") {{
+            return 400 {q}{errors["query_string_not_allowed"]}{q};
+        }}
+
+        error_page 400 = @bad_request;
         error_page 401 = @invalid_api_key;
         error_page 413 = @request_too_large;
         error_page 429 = @rate_limited;
@@ -229,13 +260,13 @@ http {{
         proxy_read_timeout {front.read_timeout_seconds}s;
         proxy_send_timeout {front.send_timeout_seconds}s;
 
+{routes}
+        # Any other /v1 path: 401 without a key (as for every /v1 route), else the JSON 404.
         location /v1/ {{
             if ($api_client = "") {{
                 return 401;
-            }}{rate_limit}
-            # With a URI part, nginx forwards the normalized path, so /v1/../metrics style tricks
-            # cannot reach vLLM's other routes.
-            proxy_pass http://vllm/v1/;
+            }}
+            return 404 {q}{errors["not_found"]}{q};
         }}
 
         location = /healthz {{
@@ -253,6 +284,10 @@ http {{
         # Without this, nginx answers /v1 with an HTML redirect to /v1/.
         location = /v1 {{
             return 404 {q}{errors["not_found"]}{q};
+        }}
+
+        location @bad_request {{
+            return 400 {q}{errors["bad_request"]}{q};
         }}
 
         location @invalid_api_key {{
@@ -352,7 +387,13 @@ class NginxFront(pulumi.ComponentResource):
                 ),
             ]
 
-        labels = [docker.ContainerLabelArgs(label="glm.role", value="front")]
+        # Read by the policy pack (front-tls-on-public-bind): TLS, or the stack's plain-HTTP opt-in.
+        labels = [
+            docker.ContainerLabelArgs(label="glm.role", value="front"),
+            docker.ContainerLabelArgs(label="glm.tls", value="on" if front.tls else "off"),
+        ]
+        if front.allow_plain_http and not front.tls:
+            labels.append(docker.ContainerLabelArgs(label="glm.plain-http", value="accepted"))
 
         container = docker.Container(
             f"{name}-nginx",

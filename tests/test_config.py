@@ -11,8 +11,14 @@ from components.config import ConfigError, SecretInputs, StackConfig, build_stac
 HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01.example.internal"}]}
 
 
+PLAIN_HTTP_ACCEPTED = {"front": {"allowPlainHttp": True}}
+"""The hardware profiles bind the front to 0.0.0.0; the stack files opt in to plain HTTP, so do these."""
+
+
 def make(hardware: str, **overrides: Any):
-    return build_stack_config({"hardware": hardware, "target": HOST, **overrides})
+    return build_stack_config(
+        {"hardware": hardware, "target": HOST, **deep_merge(PLAIN_HTTP_ACCEPTED, overrides)}
+    )
 
 
 @pytest.mark.parametrize("hardware", ["a800", "ascend", "rtx5090", "local"])
@@ -105,7 +111,7 @@ def test_wrong_type_is_named_with_the_value() -> None:
 def test_more_than_one_host_is_refused_for_now() -> None:
     two = {"hosts": [{"name": "a", "dockerHost": "ssh://u@a"}, {"name": "b", "dockerHost": "ssh://u@b"}]}
     with pytest.raises(ConfigError, match="lists 2 hosts; exactly one is supported"):
-        build_stack_config({"hardware": "a800", "target": two})
+        build_stack_config({"hardware": "a800", "target": two, **PLAIN_HTTP_ACCEPTED})
 
 
 def test_download_needs_a_repo() -> None:
@@ -209,7 +215,8 @@ def with_secrets(
     hardware: str = "a800", secrets: SecretInputs | None = None, **overrides: Any
 ) -> StackConfig:
     return build_stack_config(
-        {"hardware": hardware, "target": HOST, **overrides}, secrets or SecretInputs(api_keys=GOOD_KEYS)
+        {"hardware": hardware, "target": HOST, **deep_merge(PLAIN_HTTP_ACCEPTED, overrides)},
+        secrets or SecretInputs(api_keys=GOOD_KEYS),
     )
 
 
@@ -250,14 +257,14 @@ def test_config_and_secret_problems_are_reported_together() -> None:
 
 def test_docker_host_override_goes_through_the_models() -> None:
     config = build_stack_config(
-        {"hardware": "a800", "target": HOST}, docker_host="unix:///var/run/docker.sock"
+        {"hardware": "a800", "target": HOST, **PLAIN_HTTP_ACCEPTED}, docker_host="unix:///var/run/docker.sock"
     )
     assert config.target.host.docker_host == "unix:///var/run/docker.sock"
     assert config.target.host.name == "gpu01"
     assert config.target.host.is_local  # preflight, downloads and the endpoint follow the engine
-    assert build_stack_config({"hardware": "a800", "target": HOST}).target.host.docker_host.startswith(
-        "ssh://"
-    )
+    assert build_stack_config(
+        {"hardware": "a800", "target": HOST, **PLAIN_HTTP_ACCEPTED}
+    ).target.host.docker_host.startswith("ssh://")
 
 
 @pytest.mark.parametrize("name", ["VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_SERVER_DEV_MODE"])
@@ -314,3 +321,29 @@ def test_gpus_other_than_all_are_refused_naming_accelerators() -> None:
     with pytest.raises(ConfigError, match=r"glm:container\.gpus='device=4,5,6,7'.*only `all`.*accelerators"):
         make("a800", container={"gpus": "device=4,5,6,7"})
     assert make("a800", container={"gpus": "all"}).container.gpus == "all"
+
+
+# ---- plain HTTP on a public bind (13.7) ----------------------------------------------------------
+
+
+def test_plain_http_on_a_public_bind_is_refused_naming_tls_and_the_opt_in() -> None:
+    with pytest.raises(ConfigError) as raised:
+        make("a800", front={"bindAddress": "0.0.0.0", "allowPlainHttp": False})
+    message = str(raised.value)
+    assert "glm:front.bindAddress=0.0.0.0" in message and "plain HTTP" in message
+    assert "glm:front.tls" in message and "glm:front.allowPlainHttp" in message
+
+
+def test_plain_http_opt_in_deploys_with_an_advisory() -> None:
+    config = make("a800", front={"allowPlainHttp": True})
+    assert any("plain HTTP" in w and "0.0.0.0:8008" in w for w in config.advisories())
+
+
+def test_tls_or_loopback_needs_no_opt_in() -> None:
+    assert not make(
+        "a800", front={"bindAddress": "127.0.0.1", "allowPlainHttp": False}
+    ).front.allow_plain_http
+    config = with_secrets(
+        front={"tls": True}, secrets=SecretInputs(api_keys=GOOD_KEYS, tls_certificate=True, tls_key=True)
+    )
+    assert not any("plain HTTP" in w for w in config.advisories())

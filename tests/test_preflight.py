@@ -44,7 +44,13 @@ def run(script: str, bin_dir: Path | None = None) -> subprocess.CompletedProcess
 
 def a800(tmp_path: Path, **overrides: object):
     return build_stack_config(
-        {"hardware": "a800", "target": HOST, "model": {"hostDir": str(tmp_path)}, **overrides}
+        {
+            "hardware": "a800",
+            "target": HOST,
+            "model": {"hostDir": str(tmp_path)},
+            "front": {"allowPlainHttp": True},
+            **overrides,
+        }
     )
 
 
@@ -88,6 +94,7 @@ def test_ascend_preflight_counts_davinci_devices(tmp_path: Path) -> None:
         {
             "hardware": "ascend",
             "target": HOST,
+            "front": {"allowPlainHttp": True},
             "model": {"hostDir": str(tmp_path), "directory": "GLM-5.3-Flash"},
         }
     )
@@ -133,6 +140,7 @@ def test_download_uses_the_hub_cli_then_verifies(tmp_path: Path) -> None:
         {
             "hardware": "ascend",
             "target": HOST,
+            "front": {"allowPlainHttp": True},
             "model": {"hostDir": str(tmp_path), "revision": "v1.0", "download": {"enabled": True}},
         }
     )

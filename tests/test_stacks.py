@@ -210,7 +210,7 @@ def test_ascend_seed_privileges_are_one_line_away() -> None:
         overrides={
             "glm:container": {"privileged": True, "networkMode": "host"},
             "glm:serving": {"host": "172.17.0.1"},
-            "glm:front": {"port": 8078},
+            "glm:front": {"port": 8078, "allowPlainHttp": True},
         },
     )
     inputs = serving_container(deployment)
