@@ -101,6 +101,18 @@ def _nonzero_duration(value: str) -> str:
     return value
 
 
+_SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+
+
+def _served_name(value: str) -> str:
+    if not _SERVED_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a model id clients can send as is. Fix: 1-128 letters, digits and "
+            "`._:/-`, starting with a letter or digit (e.g. glm-5.3-flash or zai-org/GLM-5.3-Flash)"
+        )
+    return value
+
+
 def _at_least_one_second(value: int) -> int:
     if value < 1:
         raise ValueError(f"{value} s: every request would time out. Fix: at least 1 s; the seed uses 600")
@@ -227,7 +239,9 @@ class ModelConfig(_Model):
     host_dir: str = Field(description="Host folder holding the weights folder; mounted read-only.")
     mount_path: str = Field(description="Where `hostDir` appears inside the serving container.")
     directory: str = Field(description="Weights folder name inside `hostDir`.")
-    served_name: str = Field(description="`--served-model-name`: the model id clients send.")
+    served_name: Annotated[str, AfterValidator(_served_name)] = Field(
+        description="`--served-model-name`: the model id clients send (letters, digits, `._:/-`)."
+    )
     revision: str = Field("unpinned", description="Weights revision, part of the served-model fingerprint.")
     weights_gib: float = Field(description="Total weights size in GiB, for the fit check.", ge=0)
     max_context_length: Positive = Field(description="The model's own context limit in tokens.")

@@ -177,14 +177,16 @@ class VllmServer(pulumi.ComponentResource):
         stores the whole ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env
         stays readable in the ``verified`` output and the fingerprint)."""
         super().__init__("glm:serving:VllmServer", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         c = config.container
         self.network = docker.Network(
             f"{name}-network",
             name=f"{c.name}-net",
             driver="bridge",
             ipam_configs=[docker.NetworkIpamConfigArgs(subnet=str(c.subnet))],
-            opts=child,
+            # A fixed network name cannot exist twice (Docker >= 25 refuses, 20.10 makes later
+            # lookups ambiguous): a new subnet deletes the old network first, and with it the
+            # containers attached to it, which are replaced anyway (vLLM's address is in the subnet).
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
 
         self.container = docker.Container(

@@ -364,3 +364,34 @@ def test_configured_mounts_are_read_only_unless_asked() -> None:
     inputs = serving_container(run_program("rtx5090", overrides={"glm:container": {"mounts": mounts}}))
     binds = {m["target"]: m.get("readOnly") for m in inputs["mounts"] if m["type"] == "bind"}
     assert binds["/a"] is True and not binds["/b"]
+
+
+def test_curl_output_is_shell_quoted_json() -> None:
+    import shlex
+
+    from components.config import build_stack_config
+    from components.deployment import _curl
+
+    config = build_stack_config({"hardware": "local"})
+    hostile = config.model_copy(update={"model": config.model.model_copy(update={"served_name": "m'$(id)'"})})
+    argv = shlex.split(_curl("http://localhost:8080/v1", hostile))
+    body = json.loads(argv[argv.index("-d") + 1])
+    assert body["model"] == "m'$(id)'"
+    assert argv[2] == "http://localhost:8080/v1/chat/completions"
+
+
+@pytest.mark.parametrize("name", ["m'$(id>/tmp/x)'", "a b", "", "-rf", "x" * 200, 'q"uote'])
+def test_served_names_clients_cannot_send_plainly_are_refused(name: str) -> None:
+    with pytest.raises(Exception, match=r"glm:model\.servedName"):
+        run_program("local", overrides={"glm:model": {"servedName": name}})
+
+
+def test_the_seeds_served_names_are_accepted(deployed: dict[str, Deployment]) -> None:
+    names = {stack: deployed[stack].outputs["servedModelName"] for stack in ("a800", "ascend", "rtx5090")}
+    assert names == {"a800": "zai-org/GLM-5.3-Flash", "ascend": "glm5.3-flash", "rtx5090": "glm-5.3-flash"}
+
+
+def test_the_private_network_is_deleted_before_it_is_replaced(deployed: dict[str, Deployment]) -> None:
+    """A fixed name cannot exist twice (Docker >= 25 refuses; 20.10 makes lookups ambiguous)."""
+    for stack in ("a800", "local"):
+        assert deployed[stack].options[f"{stack}-serving-network"].delete_before_replace is True
