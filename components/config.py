@@ -447,8 +447,10 @@ class PreflightConfig(_Model):
 
 
 class StackConfig(_Model):
-    hardware: Hardware = Field(description="Hardware profile: a800, ascend, rtx5090 or local.")
-    target: TargetConfig = Field(description="Where it runs.")
+    hardware: Hardware = Field(
+        description="Hardware profile: a800, ascend, rtx5090 or local; selects the seed's production defaults."
+    )
+    target: TargetConfig = Field(description="Where it runs (one host today).")
     image: ImageConfig = Field(description="The serving image.")
     model: ModelConfig = Field(description="The weights and served name.")
     serving: ServingConfig = Field(description="The vLLM command line and environment.")
@@ -458,7 +460,9 @@ class StackConfig(_Model):
     smoke: SmokeConfig = Field(default_factory=SmokeConfig, description="The smoke gate.")
     preflight: PreflightConfig = Field(default_factory=PreflightConfig, description="Host checks.")
     promote_from: str | None = Field(
-        None, description="Fully qualified source stack whose verified outputs this stack promotes."
+        None,
+        description="Fully qualified source stack (org/glm/a800-staging) whose verified outputs this "
+        "stack promotes; empty for none.",
     )
 
     @property
