@@ -70,7 +70,10 @@ def main() -> int:
     updated = render(current)
     if "--check" in sys.argv:
         if updated != current:
-            print("Pulumi.yaml's config descriptions are out of date: python scripts/pulumi_yaml_config.py", file=sys.stderr)
+            print(
+                "Pulumi.yaml's config descriptions are out of date: python scripts/pulumi_yaml_config.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     path.write_text(updated)
