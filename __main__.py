@@ -7,7 +7,8 @@ reviewers and operators need.
 import pulumi
 
 from components.config import ConfigError, load_stack_config
-from components.deployment import Secrets, deploy
+from components.deployment import deploy
+from components.secrets import Secrets
 
 try:
     config = load_stack_config()

@@ -15,9 +15,15 @@ import copy
 import hashlib
 import ipaddress
 import json
-from typing import Any, Literal
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
 from components.profiles import DEFAULTS, FACTS, HardwareFacts
@@ -30,10 +36,103 @@ VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S = 600
 DOCKER_DEFAULT_SHM_MB = 64
 # Where the persistent compile/JIT cache volume is mounted in the serving container.
 CACHE_MOUNT_PATH = "/var/cache/glm53"
+VISIBILITY_ENV = (
+    "ASCEND_RT_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+"""Set by the program from ``glm:container.accelerators`` (``render_env``)."""
+# vLLM env vars that open routes besides inference (SPEC §6 "vLLM routes"); the front forwards only
+# the inference routes, but anything on the private network or the host could reach the rest.
+REFUSED_ENV = {
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "opens /v1/load_lora_adapter and /v1/unload_lora_adapter: "
+    "anyone who reaches vLLM can load code-bearing adapters into the server",
+    "VLLM_SERVER_DEV_MODE": "opens /sleep, /wake_up, /reset_prefix_cache, /collective_rpc and other "
+    "dev routes without a key",
+}
+WARNED_ENV = {
+    "VLLM_TORCH_PROFILER_DIR": "opens /start_profile and /stop_profile (no key) and writes traces "
+    "into the container; the front does not forward them",
+}
+_FALSE_ENV = {"", "0", "false", "no", "off"}
 
 
 class ConfigError(ValueError):
     """A stack configuration that must not be deployed; the message says what to change."""
+
+
+# ---- value types: a bad value names its key (``_explain`` adds it), the value and the fix -------
+
+_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?[kKmMgGtT]")
+_NGINX_SIZE = re.compile(r"[0-9]+[kKmMgG]?")
+# Prometheus' model.ParseDuration, the parser promtool runs: units largest first, each at most once.
+_PROMETHEUS_DURATION = re.compile(
+    r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?"
+)
+
+
+def _docker_size(value: str) -> str:
+    if not _SIZE.fullmatch(value):
+        raise ValueError(f"{value!r} is not a size. Fix: a number with a unit k, m, g or t, e.g. 64g")
+    return value
+
+
+def _nginx_size(value: str) -> str:
+    if not _NGINX_SIZE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an nginx size. Fix: a number with an optional k, m or g suffix, e.g. 20m"
+        )
+    return value
+
+
+def _prometheus_duration(value: str) -> str:
+    if value == "0" or not value or not _PROMETHEUS_DURATION.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Prometheus duration (promtool refuses it). Fix: a number with a "
+            "unit, units largest first, e.g. 15s, 2m or 1m30s"
+        )
+    return value
+
+
+def _nonzero_duration(value: str) -> str:
+    if not re.search(r"[1-9]", _prometheus_duration(value)):
+        raise ValueError(f"{value!r} is zero. Fix: a positive duration, e.g. 15s")
+    return value
+
+
+_SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+
+
+def _served_name(value: str) -> str:
+    if not _SERVED_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a model id clients can send as is. Fix: 1-128 letters, digits and "
+            "`._:/-`, starting with a letter or digit (e.g. glm-5.3-flash or zai-org/GLM-5.3-Flash)"
+        )
+    return value
+
+
+def _at_least_one_second(value: int) -> int:
+    if value < 1:
+        raise ValueError(f"{value} s: every request would time out. Fix: at least 1 s; the seed uses 600")
+    return value
+
+
+def _positive(value: int) -> int:
+    if value <= 0:
+        raise ValueError(
+            f"{value} must be greater than 0. Fix: a positive number (README's config table has the default)"
+        )
+    return value
+
+
+Positive = Annotated[int, AfterValidator(_positive)]
+DockerSize = Annotated[str, AfterValidator(_docker_size)]
+NginxSize = Annotated[str, AfterValidator(_nginx_size)]
+PrometheusDuration = Annotated[str, AfterValidator(_prometheus_duration)]
+Timeout = Annotated[int, AfterValidator(_at_least_one_second)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
 class _Model(BaseModel):
@@ -140,10 +239,12 @@ class ModelConfig(_Model):
     host_dir: str = Field(description="Host folder holding the weights folder; mounted read-only.")
     mount_path: str = Field(description="Where `hostDir` appears inside the serving container.")
     directory: str = Field(description="Weights folder name inside `hostDir`.")
-    served_name: str = Field(description="`--served-model-name`: the model id clients send.")
+    served_name: Annotated[str, AfterValidator(_served_name)] = Field(
+        description="`--served-model-name`: the model id clients send (letters, digits, `._:/-`)."
+    )
     revision: str = Field("unpinned", description="Weights revision, part of the served-model fingerprint.")
-    weights_gib: float = Field(description="Total weights size in GiB, for the fit check.")
-    max_context_length: int = Field(description="The model's own context limit in tokens.")
+    weights_gib: float = Field(description="Total weights size in GiB, for the fit check.", ge=0)
+    max_context_length: Positive = Field(description="The model's own context limit in tokens.")
     download: DownloadConfig = Field(default_factory=DownloadConfig)
 
     @property
@@ -160,15 +261,15 @@ class ServingConfig(_Model):
 
     host: str | None = Field(None, description="`--host`.")
     port: int = Field(8000, description="`--port`: vLLM's port inside the private network.")
-    max_model_len: int = Field(description="`--max-model-len`.")
-    tensor_parallel_size: int = Field(description="`--tensor-parallel-size`.")
+    max_model_len: Positive = Field(description="`--max-model-len`.")
+    tensor_parallel_size: Positive = Field(description="`--tensor-parallel-size`.")
     enable_expert_parallel: bool = Field(False, description="`--enable-expert-parallel`.")
     seed: int | None = Field(None, description="`--seed`.")
     safetensors_load_strategy: str | None = Field(None, description="`--safetensors-load-strategy`.")
     kv_cache_dtype: str | None = Field(None, description="`--kv-cache-dtype`.")
-    block_size: int | None = Field(None, description="`--block-size`.")
-    max_num_seqs: int = Field(description="`--max-num-seqs`.")
-    max_num_batched_tokens: int | None = Field(None, description="`--max-num-batched-tokens`.")
+    block_size: Positive | None = Field(None, description="`--block-size`.")
+    max_num_seqs: Positive = Field(description="`--max-num-seqs`.")
+    max_num_batched_tokens: Positive | None = Field(None, description="`--max-num-batched-tokens`.")
     gpu_memory_utilization: float = Field(description="`--gpu-memory-utilization`.", gt=0, le=1)
     quantization: str | None = Field(None, description="`--quantization`.")
     moe_backend: str | None = Field(None, description="`--moe-backend`.")
@@ -186,7 +287,7 @@ class ServingConfig(_Model):
     limit_mm_per_prompt: dict[str, int] | None = Field(None, description="`--limit-mm-per-prompt`.")
     compilation_config: dict[str, Any] | None = Field(None, description="`--compilation-config`.")
     additional_config: dict[str, Any] | None = Field(None, description="`--additional-config`.")
-    api_server_count: int | None = Field(None, description="`--api-server-count`.")
+    api_server_count: Positive | None = Field(None, description="`--api-server-count`.")
     extra_args: list[str] = Field(
         default_factory=list, description="Appended verbatim (the seed's EXTRA_ARGS knob)."
     )
@@ -207,18 +308,25 @@ class ServingConfig(_Model):
 class MountConfig(_Model):
     source: str = Field(description="Host path.")
     target: str = Field(description="Container path.")
-    read_only: bool = Field(False, description="Mount read-only.")
+    read_only: bool = Field(
+        True, description="Mount read-only (the default: the container runs as root with remote code)."
+    )
 
 
 class ContainerConfig(_Model):
     name: str = Field(description="Serving container name.")
     accelerators: list[int] = Field(description="Accelerator indices given to the container.")
-    gpus: str | None = Field(None, description="NVIDIA `--gpus` value; default `device=<accelerators>`.")
+    gpus: str | None = Field(
+        None,
+        description="NVIDIA `--gpus`: always `all` on NVIDIA (pulumi-docker 4.11 takes no other value); "
+        "vLLM is pinned to `accelerators` with CUDA_VISIBLE_DEVICES (PCI bus order) and "
+        "NVIDIA_VISIBLE_DEVICES. Unset or `all`.",
+    )
     devices: list[str] = Field(
         default_factory=list, description="Extra device nodes (Ascend control devices)."
     )
     mounts: list[MountConfig] = Field(default_factory=list, description="Extra bind mounts.")
-    shm_size: str | None = Field(
+    shm_size: DockerSize | None = Field(
         "64g", description="`--shm-size` (e.g. `64g`); TP > 1 crashes on Docker's 64 MB default."
     )
     ipc_mode: Literal["host", "private", "shareable"] | None = Field(
@@ -236,8 +344,8 @@ class ContainerConfig(_Model):
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = Field(
         "unless-stopped", description="Docker restart policy."
     )
-    log_max_size: str = Field("100m", description="json-file log rotation: size per file.")
-    log_max_files: int = Field(5, description="json-file log rotation: files kept.")
+    log_max_size: DockerSize = Field("100m", description="json-file log rotation: size per file.")
+    log_max_files: Positive = Field(5, description="json-file log rotation: files kept.")
 
     @property
     def log_opts(self) -> dict[str, str]:
@@ -261,35 +369,37 @@ class ContainerConfig(_Model):
         if self.shm_size is None:
             return None
         units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
-        value, unit = self.shm_size[:-1], self.shm_size[-1].lower()
-        if unit not in units:
-            raise ValueError(f"glm:container.shmSize {self.shm_size!r}: use a unit k, m, g or t")
-        return int(float(value) * units[unit])
+        return int(float(self.shm_size[:-1]) * units[self.shm_size[-1].lower()])
 
 
 class RateLimitConfig(_Model):
     enabled: bool = Field(False, description="Per-key request rate limit at the front.")
-    requests_per_second: int = Field(10, description="Sustained requests per second per key.")
-    burst: int = Field(20, description="Requests allowed above the rate before 429.")
+    requests_per_second: Positive = Field(10, description="Sustained requests per second per key.")
+    burst: Positive = Field(20, description="Requests allowed above the rate before 429.")
 
 
 class FrontConfig(_Model):
     image: str = Field("nginx:1.27", description="Nginx image.")
     port: int = Field(8080, description="The stack's one published port (the API).")
     bind_address: str = Field("0.0.0.0", description="Host address the API port binds to.")
-    max_body_size: str = Field("20m", description="`client_max_body_size`.")
-    read_timeout_seconds: int = Field(600, description="`proxy_read_timeout`.")
-    send_timeout_seconds: int = Field(600, description="`proxy_send_timeout`.")
-    keepalive: int = Field(32, description="Upstream keepalive connections.")
+    max_body_size: NginxSize = Field("20m", description="`client_max_body_size`.")
+    read_timeout_seconds: Timeout = Field(600, description="`proxy_read_timeout`.")
+    send_timeout_seconds: Timeout = Field(600, description="`proxy_send_timeout`.")
+    keepalive: Positive = Field(32, description="Upstream keepalive connections.")
     rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     tls: bool = Field(False, description="Serve TLS with `glm:tlsCertificate`/`glm:tlsKey`.")
+    allow_plain_http: bool = Field(
+        False,
+        description="Accept plain HTTP on a non-loopback `bindAddress` (keys and prompts cross the "
+        "network in clear); without it such a stack is refused. Prefer `tls`.",
+    )
 
 
 class AlertThresholds(_Model):
-    kv_cache_usage: float = Field(0.9, description="KV cache usage fraction that alerts.")
-    ttft_p99_seconds: float = Field(10.0, description="TTFT p99 bound in seconds.")
-    spec_acceptance_min: float = Field(0.3, description="Minimum MTP draft acceptance rate.")
-    capacity_wait_for: str = Field(
+    kv_cache_usage: Fraction = Field(0.9, description="KV cache usage fraction that alerts.")
+    ttft_p99_seconds: float = Field(10.0, description="TTFT p99 bound in seconds.", gt=0)
+    spec_acceptance_min: Fraction = Field(0.3, description="Minimum MTP draft acceptance rate.")
+    capacity_wait_for: PrometheusDuration = Field(
         "2m", description="How long capacity-waiting with nothing running may last."
     )
 
@@ -298,7 +408,9 @@ class MonitoringConfig(_Model):
     image: str = Field("prom/prometheus:v2.53.0", description="Prometheus image.")
     port: int = Field(9090, description="Host port of the Prometheus UI.")
     bind_address: str = Field("127.0.0.1", description="Host address Prometheus binds to (loopback).")
-    scrape_interval: str = Field("15s", description="Scrape interval of vLLM /metrics.")
+    scrape_interval: Annotated[str, AfterValidator(_nonzero_duration)] = Field(
+        "15s", description="Scrape interval of vLLM /metrics."
+    )
     thresholds: AlertThresholds = Field(default_factory=AlertThresholds)
 
 
@@ -307,7 +419,7 @@ ALL_SMOKE_STEPS: list[SmokeStep] = ["models", "arithmetic", "tool_call", "kv_poo
 
 
 class SmokeConfig(_Model):
-    deadline_seconds: int = Field(1800, description="How long the gate waits for readiness.")
+    deadline_seconds: Positive = Field(1800, description="How long the gate waits for readiness.")
     poll_seconds: float = Field(1.0, description="Readiness poll interval (at most 1 s).", gt=0, le=1)
     prompt: str = Field("What is 13×17? Answer with the number only.", description="Arithmetic prompt.")
     expected_answer: str = Field("221", description="Exact expected `content` after trimming.")
@@ -335,8 +447,10 @@ class PreflightConfig(_Model):
 
 
 class StackConfig(_Model):
-    hardware: Hardware = Field(description="Hardware profile: a800, ascend, rtx5090 or local.")
-    target: TargetConfig = Field(description="Where it runs.")
+    hardware: Hardware = Field(
+        description="Hardware profile: a800, ascend, rtx5090 or local; selects the seed's production defaults."
+    )
+    target: TargetConfig = Field(description="Where it runs (one host today).")
     image: ImageConfig = Field(description="The serving image.")
     model: ModelConfig = Field(description="The weights and served name.")
     serving: ServingConfig = Field(description="The vLLM command line and environment.")
@@ -346,7 +460,9 @@ class StackConfig(_Model):
     smoke: SmokeConfig = Field(default_factory=SmokeConfig, description="The smoke gate.")
     preflight: PreflightConfig = Field(default_factory=PreflightConfig, description="Host checks.")
     promote_from: str | None = Field(
-        None, description="Fully qualified source stack whose verified outputs this stack promotes."
+        None,
+        description="Fully qualified source stack (org/glm/a800-staging) whose verified outputs this "
+        "stack promotes; empty for none.",
     )
 
     @property
@@ -487,20 +603,101 @@ def _check_ports(c: StackConfig) -> str | None:
     return None
 
 
+DOCKER_BRIDGE_GATEWAY = "172.17.0.1"
+"""Docker's default bridge gateway: what ``host-gateway`` (the front's ``host.docker.internal``)
+resolves to unless dockerd sets ``--bip`` or ``--host-gateway-ip``."""
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]").split("/")[0])
+    except ValueError:
+        return None
+
+
+def binds_all_interfaces(host: str | None) -> bool:
+    """Every spelling that makes a server listen on all interfaces.
+
+    >>> [binds_all_interfaces(h) for h in (None, "", "0", "::", "[::]", "0.0.0.0", "10.0.0.5")]
+    [True, True, True, True, True, True, False]
+    """
+    if host is None or host.strip() in ("", "0", "*"):
+        return True
+    address = _address(host)
+    return address is not None and address.is_unspecified
+
+
+def is_loopback(host: str) -> bool:
+    address = _address(host)
+    return host.strip().lower() == "localhost" or (address is not None and address.is_loopback)
+
+
 def _check_vllm_not_exposed(c: StackConfig) -> str | None:
-    if c.container.network_mode == "host" and c.serving.host in (None, "0.0.0.0"):
+    if c.container.network_mode != "host":
+        return None
+    host, port = c.serving.host, c.serving.port
+    fix = (
+        f"Fix: keep networkMode bridge, or set glm:serving.host to the Docker bridge gateway "
+        f"({DOCKER_BRIDGE_GATEWAY} unless dockerd sets --bip/--host-gateway-ip), where the front "
+        "reaches it as host.docker.internal and the world does not."
+    )
+    if binds_all_interfaces(host):
+        shown = "unset" if host is None else repr(host)
         return (
-            f"glm:container.networkMode=host with serving.host={c.serving.host or 'all interfaces'} "
-            f"publishes vLLM's port {c.serving.port} to the world without a key (scanned within a day "
-            f"in the A100 seed). Fix: keep networkMode bridge, or set serving.host to the Docker "
-            f"bridge gateway (e.g. 172.17.0.1), where the front reaches it and the world does not."
+            f"glm:container.networkMode=host with glm:serving.host={shown} publishes vLLM's port "
+            f"{port} on every interface without a key (scanned within a day in the A100 seed). {fix}"
+        )
+    if host is not None and is_loopback(host):
+        return (
+            f"glm:container.networkMode=host with glm:serving.host={host!r}: vLLM listens on the host's "
+            f"loopback only, and the front (in its own container) cannot reach it; the gate would wait "
+            f"out its whole deadline. {fix}"
         )
     return None
 
 
+def _check_plain_http(c: StackConfig) -> str | None:
+    front = c.front
+    if front.tls or front.allow_plain_http or is_loopback(front.bind_address):
+        return None
+    return (
+        f"glm:front.bindAddress={front.bind_address} serves the API over plain HTTP: API keys and "
+        "prompts cross the network in clear. Fix: turn on TLS (glm:front.tls true with "
+        'glm:tlsCertificate and glm:tlsKey, docs/front-and-alerts.md "TLS"), or bind to '
+        "127.0.0.1 behind your own TLS proxy, or accept it explicitly with "
+        "glm:front.allowPlainHttp: true (every preview then warns)."
+    )
+
+
+def _dangerous_env(name: str, value: str) -> str | None:
+    if name not in REFUSED_ENV or value.strip().lower() in _FALSE_ENV:
+        return None
+    return (
+        f"{name} {REFUSED_ENV[name]}. Fix: remove it; change adapters or debug on a "
+        "separate stack that is not reachable from clients."
+    )
+
+
+def _check_dangerous_env(c: StackConfig) -> str | None:
+    found = [
+        f"glm:serving.env/extraEnv.{name}={value!r}: {reason}"
+        for name, value in sorted(c.serving.merged_env.items())
+        if (reason := _dangerous_env(name, value)) is not None
+    ]
+    return "\n".join(found) or None
+
+
 def _check_nvidia_gpus(c: StackConfig) -> str | None:
-    if c.facts.accelerator != "nvidia" and c.container.gpus is not None:
+    if c.container.gpus is None:
+        return None
+    if c.facts.accelerator != "nvidia":
         return f"glm:container.gpus is for NVIDIA hardware; {c.hardware} takes accelerators as devices."
+    if c.container.gpus != "all":
+        return (
+            f"glm:container.gpus={c.container.gpus!r}: pulumi-docker 4.11 supports only `all` (any other "
+            "value replaces the container on every up). Fix: remove it and list the cards in "
+            "glm:container.accelerators; vLLM is pinned to them with CUDA_VISIBLE_DEVICES."
+        )
     return None
 
 
@@ -515,6 +712,8 @@ _CHECKS = [
     _check_ports,
     _check_vllm_not_exposed,
     _check_nvidia_gpus,
+    _check_dangerous_env,
+    _check_plain_http,
 ]
 
 
@@ -559,7 +758,35 @@ def _warn_floating_image(c: StackConfig) -> str | None:
     return None
 
 
-_ADVISORIES = [_warn_mtp, _warn_dead_env, _warn_no_shm, _warn_floating_image]
+def _warn_profiler(c: StackConfig) -> str | None:
+    found = [
+        f"glm:serving.env/extraEnv.{name} {reason}; remove it once the profile is taken."
+        for name, value in sorted(c.serving.merged_env.items())
+        if name in WARNED_ENV and value.strip().lower() not in _FALSE_ENV
+        for reason in [WARNED_ENV[name]]
+    ]
+    return "\n".join(found) or None
+
+
+def _warn_plain_http(c: StackConfig) -> str | None:
+    front = c.front
+    if front.tls or not front.allow_plain_http or is_loopback(front.bind_address):
+        return None
+    return (
+        f"glm:front.allowPlainHttp=true: the API on {front.bind_address}:{front.port} is plain HTTP, so "
+        "API keys and prompts cross the network in clear. Set up TLS (docs/front-and-alerts.md "
+        '"TLS") and remove the opt-in.'
+    )
+
+
+_ADVISORIES = [
+    _warn_plain_http,
+    _warn_profiler,
+    _warn_mtp,
+    _warn_dead_env,
+    _warn_no_shm,
+    _warn_floating_image,
+]
 
 
 # ---- loading ---------------------------------------------------------------------------------
@@ -583,9 +810,175 @@ STACK_KEYS = [
     "monitoring", "smoke", "preflight", "promoteFrom",
 ]  # fmt: skip
 
+SECRET_KEYS = {
+    "apiKeys": "API keys of the front, `{name: key}` (secret, required).",
+    "servingSecretEnv": "Secret environment of the vLLM container, `{NAME: value}` (e.g. `HF_TOKEN` for a "
+    "gated download); only the names reach the fingerprint and outputs (secret).",
+    "tlsCertificate": "PEM certificate when `front.tls` is true (secret).",
+    "tlsKey": "PEM key when `front.tls` is true (secret).",
+    "sshPrivateKey": "SSH key for preflight/download commands; default: the SSH agent (secret).",
+}
+"""The ``glm:*`` keys that hold secrets, read with ``get_secret*`` (components/secrets.py)."""
 
-def build_stack_config(raw: dict[str, Any]) -> StackConfig:
-    """Validate raw ``glm:*`` values (camelCase, as in the stack file) over their profile."""
+DOCKER_HOST_OVERRIDE = "GLM_DOCKER_HOST"
+"""Environment variable that replaces ``glm:target.hosts[0].dockerHost`` (validated like it):
+CI previews a hardware stack on the local engine with ``GLM_DOCKER_HOST=unix:///var/run/docker.sock``."""
+
+MIN_API_KEY_LENGTH = 16
+MIN_API_KEY_BITS = 40
+"""A key's entropy as its own character frequencies estimate it (an underestimate for random keys:
+16 random hex digits score ~55, ``sk-`` + 48 hex digits ~190; ``aaaaaaaaaaaaaaaa`` scores 0)."""
+# RFC 6750 b64token: what may follow "Bearer ". It also keeps keys free of quotes, spaces, `;`, `$`
+# and `{}`, so a key can be written into nginx.conf without any escaping.
+_API_KEY = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+_CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NEW_KEY = "`echo sk-$(openssl rand -hex 24)`"
+
+
+@dataclass(frozen=True)
+class SecretInputs:
+    """The secret keys as the program reads them before anything is created, for validation only.
+
+    Plain values: never put one in a message, a resource input or an output. The Outputs the
+    components use are built by ``components.secrets.Secrets``.
+    """
+
+    api_keys: Any = None
+    serving_env: Any = None
+    tls_certificate: bool = False
+    tls_key: bool = False
+    secret_plain_keys: tuple[str, ...] = ()
+    """``glm:*`` keys of the models that hold a value set with ``--secret``."""
+
+    def problems(self) -> list[str]:
+        """Rules that need no model: where secrets are, and the keys' and names' shapes."""
+        found = [_secret_in_plain_key(key) for key in self.secret_plain_keys]
+        found += check_api_keys(self.api_keys)
+        if self.serving_env is not None and not isinstance(self.serving_env, Mapping):
+            found.append(
+                "glm:servingSecretEnv must be a map of environment variables. Fix: "
+                "pulumi config set --secret --path 'glm:servingSecretEnv.HF_TOKEN' <value>"
+            )
+        for name, value in sorted(self.serving_env_items()):
+            if not _ENV_NAME.fullmatch(name):
+                found.append(
+                    f"glm:servingSecretEnv.{name} is not an environment variable name. Fix: letters, "
+                    "digits and `_`, not starting with a digit (e.g. HF_TOKEN)."
+                )
+            if not isinstance(value, str):
+                found.append(
+                    f"glm:servingSecretEnv.{name} is not a string. Fix: set it with "
+                    f"pulumi config set --secret --path 'glm:servingSecretEnv.{name}' <value>"
+                )
+        return found
+
+    def serving_env_items(self) -> list[tuple[str, Any]]:
+        return list(self.serving_env.items()) if isinstance(self.serving_env, Mapping) else []
+
+    def problems_with(self, config: StackConfig) -> list[str]:
+        """Rules that need the validated model."""
+        found = []
+        taken = {
+            **{name: "glm:serving.env / extraEnv" for name in config.serving.merged_env},
+            **{name: "the program (cache directories)" for name in config.cache_env},
+            **{name: "the program (accelerator pinning)" for name in VISIBILITY_ENV},
+        }
+        for name, _ in sorted(self.serving_env_items()):
+            if name in taken:
+                found.append(
+                    f"glm:servingSecretEnv.{name} is also set by {taken[name]}: the container would "
+                    f"get one of them at random. Fix: set {name} in one place only."
+                )
+            if (reason := _dangerous_env(name, "1")) is not None:
+                found.append(f"glm:servingSecretEnv.{name}: {reason}")
+        if config.front.tls and not (self.tls_certificate and self.tls_key):
+            found.append(
+                "glm:front.tls=true but no certificate was given. Fix: pulumi config set "
+                'glm:tlsCertificate -- "$(cat tls.crt)" and pulumi config set --secret glm:tlsKey '
+                '-- "$(cat tls.key)", or set glm:front.tls false.'
+            )
+        return found
+
+
+def _secret_in_plain_key(key: str) -> str:
+    where = (
+        "the vLLM argv and env, the gate's inputs and the stack outputs"
+        if key == "serving"
+        else "resource inputs and stack outputs"
+    )
+    return (
+        f"glm:{key} holds a secret value (set with --secret), but glm:{key} is written in plain text "
+        f"into {where}. Fix: remove it (pulumi config rm --path 'glm:{key}.<path>') and put a secret "
+        "environment variable such as HF_TOKEN in glm:servingSecretEnv "
+        "(pulumi config set --secret --path 'glm:servingSecretEnv.HF_TOKEN' <value>); vLLM needs no "
+        "--api-key behind the front, which checks glm:apiKeys. Secret keys: "
+        + ", ".join(f"glm:{k}" for k in SECRET_KEYS)
+        + "."
+    )
+
+
+def _entropy_bits(key: str) -> float:
+    """Shannon entropy of the key's characters times its length: ``aaaa...`` has 0."""
+    counts = Counter(key)
+    return -sum(n * math.log2(n / len(key)) for n in counts.values())
+
+
+def check_api_keys(api_keys: Any) -> list[str]:
+    """Keys nginx.conf can hold safely and an attacker cannot guess. Messages name the client,
+    never the key."""
+    if api_keys is None:
+        return [
+            "glm:apiKeys is not set: the front refuses every request without a key. Fix: "
+            "pulumi config set --secret --path 'glm:apiKeys.ops' \"$(openssl rand -hex 24)\""
+        ]
+    if not isinstance(api_keys, Mapping) or not api_keys:
+        return [
+            "glm:apiKeys is empty: the front would refuse every request. Fix: "
+            "pulumi config set --secret --path 'glm:apiKeys.<client>' <key>"
+        ]
+    found = []
+    seen: dict[str, str] = {}
+    for name in sorted(api_keys):
+        key = api_keys[name]
+        if not _CLIENT_NAME.fullmatch(name):
+            found.append(
+                f"glm:apiKeys.{name}: the client name must be 1-64 characters of letters, digits, "
+                "`_`, `.` and `-`, starting with a letter or digit (it is logged as the client)."
+            )
+        if not isinstance(key, str) or not _API_KEY.fullmatch(key):
+            found.append(
+                f"glm:apiKeys.{name}: the key must be a bearer token (letters, digits and "
+                f"`-._~+/`, optionally ending in `=`). Fix: generate one with {_NEW_KEY}."
+            )
+            continue
+        if len(key) < MIN_API_KEY_LENGTH:
+            found.append(
+                f"glm:apiKeys.{name} is {len(key)} characters; use at least {MIN_API_KEY_LENGTH} "
+                f"random characters (e.g. {_NEW_KEY})."
+            )
+        elif (bits := _entropy_bits(key)) < MIN_API_KEY_BITS:
+            found.append(
+                f"glm:apiKeys.{name} is not random enough (about {bits:.0f} bits by its character "
+                f"frequencies; at least {MIN_API_KEY_BITS} needed). Fix: generate one with {_NEW_KEY}."
+            )
+        if key in seen:
+            found.append(
+                f"glm:apiKeys.{name} and glm:apiKeys.{seen[key]} hold the same key: the access log "
+                "could not tell the clients apart. Fix: give each client its own key."
+            )
+        seen[key] = name
+    return found
+
+
+def build_stack_config(
+    raw: dict[str, Any], secrets: SecretInputs | None = None, docker_host: str | None = None
+) -> StackConfig:
+    """Validate raw ``glm:*`` values (camelCase, as in the stack file) over their profile.
+
+    ``secrets`` (when given) are checked too, and every problem is reported in one error;
+    ``docker_host`` replaces ``target.hosts[0].dockerHost`` (``GLM_DOCKER_HOST``).
+    """
     hardware = raw.get("hardware")
     if hardware not in DEFAULTS:
         raise ConfigError(
@@ -593,26 +986,42 @@ def build_stack_config(raw: dict[str, Any]) -> StackConfig:
             f"{', '.join(sorted(DEFAULTS))} (pulumi config set glm:hardware a800)."
         )
     merged = deep_merge(DEFAULTS[hardware], {k: v for k, v in raw.items() if k != "hardware"})
+    hosts = merged.get("target", {}).get("hosts")
+    if docker_host and isinstance(hosts, list) and hosts and isinstance(hosts[0], dict):
+        hosts[0]["dockerHost"] = docker_host
+    problems = secrets.problems() if secrets is not None else []
     try:
-        return StackConfig.model_validate({"hardware": hardware, **merged})
+        config = StackConfig.model_validate({"hardware": hardware, **merged})
     except ValidationError as err:
-        raise ConfigError(_explain(err)) from None
+        raise ConfigError(_report([*_explain(err), *problems])) from None
+    if secrets is not None:
+        problems += secrets.problems_with(config)
+    if problems:
+        raise ConfigError(_report(problems))
+    return config
 
 
-def _explain(err: ValidationError) -> str:
+def _report(problems: list[str]) -> str:
+    return "invalid stack configuration:\n  " + "\n  ".join(problems)
+
+
+def _explain(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
         location = ".".join(str(p) for p in e["loc"])
         if e["type"] == "value_error":
-            lines.append(str(e["ctx"]["error"]))
+            message = str(e["ctx"]["error"])
+            # Model rules write their own "glm:<key>=..." sentence; value types get the key here.
+            lines += message.split("\n") if message.startswith("glm:") else [f"glm:{location}={message}"]
         else:
             got = json.dumps(e.get("input"), default=str)[:80]
             lines.append(f"glm:{location}: {e['msg']} (got {got})")
-    return "invalid stack configuration:\n  " + "\n  ".join(lines)
+    return lines
 
 
-def load_stack_config() -> StackConfig:
-    """Read the current stack's ``glm:*`` keys (non-secret) and validate them."""
+def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
+    """Read the current stack's ``glm:*`` keys and validate them, secrets included (their values
+    are only checked here; components get them as secret Outputs from ``components.secrets``)."""
     import pulumi
 
     config = pulumi.Config("glm")
@@ -621,4 +1030,13 @@ def load_stack_config() -> StackConfig:
         value = config.get_object(key) if key != "promoteFrom" else config.get(key)
         if value not in (None, "", {}):  # Pulumi.yaml's defaults mean "not set"
             raw[key] = value
-    return build_stack_config(raw)
+    secrets = SecretInputs(
+        api_keys=config.get_object("apiKeys"),
+        serving_env=config.get_object("servingSecretEnv"),
+        tls_certificate=config.get("tlsCertificate") is not None,
+        tls_key=config.get("tlsKey") is not None,
+        secret_plain_keys=tuple(
+            key for key in ["hardware", *STACK_KEYS] if pulumi.runtime.is_config_secret(f"glm:{key}")
+        ),
+    )
+    return build_stack_config(raw, secrets, environ.get(DOCKER_HOST_OVERRIDE) or None)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+import json
+import shlex
 from typing import Any
 
 import pulumi
@@ -15,37 +15,10 @@ from components.nginx_front import NginxFront
 from components.preflight import Preflight
 from components.prometheus_scrape import PrometheusScrape
 from components.promotion import fingerprint, promoted_image, served_model
+from components.secrets import Secrets
 from components.serving_image import ServingImage
 from components.smoke_test import SmokeTest
 from components.vllm_server import VllmServer, command_line
-
-# Points every stack at another Docker engine (CI previews hardware stacks on the local daemon).
-DOCKER_HOST_OVERRIDE = "GLM_DOCKER_HOST"
-
-
-@dataclass(frozen=True)
-class Secrets:
-    """Secret config values: never printed, never in plain-text state."""
-
-    api_keys: pulumi.Output[dict[str, str]]
-    tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None = None
-    ssh_private_key: pulumi.Output[str] | None = None
-
-    @staticmethod
-    def from_config() -> Secrets:
-        config = pulumi.Config("glm")
-        api_keys = config.get_secret_object("apiKeys")
-        if api_keys is None:
-            raise pulumi.RunError(
-                "glm:apiKeys is not set: the front refuses every request without a key. Fix: "
-                "pulumi config set --secret --path 'glm:apiKeys.ops' \"$(openssl rand -hex 24)\""
-            )
-        cert, key = config.get_secret("tlsCertificate"), config.get_secret("tlsKey")
-        return Secrets(
-            api_keys=api_keys,  # type: ignore[arg-type]
-            tls_files=(cert, key) if cert is not None and key is not None else None,
-            ssh_private_key=config.get_secret("sshPrivateKey"),
-        )
 
 
 def _first_key(keys: dict[str, str]) -> str:
@@ -55,7 +28,7 @@ def _first_key(keys: dict[str, str]) -> str:
 def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     """Create every resource of the stack and return the stack outputs."""
     host = config.target.host
-    docker_host = os.environ.get(DOCKER_HOST_OVERRIDE) or host.docker_host
+    docker_host = host.docker_host
     provider = docker.Provider(
         f"{host.name}-docker",
         host=docker_host,
@@ -66,7 +39,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     preflight = (
         Preflight(f"{stack}-preflight", config, secrets.ssh_private_key) if config.preflight.enabled else None
     )
-    served = served_model(config)
+    served = served_model(config, secrets.serving_env_names)
     served_fingerprint = fingerprint(served)
     promoted = promoted_image(config, served) if config.promote_from else None
     image = ServingImage(f"{stack}-image", config.image, pinned=promoted, opts=on_host)
@@ -81,6 +54,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         config,
         image.ref,
         volume.mounts,
+        secret_env=secrets.serving_env,
         opts=pulumi.ResourceOptions(
             providers=[provider],
             depends_on=[d for d in (preflight, volume.download) if d is not None],
@@ -147,10 +121,13 @@ def _metrics_url(config: StackConfig) -> str | None:
 
 
 def _curl(url: str, config: StackConfig) -> str:
-    body = (
-        f'{{"model":"{config.model.served_name}","messages":[{{"role":"user","content":"What is 13*17?"}}]}}'
+    """A command to paste: every value shell-quoted, the body built as JSON (never by hand)."""
+    body = json.dumps(
+        {"model": config.model.served_name, "messages": [{"role": "user", "content": "What is 13*17?"}]},
+        separators=(",", ":"),
     )
     return (
-        f'curl -s {url}/chat/completions -H "Authorization: Bearer $GLM_API_KEY" '
-        f"-H 'Content-Type: application/json' -d '{body}'"
+        f"curl -s {shlex.quote(url + '/chat/completions')} "
+        '-H "Authorization: Bearer $GLM_API_KEY" '
+        f"-H 'Content-Type: application/json' -d {shlex.quote(body)}"
     )

@@ -17,7 +17,7 @@ import re
 import pulumi
 import pulumi_docker as docker
 
-from components.config import ConfigError, FrontConfig, StackConfig
+from components.config import ConfigError, FrontConfig, StackConfig, check_api_keys
 from components.vllm_server import upstream_hosts
 
 CONTAINER_PORT = 8080
@@ -36,13 +36,10 @@ UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
 HEALTH_READ_TIMEOUT_SECONDS = 5
 WORKER_PROCESSES = 4
 """LLM traffic is a few hundred long-lived streams; ``auto`` would start one worker per host core."""
-MIN_API_KEY_LENGTH = 16
+INFERENCE_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses")
+"""The only paths the front forwards (exact matches). vLLM also serves LoRA loading, scoring,
+tokenizing, dev and profiler routes, some of them without its own key check (SPEC §6)."""
 
-# RFC 6750 b64token: what may follow "Bearer ". It also keeps keys free of quotes, spaces, `;`, `$`
-# and `{}`, so a key can be written into nginx.conf without any escaping beyond the regex below.
-_API_KEY = re.compile(r"[A-Za-z0-9._~+/-]+=*")
-_CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_NGINX_SIZE = re.compile(r"[0-9]+[kKmMgG]?")
 _UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
 
 _ACCESS_LOG_FIELDS = {
@@ -95,40 +92,6 @@ def _key_regex(key: str) -> str:
     return f"~^Bearer {escaped}$"
 
 
-def _check_api_keys(api_keys: dict[str, str]) -> None:
-    """Refuse keys that nginx.conf cannot hold safely. Messages name the key, never its value."""
-    if not api_keys:
-        raise ConfigError(
-            "glm:apiKeys is empty: the front would refuse every request. Fix: "
-            "pulumi config set --secret --path 'glm:apiKeys.<client>' <key>"
-        )
-    seen: dict[str, str] = {}
-    for name in sorted(api_keys):
-        key = api_keys[name]
-        if not _CLIENT_NAME.fullmatch(name):
-            raise ConfigError(
-                f"glm:apiKeys.{name}: the client name must be 1-64 characters of letters, digits, "
-                "`_`, `.` and `-`, starting with a letter or digit (it is logged as the client)."
-            )
-        if not isinstance(key, str) or not _API_KEY.fullmatch(key):
-            raise ConfigError(
-                f"glm:apiKeys.{name}: the key must be a bearer token (letters, digits and "
-                "`-._~+/`, optionally ending in `=`). Fix: generate one with "
-                "`echo sk-$(openssl rand -hex 24)`."
-            )
-        if len(key) < MIN_API_KEY_LENGTH:
-            raise ConfigError(
-                f"glm:apiKeys.{name} is {len(key)} characters; use at least {MIN_API_KEY_LENGTH} "
-                "random characters (e.g. `echo sk-$(openssl rand -hex 24)`)."
-            )
-        if key in seen:
-            raise ConfigError(
-                f"glm:apiKeys.{name} and glm:apiKeys.{seen[key]} hold the same key: the access log "
-                "could not tell the clients apart. Fix: give each client its own key."
-            )
-        seen[key] = name
-
-
 def render_nginx_conf(
     front: FrontConfig,
     upstream: str,
@@ -145,12 +108,9 @@ def render_nginx_conf(
     client names to keys. ``listen``, ``runtime_dir`` (pid and temp files) and ``tls_dir`` keep
     their container defaults in production; tests point them at loopback and a temp dir.
     """
-    _check_api_keys(api_keys)
-    if not _NGINX_SIZE.fullmatch(front.max_body_size):
-        raise ConfigError(
-            f"glm:front.maxBodySize={front.max_body_size!r} is not an nginx size. Fix: a number "
-            "with an optional k, m or g suffix, e.g. 20m."
-        )
+    problems = check_api_keys(api_keys)  # checked at load too; render never writes a bad key
+    if problems:
+        raise ConfigError("\n".join(problems))
     if not _UPSTREAM.fullmatch(upstream):
         raise ValueError(f"upstream {upstream!r} is not host:port")
     rate = front.rate_limit
@@ -213,10 +173,30 @@ def render_nginx_conf(
             "The model server did not answer in time.", "upstream_timeout", "server_error"
         ),
         "not_found": openai_error(
-            "Not found. This endpoint serves the OpenAI-compatible API under /v1/ only.",
+            "Not found. This endpoint serves only " + ", ".join(INFERENCE_ROUTES) + ".",
             "not_found",
         ),
+        "query_string_not_allowed": openai_error(
+            "Query strings are not accepted: the OpenAI API takes its parameters in the JSON body.",
+            "query_string_not_allowed",
+        ),
+        "bad_request": openai_error(
+            "Bad request: malformed HTTP, or a header (such as Authorization) sent twice.", "bad_request"
+        ),
     }
+
+    # Exact locations: with a URI in proxy_pass, vLLM receives exactly the listed path (nginx
+    # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
+    routes = "\n".join(
+        f"""        location = {route} {{
+            if ($api_client = "") {{
+                return 401;
+            }}{rate_limit}
+            proxy_pass http://vllm{route};
+        }}
+"""
+        for route in INFERENCE_ROUTES
+    )
 
     return f"""# Rendered by components/nginx_front.py from the stack config; edit the stack, not this file.
 worker_processes {WORKER_PROCESSES};
@@ -252,6 +232,13 @@ http {{
 {ssl}
         client_max_body_size {front.max_body_size};
 
+        # The error log writes the request line, query string included (the access log writes $uri):
+        # refuse queries here, before a 413, a rate limit or an upstream error could log one.
+        if ($args != "") {{
+            return 400 {q}{errors["query_string_not_allowed"]}{q};
+        }}
+
+        error_page 400 = @bad_request;
         error_page 401 = @invalid_api_key;
         error_page 413 = @request_too_large;
         error_page 429 = @rate_limited;
@@ -273,13 +260,13 @@ http {{
         proxy_read_timeout {front.read_timeout_seconds}s;
         proxy_send_timeout {front.send_timeout_seconds}s;
 
+{routes}
+        # Any other /v1 path: 401 without a key (as for every /v1 route), else the JSON 404.
         location /v1/ {{
             if ($api_client = "") {{
                 return 401;
-            }}{rate_limit}
-            # With a URI part, nginx forwards the normalized path, so /v1/../metrics style tricks
-            # cannot reach vLLM's other routes.
-            proxy_pass http://vllm/v1/;
+            }}
+            return 404 {q}{errors["not_found"]}{q};
         }}
 
         location = /healthz {{
@@ -297,6 +284,10 @@ http {{
         # Without this, nginx answers /v1 with an HTML redirect to /v1/.
         location = /v1 {{
             return 404 {q}{errors["not_found"]}{q};
+        }}
+
+        location @bad_request {{
+            return 400 {q}{errors["bad_request"]}{q};
         }}
 
         location @invalid_api_key {{
@@ -366,19 +357,14 @@ class NginxFront(pulumi.ComponentResource):
         *,
         public_host: str | None = None,
     ) -> None:
-        """``tls_files`` is (certificate PEM, key PEM), required when ``glm:front.tls`` is on.
+        """``tls_files`` is (certificate PEM, key PEM); config loading refuses ``glm:front.tls``
+        without them.
 
         Nginx resolves ``upstream`` once, at start; vLLM keeps a fixed address on the private
         network (``glm:container.networkSubnet``), so a replaced vLLM does not strand the front.
         """
         super().__init__("glm:front:NginxFront", name, None, opts)
         front = config.front
-        if front.tls and tls_files is None:
-            raise ConfigError(
-                "glm:front.tls=true but no certificate was given. Fix: pulumi config set "
-                'glm:tlsCertificate -- "$(cat tls.crt)" and pulumi config set --secret glm:tlsKey '
-                '-- "$(cat tls.key)", or set glm:front.tls false.'
-            )
         child = pulumi.ResourceOptions(parent=self)
 
         image = docker.RemoteImage(f"{name}-image", name=front.image, keep_locally=True, opts=child)
@@ -401,7 +387,13 @@ class NginxFront(pulumi.ComponentResource):
                 ),
             ]
 
-        labels = [docker.ContainerLabelArgs(label="glm.role", value="front")]
+        # Read by the policy pack (front-tls-on-public-bind): TLS, or the stack's plain-HTTP opt-in.
+        labels = [
+            docker.ContainerLabelArgs(label="glm.role", value="front"),
+            docker.ContainerLabelArgs(label="glm.tls", value="on" if front.tls else "off"),
+        ]
+        if front.allow_plain_http and not front.tls:
+            labels.append(docker.ContainerLabelArgs(label="glm.plain-http", value="accepted"))
 
         container = docker.Container(
             f"{name}-nginx",

@@ -237,7 +237,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "container": {
             "name": "glm53-flash",
             "accelerators": EIGHT_CARDS,
-            "gpus": "all",
             "mounts": [{"source": "/home/glm/glm53_site", "target": "/site"}],
         },
         "front": {"port": 8000},

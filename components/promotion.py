@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -34,15 +35,21 @@ def image_identity(config: StackConfig) -> str:
     return config.image.reference
 
 
-def served_model(config: StackConfig) -> dict[str, Any]:
-    """The settings that define the served model; the fingerprint is their hash."""
-    return {
+def served_model(config: StackConfig, secret_env_names: Sequence[str] = ()) -> dict[str, Any]:
+    """The settings that define the served model; the fingerprint is their hash.
+
+    Secret env (``glm:servingSecretEnv``) counts by name only: its values never leave the container.
+    """
+    served: dict[str, Any] = {
         "image": image_identity(config),
         "argv": render_argv(config),
         "env": render_env(config),
         "modelPath": config.model.container_path,
         "revision": config.model.revision,
     }
+    if secret_env_names:  # absent when empty, so stacks without secret env keep their fingerprint
+        served["secretEnvNames"] = sorted(secret_env_names)
+    return served
 
 
 def fingerprint(parts: dict[str, Any]) -> str:
@@ -59,7 +66,7 @@ def differences(own: dict[str, Any], source: dict[str, Any]) -> list[str]:
     for key in sorted(set(own_env) | set(source_env)):
         if own_env.get(key) != source_env.get(key):
             found.append(f"env {key}={own_env.get(key)!r} (source: {source_env.get(key)!r})")
-    for key in ("image", "modelPath", "revision"):
+    for key in ("image", "modelPath", "revision", "secretEnvNames"):
         if own.get(key) != source.get(key):
             found.append(f"{key} {own.get(key)!r} (source: {source.get(key)!r})")
     return found

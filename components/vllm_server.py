@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
@@ -90,11 +91,21 @@ def render_env(config: StackConfig) -> dict[str, str]:
     visible = ",".join(str(i) for i in config.container.accelerators)
     if config.facts.accelerator == "ascend":
         env["ASCEND_RT_VISIBLE_DEVICES"] = visible
-    elif config.facts.accelerator == "nvidia" and config.container.gpus != "all":
+    elif config.facts.accelerator == "nvidia":
+        # The container gets --gpus all (the only value pulumi-docker 4.11 keeps stable, SPEC §6);
+        # CUDA_VISIBLE_DEVICES pins vLLM to the listed cards, numbered as nvidia-smi numbers them.
+        # NVIDIA_VISIBLE_DEVICES says the same to the NVIDIA runtime where it reads it (a
+        # `--runtime nvidia` start); Docker's own --gpus all adds `all` after it.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         env["CUDA_VISIBLE_DEVICES"] = visible
+        env["NVIDIA_VISIBLE_DEVICES"] = visible
     env.update(config.cache_env)
     env.update(config.serving.extra_env)
     return dict(sorted(env.items()))
+
+
+def _env_entry(name: str, secret: pulumi.Output[str]) -> pulumi.Output[str]:
+    return pulumi.Output.secret(secret.apply(lambda value: f"{name}={value}"))
 
 
 def render_devices(config: StackConfig) -> list[str]:
@@ -159,16 +170,23 @@ class VllmServer(pulumi.ComponentResource):
         image: pulumi.Input[str],
         mounts: list[docker.ContainerMountArgs],
         opts: pulumi.ResourceOptions | None = None,
+        *,
+        secret_env: Mapping[str, pulumi.Output[str]] | None = None,
     ) -> None:
+        """``secret_env`` (``glm:servingSecretEnv``) joins the env as secret entries; the SDK then
+        stores the whole ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env
+        stays readable in the ``verified`` output and the fingerprint)."""
         super().__init__("glm:serving:VllmServer", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
         c = config.container
         self.network = docker.Network(
             f"{name}-network",
             name=f"{c.name}-net",
             driver="bridge",
             ipam_configs=[docker.NetworkIpamConfigArgs(subnet=str(c.subnet))],
-            opts=child,
+            # A fixed network name cannot exist twice (Docker >= 25 refuses, 20.10 makes later
+            # lookups ambiguous): a new subnet deletes the old network first, and with it the
+            # containers attached to it, which are replaced anyway (vLLM's address is in the subnet).
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
 
         self.container = docker.Container(
@@ -177,7 +195,10 @@ class VllmServer(pulumi.ComponentResource):
             image=image,
             entrypoints=["vllm", "serve"],
             command=render_argv(config),
-            envs=[f"{k}={v}" for k, v in render_env(config).items()],
+            envs=[
+                *[f"{k}={v}" for k, v in render_env(config).items()],
+                *[_env_entry(k, v) for k, v in sorted((secret_env or {}).items())],
+            ],
             gpus="all" if config.facts.accelerator == "nvidia" else None,
             devices=[
                 docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")

@@ -30,6 +30,10 @@ SERVING_SUFFIX = "-vllm"
 """Logical name suffix of the vLLM container (``components/vllm_server.py``)."""
 SERVING_LABEL = "glm53.served-model"
 """Label only the vLLM container carries; a second way to recognise it."""
+TLS_LABEL = "glm.tls"
+"""``on`` when the front serves TLS (``components/nginx_front.py``)."""
+PLAIN_HTTP_LABEL = ("glm.plain-http", "accepted")
+"""Set only from ``glm:front.allowPlainHttp``: the stack opted in to plain HTTP on a public bind."""
 FRONT_SUFFIX = "-nginx"
 NGINX_CONF = "/etc/nginx/nginx.conf"
 DOCKER_DEFAULT_SHM_MB = 64
@@ -233,7 +237,8 @@ def no_public_serving_port(resource: Resource, config: Mapping[str, Any]) -> lis
             violations.append(
                 f"{resource.name} (the vLLM container) uses the host network with vLLM listening on "
                 f"{'all interfaces' if host is None else host}: its port is open without a key. "
-                "Fix: glm:container.networkMode bridge, or glm:serving.host 127.0.0.1."
+                "Fix: glm:container.networkMode bridge, or glm:serving.host set to the Docker bridge gateway "
+                "(172.17.0.1), where the front reaches it and the world does not."
             )
     return violations
 
@@ -494,6 +499,39 @@ def volumes_retained(resource: Resource, config: Mapping[str, Any]) -> list[str]
     ]
 
 
+# --- 7. front-tls-on-public-bind ----------------------------------------------------------------
+
+
+def _is_loopback(ip: Any) -> bool:
+    text = str(ip).strip().strip("[]")
+    try:
+        return text == "localhost" or ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
+def front_tls_on_public_bind(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """A front published beyond loopback serves TLS, unless the stack opted in to plain HTTP."""
+    if not is_front(resource):
+        return []
+    public = []
+    for port in resource.known("ports", []):
+        if port is UNKNOWN or port.get("ip") is UNKNOWN:
+            raise Undecidable(f"{resource.name}: the bind address of its port is not known yet")
+        if not _is_loopback(port.get("ip")):
+            public.append(f"{port.get('ip') or 'all interfaces'}:{_port(port.get('external'))}")
+    found = labels(resource)
+    if not public or found.get(TLS_LABEL) == "on" or found.get(PLAIN_HTTP_LABEL[0]) == PLAIN_HTTP_LABEL[1]:
+        return []
+    return [
+        f"{resource.name} (the Nginx front) serves plain HTTP on {', '.join(public)}: API keys and "
+        "prompts cross the network in clear. Fix: glm:front.tls true with glm:tlsCertificate and "
+        'glm:tlsKey (docs/front-and-alerts.md "TLS"), a loopback glm:front.bindAddress behind your '
+        "own TLS proxy, or an explicit glm:front.allowPlainHttp: true (label "
+        f"{PLAIN_HTTP_LABEL[0]}={PLAIN_HTTP_LABEL[1]})."
+    ]
+
+
 # --- the table glm_analyzer builds the pack from ------------------------------------------------
 
 
@@ -541,5 +579,10 @@ RULES: tuple[Rule, ...] = (
         "Docker volumes are protected or retained on delete.",
         volumes_retained,
         config_schema={"retainedVolumeSuffixes": _STRING_LIST},
+    ),
+    Rule(
+        "front-tls-on-public-bind",
+        "The Nginx front serves TLS when it binds beyond loopback, unless the stack opted in to plain HTTP.",
+        front_tls_on_public_bind,
     ),
 )

@@ -6,13 +6,19 @@ from typing import Any
 
 import pytest
 
-from components.config import ConfigError, build_stack_config, deep_merge
+from components.config import ConfigError, SecretInputs, StackConfig, build_stack_config, deep_merge
 
 HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01.example.internal"}]}
 
 
+PLAIN_HTTP_ACCEPTED = {"front": {"allowPlainHttp": True}}
+"""The hardware profiles bind the front to 0.0.0.0; the stack files opt in to plain HTTP, so do these."""
+
+
 def make(hardware: str, **overrides: Any):
-    return build_stack_config({"hardware": hardware, "target": HOST, **overrides})
+    return build_stack_config(
+        {"hardware": hardware, "target": HOST, **deep_merge(PLAIN_HTTP_ACCEPTED, overrides)}
+    )
 
 
 @pytest.mark.parametrize("hardware", ["a800", "ascend", "rtx5090", "local"])
@@ -88,7 +94,7 @@ def test_port_clash_with_vllm_on_host_network() -> None:
 
 
 def test_host_network_with_vllm_on_all_interfaces_is_refused() -> None:
-    with pytest.raises(ConfigError, match="publishes vLLM's port 8077 to the world"):
+    with pytest.raises(ConfigError, match="publishes vLLM's port 8077 on every interface"):
         make("ascend", container={"networkMode": "host"}, front={"port": 9443})
 
 
@@ -105,7 +111,7 @@ def test_wrong_type_is_named_with_the_value() -> None:
 def test_more_than_one_host_is_refused_for_now() -> None:
     two = {"hosts": [{"name": "a", "dockerHost": "ssh://u@a"}, {"name": "b", "dockerHost": "ssh://u@b"}]}
     with pytest.raises(ConfigError, match="lists 2 hosts; exactly one is supported"):
-        build_stack_config({"hardware": "a800", "target": two})
+        build_stack_config({"hardware": "a800", "target": two, **PLAIN_HTTP_ACCEPTED})
 
 
 def test_download_needs_a_repo() -> None:
@@ -146,3 +152,198 @@ def test_deep_merge_replaces_lists_merges_dicts_and_deletes_on_null() -> None:
     base = {"a": {"x": 1, "y": 2}, "l": [1, 2], "k": "v"}
     assert deep_merge(base, {"a": {"y": 3, "x": None}, "l": [9], "k": None}) == {"a": {"y": 3}, "l": [9]}
     assert base == {"a": {"x": 1, "y": 2}, "l": [1, 2], "k": "v"}
+
+
+# ---- numbers refused before anything is created (issues 11 item 3, 12 item 3) -------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "fix"),
+    [
+        ({"container": {"shmSize": "64x"}}, "glm:container.shmSize", "64g"),
+        ({"container": {"shmSize": "lots"}}, "glm:container.shmSize", "64g"),
+        ({"serving": {"maxModelLen": -5}}, "glm:serving.maxModelLen", "greater than 0"),
+        ({"serving": {"maxNumSeqs": 0}}, "glm:serving.maxNumSeqs", "greater than 0"),
+        ({"front": {"keepalive": 0}}, "glm:front.keepalive", "greater than 0"),
+        ({"front": {"rateLimit": {"requestsPerSecond": 0}}}, "glm:front.rateLimit.requestsPerSecond", "greater than 0"),
+        ({"front": {"rateLimit": {"burst": -1}}}, "glm:front.rateLimit.burst", "greater than 0"),
+        ({"front": {"readTimeoutSeconds": 0}}, "glm:front.readTimeoutSeconds", "at least 1"),
+        ({"front": {"sendTimeoutSeconds": 0}}, "glm:front.sendTimeoutSeconds", "at least 1"),
+        ({"front": {"maxBodySize": "1k; include /etc/passwd"}}, "glm:front.maxBodySize", "20m"),
+        ({"front": {"maxBodySize": "20 MB"}}, "glm:front.maxBodySize", "20m"),
+        ({"monitoring": {"scrapeInterval": "15"}}, "glm:monitoring.scrapeInterval", "15s"),
+        ({"monitoring": {"scrapeInterval": "0s"}}, "glm:monitoring.scrapeInterval", "15s"),
+        ({"monitoring": {"thresholds": {"capacityWaitFor": "2 minutes"}}}, "glm:monitoring.thresholds.capacityWaitFor", "2m"),
+    ],
+)  # fmt: skip
+def test_bad_numbers_are_refused_naming_the_key_value_and_fix(
+    overrides: dict[str, Any], key: str, fix: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        make("a800", **overrides)
+    message = str(raised.value)
+    assert key in message and fix in message, message
+
+
+def test_every_bad_number_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as raised:
+        make(
+            "a800",
+            container={"shmSize": "64x"},
+            front={"keepalive": 0, "maxBodySize": "big"},
+            monitoring={"scrapeInterval": "15"},
+        )
+    message = str(raised.value)
+    for key in ("shmSize", "keepalive", "maxBodySize", "scrapeInterval"):
+        assert f".{key}" in message, message
+
+
+@pytest.mark.parametrize("duration", ["15s", "1m30s", "2h", "500ms", "1d", "1w"])
+def test_prometheus_durations_that_promtool_accepts_are_accepted(duration: str) -> None:
+    config = make(
+        "a800", monitoring={"scrapeInterval": duration, "thresholds": {"capacityWaitFor": duration}}
+    )
+    assert config.monitoring.scrape_interval == duration
+
+
+# ---- secrets, checked before anything is created (issues 11 item 3, 13 items 1, 5, 9) ---------
+
+GOOD_KEYS = {"ops": "sk-test-ops-fedcba9876543210"}
+
+
+def with_secrets(
+    hardware: str = "a800", secrets: SecretInputs | None = None, **overrides: Any
+) -> StackConfig:
+    return build_stack_config(
+        {"hardware": hardware, "target": HOST, **deep_merge(PLAIN_HTTP_ACCEPTED, overrides)},
+        secrets or SecretInputs(api_keys=GOOD_KEYS),
+    )
+
+
+def test_missing_api_keys_are_refused_with_the_command_that_sets_them() -> None:
+    with pytest.raises(ConfigError, match=r"glm:apiKeys is not set.*pulumi config set --secret --path"):
+        with_secrets(secrets=SecretInputs())
+
+
+@pytest.mark.parametrize("key", ["aaaaaaaaaaaaaaaa", "abababababababababab", "sk-aaaaaaaaaaaaaaaaaaaa"])
+def test_api_keys_that_are_not_random_are_refused_without_echoing_them(key: str) -> None:
+    with pytest.raises(ConfigError, match=r"glm:apiKeys\.ops is not random enough") as raised:
+        with_secrets(secrets=SecretInputs(api_keys={"ops": key}))
+    assert key not in str(raised.value)
+
+
+def test_generated_api_keys_are_accepted() -> None:
+    import secrets as stdlib_secrets
+
+    for _ in range(50):
+        with_secrets(secrets=SecretInputs(api_keys={"ops": "sk-" + stdlib_secrets.token_hex(8)}))
+
+
+def test_tls_without_certificate_is_refused_at_load() -> None:
+    with pytest.raises(ConfigError, match=r"glm:front\.tls=true but no certificate"):
+        with_secrets(front={"tls": True})
+    assert with_secrets(
+        front={"tls": True}, secrets=SecretInputs(api_keys=GOOD_KEYS, tls_certificate=True, tls_key=True)
+    ).front.tls
+
+
+def test_config_and_secret_problems_are_reported_together() -> None:
+    with pytest.raises(ConfigError) as raised:
+        with_secrets(secrets=SecretInputs(api_keys={"ops": "short"}), front={"keepalive": 0})
+    assert "glm:front.keepalive" in str(raised.value) and "glm:apiKeys.ops is 5 characters" in str(
+        raised.value
+    )
+
+
+def test_docker_host_override_goes_through_the_models() -> None:
+    config = build_stack_config(
+        {"hardware": "a800", "target": HOST, **PLAIN_HTTP_ACCEPTED}, docker_host="unix:///var/run/docker.sock"
+    )
+    assert config.target.host.docker_host == "unix:///var/run/docker.sock"
+    assert config.target.host.name == "gpu01"
+    assert config.target.host.is_local  # preflight, downloads and the endpoint follow the engine
+    assert build_stack_config(
+        {"hardware": "a800", "target": HOST, **PLAIN_HTTP_ACCEPTED}
+    ).target.host.docker_host.startswith("ssh://")
+
+
+@pytest.mark.parametrize("name", ["VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_SERVER_DEV_MODE"])
+def test_env_that_opens_non_inference_routes_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match=rf"glm:serving.env/extraEnv.{name}='1'.*Fix: remove it"):
+        make("a800", serving={"extraEnv": {name: "1"}})
+    with pytest.raises(ConfigError, match=rf"glm:servingSecretEnv.{name}"):
+        with_secrets(secrets=SecretInputs(api_keys=GOOD_KEYS, serving_env={name: "True"}))
+    assert make("a800", serving={"extraEnv": {name: "0"}})
+
+
+def test_profiler_env_warns() -> None:
+    config = make("a800", serving={"extraEnv": {"VLLM_TORCH_PROFILER_DIR": "/tmp/prof"}})
+    assert any("VLLM_TORCH_PROFILER_DIR opens /start_profile" in w for w in config.advisories())
+
+
+# ---- host network: vLLM must listen where the front reaches it and the world does not (13.2) ---
+
+
+@pytest.mark.parametrize("host", [None, "0.0.0.0", "::", "[::]", "", "0", "0.0.0.0/0", "*"])
+def test_host_network_refuses_every_all_interfaces_spelling(host: str | None) -> None:
+    with pytest.raises(ConfigError) as raised:
+        make("ascend", container={"networkMode": "host"}, serving={"host": host, "port": 8000})
+    message = str(raised.value)
+    assert "publishes vLLM's port 8000" in message and "172.17.0.1" in message
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"])
+def test_host_network_refuses_loopback_the_front_cannot_reach(host: str) -> None:
+    with pytest.raises(ConfigError, match=r"the front .* cannot reach it.*172\.17\.0\.1"):
+        make("ascend", container={"networkMode": "host"}, serving={"host": host, "port": 8000})
+
+
+def test_host_network_on_the_bridge_gateway_is_accepted() -> None:
+    config = make("ascend", container={"networkMode": "host"}, serving={"host": "172.17.0.1", "port": 8000})
+    assert config.serving.host == "172.17.0.1"
+
+
+def test_the_ascend_stack_files_host_network_line_is_true() -> None:
+    """Pulumi.ascend.yaml says the seed's --privileged --net=host is a few lines away: those lines load."""
+    import yaml
+
+    from tests.conftest import PROJECT
+
+    text = (PROJECT / "Pulumi.ascend.yaml").read_text()
+    lines = [line.removeprefix("#   ") for line in text.splitlines() if line.startswith("#   glm:")]
+    assert lines, "Pulumi.ascend.yaml lost its host-network lines"
+    overrides = {k.removeprefix("glm:"): v for k, v in yaml.safe_load("\n".join(lines)).items()}
+    config = make("ascend", **overrides)
+    assert config.container.network_mode == "host" and config.container.privileged
+
+
+def test_gpus_other_than_all_are_refused_naming_accelerators() -> None:
+    with pytest.raises(ConfigError, match=r"glm:container\.gpus='device=4,5,6,7'.*only `all`.*accelerators"):
+        make("a800", container={"gpus": "device=4,5,6,7"})
+    assert make("a800", container={"gpus": "all"}).container.gpus == "all"
+
+
+# ---- plain HTTP on a public bind (13.7) ----------------------------------------------------------
+
+
+def test_plain_http_on_a_public_bind_is_refused_naming_tls_and_the_opt_in() -> None:
+    with pytest.raises(ConfigError) as raised:
+        make("a800", front={"bindAddress": "0.0.0.0", "allowPlainHttp": False})
+    message = str(raised.value)
+    assert "glm:front.bindAddress=0.0.0.0" in message and "plain HTTP" in message
+    assert "glm:front.tls" in message and "glm:front.allowPlainHttp" in message
+
+
+def test_plain_http_opt_in_deploys_with_an_advisory() -> None:
+    config = make("a800", front={"allowPlainHttp": True})
+    assert any("plain HTTP" in w and "0.0.0.0:8008" in w for w in config.advisories())
+
+
+def test_tls_or_loopback_needs_no_opt_in() -> None:
+    assert not make(
+        "a800", front={"bindAddress": "127.0.0.1", "allowPlainHttp": False}
+    ).front.allow_plain_http
+    config = with_secrets(
+        front={"tls": True}, secrets=SecretInputs(api_keys=GOOD_KEYS, tls_certificate=True, tls_key=True)
+    )
+    assert not any("plain HTTP" in w for w in config.advisories())

@@ -50,6 +50,8 @@ def stack(hardware: str, **overrides: Any) -> StackConfig:
     raw: dict[str, Any] = {"hardware": hardware, **overrides}
     if hardware != "local":
         raw["target"] = GPU_HOST
+        # The profiles bind the front to 0.0.0.0; the stack files accept plain HTTP, so do these.
+        raw["front"] = {"allowPlainHttp": True, **raw.get("front", {})}
     return build_stack_config(raw)
 
 
@@ -225,7 +227,8 @@ def test_rendered_conf_has_the_seed_directives(hardware: str) -> None:
         "proxy_send_timeout 600s;",
         "proxy_connect_timeout 2s;",
         "error_page 502 503 = @upstream_unavailable;",
-        "proxy_pass http://vllm/v1/;",
+        "proxy_pass http://vllm/v1/chat/completions;",
+        "proxy_pass http://vllm/v1/models;",
         "proxy_pass http://vllm/health;",
     ]:
         assert directive in conf, directive
@@ -665,16 +668,6 @@ def test_front_reaches_a_host_network_vllm_through_the_gateway() -> None:
     assert "server host.docker.internal:8077;" in rpc.unwrap_rpc_secret(inputs["uploads"])[0]["content"]
 
 
-def test_tls_without_certificate_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"glm:front\.tls=true but no certificate"):
-        construct(
-            lambda: NginxFront(
-                "front", stack("local", front={"tls": True}), "net", "vllm:8000",
-                pulumi.Output.secret(KEYS), None,
-            )
-        )  # fmt: skip
-
-
 def test_tls_files_are_uploaded_with_the_key_private() -> None:
     config = stack("a800", front={"tls": True})
     cert, key = "-----BEGIN CERTIFICATE-----\nx\n", "-----BEGIN PRIVATE KEY-----\ny\n"
@@ -692,3 +685,112 @@ def test_tls_files_are_uploaded_with_the_key_private() -> None:
     assert uploads[f"{TLS_DIR}/tls.key"]["permissions"] == "0600"
     assert "listen 8080 ssl;" in uploads[CONF_PATH]["content"]
     assert outputs["url"] == "https://api.example.org:8008/v1"
+
+
+# ---- only the inference routes, no query strings in logs, JSON for bad requests (issue 13) -----
+
+
+class _AnyMethodRecorder(BaseHTTPRequestHandler):
+    """An upstream that records every request it gets and answers 200."""
+
+    seen: ClassVar[list[tuple[str, str]]] = []
+
+    def _answer(self) -> None:
+        self.seen.append((self.command, self.path))
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        body = b'{"object":"list","data":[]}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_DELETE = _answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def recording_upstream() -> Iterator[int]:
+    _AnyMethodRecorder.seen.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _AnyMethodRecorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+ALLOWED = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("GET", "/v1/models"),
+           ("POST", "/v1/responses")]  # fmt: skip
+REFUSED = [
+    ("POST", "/v1/load_lora_adapter"), ("POST", "/v1/unload_lora_adapter"), ("POST", "/v1/embeddings"),
+    ("POST", "/v1/score"), ("POST", "/v1/rerank"), ("POST", "/v1/audio/transcriptions"),
+    ("GET", "/v1/models/x"), ("POST", "/v1/chat/completions/x"), ("POST", "/v1/chat/../load_lora_adapter"),
+    ("POST", "/v1/Chat/Completions"), ("POST", "/v1/"),
+]  # fmt: skip
+
+
+def test_only_the_inference_routes_reach_vllm() -> None:
+    auth = {"Authorization": f"Bearer {KEYS['alice']}", "Content-Type": "application/json"}
+    with recording_upstream() as port, nginx_front(stack("local"), f"127.0.0.1:{port}") as fwd:
+        for method, path in REFUSED:
+            connection = http.client.HTTPConnection("127.0.0.1", fwd.port, timeout=5)
+            connection.request(method, path, body=b"{}", headers=auth)
+            response = connection.getresponse()
+            body = response.read().decode()
+            connection.close()
+            assert response.status == 404, (path, response.status, body[:200])
+            assert json.loads(body)["error"]["code"] == "not_found", body
+            # Without a key, the answer is the 401 as for every /v1 route.
+            bare = httpx.request(method, f"{fwd.base}{path}", timeout=5)
+            assert bare.status_code in (401, 404) and bare.json()["error"]
+        assert _AnyMethodRecorder.seen == []
+        for method, path in ALLOWED:
+            reply = httpx.request(method, f"{fwd.base}{path}", headers=auth, content=b"{}", timeout=5)
+            assert reply.status_code == 200, (path, reply.text)
+    assert _AnyMethodRecorder.seen == ALLOWED
+
+
+def test_query_strings_never_reach_the_logs() -> None:
+    """The access log writes $uri; the error log writes the request line, so queries are refused first."""
+    secret = "QuErYsEcReT0123456789"
+    too_big = b"x" * (21 * 1024 * 1024)
+    auth = {"Authorization": f"Bearer {KEYS['alice']}"}
+    with nginx_front(stack("local"), f"127.0.0.1:{free_port()}") as down:
+        for body in (too_big, b'{"model":"m"}'):  # a 413 and an upstream error both log at warn+
+            reply = httpx.post(
+                f"{down.base}/v1/chat/completions?token={secret}", headers=auth, content=body, timeout=10
+            )
+            assert reply.status_code == 400, reply.text
+            assert reply.json()["error"]["code"] == "query_string_not_allowed"
+        # Without a query, the same failures still log (the check above is not vacuous).
+        assert httpx.post(f"{down.base}/v1/chat/completions", headers=auth, content=b"{}").status_code == 503
+        time.sleep(0.2)
+        log = down.log.read_text()
+    assert "connect() failed" in log
+    assert secret not in log
+
+
+def test_duplicate_authorization_headers_get_the_json_error() -> None:
+    request = (
+        "GET /v1/models HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {KEYS['alice']}\r\nAuthorization: Bearer {KEYS['bob']}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    raw = b""
+    with (
+        nginx_front(stack("local"), f"127.0.0.1:{free_port()}") as fwd,
+        socket.create_connection(("127.0.0.1", fwd.port), timeout=5) as sock,
+    ):
+        sock.sendall(request.encode())
+        while chunk := sock.recv(65536):
+            raw += chunk
+    head, _, body = raw.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 400"), head
+    assert "application/json" in head
+    assert json.loads(body)["error"]["code"] == "bad_request"

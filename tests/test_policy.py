@@ -406,7 +406,7 @@ def test_a_violation_is_reported_as_mandatory(analyze) -> None:
 def test_an_unknown_secret_conf_is_not_applicable_not_a_crash(analyze) -> None:
     conf = {"file": "/etc/nginx/nginx.conf", "content": UNKNOWN_STRING}
     props = {
-        "labels": FRONT_LABELS,
+        "labels": [*FRONT_LABELS, {"label": "glm.tls", "value": "on"}],
         "image": UNKNOWN_STRING,
         "ports": [{"internal": 8080, "external": 8008, "ip": "0.0.0.0"}],
         "uploads": {**SECRET, "value": [conf]},
@@ -442,7 +442,7 @@ def test_protect_reaches_the_volume_rule(analyze) -> None:
     assert list(diagnostics) == [("volumes-retained", "MANDATORY")]
 
 
-def test_the_pack_serves_exactly_the_six_policies(monkeypatch, capfd) -> None:
+def test_the_pack_serves_exactly_the_seven_policies(monkeypatch, capfd) -> None:
     """Run policy/ as the engine does; stop the server at its first idle sleep; ask it what it serves."""
     pytest.importorskip("pulumi_policy", reason="pip install -r policy/requirements.txt")
     import pulumi_policy.policy as sdk
@@ -471,6 +471,7 @@ def test_the_pack_serves_exactly_the_six_policies(monkeypatch, capfd) -> None:
         "shm-for-tensor-parallel",
         "weights-read-only",
         "volumes-retained",
+        "front-tls-on-public-bind",
     ]
     assert {p.enforcementLevel for p in info.policies} == {sdk.proto.MANDATORY}
 
@@ -494,7 +495,7 @@ def test_the_pack_answers_the_engine_over_grpc(tmp_path: Path) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = analyzer_pb2_grpc.AnalyzerStub(channel)
             info = stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
-            assert (info.name, len(info.policies)) == ("glm-serving", 6)
+            assert (info.name, len(info.policies)) == ("glm-serving", 7)
             properties = struct_pb2.Struct()
             properties.update({"ports": [{"internal": 8000, "external": 8000, "ip": "127.0.0.1"}]})
             request = analyzer_pb2.AnalyzeRequest(
@@ -516,6 +517,33 @@ def test_the_yaml_declares_a_python_pack() -> None:
     pack = yaml.safe_load((POLICY_DIR / "PulumiPolicy.yaml").read_text())
     assert pack["runtime"] == "python" and pack["description"]
     assert "pulumi-policy==1.21.0" in (POLICY_DIR / "requirements.txt").read_text().splitlines()
+
+
+# --- 7. front-tls-on-public-bind ----------------------------------------------------------------
+
+
+def test_a_plain_http_front_on_a_public_bind_is_refused() -> None:
+    [message] = check(gp.front_tls_on_public_bind, front())
+    assert "a800-front-nginx (the Nginx front) serves plain HTTP on 0.0.0.0:8008" in message
+    assert "glm:front.tls" in message and "glm:front.allowPlainHttp" in message
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        {"labels": [*FRONT_LABELS, {"label": "glm.tls", "value": "on"}]},
+        {"labels": [*FRONT_LABELS, {"label": "glm.plain-http", "value": "accepted"}]},
+        {"ports": [{"internal": 8080.0, "external": 8080.0, "ip": "127.0.0.1"}]},
+    ],
+    ids=["tls", "opted-in", "loopback"],
+)
+def test_tls_an_explicit_opt_in_or_loopback_pass(props: dict[str, Any]) -> None:
+    assert check(gp.front_tls_on_public_bind, front(**props)) == []
+
+
+def test_an_unknown_front_bind_is_undecidable() -> None:
+    with pytest.raises(Undecidable):
+        check(gp.front_tls_on_public_bind, front(ports=[{"internal": 8080.0, "ip": UNKNOWN_STRING}]))
 
 
 # --- the committed stacks -----------------------------------------------------------------------

@@ -44,7 +44,13 @@ def run(script: str, bin_dir: Path | None = None) -> subprocess.CompletedProcess
 
 def a800(tmp_path: Path, **overrides: object):
     return build_stack_config(
-        {"hardware": "a800", "target": HOST, "model": {"hostDir": str(tmp_path)}, **overrides}
+        {
+            "hardware": "a800",
+            "target": HOST,
+            "model": {"hostDir": str(tmp_path)},
+            "front": {"allowPlainHttp": True},
+            **overrides,
+        }
     )
 
 
@@ -88,6 +94,7 @@ def test_ascend_preflight_counts_davinci_devices(tmp_path: Path) -> None:
         {
             "hardware": "ascend",
             "target": HOST,
+            "front": {"allowPlainHttp": True},
             "model": {"hostDir": str(tmp_path), "directory": "GLM-5.3-Flash"},
         }
     )
@@ -133,6 +140,7 @@ def test_download_uses_the_hub_cli_then_verifies(tmp_path: Path) -> None:
         {
             "hardware": "ascend",
             "target": HOST,
+            "front": {"allowPlainHttp": True},
             "model": {"hostDir": str(tmp_path), "revision": "v1.0", "download": {"enabled": True}},
         }
     )
@@ -154,3 +162,22 @@ def test_local_preflight_runs_on_this_machine() -> None:
     result = run(preflight_script(config))
     assert result.returncode == 0, result.stderr
     assert "weights check:" in result.stdout and "GPUs" not in result.stdout
+
+
+def test_ascend_preflight_writes_no_fixed_tmp_file(tmp_path: Path) -> None:
+    """A fixed /tmp path can be a planted symlink (another user's file gets overwritten): mktemp."""
+    weights(tmp_path)
+    fake_tool(tmp_path / "bin", "npu-smi", "echo 'npu-smi: driver not loaded' >&2; exit 3")
+    config = build_stack_config(
+        {
+            "hardware": "ascend",
+            "target": HOST,
+            "front": {"allowPlainHttp": True},
+            "model": {"hostDir": str(tmp_path), "directory": "GLM-5.3-Flash"},
+        }
+    )
+    script = preflight_script(config)
+    assert "/tmp/glm53" not in script and "mktemp" in script
+    result = run(script, tmp_path / "bin")
+    assert result.returncode == 1
+    assert "npu-smi info failed: npu-smi: driver not loaded" in result.stderr

@@ -45,6 +45,8 @@ def stack(hardware: str, **overrides: Any) -> StackConfig:
     raw: dict[str, Any] = {"hardware": hardware, **overrides}
     if hardware != "local":
         raw["target"] = GPU_HOST
+        # The profiles bind the front to 0.0.0.0; the stack files accept plain HTTP, so do these.
+        raw["front"] = {"allowPlainHttp": True, **raw.get("front", {})}
     return build_stack_config(raw)
 
 

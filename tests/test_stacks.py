@@ -58,9 +58,15 @@ SEED_MODEL_PATH = {
     "rtx5090": "/models/GLM-5.3-Flash-NVFP4",
 }
 
+# --gpus all (pulumi-docker 4.11 takes no other value, SPEC §6) plus the listed cards pinned.
+NVIDIA_PINNING = [
+    "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+    "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
+    "NVIDIA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
+]
 SEED_ENV = {
     # The seed's GPUS 0..7 knob, pinned in the container.
-    "a800": ["CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7"],
+    "a800": NVIDIA_PINNING,
     "ascend": [
         "OMP_PROC_BIND=false",
         "OMP_NUM_THREADS=128",
@@ -83,6 +89,7 @@ SEED_ENV = {
         "VLLM_USE_BREAKABLE_CUDAGRAPH=1",
         "NCCL_MIN_NCHANNELS=32",
         "NCCL_P2P_LEVEL=PXB",
+        *NVIDIA_PINNING,
     ],
 }
 
@@ -97,14 +104,15 @@ SEED_MOUNTS = {  # (source, target, read-only); the JIT cache volume is added to
     "a800": [("/data/models", "/models", True)],
     "ascend": [
         ("/mnt/sdb", "/root/.cache", True),
-        ("/usr/local/Ascend/driver", "/usr/local/Ascend/driver", False),
-        ("/usr/local/Ascend/firmware", "/usr/local/Ascend/firmware", False),
-        ("/usr/local/sbin/npu-smi", "/usr/local/sbin/npu-smi", False),
+        # Read-only: a root container running --trust-remote-code must not rewrite the host's driver.
+        ("/usr/local/Ascend/driver", "/usr/local/Ascend/driver", True),
+        ("/usr/local/Ascend/firmware", "/usr/local/Ascend/firmware", True),
+        ("/usr/local/sbin/npu-smi", "/usr/local/sbin/npu-smi", True),
         ("/etc/hccn.conf", "/etc/hccn.conf", True),
     ],
     "rtx5090": [
         ("/home/x640/models", "/models", True),
-        ("/home/x640/glm53_site", "/site", False),
+        ("/home/x640/glm53_site", "/site", True),
     ],
 }
 
@@ -202,7 +210,7 @@ def test_ascend_seed_privileges_are_one_line_away() -> None:
         overrides={
             "glm:container": {"privileged": True, "networkMode": "host"},
             "glm:serving": {"host": "172.17.0.1"},
-            "glm:front": {"port": 8078},
+            "glm:front": {"port": 8078, "allowPlainHttp": True},
         },
     )
     inputs = serving_container(deployment)
@@ -328,3 +336,62 @@ def test_gate_is_wired_after_the_container_and_the_front(deployed: dict[str, Dep
     assert isinstance(depends_on, list)
     kinds = {type(d).__name__ for d in depends_on}
     assert {"VllmServer", "NginxFront", "PrometheusScrape"} <= kinds
+
+
+def test_glm_docker_host_points_the_provider_and_the_host_at_another_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GLM_DOCKER_HOST", "unix:///var/run/docker.sock")
+    deployment = run_program("a800")
+    provider = deployment.one("pulumi:providers:docker")
+    assert provider.inputs["host"] == "unix:///var/run/docker.sock"
+    assert deployment.outputs["endpoint"] == "http://localhost:8008/v1"
+
+
+def test_nvidia_cards_outside_the_first_ones_are_pinned() -> None:
+    """A 16-GPU box serving on cards 8-15: vLLM must not land on 0-7, which another service uses."""
+    cards = list(range(8, 16))
+    inputs = serving_container(run_program("a800", overrides={"glm:container": {"accelerators": cards}}))
+    assert inputs["gpus"] == "all"
+    envs = inputs["envs"]
+    assert "CUDA_VISIBLE_DEVICES=8,9,10,11,12,13,14,15" in envs
+    assert "NVIDIA_VISIBLE_DEVICES=8,9,10,11,12,13,14,15" in envs
+    assert "CUDA_DEVICE_ORDER=PCI_BUS_ID" in envs  # CUDA's own order may differ from nvidia-smi's
+
+
+def test_configured_mounts_are_read_only_unless_asked() -> None:
+    mounts = [{"source": "/srv/a", "target": "/a"}, {"source": "/srv/b", "target": "/b", "readOnly": False}]
+    inputs = serving_container(run_program("rtx5090", overrides={"glm:container": {"mounts": mounts}}))
+    binds = {m["target"]: m.get("readOnly") for m in inputs["mounts"] if m["type"] == "bind"}
+    assert binds["/a"] is True and not binds["/b"]
+
+
+def test_curl_output_is_shell_quoted_json() -> None:
+    import shlex
+
+    from components.config import build_stack_config
+    from components.deployment import _curl
+
+    config = build_stack_config({"hardware": "local"})
+    hostile = config.model_copy(update={"model": config.model.model_copy(update={"served_name": "m'$(id)'"})})
+    argv = shlex.split(_curl("http://localhost:8080/v1", hostile))
+    body = json.loads(argv[argv.index("-d") + 1])
+    assert body["model"] == "m'$(id)'"
+    assert argv[2] == "http://localhost:8080/v1/chat/completions"
+
+
+@pytest.mark.parametrize("name", ["m'$(id>/tmp/x)'", "a b", "", "-rf", "x" * 200, 'q"uote'])
+def test_served_names_clients_cannot_send_plainly_are_refused(name: str) -> None:
+    with pytest.raises(Exception, match=r"glm:model\.servedName"):
+        run_program("local", overrides={"glm:model": {"servedName": name}})
+
+
+def test_the_seeds_served_names_are_accepted(deployed: dict[str, Deployment]) -> None:
+    names = {stack: deployed[stack].outputs["servedModelName"] for stack in ("a800", "ascend", "rtx5090")}
+    assert names == {"a800": "zai-org/GLM-5.3-Flash", "ascend": "glm5.3-flash", "rtx5090": "glm-5.3-flash"}
+
+
+def test_the_private_network_is_deleted_before_it_is_replaced(deployed: dict[str, Deployment]) -> None:
+    """A fixed name cannot exist twice (Docker >= 25 refuses; 20.10 makes lookups ambiguous)."""
+    for stack in ("a800", "local"):
+        assert deployed[stack].options[f"{stack}-serving-network"].delete_before_replace is True
