@@ -17,6 +17,7 @@ from components.prometheus_scrape import PrometheusScrape
 from components.promotion import fingerprint, promoted_image, served_model
 from components.serving_image import ServingImage
 from components.smoke_test import SmokeTest
+from components.target import docker_ssh_opts
 from components.vllm_server import VllmServer, command_line
 
 # Points every stack at another Docker engine (CI previews hardware stacks on the local daemon).
@@ -59,7 +60,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     provider = docker.Provider(
         f"{host.name}-docker",
         host=docker_host,
-        ssh_opts=["-o", "BatchMode=yes"] if docker_host.startswith("ssh://") else None,
+        ssh_opts=docker_ssh_opts(host) if docker_host.startswith("ssh://") else None,
     )
     on_host = pulumi.ResourceOptions(providers=[provider])
 

@@ -102,7 +102,17 @@ def unavailable_reason() -> str | None:
     """Why a stand-in host cannot be made here, or None."""
     if os.geteuid() != 0:
         return "the stand-in host needs root (network namespaces, mounts, a second dockerd)"
-    for tool in ("ip", "nsenter", "unshare", "mount", "/usr/sbin/sshd", "ssh", "ssh-keygen", "dockerd", "docker"):
+    for tool in (
+        "ip",
+        "nsenter",
+        "unshare",
+        "mount",
+        "/usr/sbin/sshd",
+        "ssh",
+        "ssh-keygen",
+        "dockerd",
+        "docker",
+    ):
         if shutil.which(tool) is None:
             return f"the stand-in host needs `{tool}`, which is not installed"
     probe = f"{PREFIX}-probe-{os.getpid()}"
@@ -123,7 +133,9 @@ def _run(argv: list[str], timeout: float = 30, **kwargs: object) -> subprocess.C
     return result  # type: ignore[no-any-return]
 
 
-def _wait_for(what: str, process: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float, log: Path) -> None:
+def _wait_for(
+    what: str, process: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float, log: Path
+) -> None:
     """Wait until ``ready()``; fail at once, with the log's tail, when the process exits."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and process.poll() is None:
@@ -205,7 +217,9 @@ class StandinHost:
 
     # ---- using it ---------------------------------------------------------------------------
 
-    def ssh(self, *command: str, timeout: float = 60, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    def ssh(
+        self, *command: str, timeout: float = 60, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``command`` (one shell string, as pulumi-command sends it) on the host; not checked."""
         argv = ["ssh", "-F", str(self.ssh_config), self.address, *command]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input)
@@ -267,7 +281,9 @@ class StandinHost:
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
         log.close()
-        _wait_for("dockerd", self.processes["dockerd"], self._engine_answers, 60, self.root / "log" / "dockerd.log")
+        _wait_for(
+            "dockerd", self.processes["dockerd"], self._engine_answers, 60, self.root / "log" / "dockerd.log"
+        )
 
     def _sshd_answers(self) -> bool:
         """sshd sends its banner (a login is not tried: after a key change it must fail)."""
@@ -433,7 +449,9 @@ def write_weights(folder: Path) -> None:
     """A weights folder the project's weights check accepts: config.json, an index, one shard."""
     folder.mkdir(parents=True, exist_ok=True)
     shard = "model-00001-of-00001.safetensors"
-    (folder / "config.json").write_text(json.dumps({"architectures": ["GlmMoeForCausalLM"], "stand_in": True}))
+    (folder / "config.json").write_text(
+        json.dumps({"architectures": ["GlmMoeForCausalLM"], "stand_in": True})
+    )
     index = {"metadata": {"total_size": 8}, "weight_map": {"lm_head.weight": shard}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     (folder / shard).write_bytes(b"\0" * 8)
@@ -497,9 +515,7 @@ def _remove(index: int) -> None:
         while pids and time.monotonic() < deadline:
             pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]
             time.sleep(0.1)
-    mounts = [
-        line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
-    ]
+    mounts = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
     for mount in sorted(mounts, key=len, reverse=True):
         if mount.startswith((f"{root}/", f"{run_dir}/")) or mount in (str(root), str(run_dir)):
             subprocess.run(["umount", "-l", mount], capture_output=True, timeout=10)
@@ -534,7 +550,9 @@ def leftovers(index: int) -> list[str]:
         found.append(f"veth glmsh{index}h")
     found += [f"folder {p}" for p in (BASE / name, RUN / name) if p.exists()]
     found += [f"process {pid}" for pid in _processes_of(index)]
-    found += [f"cgroup {c / name}" for c in (CGROUP.iterdir() if CGROUP.exists() else ()) if (c / name).exists()]
+    found += [
+        f"cgroup {c / name}" for c in (CGROUP.iterdir() if CGROUP.exists() else ()) if (c / name).exists()
+    ]
     mountinfo = Path("/proc/self/mountinfo").read_text()
     found += [f"mount {m}" for m in mountinfo.split() if m.startswith((f"{BASE / name}", f"{RUN / name}"))]
     return found
@@ -546,6 +564,7 @@ def _watch(index: int, parent: int, lifetime_s: float) -> None:
     while time.monotonic() < deadline and Path(f"/proc/{parent}").exists():
         time.sleep(1)
     _remove(index)
+    (RUN / f"{PREFIX}-{index}.lock").unlink(missing_ok=True)  # the lock is still ours (inherited)
 
 
 @pytest.fixture(scope="module")

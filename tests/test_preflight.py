@@ -12,8 +12,13 @@ import pytest
 from components.config import build_stack_config
 from components.model_volume import download_script, verify_script
 from components.preflight import preflight_script
+from tests.conftest import TEST_HOST_KEY
 
-HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01.example.internal"}]}
+HOST = {
+    "hosts": [
+        {"name": "gpu01", "dockerHost": "ssh://deploy@gpu01.example.internal", "hostKey": TEST_HOST_KEY}
+    ]
+}
 
 
 def weights(root: Path, shards: int = 2, missing: int = 0) -> Path:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from components.config import build_stack_config
+from components.config import HostConfig, build_stack_config
 from components.preflight import preflight_script
+from components.target import docker_ssh_opts
 from tests.standin_host import StandinHost, leftovers, standin_host, unavailable_reason
 
 __all__ = ["standin_host"]  # the fixture, imported for this module
@@ -70,11 +71,34 @@ def test_docker_over_ssh_reaches_the_hosts_own_engine(standin_host: StandinHost)
     remote = standin_host.docker("info", "--format", "{{.ID}} {{.DockerRootDir}}")
     assert remote.returncode == 0, remote.stderr
     local = subprocess.run(
-        ["docker", "info", "--format", "{{.ID}} {{.DockerRootDir}}"], capture_output=True, text=True, timeout=60
+        ["docker", "info", "--format", "{{.ID}} {{.DockerRootDir}}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     remote_id, remote_root = remote.stdout.split()
     assert remote_root == str(standin_host.root / "docker")
     assert remote_id != local.stdout.split()[0]
+
+
+def test_the_docker_providers_ssh_options_reach_the_engine_and_refuse_another_key(
+    standin_host: StandinHost, tmp_path: Path
+) -> None:
+    """The argv Docker's connection helper runs: ssh OPTS -l USER -p PORT -- ADDR docker system dial-stdio."""
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True, timeout=15)
+    for key, ok in ((standin_host.host_key, True), (other.with_suffix(".pub").read_text(), False)):
+        config = HostConfig(name="standin", docker_host=standin_host.docker_host, host_key=key,
+                            identity_file=str(standin_host.private_key_path))  # fmt: skip
+        result = subprocess.run(
+            ["ssh", *docker_ssh_opts(config), "-l", config.ssh_user, "-p", str(config.ssh_port), "--",
+             config.ssh_address, "docker", "version", "--format", "{{.Server.Version}}"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        if ok:
+            assert result.returncode == 0 and result.stdout.strip(), result.stderr
+        else:
+            assert result.returncode == 255 and "REMOTE HOST IDENTIFICATION HAS CHANGED" in result.stderr
 
 
 def test_the_engine_is_not_reachable_over_tcp(standin_host: StandinHost) -> None:
@@ -110,7 +134,7 @@ def test_a_published_port_answers_on_the_hosts_address(standin_host: StandinHost
 
 @pytest.mark.parametrize(
     ("hardware", "found"),
-    [("a800", f"preflight: 8 GPUs, driver 550.54.15"), ("rtx5090", "preflight: 8 GPUs, driver 550.54.15"),
+    [("a800", "preflight: 8 GPUs, driver 550.54.15"), ("rtx5090", "preflight: 8 GPUs, driver 550.54.15"),
      ("ascend", "preflight: 8 NPUs")],
 )  # fmt: skip
 def test_preflight_passes_over_ssh_on_the_fake_accelerators(
