@@ -79,33 +79,65 @@ def deployed_as_script(project: PulumiProject, name: str, port: int, workdir: Pa
     for role in ("", "-nginx", "-prometheus"):
         info = json.loads(sh(f"docker inspect {name}{role}"))[0]
         ip = info["NetworkSettings"]["Networks"][f"{name}-net"]["IPAddress"]
-        args = ["docker", "run", "-d", "--name", f"bench{role or '-vllm'}", "--network", "bench-net", "--ip", ip]
+        args = [
+            "docker",
+            "run",
+            "-d",
+            "--name",
+            f"bench{role or '-vllm'}",
+            "--network",
+            "bench-net",
+            "--ip",
+            ip,
+        ]
         for mount in info["Mounts"]:
             if mount["Type"] == "bind":
                 args += ["-v", f"{mount['Source']}:{mount['Destination']}:ro"]
-        for upload in ("/etc/nginx/nginx.conf", "/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml"):
+        for upload in (
+            "/etc/nginx/nginx.conf",
+            "/etc/prometheus/prometheus.yml",
+            "/etc/prometheus/rules.yml",
+        ):
             local = workdir / f"{role.strip('-') or 'vllm'}-{Path(upload).name}"
-            if subprocess.run(["docker", "cp", f"{name}{role}:{upload}", str(local)], capture_output=True).returncode == 0:
+            if (
+                subprocess.run(
+                    ["docker", "cp", f"{name}{role}:{upload}", str(local)], capture_output=True
+                ).returncode
+                == 0
+            ):
                 args += ["-v", f"{local}:{upload}:ro"]
         for binding in (info["HostConfig"].get("PortBindings") or {}).values():
             for b in binding:
                 args += ["-p", f"{b['HostIp'] or '0.0.0.0'}:{b['HostPort']}:{b['HostPort']}"]
         args += [f"--entrypoint={info['Config']['Entrypoint'][0]}"] if info["Config"]["Entrypoint"] else []
         args += ["--shm-size", str(info["HostConfig"]["ShmSize"])]
-        args += [info["Config"]["Image"], *(info["Config"]["Entrypoint"] or [])[1:], *(info["Config"]["Cmd"] or [])]
+        args += [
+            info["Config"]["Image"],
+            *(info["Config"]["Entrypoint"] or [])[1:],
+            *(info["Config"]["Cmd"] or []),
+        ]
         lines.append(shlex.join(args) + " >/dev/null")
-    body = json.dumps({"model": project.outputs("local")["servedModelName"], "messages": [{"role": "user", "content": "What is 13*17?"}]})
+    body = json.dumps(
+        {
+            "model": project.outputs("local")["servedModelName"],
+            "messages": [{"role": "user", "content": "What is 13*17?"}],
+        }
+    )
     url = f"http://127.0.0.1:{port}/v1"
     lines += [
         f'until curl -sf -H "Authorization: Bearer {KEY}" {url}/models >/dev/null; do sleep 0.2; done',
         f"curl -sf {url}/chat/completions -H 'Authorization: Bearer {KEY}' -H 'Content-Type: application/json' "
-        f"-d {shlex.quote(body)} | grep -q '\"content\":\"221\"'",
+        f'-d {shlex.quote(body)} | grep -q \'"content":"221"\'',
     ]
     return "\n".join(lines) + "\n"
 
 
 def clean_script_run() -> None:
-    subprocess.run("docker rm -f bench-vllm bench-nginx bench-prometheus; docker network rm bench-net", shell=True, capture_output=True)
+    subprocess.run(
+        "docker rm -f bench-vllm bench-nginx bench-prometheus; docker network rm bench-net",
+        shell=True,
+        capture_output=True,
+    )
 
 
 def summary(label: str, times: list[float]) -> str:
@@ -125,7 +157,9 @@ def main() -> int:
     if args.skip_make_up:
         print("cold make up: skipped (--skip-make-up)")
     elif not (port_free(8080) and port_free(9090)):
-        print("cold make up: skipped: the default local stack's ports 8080/9090 are taken (make destroy first)")
+        print(
+            "cold make up: skipped: the default local stack's ports 8080/9090 are taken (make destroy first)"
+        )
     else:
         figures["cold make up (fresh clone, warm engine)"] = cold_make_up(args.runs)
 
@@ -135,7 +169,11 @@ def main() -> int:
         name = f"glm53-bench-{port}"
         project.init_stack(
             "local",
-            config={"glm:front.port": str(port), "glm:monitoring.port": str(free_port()), "glm:container.name": name},
+            config={
+                "glm:front.port": str(port),
+                "glm:monitoring.port": str(free_port()),
+                "glm:container.name": name,
+            },
             secrets={"glm:apiKeys.bench": KEY},
         )
 
@@ -144,13 +182,21 @@ def main() -> int:
 
         try:
             run("up", "--yes", "--skip-preview")
-            for key in ("warm up to gate passed", "no-op preview", "no-op up", "refresh-up (vLLM removed)", "destroy"):
+            for key in (
+                "warm up to gate passed",
+                "no-op preview",
+                "no-op up",
+                "refresh-up (vLLM removed)",
+                "destroy",
+            ):
                 figures[key] = []
             for _ in range(args.runs):
                 figures["no-op preview"].append(timed(lambda: run("preview", "--expect-no-changes")))
                 figures["no-op up"].append(timed(lambda: run("up", "--yes", "--skip-preview")))
                 sh(f"docker rm -f {name}")
-                figures["refresh-up (vLLM removed)"].append(timed(lambda: run("up", "--yes", "--skip-preview", "--refresh")))
+                figures["refresh-up (vLLM removed)"].append(
+                    timed(lambda: run("up", "--yes", "--skip-preview", "--refresh"))
+                )
                 script = deployed_as_script(project, name, port, Path(tmp))
                 figures["destroy"].append(timed(lambda: run("destroy", "--yes")))
                 figures["warm up to gate passed"].append(timed(lambda: run("up", "--yes", "--skip-preview")))
@@ -169,7 +215,9 @@ def main() -> int:
 
     for label, times in figures.items():
         print(summary(label, times))
-    up, script = (statistics.median(figures[k]) for k in ("warm up to gate passed", "seed-style shell script to 221"))
+    up, script = (
+        statistics.median(figures[k]) for k in ("warm up to gate passed", "seed-style shell script to 221")
+    )
     print(f"{'pulumi up ÷ shell script (medians)':42s} {up / script:6.2f}x")
     return 0
 

@@ -11,9 +11,12 @@ Pulumi.yaml's ``config:`` block and README's config table are checked against th
 
 from __future__ import annotations
 
+import base64
 import copy
+import getpass
 import hashlib
 import ipaddress
+import itertools
 import json
 import math
 import os
@@ -22,6 +25,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -142,10 +146,63 @@ class _Model(BaseModel):
 class HostConfig(_Model):
     name: str = Field(description="Short name of the host, used in resource names and outputs.")
     docker_host: str = Field(
-        description="Docker endpoint of the host: `ssh://user@host` for a GPU box, "
-        "`unix:///var/run/docker.sock` for the local engine."
+        description="Docker endpoint of the host: `ssh://[user@]host[:port]` for a GPU box (IPv6 as "
+        "`ssh://[2001:db8::1]:2222`; no user means your local user, as with the Docker CLI), "
+        "`unix:///var/run/docker.sock` for the local engine. The SSH commands use the same user and port."
     )
-    ssh_port: int = Field(22, description="SSH port for preflight and download commands.")
+    host_key: str | None = Field(
+        None,
+        description="The host's SSH public key, `ssh-ed25519 AAAA…` (from `ssh-keyscan -p PORT HOST`); "
+        "required for `ssh://`: Docker and the commands refuse any other key.",
+    )
+    identity_file: str | None = Field(
+        None,
+        description="Private key file (on the machine running Pulumi) used by Docker's ssh and the "
+        "commands alike; default: the SSH agent.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_ssh_port(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "sshPort" in data:
+            raise ValueError(
+                f"glm:target.hosts[].sshPort={data['sshPort']} is no longer read: Docker took the port "
+                f"from dockerHost and the commands from sshPort. Fix: put the port in dockerHost "
+                f"(ssh://user@host:{data['sshPort']}) and remove sshPort."
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _ssh_endpoint(self) -> HostConfig:
+        if self.is_local or not self.docker_host.startswith("ssh://"):
+            return self
+        key = f"glm:target.hosts[{self.name}]"
+        try:
+            url = urlsplit(self.docker_host)
+            url.port  # noqa: B018 (parses the port; raises on garbage)
+        except ValueError as err:
+            raise ValueError(
+                f"{key}.dockerHost={self.docker_host!r} is not ssh://[user@]host[:port] ({err}). "
+                "Fix: write an IPv6 address in brackets, e.g. ssh://deploy@[2001:db8::1]:2222."
+            ) from None
+        if not url.hostname or url.path not in ("", "/"):
+            raise ValueError(
+                f"{key}.dockerHost={self.docker_host!r} has no host or has a path. "
+                "Fix: ssh://[user@]host[:port], e.g. ssh://deploy@gpu01:2222."
+            )
+        keyscan = f"ssh-keyscan -t ed25519 -p {self.ssh_port} {self.ssh_address}"
+        if self.host_key is None:
+            raise ValueError(
+                f"{key}.hostKey is not set for {self.docker_host}: without it, whatever answers at "
+                f"that address gets the deployment and your SSH login. Fix: run `{keyscan}`, check "
+                f"the key with the host's owner, and set hostKey to its `ssh-ed25519 AAAA…` part."
+            )
+        if _public_key_line(self.host_key) is None:
+            raise ValueError(
+                f"{key}.hostKey={self.host_key[:40]!r} is not an SSH public key. Fix: set it to the "
+                f"`ssh-ed25519 AAAA…` part of `{keyscan}`."
+            )
+        return self
 
     @property
     def is_local(self) -> bool:
@@ -153,12 +210,42 @@ class HostConfig(_Model):
 
     @property
     def ssh_user(self) -> str:
-        user, _, _ = self.docker_host.removeprefix("ssh://").rpartition("@")
-        return user or "root"
+        """The URL's user or, as the Docker CLI does, the local user (never a silent root)."""
+        return urlsplit(self.docker_host).username or getpass.getuser()
 
     @property
     def ssh_address(self) -> str:
-        return self.docker_host.removeprefix("ssh://").rpartition("@")[2].split(":")[0]
+        """Host name or address, IPv6 without brackets (``2001:db8::1``)."""
+        return urlsplit(self.docker_host).hostname or ""
+
+    @property
+    def ssh_port(self) -> int:
+        return urlsplit(self.docker_host).port or 22
+
+    @property
+    def host_key_line(self) -> str | None:
+        """``hostKey`` as ``type base64`` (what pulumi-command's ``hostKey`` parses)."""
+        return _public_key_line(self.host_key) if self.host_key else None
+
+
+_SSH_KEY_TYPES = (
+    "ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com",
+)  # fmt: skip
+
+
+def _public_key_line(text: str) -> str | None:
+    """``type base64`` from a public key or ``ssh-keyscan`` line, or None when there is no valid key."""
+    words = text.split()
+    for kind, blob in itertools.pairwise(words):
+        if kind in _SSH_KEY_TYPES:
+            try:
+                raw = base64.b64decode(blob, validate=True)
+            except ValueError:
+                return None
+            length = int.from_bytes(raw[:4], "big")
+            return f"{kind} {blob}" if raw[4 : 4 + length] == kind.encode() else None
+    return None
 
 
 class TargetConfig(_Model):

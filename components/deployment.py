@@ -18,6 +18,7 @@ from components.promotion import fingerprint, promoted_image, served_model
 from components.secrets import Secrets
 from components.serving_image import ServingImage
 from components.smoke_test import SmokeTest
+from components.target import docker_ssh_opts
 from components.vllm_server import VllmServer, command_line
 
 
@@ -32,7 +33,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     provider = docker.Provider(
         f"{host.name}-docker",
         host=docker_host,
-        ssh_opts=["-o", "BatchMode=yes"] if docker_host.startswith("ssh://") else None,
+        ssh_opts=docker_ssh_opts(host) if docker_host.startswith("ssh://") else None,
     )
     on_host = pulumi.ResourceOptions(providers=[provider])
 

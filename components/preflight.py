@@ -38,9 +38,8 @@ def preflight_script(config: StackConfig) -> str:
     elif config.facts.accelerator == "ascend":
         lines += [
             "command -v npu-smi >/dev/null || fail 'npu-smi not found on the host: install the Ascend driver (/usr/local/sbin/npu-smi)'",
-            # mktemp, not a fixed /tmp name another user could plant as a symlink.
-            "npu_out=$(mktemp) && trap 'rm -f \"$npu_out\"' EXIT",
-            'npu-smi info >"$npu_out" 2>&1 || fail "npu-smi info failed: $(head -c 300 "$npu_out")"',
+            # No fixed file in /tmp: another user's copy there made this fail (stand-in host).
+            'npu_info=$(npu-smi info 2>&1) || fail "npu-smi info failed: $(printf %s "$npu_info" | head -c 300)"',
             "found=$(ls /dev/davinci[0-9]* 2>/dev/null | wc -l)",
             f'[ "$found" -ge {want} ] || fail "found $found /dev/davinci* NPUs, glm:container.accelerators lists {want}"',
             'echo "preflight: $found NPUs"',

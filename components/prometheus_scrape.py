@@ -333,6 +333,8 @@ class PrometheusScrape(pulumi.ComponentResource):
         host = monitoring.bind_address
         if host in ("0.0.0.0", "::"):
             host = "localhost" if config.target.host.is_local else config.target.host.ssh_address
+        if ":" in host:  # an IPv6 literal
+            host = f"[{host}]"
         self.url = pulumi.Output.from_input(f"http://{host}:{monitoring.port}")
         self.container_name = container.name
         self.register_outputs({"url": self.url, "container_name": self.container_name})

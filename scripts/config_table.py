@@ -24,7 +24,8 @@ SECRETS = {
     "glm:apiKeys": "API keys of the front, `{name: key}` (secret, required).",
     "glm:tlsCertificate": "PEM certificate when `front.tls` is true (secret).",
     "glm:tlsKey": "PEM key when `front.tls` is true (secret).",
-    "glm:sshPrivateKey": "SSH key for preflight/download commands; default: the SSH agent (secret).",
+    "glm:sshPrivateKey": "Refused: Docker's ssh cannot use a key's contents, so set "
+    "`target.hosts[].identityFile` (one key for Docker and the commands) instead (secret).",
 }
 
 
@@ -47,25 +48,27 @@ def _type_name(annotation: typing.Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _default(field: typing.Any) -> str:
+def _default(field: typing.Any, in_list: bool = False) -> str:
     if field.default_factory is not None:
         value = field.default_factory()
         return "" if isinstance(value, BaseModel) else f"`{value}`"
     if field.default is PydanticUndefined:
-        return "required" if field.alias == "hardware" else "profile"
+        return "required" if field.alias == "hardware" or in_list else "profile"
     return f"`{field.default}`" if field.default is not None else "unset"
 
 
-def rows(model: type[BaseModel], prefix: str) -> list[str]:
+def rows(model: type[BaseModel], prefix: str, in_list: bool = False) -> list[str]:
     out = []
     for name, field in model.model_fields.items():
         key = f"{prefix}{field.alias or name}"
         nested = _model_of(field.annotation)
         if nested is not None and typing.get_origin(field.annotation) is not list:
-            out += rows(nested, f"{key}.")
+            out += rows(nested, f"{key}.", in_list)
             continue
         kind = f"list of {nested.__name__}" if nested else _type_name(field.annotation)
-        out.append(f"| `{key}` | {kind} | {_default(field)} | {field.description or ''} |")
+        out.append(f"| `{key}` | {kind} | {_default(field, in_list)} | {field.description or ''} |")
+        if nested is not None:  # each item's keys; required ones are required in every item
+            out += rows(nested, f"{key}[].", in_list=True)
     return out
 
 

@@ -34,6 +34,9 @@ def unwrap(value: Any) -> Any:
     return value
 
 
+# A host key for ssh:// test hosts (an ed25519 public key whose private half was thrown away).
+TEST_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHnMCdx2tAklQakPlTKN7xOAsSF/GaYw9A6F9p6B/Z0C"
+
 TEST_API_KEYS = {"ci": "sk-test-ci-0123456789abcdef", "ops": "sk-test-ops-fedcba9876543210"}
 
 

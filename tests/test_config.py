@@ -7,8 +7,13 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, SecretInputs, StackConfig, build_stack_config, deep_merge
+from tests.conftest import TEST_HOST_KEY
 
-HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01.example.internal"}]}
+HOST = {
+    "hosts": [
+        {"name": "gpu01", "dockerHost": "ssh://deploy@gpu01.example.internal", "hostKey": TEST_HOST_KEY}
+    ]
+}
 
 
 PLAIN_HTTP_ACCEPTED = {"front": {"allowPlainHttp": True}}
@@ -109,7 +114,12 @@ def test_wrong_type_is_named_with_the_value() -> None:
 
 
 def test_more_than_one_host_is_refused_for_now() -> None:
-    two = {"hosts": [{"name": "a", "dockerHost": "ssh://u@a"}, {"name": "b", "dockerHost": "ssh://u@b"}]}
+    two = {
+        "hosts": [
+            {"name": "a", "dockerHost": "ssh://u@a", "hostKey": TEST_HOST_KEY},
+            {"name": "b", "dockerHost": "ssh://u@b", "hostKey": TEST_HOST_KEY},
+        ]
+    }
     with pytest.raises(ConfigError, match="lists 2 hosts; exactly one is supported"):
         build_stack_config({"hardware": "a800", "target": two, **PLAIN_HTTP_ACCEPTED})
 

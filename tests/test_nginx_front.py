@@ -35,12 +35,12 @@ from pulumi.runtime import rpc
 
 from components.config import ConfigError, StackConfig, build_stack_config
 from components.nginx_front import CONF_PATH, TLS_DIR, NginxFront, public_url, render_nginx_conf
-from tests.conftest import PROJECT, construct
+from tests.conftest import PROJECT, TEST_HOST_KEY, construct
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 SERVED = "glm-5.3-flash"
-GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01"}]}
+GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
 HARDWARE = ["a800", "ascend", "rtx5090", "local"]
 KEYS = {"alice": "sk-alice-0123456789abcdef0123", "bob": "sk-bob.+/~_-fedcba9876543210=="}
 ARITHMETIC = [{"role": "user", "content": "What is 13×17? Answer with the number only."}]

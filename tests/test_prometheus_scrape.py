@@ -33,10 +33,10 @@ from components.prometheus_scrape import (
     render_alert_rules,
     render_prometheus_config,
 )
-from tests.conftest import construct
+from tests.conftest import TEST_HOST_KEY, construct
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01"}]}
+GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
 HARDWARE = ["a800", "ascend", "rtx5090", "local"]
 TARGET = "vllm:8000"
 
