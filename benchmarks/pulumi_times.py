@@ -12,7 +12,7 @@ median, min and max of ``--runs`` runs:
 - ``up --refresh`` after the vLLM container was removed (re-created, gate re-run);
 - destroy;
 - the seeds' way: a shell script with the same three ``docker run`` (the images, argv and config
-  files taken from what ``pulumi up`` deployed), polling ``/v1/models`` and asking 13×17.
+  files taken from what ``pulumi up`` deployed), polling ``/v1/models`` and asking 13*17.
 
 and ``pulumi up`` ÷ script as a ratio.
 """
@@ -60,8 +60,9 @@ def cold_make_up(runs: int) -> list[float]:
             clone = Path(tmp) / "glm"
             sh(f"git clone -q {shlex.quote(str(PROJECT))} {shlex.quote(str(clone))}")
             env_prefix = f"GLM_STATE_DIR={shlex.quote(tmp)}/state"
+            make_up = f"{env_prefix} make -C {clone} up"
             try:
-                times.append(timed(lambda: sh(f"{env_prefix} make -C {clone} up")))
+                times.append(timed(lambda cmd=make_up: sh(cmd)))
             finally:
                 subprocess.run(
                     f"{env_prefix} {clone}/scripts/pulumi.sh destroy --yes -s local",
