@@ -34,8 +34,9 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from components.config import build_stack_config  # noqa: E402
+from components.gate.checks import run_gate  # noqa: E402
+from components.gate.resource import gate_params  # noqa: E402
 from components.nginx_front import render_nginx_conf  # noqa: E402
-from components.smoke_test import gate_params, run_gate  # noqa: E402
 from components.vllm_server import render_argv  # noqa: E402
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"

@@ -19,7 +19,7 @@ Two workarounds for the old (v3.79) language host under the v3.274.1 engine, bot
   ``PULUMI_PYTHON_CMD`` to the venv's python and checks the program's ``sys.prefix``. The dynamic
   provider (a script from v3.274.1) does get the option (``PULUMI_RUNTIME_VIRTUALENV``), as an
   absolute path: a relative one would be resolved against the provider's working directory.
-* the provider is pickled by reference (``components.smoke_test.SmokeTestProvider``), so the provider
+* the provider is pickled by reference (``components.gate.resource.SmokeTestProvider``), so the provider
   process must import ``components``: ``PYTHONPATH`` is the repo root.
 """
 
@@ -47,7 +47,7 @@ from components.nginx_front import render_nginx_conf
 from components.vllm_server import render_argv
 from tests.conftest import PROJECT
 from tests.engine import PulumiProject, free_port
-from tests.test_smoke_gate import NGINX, Sim, start_sim, stop
+from tests.gate.support import NGINX, Sim, start_sim, stop
 
 PROGRAM = Path(__file__).resolve().parent / "engine_gate_program"
 VENV = PROJECT / ".venv"

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from components.smoke_test import GateFailure, run_gate
+from components.gate import GateFailure, run_gate
 from tests.conftest import PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
 from tests.engine import free_port
 
