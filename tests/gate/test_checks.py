@@ -72,6 +72,38 @@ def test_waits_through_loading_and_passes_within_a_second_of_ready(sims, front) 
     assert passed_at - sim.ready_at < 1.5
 
 
+@needs_nginx
+def test_readiness_is_seen_within_a_quarter_second_of_ready(sims, front) -> None:
+    """With the default pollSeconds (1 s) the gate still polls fast enough to see readiness at once."""
+    sim = sims(wait=False, VLLM_SIM_LOADING_SECONDS="2")
+    endpoint = front(sim)
+    seen: list[float] = []
+
+    def progress(line: str) -> None:
+        if line.startswith("readiness: ok"):
+            seen.append(time.monotonic())
+
+    run_gate(params(endpoint, sim, steps=["models"], poll_seconds=1.0), KEY, progress)
+    sim.wait_ready(0)
+    assert sim.ready_at is not None and seen
+    # Polls are at most 0.25 s apart: the lag is below that plus one request through nginx.
+    assert seen[0] - sim.ready_at < 0.45
+
+
+@needs_nginx
+def test_a_trickling_models_reply_cannot_hold_readiness_past_the_deadline(sims, front) -> None:
+    """/v1/models sends one byte a second: each read is quick, the whole body never ends in time."""
+    sim = sims(VLLM_SIM_FAULT="models-trickle")
+    endpoint = front(sim)
+    started = time.monotonic()
+    failure = gate_fails(params(endpoint, sim, deadline_seconds=5))
+    elapsed = time.monotonic() - started
+    assert failure.step == "readiness"
+    assert "not ready after 5 s" in failure.message
+    assert "no complete answer within" in failure.message
+    assert 4.9 < elapsed < 5.6
+
+
 def test_never_ready_fails_at_readiness_by_the_deadline(sims) -> None:
     sim = sims(wait=False, VLLM_SIM_NEVER_READY="1")
     started = time.monotonic()
@@ -208,3 +240,71 @@ def test_messages_carry_at_most_an_excerpt_of_the_body(sims) -> None:
     sim = sims(VLLM_SIM_FAULT="http-500")
     failure = gate_fails(params(f"{sim.url}/v1", sim))
     assert len(failure.message) < 700
+
+
+# ---- malformed replies: a GateFailure naming the step and what came back, never a crash -----------
+
+
+@pytest.mark.parametrize(
+    ("fault", "step", "says", "quotes"),
+    [
+        ("content-parts", "arithmetic", "message.content as a list, not a string", '"type": "text"'),
+        ("message-string", "arithmetic", "choices[0].message is a string, not an object", '"message": "221"'),
+        ("tool-call-string", "tool_call", "tool_calls[0] is a string, not an object", "get_weather"),
+    ],
+)
+def test_a_malformed_chat_reply_fails_its_step(sims, fault, step, says, quotes) -> None:
+    sim = sims(VLLM_SIM_FAULT=fault)
+    failure = gate_fails(params(f"{sim.url}/v1", sim))
+    assert failure.step == step
+    assert says in failure.message
+    assert quotes in failure.message
+
+
+@needs_nginx
+@pytest.mark.parametrize(
+    ("fault", "says"),
+    [
+        ("stream-choices-string", "choices[0] is a str, not an object: 'x'"),
+        ("stream-delta-string", "choices[0].delta is a str, not an object: 'abc'"),
+        ("stream-bad-json", 'a data line that is not JSON: \'{"choices": [{"delta": \''),
+    ],
+)
+def test_a_malformed_stream_through_the_front_fails_streaming(sims, front, fault, says) -> None:
+    sim = sims(VLLM_SIM_FAULT=fault)
+    failure = gate_fails(params(front(sim), sim, steps=["streaming"]))
+    assert failure.step == "streaming"
+    assert says in failure.message
+    assert "(after 3 chunks)" in failure.message  # the simulator bends the 4th token's chunk
+    assert "proxy_buffering" not in failure.message
+
+
+@needs_nginx
+def test_an_engine_error_mid_stream_is_reported_as_the_engines_error(sims, front) -> None:
+    sim = sims(VLLM_SIM_FAULT="stream-error")
+    failure = gate_fails(params(front(sim), sim, steps=["streaming"]))
+    assert failure.step == "streaming"
+    assert "the engine sent an error in the middle of the SSE stream" in failure.message
+    assert (
+        "after 3 chunks: EngineCore encountered an issue. (InternalServerError, code 500)" in failure.message
+    )
+    assert "docker logs" in failure.message
+    assert "proxy_buffering" not in failure.message and "gzip" not in failure.message
+
+
+@needs_nginx
+def test_data_lines_without_the_space_are_read_through_the_front(sims, front) -> None:
+    sim = sims(VLLM_SIM_FAULT="sse-no-space")
+    results = run_gate(params(front(sim), sim, steps=["streaming"]), KEY, lambda _: None)
+    assert results["stream_chunks"] >= 3
+    assert results["stream_spread"] >= 0.3
+
+
+def test_metrics_that_are_not_prometheus_text_fail_kv_pool(sims) -> None:
+    sim = sims()
+    p = params(f"{sim.url}/v1", sim, steps=["kv_pool"])
+    p["metrics_url"] = f"{sim.url}/version"  # JSON, not Prometheus text
+    failure = gate_fails(p)
+    assert failure.step == "kv_pool"
+    assert "is not Prometheus text" in failure.message
+    assert '"version"' in failure.message
