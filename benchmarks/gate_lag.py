@@ -1,17 +1,24 @@
-"""How long after vLLM becomes ready does the smoke gate pass?
+"""How long after vLLM becomes ready does the smoke gate see it, and pass (KV check included)?
 
 Starts the vLLM-protocol simulator with ``VLLM_SIM_LOADING_SECONDS=T`` (connections refused while
 "loading", as vLLM does), optionally behind the real Nginx front, runs the gate at once, and
 measures per run:
 
-* detect lag: when the gate saw readiness - when the simulator bound its port;
-* pass lag:   when the gate passed (every step) - when the simulator bound its port.
+* readiness lag: when the gate saw readiness - when the simulator bound its port;
+* kv_pool:       how long the KV-pool step took;
+* gate lag:      when the whole gate passed (every step, kv_pool included) - the same moment.
+
+``--metrics vllm`` (the default) reads vLLM's own ``/metrics``, as the local stack does
+(``components.gate.resource.metrics_url_for``: vLLM's fixed address on the private network).
+``--metrics federate`` reads a real Prometheus's ``/federate`` scraping the simulator with the
+local stack's ``prometheus.yml``: the previous design, where kv_pool waited for a scrape.
 
 Each run starts the gate after a random fraction of one poll interval, so the ready moment falls at
 a random point between two polls. The simulator's ready moment is when its "Starting vLLM API
 server" line reaches our pipe (written right after the port is bound). Run from the project root::
 
     python3 benchmarks/gate_lag.py                     # 5 runs, T=3 s, poll 1 s, through nginx
+    python3 benchmarks/gate_lag.py --metrics federate  # the old kv_pool path, for comparison
     python3 benchmarks/gate_lag.py --runs 10 --poll-seconds 0.25 --no-front
 """
 
@@ -29,13 +36,16 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from components.config import build_stack_config  # noqa: E402
+from components.gate.checks import run_gate  # noqa: E402
+from components.gate.resource import gate_params  # noqa: E402
 from components.nginx_front import render_nginx_conf  # noqa: E402
-from components.smoke_test import gate_params, run_gate  # noqa: E402
+from components.prometheus_scrape import render_alert_rules, render_prometheus_config  # noqa: E402
 from components.vllm_server import render_argv  # noqa: E402
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
@@ -60,9 +70,33 @@ def wait_listening(port: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
+def start_prometheus(config: Any, sim_port: int, runtime: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A real Prometheus with the stack's rendered config, scraping the simulator; its /federate URL."""
+    port = free_port()
+    rules = Path(runtime, "rules.yml")
+    rules.write_text(render_alert_rules(config))
+    conf = Path(runtime, "prometheus.yml")
+    conf.write_text(
+        render_prometheus_config(config.monitoring, f"127.0.0.1:{sim_port}", "vllm", rules_path=str(rules))
+    )
+    proc = subprocess.Popen(
+        [
+            shutil.which("prometheus") or "prometheus",
+            f"--config.file={conf}",
+            f"--storage.tsdb.path={runtime}/tsdb",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_listening(port, 30.0)
+    return proc, f"http://127.0.0.1:{port}/federate?match[]=vllm:cache_config_info"
+
+
 def one_run(
-    loading_seconds: float, poll_seconds: float, use_front: bool, phase: float
-) -> tuple[float, float]:
+    loading_seconds: float, poll_seconds: float, use_front: bool, phase: float, metrics: str
+) -> tuple[float, float, float]:
+    """(readiness lag, kv_pool step, gate lag) in seconds."""
     config = build_stack_config(
         {"hardware": "local", "smoke": {"chatTemplateKwargs": {"reasoning_effort": "low"}}}
     )
@@ -86,12 +120,15 @@ def one_run(
     procs: list[subprocess.Popen[str] | subprocess.Popen[bytes]] = [sim]
     runtime = tempfile.mkdtemp(prefix="gate-lag-")
     try:
+        os.chmod(runtime, 0o755)
         metrics_url = f"http://127.0.0.1:{sim_port}/metrics"
+        if metrics == "federate":
+            prometheus, metrics_url = start_prometheus(config, sim_port, runtime)
+            procs.append(prometheus)
         endpoint = f"http://127.0.0.1:{sim_port}/v1"
         steps = ["models", "arithmetic", "tool_call", "kv_pool"]
         if use_front:
             front_port = free_port()
-            os.chmod(runtime, 0o755)
             conf = render_nginx_conf(
                 config.front,
                 f"127.0.0.1:{sim_port}",
@@ -132,16 +169,22 @@ def one_run(
             if line.startswith("readiness: ok"):
                 detected_at.append(time.monotonic())
 
-        run_gate(params, KEY, progress)
+        results = run_gate(params, KEY, progress)
         passed_at = time.monotonic()
         if not ready_at:
             raise RuntimeError("the simulator never logged that it was ready")
-        return detected_at[0] - ready_at[0], passed_at - ready_at[0]
+        kv_seconds = results["latency_ms"]["kv_pool"] / 1000
+        return detected_at[0] - ready_at[0], kv_seconds, passed_at - ready_at[0]
     finally:
         for proc in procs:
             proc.terminate()
             proc.wait(10)
         shutil.rmtree(runtime, ignore_errors=True)
+
+
+def summary(label: str, values: list[float]) -> str:
+    ms = [v * 1000 for v in values]
+    return f"{label}: median {statistics.median(ms):7.1f} ms, min {min(ms):7.1f} ms, max {max(ms):7.1f} ms"
 
 
 def main() -> int:
@@ -150,8 +193,14 @@ def main() -> int:
     )
     parser.add_argument("--runs", type=int, default=5, help=f"number of runs (1-{MAX_RUNS}, default 5)")
     parser.add_argument("--loading-seconds", type=float, default=3.0, help="simulated load time T")
-    parser.add_argument("--poll-seconds", type=float, default=1.0, help="gate poll interval (≤ 1)")
+    parser.add_argument("--poll-seconds", type=float, default=1.0, help="glm:smoke.pollSeconds (≤ 1)")
     parser.add_argument("--no-front", action="store_true", help="talk to the simulator directly")
+    parser.add_argument(
+        "--metrics",
+        choices=["vllm", "federate"],
+        default="vllm",
+        help="kv_pool reads vLLM's /metrics (default, as the local stack) or a Prometheus /federate",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random poll phase per run")
     args = parser.parse_args()
     if not 1 <= args.runs <= MAX_RUNS:
@@ -161,24 +210,29 @@ def main() -> int:
     use_front = not args.no_front
     if use_front and not (shutil.which("nginx") or Path("/usr/sbin/nginx").exists()):
         parser.error("nginx is not installed: pass --no-front")
+    if args.metrics == "federate" and not shutil.which("prometheus"):
+        parser.error("prometheus is not installed: leave out --metrics federate")
 
     where = "through the Nginx front" if use_front else "direct to the simulator"
-    print(f"gate lag: T={args.loading_seconds:g} s, poll {args.poll_seconds:g} s, {where}, {args.runs} runs")
-    detects, passes = [], []
+    print(
+        f"gate lag: T={args.loading_seconds:g} s, pollSeconds {args.poll_seconds:g}, {where}, "
+        f"kv_pool via {args.metrics}, {args.runs} runs"
+    )
+    detects, kvs, passes = [], [], []
     rng = random.Random(args.seed)
     for run in range(1, args.runs + 1):
         phase = rng.uniform(0, args.poll_seconds)
-        detect, passed = one_run(args.loading_seconds, args.poll_seconds, use_front, phase)
+        detect, kv, passed = one_run(args.loading_seconds, args.poll_seconds, use_front, phase, args.metrics)
         detects.append(detect)
+        kvs.append(kv)
         passes.append(passed)
         print(
-            f"run {run}: readiness seen {detect * 1000:7.1f} ms after ready, gate passed {passed * 1000:7.1f} ms after ready"
+            f"run {run}: readiness seen {detect * 1000:7.1f} ms after ready, kv_pool {kv * 1000:7.1f} ms, "
+            f"gate passed {passed * 1000:7.1f} ms after ready"
         )
-    print(
-        f"median: readiness seen {statistics.median(detects) * 1000:.1f} ms after ready, "
-        f"gate passed {statistics.median(passes) * 1000:.1f} ms after ready "
-        f"(max {max(passes) * 1000:.1f} ms)"
-    )
+    print(summary("readiness lag", detects))
+    print(summary("kv_pool step ", kvs))
+    print(summary("gate lag     ", passes))
     return 0
 
 

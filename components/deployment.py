@@ -10,6 +10,7 @@ import pulumi
 import pulumi_docker as docker
 
 from components.config import StackConfig
+from components.gate.resource import SmokeTest, metrics_url_for
 from components.model_volume import ModelVolume
 from components.nginx_front import NginxFront
 from components.preflight import Preflight
@@ -17,7 +18,6 @@ from components.prometheus_scrape import PrometheusScrape
 from components.promotion import fingerprint, promoted_image, served_model
 from components.secrets import Secrets
 from components.serving_image import ServingImage
-from components.smoke_test import SmokeTest
 from components.target import docker_ssh_opts
 from components.vllm_server import VllmServer, command_line
 
@@ -83,7 +83,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         front_url=front.url,
         api_key=secrets.api_keys.apply(_first_key),
         image_ref=image.ref,
-        metrics_url=_metrics_url(config),
+        metrics_url=metrics_url_for(config),
         container_id=server.container.id,
         opts=pulumi.ResourceOptions(depends_on=[server, front, monitoring]),
     )
@@ -109,16 +109,6 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     if promoted is not None:
         outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
     return outputs
-
-
-def _metrics_url(config: StackConfig) -> str | None:
-    """vLLM's metrics as the Pulumi host can reach them: the configured URL, or on a local target
-    the stack's Prometheus (/federate), which scrapes vLLM on the private network."""
-    if config.smoke.metrics_url or not config.target.host.is_local:
-        return config.smoke.metrics_url
-    monitoring = config.monitoring
-    host = "127.0.0.1" if monitoring.bind_address in ("0.0.0.0", "::") else monitoring.bind_address
-    return f"http://{host}:{monitoring.port}/federate?match[]=vllm:cache_config_info"
 
 
 def _curl(url: str, config: StackConfig) -> str:

@@ -12,8 +12,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
+
+from components.gate.sse import DONE, chunk_deltas, chunk_error, delta_text, sse_events
 
 SIMULATOR_MARK = "vLLM protocol simulator"
 """The simulator's filler text says this: a probe that reads it is not measuring a model."""
@@ -203,10 +206,12 @@ class ProbeClient:
                         else "error"
                     )
                 else:
-                    for line in resp.iter_lines():
+                    # A malformed chunk raises MalformedChunk, a ValueError: the reply is an error.
+                    for chunk in sse_events(resp.iter_lines()):
                         now = time.monotonic() - t0
-                        if line.startswith("data: ") and line != "data: [DONE]":
-                            self._read_chunk(json.loads(line[6:]), now, reply, pieces)
+                        if chunk is DONE:
+                            break
+                        self._read_chunk(chunk, now, reply, pieces)
                         if reply.outcome != "ok":
                             break
                         if now > allowed:
@@ -231,21 +236,17 @@ class ProbeClient:
         return reply
 
     @staticmethod
-    def _read_chunk(chunk: dict, now: float, reply: Reply, pieces: list[str]) -> None:
-        if chunk.get("error"):
-            reply.outcome, reply.error = "error", _error_message(json.dumps(chunk).encode())
+    def _read_chunk(chunk: Any, now: float, reply: Reply, pieces: list[str]) -> None:
+        if (error := chunk_error(chunk)) is not None:
+            reply.outcome, reply.error = "error", error[:300]
             return
+        deltas = chunk_deltas(chunk)  # a chunk that is not an object raises here
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             reply.prompt_tokens = usage.get("prompt_tokens", reply.prompt_tokens)
             reply.completion_tokens = usage.get("completion_tokens", reply.completion_tokens)
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            # vLLM 0.11.1-0.14 sends reasoning under both names: take one.
-            piece = str(
-                delta.get("content") or delta.get("reasoning") or delta.get("reasoning_content") or ""
-            )
-            piece = piece or ("<tool>" if delta.get("tool_calls") else "")
+        for delta in deltas:
+            piece = delta_text(delta) or ("<tool>" if delta.get("tool_calls") else "")
             if piece:
                 if reply.ttft is None:
                     reply.ttft = now

@@ -131,7 +131,7 @@ class Probe:
             return None
         try:
             return metrics.Snapshot(self.client.metrics_text())
-        except (httpx.HTTPError, ProbeError) as exc:
+        except (httpx.HTTPError, ProbeError, ValueError) as exc:  # ValueError: not Prometheus text
             self.metrics_skip = f"{self.client.metrics_url} failed: {type(exc).__name__}: {exc}"[:300]
             self.progress(f"metrics: {self.metrics_skip}; metric-based parts skipped")
             return None

@@ -1,19 +1,16 @@
 """vLLM's Prometheus text, read straight from ``/metrics`` or from a Prometheus ``/federate``.
 
-Federation adds ``job``/``instance`` labels and a timestamp after each value; both are tolerated.
-Counters are summed over every series (engines, instances) of a name.
+Parsed by ``prometheus_client.parser`` through the gate's :func:`~components.gate.metrics.parse_samples`
+(federation's ``job``/``instance`` labels and timestamps included). Counters are summed over every
+series (engines, instances) of a name.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Any
 
-_SAMPLE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+-?\d+)?\s*$"
-)
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+from components.gate import metrics as prom
+from components.gate.metrics import Sample
 
 KV_INFO = "vllm:cache_config_info"
 RUNNING = "vllm:num_requests_running"
@@ -27,30 +24,13 @@ SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 
 
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: dict[str, str]
-    value: float
-
-
 def parse(text: str) -> list[Sample]:
-    """Every sample in Prometheus text exposition format (comments and bad lines skipped).
+    """Every sample in Prometheus text; ``ValueError`` when ``text`` is not Prometheus text.
 
     >>> parse('vllm:num_requests_running{engine="0",model_name="m"} 1.0 1732900000000')
     [Sample(name='vllm:num_requests_running', labels={'engine': '0', 'model_name': 'm'}, value=1.0)]
     """
-    out = []
-    for line in text.splitlines():
-        m = _SAMPLE.match(line.strip())
-        if not m:
-            continue
-        try:
-            value = float(m["value"])
-        except ValueError:
-            continue
-        out.append(Sample(m["name"], dict(_LABEL.findall(m["labels"] or "")), value))
-    return out
+    return prom.parse_samples(text)
 
 
 class Snapshot:
@@ -64,36 +44,19 @@ class Snapshot:
 
     def total(self, name: str, **labels: str) -> float | None:
         """Sum of every series of ``name`` whose labels match; None when the metric is absent."""
-        values = [
-            s.value
-            for s in self.samples
-            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-        ]
-        return sum(values) if values else None
+        return prom.total(self.samples, name, **labels)
 
     def kv_pools(self) -> list[dict[str, Any]]:
         """The KV pool of each engine: ``num_gpu_blocks * block_size`` from vllm:cache_config_info."""
-        pools = []
-        for s in self.samples:
-            if s.name != KV_INFO:
-                continue
-            try:
-                blocks, block_size = int(s.labels["num_gpu_blocks"]), int(s.labels["block_size"])
-            except (KeyError, ValueError):
-                continue
-            pools.append(
-                {
-                    "engine": s.labels.get("engine", "0"),
-                    "instance": s.labels.get("instance"),
-                    "num_gpu_blocks": blocks,
-                    "block_size": block_size,
-                    "tokens": blocks * block_size,
-                    "enable_prefix_caching": s.labels.get("enable_prefix_caching"),
-                    "cache_dtype": s.labels.get("cache_dtype"),
-                    "gpu_memory_utilization": s.labels.get("gpu_memory_utilization"),
-                }
-            )
-        return pools
+        return [
+            {
+                **{k: v for k, v in pool.items() if k != "labels"},
+                "enable_prefix_caching": pool["labels"].get("enable_prefix_caching"),
+                "cache_dtype": pool["labels"].get("cache_dtype"),
+                "gpu_memory_utilization": pool["labels"].get("gpu_memory_utilization"),
+            }
+            for pool in prom.kv_pools(self.samples)
+        ]
 
     def info_label(self, label: str) -> str | None:
         """A label of any ``*_info`` metric (e.g. ``max_num_seqs`` where vLLM exports it)."""

@@ -50,8 +50,27 @@ VOCAB_SIZE = 151552
 ENGINE_ID = "0"
 
 FAULTS = frozenset(
-    {"wrong-answer", "no-tool-calls", "inline-reasoning", "silent", "http-500", "reasoning-content"}
+    {
+        "wrong-answer",
+        "no-tool-calls",
+        "inline-reasoning",
+        "silent",
+        "http-500",
+        "reasoning-content",
+        # Malformed replies (what a foreign server or a rewriting proxy sends; the gate must say so).
+        "content-parts",
+        "message-string",
+        "tool-call-string",
+        "stream-choices-string",
+        "stream-delta-string",
+        "stream-error",
+        "stream-bad-json",
+        "sse-no-space",
+        "models-trickle",
+    }
 )
+STREAM_FAULT_AT = 3
+"""The stream faults strike at this token: the first chunks are well formed."""
 
 
 class UsageError(Exception):
@@ -1415,12 +1434,16 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             raise Aborted from None
 
+    def _data_field(self) -> bytes:
+        # The SSE spec allows `data:` with or without one space; vLLM sends the space.
+        return b"data:" if "sse-no-space" in self.server.cfg.faults else b"data: "
+
     def write_sse(self, obj: Any) -> None:
         data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
-        self.write_chunk(b"data: " + data + b"\n\n")
+        self.write_chunk(self._data_field() + data + b"\n\n")
 
     def end_stream(self) -> None:
-        self.write_chunk(b"data: [DONE]\n\n")
+        self.write_chunk(self._data_field() + b"[DONE]\n\n")
         self.write_chunk(b"")
 
     # ---- dispatch ----------------------------------------------------------------------
@@ -1470,6 +1493,19 @@ class Handler(BaseHTTPRequestHandler):
     def route_version(self) -> None:
         self.send_json(200, {"version": self.server.cfg.version})
 
+    def _trickle(self, body: bytes) -> None:
+        """The 'models-trickle' fault: headers at once, then the body one byte a second."""
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        for i in range(len(body)):
+            if not self.alive() or self.server.stop.wait(0 if i == 0 else 1.0):
+                break
+            self.wfile.write(body[i : i + 1])
+            self.wfile.flush()
+        self.close_connection = True
+
     def route_models(self) -> None:
         cfg = self.server.cfg
         created = int(time.time())
@@ -1501,6 +1537,9 @@ class Handler(BaseHTTPRequestHandler):
             }
             for name in cfg.served_names
         ]
+        if "models-trickle" in cfg.faults:
+            self._trickle(json.dumps({"object": "list", "data": data}).encode())
+            return
         self.send_json(200, {"object": "list", "data": data})
 
     def route_metrics(self) -> None:
@@ -1589,6 +1628,22 @@ class Handler(BaseHTTPRequestHandler):
                 f"{n_prompt} input tokens ({max_tokens} > {limit} - {n_prompt}).",
                 "max_tokens",
             )
+
+    def _stream_fault(self, faults: frozenset, chunk: dict) -> dict | None:
+        """A stream chunk bent the way a fault says (None: something else was sent instead)."""
+        if "stream-error" in faults:
+            # What vLLM sends when the engine fails mid-stream: an error object, then [DONE].
+            self.write_sse(error_body(500, "EngineCore encountered an issue.", "InternalServerError"))
+            self.end_stream()
+            raise Aborted
+        if "stream-bad-json" in faults:
+            self.write_chunk(self._data_field() + b'{"choices": [{"delta": \n\n')
+            return None
+        if "stream-choices-string" in faults:
+            chunk["choices"] = ["x"]
+        elif "stream-delta-string" in faults:
+            chunk["choices"][0]["delta"] = "abc"
+        return chunk
 
     def _hold_silently(self) -> None:
         """The 'silent' fault: the request was read; nothing is ever sent back."""
@@ -1764,7 +1819,11 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 delta = {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
-            self.write_sse(chunk_usage(base_chunk([choice])))
+            chunk: dict | None = chunk_usage(base_chunk([choice]))
+            if i >= STREAM_FAULT_AT and cfg.faults:
+                chunk = self._stream_fault(cfg.faults, chunk)
+            if chunk is not None:
+                self.write_sse(chunk)
 
         if stream:
             # Headers go out at once (so access logs say 200 even if the engine never
@@ -1834,6 +1893,11 @@ class Handler(BaseHTTPRequestHandler):
         if "inline-reasoning" not in cfg.faults:
             for key in reasoning_keys:
                 message[key] = reasoning or None
+        if "content-parts" in cfg.faults and message["content"] is not None:
+            message["content"] = [{"type": "text", "text": message["content"]}]
+        if "tool-call-string" in cfg.faults:
+            message["tool_calls"] = [json.dumps(call) for call in tool_calls]
+        reply_message: Any = content if "message-string" in cfg.faults else message
         self.send_json(
             200,
             {
@@ -1844,7 +1908,7 @@ class Handler(BaseHTTPRequestHandler):
                 "choices": [
                     {
                         "index": 0,
-                        "message": message,
+                        "message": reply_message,
                         "logprobs": None,
                         "finish_reason": finish,
                         "stop_reason": None,

@@ -18,7 +18,7 @@ from pulumi.runtime.stack import run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from components.config import StackConfig, build_stack_config
-from components.smoke_test import VERSION, SmokeTest, SmokeTestProvider
+from components.gate.resource import VERSION, SmokeTest, SmokeTestProvider
 from components.vllm_server import render_argv, render_env
 from tests.conftest import stack_config
 

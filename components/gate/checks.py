@@ -1,47 +1,29 @@
-"""SmokeTest: the gate that decides "deployed" — the model has answered, through the front door.
+"""The gate's checks, in plain Python (no Pulumi): does the model answer through the front door?
 
-``pulumi up`` reports success only after this resource's create/update has passed, in order
-(SPEC §4): readiness (refused connections and 502/503/504 mean "still loading"), ``models``,
-``arithmetic``, ``tool_call``, ``kv_pool``, ``front_auth`` and ``streaming``. Each step fails on
-its own with a :class:`GateFailure` that says which step, what came back and what to look at.
+In order (SPEC §4): readiness (refused connections and 502/503/504 mean "still loading"),
+``models``, ``arithmetic``, ``tool_call``, ``kv_pool``, ``front_auth`` and ``streaming``. Each step
+fails on its own with a :class:`GateFailure` that says which step, what came back and what to look
+at; a reply of the wrong shape is such a failure too, never a crash.
 
-The gate is plain Python (:func:`run_gate`), so tests run it against the vLLM-protocol simulator
-without a Pulumi engine. :class:`SmokeTestProvider` wraps it in a dynamic provider and
-:class:`SmokeTest` is the component the program builds. docs/smoke-gate.md is the operator's view.
-
-Secrets: the API key is a secret *input* (Pulumi stores it encrypted with the inputs). The outputs
-never carry it; they carry only a salted SHA-256 fingerprint under the same property name
-``api_key``, so a key rotation re-runs the gate, and the engine encrypts that output as well
-(a dynamic provider does not accept secrets; the engine marks an output secret when the input of
-the same name was secret).
+:func:`run_gate` is what the dynamic provider (``components/gate/resource.py``), the command line
+(``python -m components.gate``) and the tests call.
 """
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import json
 import math
-import re
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import pulumi
-import pulumi.dynamic
-
-from components.config import ALL_SMOKE_STEPS, SmokeConfig, StackConfig
-from components.vllm_server import render_argv, render_env
-
-PROVIDER_VERSION = "1"
-"""Bump by hand for a behaviour change that must re-run every stack's gate."""
-SOURCE_HASH = hashlib.sha256(ast.dump(ast.parse(Path(__file__).read_text())).encode()).hexdigest()[:12]
-"""Hash of this module's syntax tree: a code change re-runs the gate, a comment or format change does not."""
-VERSION = f"{PROVIDER_VERSION}+{SOURCE_HASH}"
+from components.config import ALL_SMOKE_STEPS, SmokeConfig
+from components.gate.metrics import Sample, kv_pools, parse_samples, total
+from components.gate.sse import DONE, MalformedChunk, chunk_deltas, chunk_error, delta_text, sse_events
 
 REQUEST_TIMEOUT_SECONDS = 120.0
 """Upper bound for one gate request (a chat at low reasoning effort answers in seconds)."""
@@ -49,19 +31,23 @@ CHAT_MAX_TOKENS = 1024
 """Room for the reasoning at low effort plus the answer; a truncated answer fails with the reason."""
 STREAM_MAX_TOKENS = 32
 PROGRESS_EVERY_SECONDS = 10.0
-PROBE_CONNECT_TIMEOUT_SECONDS = 5.0
 PROBE_READ_TIMEOUT_SECONDS = 10.0
+"""Upper bound of one readiness request, body included (and never past the gate's deadline)."""
+FIRST_POLL_SECONDS = 0.05
+FASTEST_STEADY_POLL_SECONDS = 0.25
+"""Readiness polls every 50 ms at first, backing off to the smaller of this and pollSeconds: the gate
+sees readiness about 0.13 s after it happens, at 4 requests a second while the weights load."""
+POLL_BACKOFF = 1.5
 EXCERPT_CHARS = 300
 KV_METRICS_WAIT_SECONDS = 60.0
-"""How long the kv_pool step waits for vllm:cache_config_info to appear (a Prometheus scrape)."""
+"""How long kv_pool waits for vllm:cache_config_info to appear (a Prometheus /federate has nothing
+until its first scrape of a new vLLM; vLLM's own /metrics has it at once)."""
 MIN_STREAM_CHUNKS = 3
 MIN_STREAM_SPREAD = 0.3
 """First-to-last chunk span as a fraction of the request: unbuffered SSE is ~0.9, buffered ~0."""
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 """Readiness keeps polling on these: 502/503/504 while vLLM loads, 429 if the front rate-limits the poll."""
 WRONG_KEY = "sk-smoke-gate-deliberately-wrong-key"
-# Not a secret, a domain separator: keeps the fingerprint from matching a plain sha256 of the key.
-_FINGERPRINT_SALT = b"glm53-smoke-gate/api-key/v1\0"
 
 WEATHER_TOOL = {
     "type": "function",
@@ -78,6 +64,7 @@ WEATHER_TOOL = {
 STREAM_PROMPT = "Count from 1 to 20, one number per line."
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 
 class GateFailure(Exception):
@@ -87,6 +74,10 @@ class GateFailure(Exception):
         super().__init__(f"smoke gate failed at step '{step}': {message}")
         self.step = step
         self.message = message
+
+
+class Overrun(Exception):
+    """A request was still unanswered, or its body still arriving, when its time was up."""
 
 
 def stderr_progress(line: str) -> None:
@@ -114,15 +105,20 @@ def plain(value: Any) -> Any:
     return value
 
 
-def key_fingerprint(api_key: str) -> str:
-    """16 hex digits of a salted SHA-256: tells a rotated key apart, reveals nothing of a random key."""
-    return hashlib.sha256(_FINGERPRINT_SALT + api_key.encode()).hexdigest()[:16]
-
-
 def excerpt(text: Any, limit: int = EXCERPT_CHARS) -> str:
     text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def kind(value: Any) -> str:
+    """What a JSON value is, in the words of a failure message.
+
+    >>> kind([{"type": "text", "text": "221"}]), kind("x"), kind(None)
+    ('a list', 'a string', 'null')
+    """
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
 def _flag(argv: list[str], name: str) -> str | None:
@@ -148,45 +144,6 @@ def thinking_disabled(chat_template_kwargs: Mapping[str, Any]) -> bool:
         or kw.get("thinking") is False
         or str(kw.get("reasoning_effort", "")).lower() == "none"
     )
-
-
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def metric_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """(labels, value) of every sample of ``name`` in Prometheus text (vLLM /metrics or /federate)."""
-    samples = []
-    for line in text.splitlines():
-        m = _SAMPLE.match(line.strip())
-        if not m or m["name"] != name:
-            continue
-        labels = dict(_LABEL.findall(m["labels"] or ""))
-        try:
-            value = float(m["value"])
-        except ValueError:
-            continue
-        samples.append((labels, value))
-    return samples
-
-
-def kv_pools(metrics_text: str) -> list[dict[str, Any]]:
-    """The KV pool of each engine from ``vllm:cache_config_info``: ``num_gpu_blocks * block_size``."""
-    pools = []
-    for labels, _ in metric_samples(metrics_text, "vllm:cache_config_info"):
-        try:
-            blocks, block_size = int(labels["num_gpu_blocks"]), int(labels["block_size"])
-        except (KeyError, ValueError):
-            continue
-        pools.append(
-            {
-                "engine": labels.get("engine", "0"),
-                "num_gpu_blocks": blocks,
-                "block_size": block_size,
-                "tokens": blocks * block_size,
-            }
-        )
-    return pools
 
 
 def stream_spread(arrivals: list[float], total: float) -> float:
@@ -219,6 +176,47 @@ def kv_pool_message(pool: dict[str, Any], max_model_len: int, argv: list[str]) -
     )
 
 
+def describe(err: BaseException) -> str:
+    """A transport error in words; "connection refused" is what a loading vLLM looks like."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = err
+    while cur is not None and len(chain) < 8:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    if any(isinstance(e, ConnectionRefusedError) for e in chain) or "refused" in str(err).lower():
+        return "connection refused"
+    name = type(err).__name__
+    return f"{name}: {excerpt(str(err), 160)}" if str(err) else name
+
+
+def within(seconds: float, call: Callable[[], T]) -> T:
+    """``call()``, or :class:`Overrun` once ``seconds`` have passed, whatever the server does.
+
+    httpx's timeouts bound each read, not the exchange: a server that trickles one byte a second
+    never trips them. So the exchange runs on a daemon thread and the gate stops waiting for it at
+    the deadline; the abandoned call ends at its own read timeout.
+
+    >>> within(1.0, lambda: 42)
+    42
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as err:
+            box["error"] = err
+
+    worker = threading.Thread(target=run, daemon=True, name="smoke-gate-request")
+    worker.start()
+    worker.join(max(seconds, 0.0))
+    if worker.is_alive():
+        raise Overrun(f"not done within {seconds:.3g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]  # type: ignore[no-any-return]
+
+
 # ---- the gate -------------------------------------------------------------------------------
 
 
@@ -232,8 +230,9 @@ class _Gate:
         smoke = {**SmokeConfig().model_dump(), **(p.get("smoke") or {})}
         self.endpoint = str(p["endpoint"]).rstrip("/")
         self.metrics_url = p.get("metrics_url") or None
-        self.served_name = str(p["served_name"])
-        self.max_model_len = int(p["max_model_len"])
+        # Both known from the stack; the command line may leave them to what /v1/models lists.
+        self.served_name: str | None = str(p["served_name"]) if p.get("served_name") else None
+        self.max_model_len: int | None = int(p["max_model_len"]) if p.get("max_model_len") else None
         self.argv = [str(a) for a in p.get("argv") or []]
         self.container = p.get("container_name") or "the serving container"
         self.prompt = str(smoke["prompt"])
@@ -242,7 +241,7 @@ class _Gate:
         self.template_kwargs = dict(smoke["chat_template_kwargs"] or {})
         self.steps = list(smoke["steps"])
         self.deadline = float(smoke["deadline_seconds"])
-        self.poll = min(float(smoke["poll_seconds"]), 1.0)
+        self.poll = min(float(smoke["poll_seconds"]), 1.0, FASTEST_STEADY_POLL_SECONDS)
         self.timeout = float(smoke.get("request_timeout_seconds", REQUEST_TIMEOUT_SECONDS))
         self.api_key = api_key
         self.progress = progress
@@ -259,6 +258,16 @@ class _Gate:
     def _auth(self, key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
+    def _exchange(
+        self, method: str, url: str, key: str | None, body: dict[str, Any] | None, limit: float
+    ) -> tuple[int, bytes]:
+        import httpx
+
+        with self.client.stream(
+            method, url, json=body, headers=self._auth(key), timeout=httpx.Timeout(limit)
+        ) as resp:
+            return resp.status_code, resp.read()
+
     def request(
         self,
         step: str,
@@ -269,14 +278,14 @@ class _Gate:
         body: dict[str, Any] | None = None,
         timeout: float | None = None,
     ) -> tuple[int, bytes]:
-        """One bounded request: connect, each read and the whole body stay within ``timeout``.
+        """One bounded request: connect, the reads and the whole body within ``timeout`` in total.
 
-        A server that accepts and never sends a byte fails ``step`` instead of hanging the gate.
+        A server that accepts and never sends a byte, or trickles, fails ``step`` instead of
+        hanging the gate.
         """
         import httpx
 
         limit = timeout or self.timeout
-        deadline = time.monotonic() + limit
         # The engine's queue is read while the request is still open: once the client gives up,
         # vLLM aborts the request and the metrics no longer show what it was waiting for.
         queue: dict[str, str] = {}
@@ -285,16 +294,8 @@ class _Gate:
         if self.metrics_url and url != self.metrics_url:
             watcher.start()
         try:
-            with self.client.stream(
-                method, url, json=body, headers=self._auth(key), timeout=httpx.Timeout(limit)
-            ) as resp:
-                chunks = []
-                for chunk in resp.iter_bytes():
-                    chunks.append(chunk)
-                    if time.monotonic() > deadline:
-                        raise httpx.ReadTimeout("body still arriving at the deadline")
-                return resp.status_code, b"".join(chunks)
-        except httpx.TimeoutException as err:
+            return within(limit, lambda: self._exchange(method, url, key, body, limit))
+        except (Overrun, httpx.TimeoutException) as err:
             if watcher.is_alive():  # the snapshot is being taken: let it finish
                 watcher.join(timeout=6.0)
             raise GateFailure(
@@ -328,18 +329,16 @@ class _Gate:
         import httpx
 
         try:  # its own connection: this runs on a timer thread beside a pending request
-            text = httpx.get(self.metrics_url, timeout=5.0, trust_env=False).text
+            samples = parse_samples(httpx.get(self.metrics_url, timeout=5.0, trust_env=False).text)
         except Exception:
             return ""
         facts = []
         for name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
-            values = [value for _, value in metric_samples(text, name)]
-            if values:
-                facts.append(f"{name.split(':')[1]} {sum(values):g}")
-        for labels, value in metric_samples(text, "vllm:num_requests_waiting_by_reason"):
-            if labels.get("reason") == "capacity" and value:
-                facts.append(f"{value:g} waiting for KV capacity")
-        if pools := kv_pools(text):
+            if (value := total(samples, name)) is not None:
+                facts.append(f"{name.split(':')[1]} {value:g}")
+        if capacity := total(samples, "vllm:num_requests_waiting_by_reason", reason="capacity"):
+            facts.append(f"{capacity:g} waiting for KV capacity")
+        if pools := kv_pools(samples):
             facts.append(f"KV pool {min(p['tokens'] for p in pools):,} tokens")
         return f" (metrics now: {', '.join(facts)})" if facts else ""
 
@@ -354,40 +353,42 @@ class _Gate:
     # -- steps --
 
     def wait_ready(self) -> None:
-        """Poll ``/models`` through the front until it answers 200; loading signals keep waiting."""
+        """Poll ``/models`` through the front until it answers 200; loading signals keep waiting.
+
+        Every poll, body included, ends by the gate's deadline (:func:`within`): a front that
+        trickles bytes cannot hold the gate past ``deadlineSeconds``.
+        """
         import httpx
 
         url = f"{self.endpoint}/models"
-        timeout = httpx.Timeout(
-            min(PROBE_READ_TIMEOUT_SECONDS, self.timeout),
-            connect=min(PROBE_CONNECT_TIMEOUT_SECONDS, self.timeout),
-        )
         deadline = self.start + self.deadline
         last_report = self.start
         last = "no answer yet"
+        interval = min(FIRST_POLL_SECONDS, self.poll)
         self.progress(
             f"readiness: waiting up to {self.deadline:g} s for {url} (polling every {self.poll:g} s)"
         )
         while True:
+            limit = max(0.01, min(PROBE_READ_TIMEOUT_SECONDS, deadline - time.monotonic()))
             try:
-                resp = self.client.get(url, headers=self._auth(self.api_key), timeout=timeout)
-                if resp.status_code == 200:
+                status, raw = within(limit, partial(self._exchange, "GET", url, self.api_key, None, limit))
+                if status == 200:
                     break
-                last = f"HTTP {resp.status_code}: {excerpt(resp.text, 120)}"
-                if resp.status_code in (401, 403):
+                last = f"HTTP {status}: {excerpt(raw.decode(errors='replace'), 120)}"
+                if status in (401, 403):
                     raise GateFailure(
                         "readiness",
                         f"the front refused the gate's API key ({last}). Look at: glm:apiKeys (the gate "
                         "uses the first key by name) and the key map rendered into the front's nginx.conf.",
                     )
-                if resp.status_code not in RETRY_STATUSES:
+                if status not in RETRY_STATUSES:
                     raise GateFailure(
                         "readiness",
                         f"{url} answered {last}; only 200, or 502/503/504 while loading (429 when rate-limited), are expected. "
                         "Look at: the endpoint (front URL) and the front's log.",
                     )
-            except httpx.TimeoutException as err:
-                last = f"no answer within the probe timeout ({type(err).__name__})"
+            except (Overrun, httpx.TimeoutException) as err:
+                last = f"no complete answer within {limit:.3g} s ({type(err).__name__})"
             except httpx.HTTPError as err:
                 last = describe(err)
             now = time.monotonic()
@@ -407,7 +408,8 @@ class _Gate:
                     f"readiness: {now - self.start:.0f} s elapsed of {self.deadline:g} s, waiting for "
                     f"{url} to answer 200; last: {last}"
                 )
-            time.sleep(max(0.0, min(self.poll, deadline - now)))
+            time.sleep(max(0.0, min(interval, deadline - now)))
+            interval = min(self.poll, interval * POLL_BACKOFF)
         self.results["ready_seconds"] = round(time.monotonic() - self.start, 3)
 
     def check_models(self) -> None:
@@ -420,6 +422,8 @@ class _Gate:
         if not isinstance(models, list):
             raise GateFailure("models", f"{url} has no `data` list: {excerpt(body)}")
         ids = [m.get("id") for m in models if isinstance(m, dict)]
+        if self.served_name is None and ids:  # the command line without --served-name: take the first
+            self.served_name = str(ids[0])
         entry = next((m for m in models if isinstance(m, dict) and m.get("id") == self.served_name), None)
         if entry is None:
             raise GateFailure(
@@ -429,6 +433,8 @@ class _Gate:
                 "glm:model.servedName; is the front pointed at the right vLLM?",
             )
         reported = entry.get("max_model_len")
+        if self.max_model_len is None and isinstance(reported, int):
+            self.max_model_len = reported
         if reported != self.max_model_len:
             raise GateFailure(
                 "models",
@@ -451,14 +457,31 @@ class _Gate:
                 step, f"{url} answered {status}: {excerpt(raw.decode(errors='replace'))}.{hint}"
             )
         data = self.json_body(step, url, status, raw)
-        try:
-            choice = data["choices"][0]
-            message = choice["message"]
-        except (KeyError, IndexError, TypeError):
+        choices = data.get("choices") if isinstance(data, dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            what = (
+                f"choices[0].message is {kind(message)}, not an object"
+                if isinstance(choice, dict) and message is not None
+                else "no object at choices[0].message"
+            )
             raise GateFailure(
-                step, f"{url} answered 200 without choices[0].message: {excerpt(data)}"
-            ) from None
-        return choice, message
+                step,
+                f"{url} answered 200 with {what}: {excerpt(data)}. vLLM answers a chat with "
+                "choices[0].message as an object. Look at: is the endpoint the front of this stack's vLLM "
+                "(not another server or a proxy that rewrites replies)?",
+            )
+        for key in ("content", "reasoning", "reasoning_content"):
+            value = message.get(key)
+            if value is not None and not isinstance(value, str):
+                raise GateFailure(
+                    step,
+                    f"{url} answered 200 with message.{key} as {kind(value)}, not a string: "
+                    f"{excerpt(value)}. vLLM sends the answer as one string. Look at: is the endpoint "
+                    "the front of this stack's vLLM (not another server or a proxy that rewrites replies)?",
+                )
+        return choice, message  # type: ignore[return-value]  # choice is a dict once message is
 
     def _chat_body(self, messages: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -521,6 +544,19 @@ class _Gate:
             f"Look at: --enable-auto-tool-choice and --tool-call-parser (argv has "
             f"{_mentions(self.argv, '--enable-auto-tool-choice', '--tool-call-parser')}; GLM-5.3 needs glm47)."
         )
+        if not isinstance(calls, list):
+            raise GateFailure(
+                "tool_call", f"message.tool_calls is {kind(calls)}, not a list: {excerpt(calls)}. {where}"
+            )
+        for i, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                what = f"tool_calls[{i}]" + (".function" if isinstance(call, dict) else "")
+                value = function if isinstance(call, dict) else call
+                raise GateFailure(
+                    "tool_call",
+                    f"{what} is {kind(value)}, not an object {{name, arguments}}: {excerpt(call)}. {where}",
+                )
         if finish != "tool_calls" or not calls:
             raise GateFailure(
                 "tool_call",
@@ -528,9 +564,9 @@ class _Gate:
                 f"finish_reason={finish}, {len(calls)} tool_calls, content "
                 f"{excerpt(message.get('content') or '', 200)!r}. {where}",
             )
-        call = next((c for c in calls if (c.get("function") or {}).get("name") == "get_weather"), None)
+        call = next((c for c in calls if c["function"].get("name") == "get_weather"), None)
         if call is None:
-            names = [(c.get("function") or {}).get("name") for c in calls]
+            names = [c["function"].get("name") for c in calls]
             raise GateFailure("tool_call", f"tool_calls name {names}, not get_weather. {where}")
         arguments = call["function"].get("arguments")
         try:
@@ -551,18 +587,20 @@ class _Gate:
             )
             self.progress(f"kv_pool: skipped ({self.skipped['kv_pool']})")
             return
-        # A Prometheus /federate URL has nothing until its first scrape of the new vLLM: wait for
-        # it a bounded while (KV_METRICS_WAIT_SECONDS), polling like the readiness wait.
+        # vLLM's own /metrics has the pool at once; a Prometheus /federate URL has nothing until
+        # its first scrape of the new vLLM: wait for that a bounded while, polling like readiness.
         waited_until = time.monotonic() + KV_METRICS_WAIT_SECONDS
+        interval = min(FIRST_POLL_SECONDS, self.poll)
         while True:
             status, raw = self.request("kv_pool", "GET", self.metrics_url, timeout=min(30.0, self.timeout))
             text = raw.decode(errors="replace")
             if status != 200:
                 raise GateFailure("kv_pool", f"{self.metrics_url} answered {status}: {excerpt(text)}")
-            pools = kv_pools(text)
+            pools = kv_pools(self._samples(text))
             if pools or time.monotonic() >= waited_until:
                 break
-            time.sleep(self.poll)
+            time.sleep(interval)
+            interval = min(self.poll, interval * POLL_BACKOFF)
         if not pools:
             raise GateFailure(
                 "kv_pool",
@@ -570,12 +608,25 @@ class _Gate:
                 f"{excerpt(text, 200)!r}. Look at: is metrics_url vLLM's /metrics (or a Prometheus "
                 "/federate of it)?",
             )
+        if self.max_model_len is None:
+            raise GateFailure("kv_pool", "max_model_len is unknown: run the models step or pass it")
         smallest = min(pools, key=lambda p: p["tokens"])
         self.results["kv_pool_tokens"] = smallest["tokens"]
         self.results["kv_block_size"] = smallest["block_size"]
         self.results["kv_num_gpu_blocks"] = smallest["num_gpu_blocks"]
         if smallest["tokens"] < self.max_model_len:
             raise GateFailure("kv_pool", kv_pool_message(smallest, self.max_model_len, self.argv))
+
+    def _samples(self, text: str) -> list[Sample]:
+        try:
+            return parse_samples(text)
+        except ValueError as err:
+            raise GateFailure(
+                "kv_pool",
+                f"{self.metrics_url} answered 200 with a body that is not Prometheus text ({err}): "
+                f"{excerpt(text, 200)!r}. Look at: is metrics_url vLLM's /metrics (or a Prometheus "
+                "/federate of it)?",
+            ) from None
 
     def check_front_auth(self) -> None:
         url = f"{self.endpoint}/models"
@@ -590,6 +641,40 @@ class _Gate:
                     "endpoint is the front, not vLLM's own port.",
                 )
 
+    def _read_stream(self, url: str, body: dict[str, Any], arrivals: list[float], started: float) -> bool:
+        """Read the SSE reply, noting when each content/reasoning chunk arrived; True on ``[DONE]``."""
+        import httpx
+
+        with self.client.stream(
+            "POST", url, json=body, headers=self._auth(self.api_key), timeout=httpx.Timeout(self.timeout)
+        ) as resp:
+            if resp.status_code != 200:
+                resp.read()
+                raise GateFailure(
+                    "streaming", f"{url} (stream) answered {resp.status_code}: {excerpt(resp.text)}"
+                )
+            try:
+                for chunk in sse_events(resp.iter_lines()):
+                    if chunk is DONE:
+                        return True
+                    if (error := chunk_error(chunk)) is not None:
+                        raise GateFailure(
+                            "streaming",
+                            f"the engine sent an error in the middle of the SSE stream from {url}, after "
+                            f"{len(arrivals)} chunks: {excerpt(error, 200)}. The front passed it through; "
+                            f"the engine failed the request. Look at: docker logs {self.container}.",
+                        )
+                    if any(delta_text(delta) for delta in chunk_deltas(chunk)):
+                        arrivals.append(time.monotonic() - started)
+            except MalformedChunk as err:
+                raise GateFailure(
+                    "streaming",
+                    f"the SSE stream from {url} sent {err} (after {len(arrivals)} chunks). vLLM sends "
+                    "`data: {chat.completion.chunk}` events with choices[].delta objects. Look at: is the "
+                    "endpoint the front of this stack's vLLM (not a proxy that rewrites the stream)?",
+                ) from None
+        return False
+
     def check_streaming(self) -> None:
         import httpx
 
@@ -598,35 +683,10 @@ class _Gate:
             [{"role": "user", "content": STREAM_PROMPT}], stream=True, max_tokens=STREAM_MAX_TOKENS
         )
         arrivals: list[float] = []
-        done = False
         started = time.monotonic()
-        deadline = started + self.timeout
         try:
-            with self.client.stream(
-                "POST", url, json=body, headers=self._auth(self.api_key), timeout=httpx.Timeout(self.timeout)
-            ) as resp:
-                if resp.status_code != 200:
-                    resp.read()
-                    raise GateFailure(
-                        "streaming", f"{url} (stream) answered {resp.status_code}: {excerpt(resp.text)}"
-                    )
-                for line in resp.iter_lines():
-                    now = time.monotonic()
-                    if now > deadline:
-                        raise httpx.ReadTimeout("stream still open at the deadline")
-                    if not line.startswith("data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == "[DONE]":
-                        done = True
-                        break
-                    try:
-                        delta = json.loads(data)["choices"][0].get("delta") or {}
-                    except (ValueError, KeyError, IndexError, TypeError):
-                        continue
-                    if any(delta.get(k) for k in ("content", "reasoning", "reasoning_content")):
-                        arrivals.append(now - started)
-        except httpx.TimeoutException:
+            done = within(self.timeout, lambda: self._read_stream(url, body, arrivals, started))
+        except (Overrun, httpx.TimeoutException):
             raise GateFailure(
                 "streaming",
                 f"the SSE stream from {url} did not finish within {self.timeout:g} s "
@@ -635,8 +695,8 @@ class _Gate:
             ) from None
         except httpx.HTTPError as err:
             raise GateFailure("streaming", f"the SSE stream from {url} broke: {describe(err)}") from None
-        total = time.monotonic() - started
-        spread = stream_spread(arrivals, total)
+        total_seconds = time.monotonic() - started
+        spread = stream_spread(arrivals, total_seconds)
         self.results["stream_chunks"] = len(arrivals)
         self.results["stream_spread"] = spread
         if not done:
@@ -651,7 +711,7 @@ class _Gate:
             raise GateFailure(
                 "streaming",
                 f"{len(arrivals)} chunks arrived bunched: first at {min(arrivals):.3f} s, last at "
-                f"{max(arrivals):.3f} s of {total:.3f} s (spread {spread:.0%} < {MIN_STREAM_SPREAD:.0%}). "
+                f"{max(arrivals):.3f} s of {total_seconds:.3f} s (spread {spread:.0%} < {MIN_STREAM_SPREAD:.0%}). "
                 "The front buffers SSE: clients see nothing until the end. Look at: "
                 "`proxy_buffering off` and `proxy_http_version 1.1` in the front's nginx.conf.",
             )
@@ -710,194 +770,12 @@ class _Gate:
         }
 
 
-def describe(err: BaseException) -> str:
-    """A transport error in words; "connection refused" is what a loading vLLM looks like."""
-    chain: list[BaseException] = []
-    cur: BaseException | None = err
-    while cur is not None and len(chain) < 8:
-        chain.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    if any(isinstance(e, ConnectionRefusedError) for e in chain) or "refused" in str(err).lower():
-        return "connection refused"
-    name = type(err).__name__
-    return f"{name}: {excerpt(str(err), 160)}" if str(err) else name
-
-
 def run_gate(params: Mapping[str, Any], api_key: str, progress: Progress = stderr_progress) -> dict[str, Any]:
     """Run every configured step in order; return the results or raise :class:`GateFailure`.
 
     ``params`` are the resource inputs without the key: ``endpoint`` (front URL ending in ``/v1``),
     ``served_name``, ``max_model_len``, ``argv``, optional ``metrics_url`` and ``container_name``,
-    and ``smoke`` (``SmokeConfig`` fields plus ``request_timeout_seconds``).
+    and ``smoke`` (``SmokeConfig`` fields plus ``request_timeout_seconds``). Without
+    ``served_name``/``max_model_len`` (the command line), the models step takes what is listed.
     """
     return _Gate(params, api_key, progress).run()
-
-
-# ---- the dynamic provider ---------------------------------------------------------------------
-
-# Inputs that decide what the gate verifies: a change to any of them re-runs it. The key is compared
-# by fingerprint (see the module docstring); ``__provider`` is left out (``version`` stands for code).
-GATE_INPUTS = (
-    "argv",
-    "container_id",
-    "container_name",
-    "endpoint",
-    "env",
-    "image_ref",
-    "max_model_len",
-    "metrics_url",
-    "model_path",
-    "served_name",
-    "smoke",
-    "version",
-)
-
-
-def changed_inputs(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
-    """Gate inputs that differ between the stored outputs and the new inputs (unknowns differ)."""
-    changed = [k for k in GATE_INPUTS if plain(olds.get(k)) != plain(news.get(k))]
-    new_key = news.get("api_key")
-    if not isinstance(new_key, str) or olds.get("api_key") != key_fingerprint(new_key):
-        changed.append("api_key")
-    return changed
-
-
-def gate_outputs(news: Mapping[str, Any], results: dict[str, Any]) -> dict[str, Any]:
-    """Full outputs: every input (so the next diff can compare) with the key replaced by its
-    fingerprint, plus the results. The default ``update`` would return nothing and wipe state."""
-    outs = {k: plain(news.get(k)) for k in GATE_INPUTS if news.get(k) is not None}
-    outs["api_key"] = key_fingerprint(str(news["api_key"]))
-    outs["results"] = results
-    return outs
-
-
-class SmokeTestProvider(pulumi.dynamic.ResourceProvider):
-    """Runs the gate on create and update. Pickled with dill: imports live inside the methods."""
-
-    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.CheckResult:
-        from pulumi.runtime import rpc
-
-        failures = []
-
-        def known(value: Any) -> bool:
-            return value is not None and value != rpc.UNKNOWN
-
-        endpoint = news.get("endpoint")
-        if known(endpoint) and urlsplit(str(endpoint)).scheme not in ("http", "https"):
-            failures.append(pulumi.dynamic.CheckFailure("endpoint", f"not an http(s) URL: {endpoint!r}"))
-        metrics_url = news.get("metrics_url")
-        if known(metrics_url) and urlsplit(str(metrics_url)).scheme not in ("http", "https"):
-            failures.append(
-                pulumi.dynamic.CheckFailure("metrics_url", f"not an http(s) URL: {metrics_url!r}")
-            )
-        if news.get("api_key") is None:
-            failures.append(pulumi.dynamic.CheckFailure("api_key", "the gate needs an API key (glm:apiKeys)"))
-        smoke = news.get("smoke")
-        if isinstance(smoke, dict):
-            unknown_steps = [s for s in smoke.get("steps") or [] if s not in ALL_SMOKE_STEPS]
-            if unknown_steps:
-                failures.append(
-                    pulumi.dynamic.CheckFailure(
-                        "smoke", f"unknown steps {unknown_steps}; known: {', '.join(ALL_SMOKE_STEPS)}"
-                    )
-                )
-            poll = smoke.get("poll_seconds")
-            if isinstance(poll, (int, float)) and not 0 < poll <= 1:
-                failures.append(
-                    pulumi.dynamic.CheckFailure("smoke", f"poll_seconds={poll} must be in (0, 1]")
-                )
-        inputs = {k: (v if v == rpc.UNKNOWN else plain(v)) for k, v in news.items()}
-        return pulumi.dynamic.CheckResult(inputs, failures)
-
-    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
-        changed = changed_inputs(olds, news)
-        # replaces stays empty: a changed input means "update", and update re-runs the gate.
-        return pulumi.dynamic.DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
-
-    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
-        import httpx  # noqa: F401  (fail here, in the provider, if the runtime lacks it)
-
-        results = run_gate(props, str(props["api_key"]), stderr_progress)
-        ident = (
-            "smoke-" + hashlib.sha256(f"{props['endpoint']}|{props['served_name']}".encode()).hexdigest()[:12]
-        )
-        return pulumi.dynamic.CreateResult(ident, gate_outputs(props, results))
-
-    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
-        import httpx  # noqa: F401
-
-        results = run_gate(news, str(news["api_key"]), stderr_progress)
-        return pulumi.dynamic.UpdateResult(gate_outputs(news, results))
-
-    def delete(self, _id: str, _props: dict[str, Any]) -> None:
-        """Nothing to remove: the gate leaves no trace on the host."""
-
-
-# ---- the resources ------------------------------------------------------------------------------
-
-
-class _SmokeGate(pulumi.dynamic.Resource):
-    results: pulumi.Output[dict[str, Any]]
-
-    def __init__(self, name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(SmokeTestProvider(), name, {**props, "results": None}, opts)
-
-
-def gate_params(
-    config: StackConfig,
-    endpoint: pulumi.Input[str],
-    image_ref: pulumi.Input[str],
-    metrics_url: pulumi.Input[str] | None = None,
-    container_id: pulumi.Input[str] | None = None,
-) -> dict[str, Any]:
-    """The gate's inputs except the key: deterministic (sorted, no timestamps or random values),
-    so a ``pulumi preview`` after ``pulumi up`` shows no change."""
-    smoke = {**config.smoke.model_dump(mode="json"), "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS}
-    params: dict[str, Any] = {
-        "argv": render_argv(config),
-        "container_name": config.container.name,
-        "endpoint": endpoint,
-        "env": render_env(config),
-        "image_ref": image_ref,
-        "max_model_len": config.serving.max_model_len,
-        "model_path": config.model.container_path,
-        "served_name": config.model.served_name,
-        "smoke": plain(smoke),
-        "version": VERSION,
-    }
-    if metrics_url is not None:
-        params["metrics_url"] = metrics_url
-    if container_id is not None:
-        # A container replaced for any reason (mounts, devices, shm: not gate inputs) re-runs the gate.
-        params["container_id"] = container_id
-    return params
-
-
-class SmokeTest(pulumi.ComponentResource):
-    """Blocks ``pulumi up`` until the model answers 13x17 and calls a tool through the front."""
-
-    results: pulumi.Output[dict[str, Any]]
-    """Latencies per step (ms), KV pool tokens, vLLM version, served name, seconds to pass, steps
-    run and skipped. Nothing secret."""
-
-    def __init__(
-        self,
-        name: str,
-        config: StackConfig,
-        front_url: pulumi.Input[str],
-        api_key: pulumi.Output[str],
-        image_ref: pulumi.Input[str],
-        metrics_url: pulumi.Input[str] | None = None,
-        opts: pulumi.ResourceOptions | None = None,
-        container_id: pulumi.Input[str] | None = None,
-    ) -> None:
-        super().__init__("glm:smoke:SmokeTest", name, None, opts)
-        # Secret whatever the caller passed: Pulumi then stores this input encrypted.
-        secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
-        params = gate_params(config, front_url, image_ref, metrics_url, container_id)
-        props = {**params, "api_key": secret_key}
-        self.gate = _SmokeGate(f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))
-        # The results carry no secret; unsecret keeps them readable as stack outputs even though
-        # the resource also holds a secret input.
-        self.results = pulumi.Output.unsecret(self.gate.results)
-        self.register_outputs({"results": self.results})

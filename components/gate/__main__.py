@@ -1,0 +1,88 @@
+"""The smoke gate from a command line, without Pulumi: the same checks ``pulumi up`` runs.
+
+    GLM_API_KEY=sk-… python -m components.gate --endpoint http://127.0.0.1:8080/v1 \\
+        --api-key-env GLM_API_KEY --metrics-url http://172.30.7.10:8000/metrics
+
+Prints each step as it passes (stderr) and the results as JSON (stdout). Exit status: 0 when every
+step passed, 1 when a step failed (the message names it), 2 for a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from components.config import ALL_SMOKE_STEPS
+from components.gate.checks import REQUEST_TIMEOUT_SECONDS, GateFailure, run_gate
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m components.gate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--endpoint", required=True, help="the front's OpenAI base URL, ending in /v1")
+    parser.add_argument(
+        "--api-key-env", required=True, metavar="VAR", help="environment variable that holds the API key"
+    )
+    parser.add_argument(
+        "--metrics-url", help="vLLM's /metrics (or a Prometheus /federate); else kv_pool is skipped"
+    )
+    parser.add_argument("--served-name", help="expected served model name (default: the first one listed)")
+    parser.add_argument(
+        "--max-model-len", type=int, help="expected max_model_len (default: what /v1/models reports)"
+    )
+    parser.add_argument(
+        "--steps", default=",".join(ALL_SMOKE_STEPS), help="comma list of steps (default: all, in order)"
+    )
+    parser.add_argument("--deadline-seconds", type=float, default=300.0, help="readiness deadline (300)")
+    parser.add_argument(
+        "--request-timeout", type=float, default=REQUEST_TIMEOUT_SECONDS, help="per-request limit (120)"
+    )
+    parser.add_argument(
+        "--chat-template-kwargs",
+        type=json.loads,
+        default={"reasoning_effort": "low"},
+        help='JSON sent with every chat (default: {"reasoning_effort": "low"})',
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    api_key = os.environ.get(args.api_key_env)
+    if not api_key:
+        print(f"error: ${args.api_key_env} is empty or unset: it must hold the API key", file=sys.stderr)
+        return 2
+    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    if unknown := [s for s in steps if s not in ALL_SMOKE_STEPS]:
+        print(f"error: unknown steps {unknown}; known: {', '.join(ALL_SMOKE_STEPS)}", file=sys.stderr)
+        return 2
+    params = {
+        "endpoint": args.endpoint,
+        "metrics_url": args.metrics_url,
+        "served_name": args.served_name,
+        "max_model_len": args.max_model_len,
+        "smoke": {
+            "steps": steps,
+            "deadline_seconds": args.deadline_seconds,
+            "request_timeout_seconds": args.request_timeout,
+            "chat_template_kwargs": args.chat_template_kwargs,
+        },
+    }
+    try:
+        results = run_gate(
+            params, api_key, lambda line: print(f"[smoke-gate] {line}", file=sys.stderr, flush=True)
+        )
+    except GateFailure as failure:
+        print(str(failure), file=sys.stderr)
+        return 1
+    print(json.dumps(results, indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

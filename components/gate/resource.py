@@ -1,0 +1,239 @@
+"""SmokeTest: the Pulumi resource around the gate's checks (``components/gate/checks.py``).
+
+``pulumi up`` reports success only after this resource's create/update has passed.
+:class:`SmokeTestProvider` is the private dynamic provider that runs :func:`run_gate`, and
+:class:`SmokeTest` is the component the program builds. docs/smoke-gate.md is the operator's view.
+
+Secrets: the API key is a secret *input* (Pulumi stores it encrypted with the inputs). The outputs
+never carry it; they carry only a salted SHA-256 fingerprint under the same property name
+``api_key``, so a key rotation re-runs the gate, and the engine encrypts that output as well
+(a dynamic provider does not accept secrets; the engine marks an output secret when the input of
+the same name was secret).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pulumi
+import pulumi.dynamic
+
+from components.config import ALL_SMOKE_STEPS, StackConfig
+from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
+from components.vllm_server import render_argv, render_env
+
+PROVIDER_VERSION = "1"
+"""Bump by hand for a behaviour change that must re-run every stack's gate."""
+
+
+def package_hash(package: Path = Path(__file__).parent) -> str:
+    """Hash of every file of the gate package: Python files by syntax tree (a comment or format
+    change does not re-run the gate), any other file by its bytes."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        content = path.read_bytes()
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(ast.dump(ast.parse(content)).encode() if path.suffix == ".py" else content)
+        digest.update(b"\0")
+    return digest.hexdigest()[:12]
+
+
+SOURCE_HASH = package_hash()
+"""A code change anywhere in components/gate re-runs the gate."""
+VERSION = f"{PROVIDER_VERSION}+{SOURCE_HASH}"
+
+# Not a secret, a domain separator: keeps the fingerprint from matching a plain sha256 of the key.
+_FINGERPRINT_SALT = b"glm53-smoke-gate/api-key/v1\0"
+
+# Inputs that decide what the gate verifies: a change to any of them re-runs it. The key is compared
+# by fingerprint (see the module docstring); ``__provider`` is left out (``version`` stands for code).
+GATE_INPUTS = (
+    "argv",
+    "container_id",
+    "container_name",
+    "endpoint",
+    "env",
+    "image_ref",
+    "max_model_len",
+    "metrics_url",
+    "model_path",
+    "served_name",
+    "smoke",
+    "version",
+)
+
+
+def key_fingerprint(api_key: str) -> str:
+    """16 hex digits of a salted SHA-256: tells a rotated key apart, reveals nothing of a random key."""
+    return hashlib.sha256(_FINGERPRINT_SALT + api_key.encode()).hexdigest()[:16]
+
+
+def changed_inputs(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
+    """Gate inputs that differ between the stored outputs and the new inputs (unknowns differ)."""
+    changed = [k for k in GATE_INPUTS if plain(olds.get(k)) != plain(news.get(k))]
+    new_key = news.get("api_key")
+    if not isinstance(new_key, str) or olds.get("api_key") != key_fingerprint(new_key):
+        changed.append("api_key")
+    return changed
+
+
+def gate_outputs(news: Mapping[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    """Full outputs: every input (so the next diff can compare) with the key replaced by its
+    fingerprint, plus the results. The default ``update`` would return nothing and wipe state."""
+    outs = {k: plain(news.get(k)) for k in GATE_INPUTS if news.get(k) is not None}
+    outs["api_key"] = key_fingerprint(str(news["api_key"]))
+    outs["results"] = results
+    return outs
+
+
+class SmokeTestProvider(pulumi.dynamic.ResourceProvider):
+    """Runs the gate on create and update. Pickled with dill: imports live inside the methods."""
+
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.CheckResult:
+        from pulumi.runtime import rpc
+
+        failures = []
+
+        def known(value: Any) -> bool:
+            return value is not None and value != rpc.UNKNOWN
+
+        endpoint = news.get("endpoint")
+        if known(endpoint) and urlsplit(str(endpoint)).scheme not in ("http", "https"):
+            failures.append(pulumi.dynamic.CheckFailure("endpoint", f"not an http(s) URL: {endpoint!r}"))
+        metrics_url = news.get("metrics_url")
+        if known(metrics_url) and urlsplit(str(metrics_url)).scheme not in ("http", "https"):
+            failures.append(
+                pulumi.dynamic.CheckFailure("metrics_url", f"not an http(s) URL: {metrics_url!r}")
+            )
+        if news.get("api_key") is None:
+            failures.append(pulumi.dynamic.CheckFailure("api_key", "the gate needs an API key (glm:apiKeys)"))
+        smoke = news.get("smoke")
+        if isinstance(smoke, dict):
+            unknown_steps = [s for s in smoke.get("steps") or [] if s not in ALL_SMOKE_STEPS]
+            if unknown_steps:
+                failures.append(
+                    pulumi.dynamic.CheckFailure(
+                        "smoke", f"unknown steps {unknown_steps}; known: {', '.join(ALL_SMOKE_STEPS)}"
+                    )
+                )
+            poll = smoke.get("poll_seconds")
+            if isinstance(poll, (int, float)) and not 0 < poll <= 1:
+                failures.append(
+                    pulumi.dynamic.CheckFailure("smoke", f"poll_seconds={poll} must be in (0, 1]")
+                )
+        inputs = {k: (v if v == rpc.UNKNOWN else plain(v)) for k, v in news.items()}
+        return pulumi.dynamic.CheckResult(inputs, failures)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        changed = changed_inputs(olds, news)
+        # replaces stays empty: a changed input means "update", and update re-runs the gate.
+        return pulumi.dynamic.DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        import httpx  # noqa: F401  (fail here, in the provider, if the runtime lacks it)
+
+        results = run_gate(props, str(props["api_key"]), stderr_progress)
+        ident = (
+            "smoke-" + hashlib.sha256(f"{props['endpoint']}|{props['served_name']}".encode()).hexdigest()[:12]
+        )
+        return pulumi.dynamic.CreateResult(ident, gate_outputs(props, results))
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
+        import httpx  # noqa: F401
+
+        results = run_gate(news, str(news["api_key"]), stderr_progress)
+        return pulumi.dynamic.UpdateResult(gate_outputs(news, results))
+
+    def delete(self, _id: str, _props: dict[str, Any]) -> None:
+        """Nothing to remove: the gate leaves no trace on the host."""
+
+
+class _SmokeGate(pulumi.dynamic.Resource):
+    results: pulumi.Output[dict[str, Any]]
+
+    def __init__(self, name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(SmokeTestProvider(), name, {**props, "results": None}, opts)
+
+
+def metrics_url_for(config: StackConfig) -> str | None:
+    """Where the gate reads vLLM's metrics from the Pulumi host, for the kv_pool step.
+
+    ``glm:smoke.metricsUrl`` when set. Otherwise, on a local target, vLLM's own ``/metrics``: on the
+    private bridge network at vLLM's fixed address (a Linux host routes to its bridge networks), or
+    on loopback with ``networkMode: host``. vLLM has the KV pool from its first answer on, so the
+    step does not wait for a Prometheus scrape (it waited ~6 s through ``/federate``). A remote
+    target without ``metricsUrl`` gets None: the step is skipped and says why.
+
+    >>> from components.config import build_stack_config
+    >>> metrics_url_for(build_stack_config({"hardware": "local"}))  # doctest: +ELLIPSIS
+    'http://172.30....10:8000/metrics'
+    """
+    if config.smoke.metrics_url or not config.target.host.is_local:
+        return config.smoke.metrics_url
+    host = config.container.vllm_address if config.container.network_mode == "bridge" else "127.0.0.1"
+    return f"http://{host}:{config.serving.port}/metrics"
+
+
+def gate_params(
+    config: StackConfig,
+    endpoint: pulumi.Input[str],
+    image_ref: pulumi.Input[str],
+    metrics_url: pulumi.Input[str] | None = None,
+    container_id: pulumi.Input[str] | None = None,
+) -> dict[str, Any]:
+    """The gate's inputs except the key: deterministic (sorted, no timestamps or random values),
+    so a ``pulumi preview`` after ``pulumi up`` shows no change."""
+    smoke = {**config.smoke.model_dump(mode="json"), "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS}
+    params: dict[str, Any] = {
+        "argv": render_argv(config),
+        "container_name": config.container.name,
+        "endpoint": endpoint,
+        "env": render_env(config),
+        "image_ref": image_ref,
+        "max_model_len": config.serving.max_model_len,
+        "model_path": config.model.container_path,
+        "served_name": config.model.served_name,
+        "smoke": plain(smoke),
+        "version": VERSION,
+    }
+    if metrics_url is not None:
+        params["metrics_url"] = metrics_url
+    if container_id is not None:
+        # A container replaced for any reason (mounts, devices, shm: not gate inputs) re-runs the gate.
+        params["container_id"] = container_id
+    return params
+
+
+class SmokeTest(pulumi.ComponentResource):
+    """Blocks ``pulumi up`` until the model answers 13x17 and calls a tool through the front."""
+
+    results: pulumi.Output[dict[str, Any]]
+    """Latencies per step (ms), KV pool tokens, vLLM version, served name, seconds to pass, steps
+    run and skipped. Nothing secret."""
+
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        front_url: pulumi.Input[str],
+        api_key: pulumi.Output[str],
+        image_ref: pulumi.Input[str],
+        metrics_url: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+        container_id: pulumi.Input[str] | None = None,
+    ) -> None:
+        super().__init__("glm:smoke:SmokeTest", name, None, opts)
+        # Secret whatever the caller passed: Pulumi then stores this input encrypted.
+        secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
+        params = gate_params(config, front_url, image_ref, metrics_url, container_id)
+        props = {**params, "api_key": secret_key}
+        self.gate = _SmokeGate(f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))
+        # The results carry no secret; unsecret keeps them readable as stack outputs even though
+        # the resource also holds a secret input.
+        self.results = pulumi.Output.unsecret(self.gate.results)
+        self.register_outputs({"results": self.results})

@@ -1,0 +1,163 @@
+"""What the gate's tests share: the vLLM-protocol simulator and the real Nginx front on free
+loopback ports, and the gate's inputs as the engine hands them to the provider.
+
+Each test starts its own simulator (images/vllm-sim/vllm_sim.py) with the local stack's rendered
+argv, and where the gate goes "through the front", a real ``nginx`` running the config
+``components.nginx_front.render_nginx_conf`` renders.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.config import StackConfig, build_stack_config
+from components.gate.checks import GateFailure, run_gate
+from components.gate.resource import gate_params
+from components.vllm_server import render_argv
+from tests.conftest import PROJECT
+
+SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+KEY = "sk-smoke-test-0123456789abcdef0123"
+SIM_READY_LINE = "Starting vLLM API server"
+
+needs_nginx = pytest.mark.skipif(not Path(NGINX).exists(), reason="nginx is not installed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def local_config(**smoke: Any) -> StackConfig:
+    """The local stack's config, with GLM's low reasoning effort as the a800 stack sends it."""
+    return build_stack_config(
+        {"hardware": "local", "smoke": {"chatTemplateKwargs": {"reasoning_effort": "low"}, **smoke}}
+    )
+
+
+def as_engine_sends(value: Any) -> Any:
+    """Inputs after the engine's round trip: every number is a float (``32768.0``)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: as_engine_sends(v) for k, v in value.items()}
+    return [as_engine_sends(v) for v in value]
+
+
+@dataclass
+class Sim:
+    """A running simulator; ``ready_at`` is when it logged that it bound its port (monotonic)."""
+
+    proc: subprocess.Popen[str]
+    port: int
+    started_at: float
+    ready: threading.Event = field(default_factory=threading.Event)
+    ready_at: float | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 10.0) -> None:
+        assert self.ready.wait(timeout), "the simulator did not start"
+
+
+def start_sim(config: StackConfig, env: dict[str, str] | None = None) -> Sim:
+    port = free_port()
+    argv = [*render_argv(config), "--host=127.0.0.1", f"--port={port}"]
+    proc = subprocess.Popen(
+        [sys.executable, str(SIM), "serve", *argv],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    sim = Sim(proc, port, time.monotonic())
+
+    def drain() -> None:  # also keeps the pipe from filling with request logs
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if SIM_READY_LINE in line and not sim.ready.is_set():
+                sim.ready_at = time.monotonic()
+                sim.ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    return sim
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class BufferingProxy(BaseHTTPRequestHandler):
+    """A front that buffers whole responses (what Nginx does to SSE without `proxy_buffering off`)."""
+
+    upstream: tuple[str, int]
+    protocol_version = "HTTP/1.1"
+
+    def do_any(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        conn = http.client.HTTPConnection(*self.upstream, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
+        conn.request(self.command, self.path, body=body or None, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        self.send_response(resp.status)
+        self.send_header("content-type", resp.getheader("content-type") or "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_any
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+def params(
+    endpoint: str,
+    sim: Sim | None = None,
+    config: StackConfig | None = None,
+    steps: list[str] | None = None,
+    **smoke: Any,
+) -> dict[str, Any]:
+    """The provider's inputs (without the key) as they reach it: numbers as floats."""
+    p = gate_params(
+        config or local_config(),
+        endpoint,
+        "glm53-vllm-sim:test",
+        f"{sim.url}/metrics" if sim is not None else None,
+    )
+    p["smoke"].update({"deadline_seconds": 10, "poll_seconds": 0.2, "request_timeout_seconds": 10, **smoke})
+    if steps is not None:
+        p["smoke"]["steps"] = steps
+    return as_engine_sends(p)
+
+
+def gate_fails(p: dict[str, Any], key: str = KEY) -> GateFailure:
+    with pytest.raises(GateFailure) as info:
+        run_gate(p, key, lambda _line: None)
+    return info.value
