@@ -1,15 +1,30 @@
 # Everyday commands. `make up` and `make test` do all set-up on a fresh machine.
+# STACK picks the stack (created on first use); SET overrides config for one run (GLM_SET).
 STACK ?= local
+SET ?=
+export GLM_SET = $(SET)
+PULUMI = scripts/pulumi.sh
+OPS = scripts/ops.sh
 
-.PHONY: up test preview diff destroy images engine lint fmt
-up:        ## local stack from scratch to a passing smoke gate
-	scripts/up.sh
+.PHONY: up test preview diff destroy images engine lint fmt logs status smoke restart debug
+up:        ## local stack from scratch to a passing smoke gate; STACK=a800: pulumi up of that stack
+	@if [ "$(STACK)" = local ]; then scripts/up.sh; else $(PULUMI) up -s $(STACK); fi
 test:      ## lint, type check, the whole test suite
 	scripts/test.sh
 preview:   ## pulumi preview --diff of STACK (e.g. make preview STACK=a800)
-	scripts/pulumi.sh preview --diff -s $(STACK)
+	$(PULUMI) preview --diff -s $(STACK)
 destroy:   ## destroy STACK (the weights and the JIT cache volume stay)
-	scripts/pulumi.sh destroy --yes -s $(STACK)
+	$(PULUMI) destroy --yes -s $(STACK)
+logs:      ## follow the serving container's log, start-up milestones marked ==>
+	$(OPS) logs -s $(STACK)
+status:    ## container state and health, the last gate, endpoint, image
+	$(OPS) status -s $(STACK)
+smoke:     ## re-run the gate against the running stack, changing nothing
+	$(OPS) smoke -s $(STACK)
+restart:   ## re-create the serving container (JIT cache kept, gate re-run)
+	$(OPS) restart -s $(STACK)
+debug:     ## print the serving container as a foreground `docker run --rm` (the seed's run_debug.sh)
+	$(OPS) debug -s $(STACK)
 images:    ## the local stack's offline base images
 	offline/images.sh
 engine:    ## the Pulumi engine (cache, else installer, else from source: GLM_ENGINE_SOURCES=DIR)

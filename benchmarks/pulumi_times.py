@@ -77,7 +77,12 @@ def deployed_as_script(project: PulumiProject, name: str, port: int, workdir: Pa
     network = json.loads(sh(f"docker network inspect {name}-net"))[0]
     subnet = network["IPAM"]["Config"][0]["Subnet"]
     lines = ["set -eu", f"docker network create --subnet {subnet} bench-net >/dev/null"]
-    for role in ("", "-nginx", "-prometheus"):
+    uploads = {
+        "": [],
+        "-nginx": ["/etc/nginx/nginx.conf"],
+        "-prometheus": ["/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml"],
+    }
+    for role, files in uploads.items():
         info = json.loads(sh(f"docker inspect {name}{role}"))[0]
         ip = info["NetworkSettings"]["Networks"][f"{name}-net"]["IPAddress"]
         args = [
@@ -94,29 +99,19 @@ def deployed_as_script(project: PulumiProject, name: str, port: int, workdir: Pa
         for mount in info["Mounts"]:
             if mount["Type"] == "bind":
                 args += ["-v", f"{mount['Source']}:{mount['Destination']}:ro"]
-        for upload in (
-            "/etc/nginx/nginx.conf",
-            "/etc/prometheus/prometheus.yml",
-            "/etc/prometheus/rules.yml",
-        ):
-            local = workdir / f"{role.strip('-') or 'vllm'}-{Path(upload).name}"
-            if (
-                subprocess.run(
-                    ["docker", "cp", f"{name}{role}:{upload}", str(local)], capture_output=True
-                ).returncode
-                == 0
-            ):
-                args += ["-v", f"{local}:{upload}:ro"]
-        for binding in (info["HostConfig"].get("PortBindings") or {}).values():
-            for b in binding:
-                args += ["-p", f"{b['HostIp'] or '0.0.0.0'}:{b['HostPort']}:{b['HostPort']}"]
-        args += [f"--entrypoint={info['Config']['Entrypoint'][0]}"] if info["Config"]["Entrypoint"] else []
+        for upload in files:
+            local = workdir / f"{role.strip('-')}-{Path(upload).name}"
+            sh(f"docker cp {name}{role}:{upload} {local}")
+            args += ["-v", f"{local}:{upload}:ro"]
+        for host in info["HostConfig"].get("ExtraHosts") or []:
+            args += ["--add-host", host]
+        for container_port, bindings in (info["HostConfig"].get("PortBindings") or {}).items():
+            for b in bindings:
+                args += ["-p", f"{b['HostIp'] or '0.0.0.0'}:{b['HostPort']}:{container_port.split('/')[0]}"]
+        entrypoint = info["Config"]["Entrypoint"] or []
+        args += [f"--entrypoint={entrypoint[0]}"] if entrypoint else []
         args += ["--shm-size", str(info["HostConfig"]["ShmSize"])]
-        args += [
-            info["Config"]["Image"],
-            *(info["Config"]["Entrypoint"] or [])[1:],
-            *(info["Config"]["Cmd"] or []),
-        ]
+        args += [info["Config"]["Image"], *entrypoint[1:], *(info["Config"]["Cmd"] or [])]
         lines.append(shlex.join(args) + " >/dev/null")
     body = json.dumps(
         {
@@ -141,7 +136,7 @@ def clean_script_run() -> None:
     )
 
 
-def summary(label: str, times: list[float]) -> str:
+def summary(label: str, times: list[float]) -> str:  # one line per figure
     return f"{label:42s} median {statistics.median(times):6.2f} s   min {min(times):6.2f}   max {max(times):6.2f}   (n={len(times)})"
 
 
@@ -163,6 +158,12 @@ def main() -> int:
         )
     else:
         figures["cold make up (fresh clone, warm engine)"] = cold_make_up(args.runs)
+        print(
+            summary(
+                "cold make up (fresh clone, warm engine)", figures["cold make up (fresh clone, warm engine)"]
+            ),
+            flush=True,
+        )
 
     with tempfile.TemporaryDirectory() as tmp:
         project = PulumiProject.copy_of_repo(Path(tmp) / "glm")

@@ -520,7 +520,7 @@ class SmokeConfig(_Model):
     metrics_url: str | None = Field(
         None,
         description="Where the gate reads vLLM's metrics for the KV-pool step (vLLM /metrics or a "
-        "Prometheus /federate); default on a local target: the stack's Prometheus. Unset on a "
+        "Prometheus /federate); default on a local target: vLLM's own /metrics on the private network. Unset on a "
         "remote box: the step is skipped, with the reason, unless e.g. an SSH tunnel's URL is set.",
     )
 
@@ -911,6 +911,36 @@ DOCKER_HOST_OVERRIDE = "GLM_DOCKER_HOST"
 """Environment variable that replaces ``glm:target.hosts[0].dockerHost`` (validated like it):
 CI previews a hardware stack on the local engine with ``GLM_DOCKER_HOST=unix:///var/run/docker.sock``."""
 
+SET_OVERRIDE = "GLM_SET"
+"""Environment variable of one-run overrides, ``path=value`` separated by spaces, validated like the
+stack file: ``GLM_SET="serving.maxModelLen=32768 serving.enforceEager=true"`` is the seed's quick
+small-context check, without editing the stack file (the next plain ``up`` puts the file's values back)."""
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """``GLM_SET``'s ``a.b=value`` items as a nested dict; values are JSON where they parse as JSON.
+
+    >>> parse_overrides("serving.maxModelLen=32768 serving.enforceEager=true smoke.prompt=hi")
+    {'serving': {'maxModelLen': 32768, 'enforceEager': True}, 'smoke': {'prompt': 'hi'}}
+    """
+    out: dict[str, Any] = {}
+    for item in text.split():
+        path, sep, value = item.partition("=")
+        if not sep or not path or any(not part for part in path.split(".")):
+            raise ConfigError(
+                f"{SET_OVERRIDE}: {item!r} is not path=value. Fix: e.g. "
+                f'{SET_OVERRIDE}="serving.maxModelLen=32768 serving.enforceEager=true"'
+            )
+        *parents, leaf = path.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        try:
+            node[leaf] = json.loads(value)
+        except json.JSONDecodeError:
+            node[leaf] = value
+    return out
+
 MIN_API_KEY_LENGTH = 16
 MIN_API_KEY_BITS = 40
 """A key's entropy as its own character frequencies estimate it (an underestimate for random keys:
@@ -1117,6 +1147,12 @@ def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
         value = config.get_object(key) if key != "promoteFrom" else config.get(key)
         if value not in (None, "", {}):  # Pulumi.yaml's defaults mean "not set"
             raw[key] = value
+    if environ.get(SET_OVERRIDE):
+        raw = deep_merge(raw, parse_overrides(environ[SET_OVERRIDE]))
+        pulumi.log.warn(
+            f"{SET_OVERRIDE} overrides the stack file for this run only: {environ[SET_OVERRIDE]} "
+            "(the next `up` without it puts the stack file's values back)"
+        )
     secrets = SecretInputs(
         api_keys=config.get_object("apiKeys"),
         serving_env=config.get_object("servingSecretEnv"),

@@ -1,0 +1,211 @@
+"""Day-2 operations on a deployed stack: the A800 seed's §6 (日常运维) as commands.
+
+    scripts/ops.sh logs    -s a800   # follow the serving container's log, start-up milestones marked
+    scripts/ops.sh status  -s a800   # container state and health, the last gate, endpoint, image
+    scripts/ops.sh smoke   -s a800   # re-run the gate now, changing nothing (exit 1 on failure)
+    scripts/ops.sh restart -s a800   # re-create the serving container (JIT cache kept, gate re-run)
+    scripts/ops.sh debug   -s a800   # the serving container as a foreground `docker run --rm`
+
+Every command reads the stack's own config through the models and reaches its Docker host the way
+the program does (over SSH with the same user, key and pinned host key). Run through
+``scripts/ops.sh`` (or ``make logs STACK=a800`` …), which sets up the project's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from components.config import CACHE_MOUNT_PATH, SECRET_KEYS, StackConfig, build_stack_config
+from components.gate.resource import metrics_url_for
+from components.target import docker_ssh_opts
+from components.vllm_server import render_argv, render_devices, render_env
+
+ROOT = Path(__file__).resolve().parent.parent
+# The pulumi CLI with the project's environment; GLM_PULUMI points elsewhere (tests use a throwaway backend).
+PULUMI = shlex.split(os.environ.get("GLM_PULUMI", "")) or [str(ROOT / "scripts" / "pulumi.sh")]
+DEBUG_PORT = 8007  # the seed's run_debug.sh port
+# Start-up milestones in vLLM's log (A800 seed §4 table, RTX 5090 seed's log).
+MILESTONES = re.compile(
+    r"Loading weights took|Model loading took|init engine|Graph capturing finished|"
+    r"Capturing CUDA graphs?|Application startup complete|Starting vLLM API server|ERROR|Traceback"
+)
+
+
+def pulumi(*args: str, stack: str) -> str:
+    result = subprocess.run([*PULUMI, *args, "-s", stack], capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"ops: pulumi {' '.join(args)} -s {stack} failed:\n{result.stderr.strip()}")
+    return result.stdout
+
+
+def stack_config(stack: str) -> StackConfig:
+    """The stack's config as the program validates it (secrets left out: not needed here)."""
+    values = json.loads(pulumi("config", "--json", stack=stack))
+    raw: dict[str, Any] = {}
+    for key, entry in values.items():
+        name = key.removeprefix("glm:")
+        if key.startswith("glm:") and name not in SECRET_KEYS and not entry.get("secret"):
+            raw[name] = entry.get("objectValue", entry.get("value"))
+    return build_stack_config(raw, docker_host=os.environ.get("GLM_DOCKER_HOST") or None)
+
+
+def docker(config: StackConfig) -> list[str]:
+    """The docker CLI aimed at the stack's host; over SSH with the provider's own options."""
+    host = config.target.host
+    if host.is_local:
+        return ["docker", "-H", host.docker_host]
+    # The docker CLI runs `ssh`: a wrapper earlier on PATH adds the pinned host key, user and key.
+    wrapper = Path(tempfile.mkdtemp(prefix="glm53-ops-")) / "ssh"
+    real_ssh = next(p for p in ("/usr/bin/ssh", "/bin/ssh") if Path(p).exists())
+    wrapper.write_text(f'#!/bin/sh\nexec {real_ssh} {shlex.join(docker_ssh_opts(host))} "$@"\n')
+    wrapper.chmod(0o700)
+    os.environ["PATH"] = f"{wrapper.parent}:{os.environ['PATH']}"
+    return ["docker", "-H", host.docker_host]
+
+
+def logs(config: StackConfig, stack: str, follow: bool) -> int:
+    cmd = [*docker(config), "logs", "--tail", "200", *(["-f"] if follow else []), config.container.name]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            print(f"==> {line}" if MILESTONES.search(line) else line, end="", flush=True)
+    return proc.returncode
+
+
+def status(config: StackConfig, stack: str) -> int:
+    outputs = json.loads(pulumi("stack", "output", "--json", stack=stack) or "{}")
+    history = json.loads(pulumi("stack", "history", "--json", stack=stack) or "[]")
+    inspect = subprocess.run(
+        [*docker(config), "inspect", "--format", "{{json .State}}", config.container.name],
+        capture_output=True,
+        text=True,
+    )
+    state = json.loads(inspect.stdout) if inspect.returncode == 0 else None
+    health = (state or {}).get("Health", {}).get("Status", "no health check")
+    last = history[0] if history else {}
+    smoke = outputs.get("smoke") or {}
+    rows = [
+        ("stack", f"{stack} ({config.hardware})"),
+        ("container", f"{config.container.name} on {config.target.host.docker_host}"),
+        ("state", f"{state['Status']} since {state['StartedAt']}, health {health}" if state else "not found"),
+        ("endpoint", outputs.get("endpoint", "(not deployed)")),
+        ("image", outputs.get("imageRef", "?")),
+        ("last update", f"{last.get('result', '?')} at {last.get('endTime', '?')} ({last.get('kind', '?')})"),
+        ("last gate", _gate_summary(smoke)),
+    ]
+    for label, value in rows:
+        print(f"{label:12s} {value}")
+    return 0 if state and state.get("Running") else 1
+
+
+def _gate_summary(smoke: dict[str, Any]) -> str:
+    if not smoke:
+        return "never passed"
+    steps = smoke.get("latencies_ms") or smoke.get("steps") or {}
+    parts = ", ".join(f"{k} {v:.0f} ms" for k, v in steps.items() if isinstance(v, int | float))
+    return f"passed with the last update{': ' + parts if parts else ''}; kv_pool {smoke.get('kv_pool_tokens', '?')}"
+
+
+def smoke(config: StackConfig, stack: str, deadline: float) -> int:
+    outputs = json.loads(pulumi("stack", "output", "--json", stack=stack) or "{}")
+    if "endpoint" not in outputs:
+        sys.exit(f"ops: stack {stack} has no endpoint output: deploy it first (make up STACK={stack})")
+    keys = json.loads(pulumi("config", "get", "glm:apiKeys", "--json", stack=stack))
+    keys = keys.get("objectValue") or json.loads(keys["value"])
+    env = {**os.environ, "GLM_API_KEY": keys[sorted(keys)[0]]}
+    cmd = [
+        sys.executable, "-m", "components.gate",
+        "--endpoint", outputs["endpoint"],
+        "--api-key-env", "GLM_API_KEY",
+        "--served-name", config.model.served_name,
+        "--max-model-len", str(config.serving.max_model_len),
+        "--steps", ",".join(config.smoke.steps),
+        "--chat-template-kwargs", json.dumps(config.smoke.chat_template_kwargs),
+        # A running stack is already loaded: a short wait, not the deploy's deadline.
+        "--deadline-seconds", str(deadline),
+    ]  # fmt: skip
+    metrics_url = metrics_url_for(config)  # the same source as the gate in `pulumi up`
+    if metrics_url:
+        cmd += ["--metrics-url", metrics_url]
+    return subprocess.run(cmd, env=env).returncode
+
+
+def restart(config: StackConfig, stack: str) -> int:
+    state = json.loads(pulumi("stack", "export", stack=stack))
+    urns = [
+        r["urn"]
+        for r in state.get("deployment", {}).get("resources") or []
+        if r.get("type") == "docker:index/container:Container"
+        and r.get("outputs", {}).get("name") == config.container.name
+    ]
+    if not urns:
+        sys.exit(f"ops: no serving container {config.container.name} in stack {stack}'s state")
+    print(f"ops: replacing {urns[0]} (the JIT cache volume stays; the gate re-runs)", file=sys.stderr)
+    return subprocess.run(
+        [*PULUMI, "up", "--yes", "--skip-preview", "--replace", urns[0], "-s", stack]
+    ).returncode
+
+
+def debug_run(config: StackConfig, image: str, port: int = DEBUG_PORT) -> str:
+    """The serving container as the seed's run_debug.sh: same image, argv, env and mounts; another
+    port on loopback, ``--rm``, in the foreground. Secret env is passed by name from your shell."""
+    argv = [a if not a.startswith("--port=") else f"--port={port}" for a in render_argv(config)]
+    c = config.container
+    args = ["docker", "run", "--rm", "-it", "--name", f"{c.name}-debug", "-p", f"127.0.0.1:{port}:{port}"]
+    if config.facts.accelerator == "nvidia":
+        args += ["--gpus", "all"]
+    for device in render_devices(config):
+        args += ["--device", device]
+    args += [
+        "-v",
+        f"{config.model.host_dir}:{config.model.mount_path}:ro",
+        "-v",
+        f"{c.name}-jit-cache:{CACHE_MOUNT_PATH}",
+    ]
+    for m in c.mounts:
+        args += ["-v", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
+    args += ["--shm-size", c.shm_size] if c.shm_size else []
+    args += ["--ipc", c.ipc_mode] if c.ipc_mode else []
+    args += ["--privileged"] if c.privileged else []
+    for name, value in sorted(render_env(config).items()):
+        args += ["-e", f"{name}={value}"]
+    args += ["--entrypoint", "vllm", image, "serve", *argv]
+    return shlex.join(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ops", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("command", choices=["logs", "status", "smoke", "restart", "debug"])
+    parser.add_argument("-s", "--stack", default="local")
+    parser.add_argument("--no-follow", action="store_true", help="logs: print and exit")
+    parser.add_argument(
+        "--deadline", type=float, default=30, help="smoke: readiness wait in seconds (default 30)"
+    )
+    args = parser.parse_args(argv)
+    config = stack_config(args.stack)
+    if args.command == "logs":
+        return logs(config, args.stack, follow=not args.no_follow)
+    if args.command == "status":
+        return status(config, args.stack)
+    if args.command == "smoke":
+        return smoke(config, args.stack, args.deadline)
+    if args.command == "restart":
+        return restart(config, args.stack)
+    outputs = json.loads(pulumi("stack", "output", "--json", stack=args.stack) or "{}")
+    print(debug_run(config, outputs.get("imageRef", "IMAGE")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

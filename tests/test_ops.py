@@ -1,0 +1,136 @@
+"""Day-2 operations (ops/__main__.py): what each command renders, and on the real engine what it does."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from components.config import ConfigError, build_stack_config, parse_overrides
+from components.vllm_server import render_argv, render_env
+from ops.__main__ import MILESTONES, debug_run
+from tests.conftest import TEST_HOST_KEY
+from tests.engine import PROJECT, PulumiProject, engine_missing, free_port
+
+HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
+
+
+def test_debug_run_is_the_serving_container_in_the_foreground_on_another_port() -> None:
+    config = build_stack_config({"hardware": "ascend", "target": HOST, "front": {"allowPlainHttp": True}})
+    args = shlex.split(debug_run(config, "quay.io/ascend/vllm-ascend:glm-5.3-flash"))
+    assert args[:4] == ["docker", "run", "--rm", "-it"]
+    assert args[args.index("-p") + 1] == "127.0.0.1:8007:8007"
+    serve = args.index("serve")
+    assert args[serve - 1] == "quay.io/ascend/vllm-ascend:glm-5.3-flash"
+    want = [a if not a.startswith("--port=") else "--port=8007" for a in render_argv(config)]
+    assert args[serve + 1 :] == want
+    envs = [args[i + 1] for i, a in enumerate(args) if a == "-e"]
+    assert envs == [f"{k}={v}" for k, v in sorted(render_env(config).items())]
+    devices = [args[i + 1] for i, a in enumerate(args) if a == "--device"]
+    assert "/dev/davinci7" in devices and "/dev/davinci_manager" in devices
+    volumes = [args[i + 1] for i, a in enumerate(args) if a == "-v"]
+    assert f"{config.model.host_dir}:{config.model.mount_path}:ro" in volumes
+    assert "/usr/local/Ascend/driver:/usr/local/Ascend/driver:ro" in volumes
+    assert args[args.index("--shm-size") + 1] == "500g"
+
+
+def test_debug_run_on_nvidia_asks_for_the_gpus() -> None:
+    config = build_stack_config({"hardware": "rtx5090", "target": HOST, "front": {"allowPlainHttp": True}})
+    args = shlex.split(debug_run(config, "vllm/vllm-openai:nightly-385dce36b"))
+    assert args[args.index("--gpus") + 1] == "all"
+    assert "VLLM_ENGINE_READY_TIMEOUT_S=3600" in args
+
+
+def test_the_seeds_start_up_milestones_are_marked() -> None:
+    lines = [
+        "INFO 05-12 12:58:36 Loading weights took 632.80 seconds",
+        "INFO Model loading took 39.8 GiB and 36.1 seconds",
+        "INFO init engine (profile, create kv cache, warmup model) took 331.2 seconds",
+        "INFO Graph capturing finished in 66 secs, took 2.71 GiB",
+        "INFO:     Application startup complete.",
+    ]
+    assert all(MILESTONES.search(line) for line in lines)
+    assert not MILESTONES.search('INFO:     127.0.0.1:46508 - "GET /health HTTP/1.1" 200 OK')
+
+
+def test_overrides_for_one_run_go_through_the_models() -> None:
+    config = build_stack_config(
+        {"hardware": "local", **parse_overrides("serving.maxModelLen=16384 serving.enforceEager=true")}
+    )
+    assert "--max-model-len=16384" in render_argv(config) and "--enforce-eager" in render_argv(config)
+    with pytest.raises(ConfigError, match=r"GLM_SET: 'maxModelLen' is not path=value"):
+        parse_overrides("maxModelLen")
+    with pytest.raises(ConfigError, match=r"glm:serving.maxModelLen"):
+        build_stack_config({"hardware": "local", **parse_overrides("serving.maxModelLen=-5")})
+
+
+@pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
+def test_ops_on_a_deployed_local_stack(tmp_path: Path) -> None:
+    """status, smoke, debug and restart against a real local stack (its own backend and ports)."""
+    project = PulumiProject.copy_of_repo(tmp_path / "glm")
+    name = f"glm53-ops-{free_port()}"
+    project.init_stack(
+        "local",
+        config={
+            "glm:front.port": str(free_port()),
+            "glm:monitoring.port": str(free_port()),
+            "glm:container.name": name,
+        },
+        secrets={"glm:apiKeys.ops": "sk-ops-0123456789abcdef0123"},
+    )
+    env = {**project.env, "GLM_PULUMI": "pulumi --non-interactive", "PYTHONPATH": str(PROJECT)}
+
+    def ops(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "ops", *args, "-s", "local"],
+            cwd=project.root, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    try:
+        project.run("up", "--yes", "--skip-preview", "-s", "local")
+        status = ops("status")
+        assert status.returncode == 0, status.stderr
+        assert f"{name} on unix://" in status.stdout and "running since" in status.stdout
+        assert "last gate    passed" in status.stdout
+
+        smoke = ops("smoke")
+        assert smoke.returncode == 0, smoke.stderr
+        assert json.loads(smoke.stdout)["kv_pool_tokens"] > 0
+        assert "sk-ops-0123456789abcdef0123" not in smoke.stdout + smoke.stderr
+
+        debug = ops("debug")
+        assert (
+            debug.stdout.startswith("docker run --rm -it")
+            and project.outputs("local")["imageRef"] in debug.stdout
+        )
+
+        before = subprocess.run(
+            ["docker", "inspect", "-f", "{{.Id}}", name], capture_output=True, text=True
+        ).stdout
+        restart = ops("restart")
+        assert restart.returncode == 0, restart.stdout[-2000:] + restart.stderr[-2000:]
+        after = subprocess.run(
+            ["docker", "inspect", "-f", "{{.Id}}", name], capture_output=True, text=True
+        ).stdout
+        assert before != after, "restart did not re-create the serving container"
+        assert "local-smoke-gate" in restart.stdout and "passed in" in restart.stdout + restart.stderr
+        assert (
+            subprocess.run(
+                ["docker", "volume", "inspect", f"{name}-jit-cache"], capture_output=True
+            ).returncode
+            == 0
+        )
+
+        subprocess.run(["docker", "stop", name], capture_output=True)
+        assert ops("status").returncode == 1, "status of a stopped container must fail"
+        failed = ops("smoke")
+        assert failed.returncode != 0, "the gate passed against a stopped model"
+    finally:
+        project.run("destroy", "--yes", "-s", "local", check=False)
+        subprocess.run(["docker", "volume", "rm", f"{name}-jit-cache"], capture_output=True)
+        os.environ.pop("GLM_PULUMI", None)
