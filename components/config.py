@@ -941,6 +941,7 @@ def parse_overrides(text: str) -> dict[str, Any]:
             node[leaf] = value
     return out
 
+
 MIN_API_KEY_LENGTH = 16
 MIN_API_KEY_BITS = 40
 """A key's entropy as its own character frequencies estimate it (an underestimate for random keys:
