@@ -2,7 +2,9 @@
 # STACK picks the stack (created on first use); SET overrides config for one run (GLM_SET).
 STACK ?= local
 SET ?=
-export GLM_SET = $(SET)
+ifneq ($(SET),)
+export GLM_SET := $(SET)
+endif
 PULUMI = scripts/pulumi.sh
 OPS = scripts/ops.sh
 

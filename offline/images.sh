@@ -7,6 +7,7 @@
 #   offline/images.sh            # builds what is missing
 #   FORCE=1 offline/images.sh    # rebuilds
 #   MIRROR=http://… offline/images.sh
+#   offline/images.sh --print-mirror    # the Debian mirror it would debootstrap from
 set -euo pipefail
 
 SUITE=${SUITE:-bookworm}
@@ -19,6 +20,11 @@ PREFIX=glm53-local
 ROLES=(python nginx prometheus)
 
 log() { echo "offline-images: $*" >&2; }
+
+if [ "${1:-}" = --print-mirror ]; then
+  echo "${MIRROR:-$(apt_mirror)}"
+  exit 0
+fi
 
 have_all() {
   for role in "${ROLES[@]}"; do
