@@ -103,12 +103,17 @@ def test_make_up_on_a_fresh_clone_leaves_it_clean_and_the_key_line_works(tmp_pat
 
         # The lines `make up` prints, pasted into a new shell that knows nothing of this project.
         key_line = next(line.strip() for line in up.stdout.splitlines() if "export GLM_API_KEY" in line)
-        curl_line = next(line.strip() for line in up.stdout.splitlines() if line.strip().startswith("curl "))
+        curl_line = [line.strip() for line in up.stdout.splitlines() if line.strip().startswith("curl -s ")][
+            -1
+        ]
         fresh = {"HOME": os.environ["HOME"], "PATH": "/usr/bin:/bin", "GLM_STATE_DIR": str(state)}
         answer = subprocess.run(
             ["bash", "-c", f"{key_line}\n{curl_line}"], env=fresh, capture_output=True, text=True, timeout=120
         )
-        assert json.loads(answer.stdout)["choices"][0]["message"]["content"] == "221", answer.stderr
+        assert answer.returncode == 0 and answer.stdout, (
+            f"{key_line}\n{curl_line}\n{answer.stdout}{answer.stderr}"
+        )
+        assert json.loads(answer.stdout)["choices"][0]["message"]["content"] == "221"
     finally:
         subprocess.run(
             [str(clone / "scripts" / "pulumi.sh"), "destroy", "--yes", "-s", "local"],
