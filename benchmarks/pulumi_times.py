@@ -84,7 +84,9 @@ def deployed_as_script(project: PulumiProject, name: str, port: int, workdir: Pa
     }
     for role, files in uploads.items():
         info = json.loads(sh(f"docker inspect {name}{role}"))[0]
-        ip = info["NetworkSettings"]["Networks"][f"{name}-net"]["IPAddress"]
+        network = info["NetworkSettings"]["Networks"][f"{name}-net"]
+        ip = network["IPAddress"]
+        aliases = [a for a in network.get("Aliases") or [] if a != name and not info["Id"].startswith(a)]
         args = [
             "docker",
             "run",
@@ -103,6 +105,8 @@ def deployed_as_script(project: PulumiProject, name: str, port: int, workdir: Pa
             local = workdir / f"{role.strip('-')}-{Path(upload).name}"
             sh(f"docker cp {name}{role}:{upload} {local}")
             args += ["-v", f"{local}:{upload}:ro"]
+        for alias in aliases:
+            args += ["--network-alias", alias]
         for host in info["HostConfig"].get("ExtraHosts") or []:
             args += ["--add-host", host]
         for container_port, bindings in (info["HostConfig"].get("PortBindings") or {}).items():
@@ -216,7 +220,7 @@ def main() -> int:
             subprocess.run(["docker", "volume", "rm", f"{name}-jit-cache"], capture_output=True)
 
     for label, times in figures.items():
-        print(summary(label, times))
+        print(summary(label, times), flush=True)
     up, script = (
         statistics.median(figures[k]) for k in ("warm up to gate passed", "seed-style shell script to 221")
     )
