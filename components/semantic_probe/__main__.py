@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="one run, results on stdout, then exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s semantic-probe %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per run is enough
     settings = ProbeSettings.from_json(args.params.read_text())
     api_key = args.api_key_file.read_text().strip()
     metrics = ProbeMetrics(settings)

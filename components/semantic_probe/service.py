@@ -110,6 +110,8 @@ class ProbeMetrics:
             self.last_failure.labels(step).set(0)
             for result in ("ok", "failed"):
                 self.step_runs.labels(step, result)
+        for result in ("ok", "failed"):
+            self.runs.labels(result)
         self.last_run_time.set(time.time())
 
     def record(self, outcome: StepOutcome) -> None:
