@@ -9,7 +9,7 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from components.config import StackConfig
+from components.config import StackConfig, semantic_probe_runs
 from components.gate.resource import SmokeTest, metrics_url_for
 from components.model_volume import ModelVolume
 from components.nginx_front import NginxFront
@@ -17,6 +17,7 @@ from components.preflight import Preflight
 from components.prometheus_scrape import PrometheusScrape
 from components.promotion import fingerprint, promoted_image, served_model
 from components.secrets import Secrets
+from components.semantic_probe.resource import ProbeKey, SemanticProbe
 from components.serving_image import ServingImage
 from components.target import docker_ssh_opts
 from components.vllm_server import VllmServer, command_line
@@ -24,6 +25,15 @@ from components.vllm_server import VllmServer, command_line
 
 def _first_key(keys: dict[str, str]) -> str:
     return keys[sorted(keys)[0]]
+
+
+def _with_probe_key(
+    api_keys: pulumi.Output[dict[str, str]], client_name: str, probe_key: pulumi.Output[str]
+) -> pulumi.Output[dict[str, str]]:
+    """The users' keys plus the probe's under its own name (config loading refused a user key of
+    that name), secret like the keys themselves."""
+    merged = pulumi.Output.all(api_keys, probe_key).apply(lambda both: {**both[0], client_name: both[1]})
+    return pulumi.Output.secret(merged)
 
 
 def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
@@ -61,12 +71,18 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
             depends_on=[d for d in (preflight, volume.download) if d is not None],
         ),
     )
+    probe = config.semantic_probe
+    probe_key = (
+        ProbeKey(f"{stack}-semantic-probe-key", probe.client_name) if semantic_probe_runs(config) else None
+    )
     front = NginxFront(
         f"{stack}-front",
         config,
         network_name=server.network_name,
         upstream=server.upstream,
-        api_keys=secrets.api_keys,
+        api_keys=_with_probe_key(secrets.api_keys, probe.client_name, probe_key.key)
+        if probe_key is not None
+        else secrets.api_keys,
         tls_files=secrets.tls_files,
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server]),
     )
@@ -87,6 +103,17 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         container_id=server.container.id,
         opts=pulumi.ResourceOptions(depends_on=[server, front, monitoring]),
     )
+    if probe_key is not None:
+        # Started once the gate passed: a loading engine is the gate's business, not an alert.
+        semantic_probe = SemanticProbe(
+            f"{stack}-semantic-probe",
+            config,
+            network_name=server.network_name,
+            front_host=front.container_name,
+            upstream=server.upstream,
+            api_key=probe_key.key,
+            opts=pulumi.ResourceOptions(providers=[provider], depends_on=[smoke]),
+        )
     outputs: dict[str, Any] = {
         "endpoint": front.url,
         "servedModelName": config.model.served_name,
@@ -106,6 +133,8 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
             }
         ),
     }
+    if probe_key is not None:
+        outputs["semanticProbe"] = semantic_probe.container_name
     if promoted is not None:
         outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
     return outputs

@@ -20,7 +20,8 @@ import pulumi
 import pulumi_docker as docker
 import yaml
 
-from components.config import MonitoringConfig, StackConfig
+from components import semantic_probe
+from components.config import MonitoringConfig, StackConfig, semantic_probe_runs
 from components.vllm_server import upstream_hosts
 
 DEFAULT_JOB = "vllm"
@@ -232,7 +233,75 @@ def alert_rules(config: StackConfig, job: str = DEFAULT_JOB) -> list[dict[str, A
             _for_target_down(config),
         )
     )
+    if semantic_probe_runs(config):
+        rules += semantic_probe_rules(config, job)
     return rules
+
+
+def semantic_probe_rules(config: StackConfig, vllm_job: str = DEFAULT_JOB) -> list[dict[str, Any]]:
+    """The semantic probe's alerts (issue 18): wrong answers or broken tool calls for K runs in a
+    row, a readiness or KV-pool step failing as long, and the probe itself silent.
+
+    While vLLM's /metrics is down, VllmTargetDown speaks (after the engine's known start time): the
+    step alerts hold back, so a restart or a deploy does not page twice.
+    """
+    probe = config.semantic_probe
+    k = probe.failures_before_alert
+    sel = f'job="{semantic_probe.SCRAPE_JOB}"'
+    failures = f"{semantic_probe.METRIC_PREFIX}_step_consecutive_failures"
+    engine_down = f'unless on () (up{{job="{vllm_job}"}} == 0)'
+    where = (
+        f"The probe's log says what came back and what to look at: docker logs "
+        f"{semantic_probe.container_name(config.container.name)}. The probe runs every "
+        f"{probe.interval_seconds} s (glm:semanticProbe.intervalSeconds); K = {k} "
+        "(glm:semanticProbe.failuresBeforeAlert)."
+    )
+    return [
+        _alert(
+            "GlmModelAnswersWrong",
+            f'{failures}{{{sel},step="arithmetic"}} >= {k}\n  {engine_down}',
+            "critical",
+            f"The model failed the arithmetic check {k} runs in a row: answers are wrong or missing",
+            f"Asked {config.smoke.prompt!r} through the front, the model did not answer "
+            f"{config.smoke.expected_answer!r} with its reasoning in its own field for "
+            "{{ $value }} runs in a row (a wrong answer, a 5xx, a timeout or an inline reasoning). "
+            "/health may well be green (vLLM #24207). " + where,
+            None,
+        ),
+        _alert(
+            "GlmToolCallsBroken",
+            f'{failures}{{{sel},step="tool_call"}} >= {k}\n  {engine_down}',
+            "critical",
+            f"Tool calls failed {k} probe runs in a row",
+            "Asked for the weather with a get_weather tool, the model returned no well-formed "
+            "get_weather call for {{ $value }} runs in a row (no tool_calls, bad arguments, a 5xx "
+            "or a timeout). Look at --tool-call-parser and --enable-auto-tool-choice. " + where,
+            None,
+        ),
+        _alert(
+            "GlmSemanticProbeStepFailing",
+            f'{failures}{{{sel},step=~"readiness|kv_pool"}} >= {k}\n  {engine_down}',
+            "warning",
+            "The probe's {{ $labels.step }} step failed " + f"{k} runs in a row",
+            "readiness: the front did not list the model through the probe's key; kv_pool: vLLM's "
+            "KV pool is below --max-model-len or its metrics are unreadable. {{ $value }} runs in a "
+            "row. " + where,
+            None,
+        ),
+        _alert(
+            "GlmSemanticProbeSilent",
+            f"up{{{sel}}} == 0\n  or\n"
+            f"time() - {semantic_probe.METRIC_PREFIX}_last_run_timestamp_seconds{{{sel}}} "
+            f"> {probe.silent_after_seconds}",
+            "warning",
+            "The semantic probe is silent: nobody checks the model's answers",
+            "Prometheus cannot scrape the probe, or its last finished run is older than "
+            f"{probe.silent_after_seconds} s (two intervals plus two request timeouts). Wrong answers "
+            "would not alert. Look at: docker ps -a and docker logs "
+            f"{semantic_probe.container_name(config.container.name)}.",
+            f"{probe.interval_seconds}s",
+        ),
+    ]
 
 
 def render_alert_rules(config: StackConfig, job: str = DEFAULT_JOB) -> str:
@@ -242,24 +311,44 @@ def render_alert_rules(config: StackConfig, job: str = DEFAULT_JOB) -> str:
 
 
 def render_prometheus_config(
-    monitoring: MonitoringConfig, target: str, job: str, *, rules_path: str = RULES_PATH
+    monitoring: MonitoringConfig,
+    target: str,
+    job: str,
+    *,
+    rules_path: str = RULES_PATH,
+    probe_target: str | None = None,
 ) -> str:
-    """``prometheus.yml``: scrape vLLM's ``/metrics`` at ``target`` (host:port) and load the rules."""
+    """``prometheus.yml``: scrape vLLM's ``/metrics`` at ``target`` (host:port), and the semantic
+    probe's at ``probe_target`` when there is one, and load the rules."""
+    scrape_configs = [
+        {"job_name": job, "metrics_path": "/metrics", "static_configs": [{"targets": [target]}]}
+    ]
+    if probe_target is not None:
+        scrape_configs.append(
+            {
+                "job_name": semantic_probe.SCRAPE_JOB,
+                "metrics_path": "/metrics",
+                "static_configs": [{"targets": [probe_target]}],
+            }
+        )
     config = {
         "global": {
             "scrape_interval": monitoring.scrape_interval,
             "evaluation_interval": monitoring.scrape_interval,
         },
         "rule_files": [rules_path],
-        "scrape_configs": [
-            {
-                "job_name": job,
-                "metrics_path": "/metrics",
-                "static_configs": [{"targets": [target]}],
-            }
-        ],
+        "scrape_configs": scrape_configs,
     }
     return _yaml(config)
+
+
+def _probe_target(config: StackConfig) -> str | None:
+    probe = config.semantic_probe
+    return (
+        semantic_probe.scrape_target(config.container.name, probe.port)
+        if semantic_probe_runs(config)
+        else None
+    )
 
 
 class _Dumper(yaml.SafeDumper):
@@ -314,7 +403,9 @@ class PrometheusScrape(pulumi.ComponentResource):
             uploads=[
                 docker.ContainerUploadArgs(
                     file=CONFIG_PATH,
-                    content=render_prometheus_config(monitoring, target, DEFAULT_JOB),
+                    content=render_prometheus_config(
+                        monitoring, target, DEFAULT_JOB, probe_target=_probe_target(config)
+                    ),
                     permissions="0644",
                 ),
                 docker.ContainerUploadArgs(

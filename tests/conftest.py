@@ -37,6 +37,7 @@ def unwrap(value: Any) -> Any:
 # A host key for ssh:// test hosts (an ed25519 public key whose private half was thrown away).
 TEST_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHnMCdx2tAklQakPlTKN7xOAsSF/GaYw9A6F9p6B/Z0C"
 
+PROBE_TEST_KEY = "sk-probe-" + "0123456789abcdef" * 3
 TEST_API_KEYS = {"ci": "sk-test-ci-0123456789abcdef", "ops": "sk-test-ops-fedcba9876543210"}
 
 
@@ -81,6 +82,8 @@ class GlmMocks(pulumi.runtime.Mocks):
             outputs["repoDigest"] = f"{args.inputs['name']}@sha256:{'cd' * 32}"
         if args.typ.startswith("command:"):
             outputs.setdefault("stdout", "")
+        if args.typ == "pulumi-python:dynamic:Resource" and "client_name" in args.inputs:
+            outputs["key"] = PROBE_TEST_KEY  # what the ProbeKey provider's create would generate
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:

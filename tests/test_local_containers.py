@@ -119,7 +119,7 @@ def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
             "glm:container": {"name": name},
         },
     )
-    built = deployment.one("docker:index/image:Image").inputs
+    built = deployment.one("docker:index/image:Image", "-image-build").inputs
     build = built["build"]
     subprocess.run(
         ["docker", "build", "-q", "-t", built["imageName"], "-f", build["dockerfile"],

@@ -143,10 +143,10 @@ def test_rules_name_the_stack_limits_and_the_levers(hardware: str) -> None:
     assert str(config.serving.max_model_len) in kv["summary"]
     for lever in ["--max-num-batched-tokens", "--gpu-memory-utilization", "MTP", "--max-model-len"]:
         assert lever in text, lever
-    for rule in rules.values():
+    for name, rule in rules.items():
         assert rule["labels"]["severity"] in {"critical", "warning"}
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
-        assert 'job="vllm"' in rule["expr"]
+        assert ('job="semantic-probe"' if name.startswith("Glm") else 'job="vllm"') in rule["expr"]
     assert rules["VllmCapacityWaitNothingRunning"]["for"] == "2m"
     assert "and on (job, instance, model_name, engine)" in rules["VllmCapacityWaitNothingRunning"]["expr"]
     assert rules["VllmKvCacheNearlyFull"]["expr"] == 'vllm:kv_cache_usage_perc{job="vllm"} > 0.9'
@@ -185,6 +185,30 @@ def test_prometheus_config_scrapes_vllm_and_loads_the_rules() -> None:
         "metrics_path": "/metrics",
         "static_configs": [{"targets": [TARGET]}],
     }
+
+
+def test_prometheus_config_scrapes_the_semantic_probe_when_given() -> None:
+    monitoring = stack("local").monitoring
+    probe_target = "glm53-flash-local-semantic-probe:9101"
+    config = yaml.safe_load(
+        render_prometheus_config(monitoring, TARGET, DEFAULT_JOB, probe_target=probe_target)
+    )
+    assert [job["job_name"] for job in config["scrape_configs"]] == ["vllm", "semantic-probe"]
+    assert config["scrape_configs"][1]["static_configs"] == [{"targets": [probe_target]}]
+
+
+def test_semantic_probe_rules_follow_the_stack_config() -> None:
+    rules = rules_of(stack("local", semanticProbe={"intervalSeconds": 30, "failuresBeforeAlert": 5}))
+    wrong = rules["GlmModelAnswersWrong"]
+    assert wrong["expr"].startswith(
+        'glm_semantic_probe_step_consecutive_failures{job="semantic-probe",step="arithmetic"} >= 5'
+    )
+    assert 'unless on () (up{job="vllm"} == 0)' in wrong["expr"]
+    assert "'221'" in wrong["annotations"]["description"]
+    assert rules["GlmSemanticProbeSilent"]["for"] == "30s"
+    assert "> 90" in rules["GlmSemanticProbeSilent"]["expr"]  # 2 x 30 s + 2 x 15 s
+    off = rules_of(stack("local", semanticProbe={"enabled": False}))
+    assert not [name for name in off if name.startswith("Glm")]
 
 
 def test_flags_suit_the_official_image() -> None:
@@ -462,8 +486,76 @@ def promtool_tests(config: StackConfig) -> list[dict[str, Any]]:
             ],
         }
     )
+    if config.semantic_probe.enabled:
+        tests += semantic_probe_promtool_tests(config, expect, target)
     for test in tests:
         test["interval"] = "1m"
+    return tests
+
+
+def semantic_probe_promtool_tests(
+    config: StackConfig, expect: Expect, vllm: dict[str, str]
+) -> list[dict[str, Any]]:
+    """K-1 failed runs in a row stay quiet, K fire; not while vLLM's /metrics is down (VllmTargetDown
+    speaks then); the probe silent fires when unscraped or stale, not while it keeps running."""
+    probe_config = config.semantic_probe
+    k = probe_config.failures_before_alert
+    probe = {"job": "semantic-probe", "instance": f"{config.container.name}-semantic-probe:9101"}
+    failures = "glm_semantic_probe_step_consecutive_failures"
+
+    def runs(step: str, values: str) -> dict[str, str]:
+        return series(failures, {**probe, "step": step}, values)
+
+    # One more failed run every minute for the failing steps; kv_pool keeps passing.
+    counting = [runs(s, "0+1x30") for s in ("readiness", "arithmetic", "tool_call")]
+    counting.append(runs("kv_pool", "0x30"))
+    step_alerts = {"GlmModelAnswersWrong": "arithmetic", "GlmToolCallsBroken": "tool_call"}
+    step_alerts["GlmSemanticProbeStepFailing"] = "readiness"
+    checks = []
+    for name, step in step_alerts.items():
+        if k > 1:
+            checks.append(expect.check(k - 1, name))
+        checks.append(expect.check(k, name, expect.alert(name, {**probe, "step": step}, k)))
+    tests = [{"input_series": [*counting, series("up", vllm, "1x30")], "alert_rule_test": checks}]
+    # The same failures while vLLM's /metrics is down: the step alerts hold back.
+    tests.append(
+        {
+            "input_series": [*counting, series("up", vllm, "0x30")],
+            "alert_rule_test": [expect.check(k + 5, name) for name in step_alerts],
+        }
+    )
+
+    silent = "GlmSemanticProbeSilent"
+    last_run = "glm_semantic_probe_last_run_timestamp_seconds"
+    hold = minutes(f"{probe_config.interval_seconds}s")
+    # Running: scraped, and the last run keeps up with the clock.
+    tests.append(
+        {
+            "input_series": [series("up", probe, "1x30"), series(last_run, probe, "0+60x30")],
+            "alert_rule_test": [expect.check(20, silent)],
+        }
+    )
+    # Unscraped (the container is gone): fires once `for` has passed.
+    tests.append(
+        {
+            "input_series": [series("up", probe, "0x30")],
+            "alert_rule_test": [
+                expect.check(0, silent),
+                expect.check(hold + 1, silent, expect.alert(silent, probe)),
+            ],
+        }
+    )
+    # Scraped but stuck (the loop hangs): quiet until silent_after, then fires after `for`.
+    quiet_until = probe_config.silent_after_seconds // 60
+    tests.append(
+        {
+            "input_series": [series("up", probe, "1x30"), series(last_run, probe, "0x30")],
+            "alert_rule_test": [
+                expect.check(quiet_until, silent),
+                expect.check(quiet_until + 1 + hold, silent, expect.alert(silent, probe)),
+            ],
+        }
+    )
     return tests
 
 
@@ -540,6 +632,9 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     assert uploads[RULES_PATH] == render_alert_rules(config)
     scraped = yaml.safe_load(uploads[CONFIG_PATH])
     assert scraped["scrape_configs"][0]["static_configs"] == [{"targets": [f"vllm:{config.serving.port}"]}]
+    assert scraped["scrape_configs"][1]["static_configs"] == [
+        {"targets": [f"{config.container.name}-semantic-probe:9101"]}
+    ]
     assert scraped["rule_files"] == [RULES_PATH]
     assert inputs["restart"] == "unless-stopped" and inputs["logDriver"] == "json-file"
     assert seen == {"url": "http://127.0.0.1:9090", "container_name": f"{config.container.name}-prometheus"}

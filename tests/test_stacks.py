@@ -241,7 +241,7 @@ def test_extra_args_and_env_pass_through() -> None:
 def test_a800_builds_the_patched_image_with_a_content_hash_tag(
     deployed: dict[str, Deployment],
 ) -> None:
-    image = deployed["a800"].one("docker:index/image:Image").inputs
+    image = deployed["a800"].one("docker:index/image:Image", "-image-build").inputs
     assert image["imageName"].startswith("glm53-flash-sm80:")
     assert len(image["imageName"].split(":")[1]) == 16
     assert image["skipPush"] is True
@@ -270,7 +270,8 @@ def test_prebuilt_a800_image_instead_of_the_build() -> None:
     deployment = run_program(
         "a800", overrides={"glm:image": {"reference": "registry.example/glm53-flash-sm80@sha256:" + "e" * 64}}
     )
-    assert not deployment.of_type("docker:index/image:Image")
+    assert not deployment.one("glm:image:ServingImage", "-image").name.endswith("-build")
+    assert [r.name for r in deployment.of_type("docker:index/image:Image")] == ["a800-semantic-probe-image"]
 
 
 @pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])

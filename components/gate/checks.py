@@ -16,7 +16,8 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -243,6 +244,7 @@ class _Gate:
         self.deadline = float(smoke["deadline_seconds"])
         self.poll = min(float(smoke["poll_seconds"]), 1.0, FASTEST_STEADY_POLL_SECONDS)
         self.timeout = float(smoke.get("request_timeout_seconds", REQUEST_TIMEOUT_SECONDS))
+        self.max_tokens = int(smoke.get("max_tokens") or CHAT_MAX_TOKENS)
         self.api_key = api_key
         self.progress = progress
         self.latency_ms: dict[str, float] = {}
@@ -487,7 +489,7 @@ class _Gate:
         body: dict[str, Any] = {
             "model": self.served_name,
             "messages": messages,
-            "max_tokens": CHAT_MAX_TOKENS,
+            "max_tokens": self.max_tokens,
             "temperature": 0,
             **extra,
         }
@@ -512,7 +514,7 @@ class _Gate:
             )
         if content.strip() != self.expected:
             where = (
-                f"the reasoning used up max_tokens={CHAT_MAX_TOKENS}: lower "
+                f"the reasoning used up max_tokens={self.max_tokens}: lower "
                 "glm:smoke.chatTemplateKwargs.reasoning_effort"
                 if finish == "length"
                 else "the weights (glm:model), the image's patches and the chat template"
@@ -779,3 +781,50 @@ def run_gate(params: Mapping[str, Any], api_key: str, progress: Progress = stder
     ``served_name``/``max_model_len`` (the command line), the models step takes what is listed.
     """
     return _Gate(params, api_key, progress).run()
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """One step of :func:`check_steps`: passed or not, how long it took, and what failed."""
+
+    step: str
+    ok: bool
+    seconds: float
+    failure: str | None = None
+    """The :class:`GateFailure` message when the step failed."""
+    skipped: str | None = None
+    """Why the step could not run here (e.g. kv_pool without metrics_url); ``ok`` is then True."""
+
+
+def check_steps(
+    params: Mapping[str, Any], api_key: str, steps: Sequence[str], progress: Progress = stderr_progress
+) -> Iterator[StepOutcome]:
+    """The gate's steps one by one, each yielded as soon as it ends, a failure recorded instead of
+    raised: what the semantic probe runs (``components/semantic_probe``). A wrong answer does not
+    hide a broken tool call, and each step is bounded like the gate's (``request_timeout_seconds``;
+    readiness by ``deadline_seconds``). ``params`` as for :func:`run_gate`; ``smoke.max_tokens``
+    caps the chats.
+    """
+    gate = _Gate(params, api_key, progress)
+    methods: dict[str, Callable[[], None]] = {
+        "readiness": gate.wait_ready,
+        "models": gate.check_models,
+        "arithmetic": gate.check_arithmetic,
+        "tool_call": gate.check_tool_call,
+        "kv_pool": gate.check_kv_pool,
+        "front_auth": gate.check_front_auth,
+        "streaming": gate.check_streaming,
+    }
+    try:
+        for step in steps:
+            started = time.monotonic()
+            try:
+                methods[step]()
+            except GateFailure as failure:
+                yield StepOutcome(step, False, round(time.monotonic() - started, 3), failure.message)
+                continue
+            yield StepOutcome(
+                step, True, round(time.monotonic() - started, 3), skipped=gate.skipped.get(step)
+            )
+    finally:
+        gate.client.close()

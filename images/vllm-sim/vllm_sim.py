@@ -105,6 +105,7 @@ class Config:
     never_ready: bool = False
     kv_pool_tokens: int = 0
     faults: frozenset = frozenset()
+    runtime_faults: bool = False
     version: str = DEFAULT_VERSION
     prefill_tokens_per_s: float = 200000.0
     decode_token_seconds: float = 0.01
@@ -341,6 +342,7 @@ def parse_config(argv: list, env: dict | None = None) -> Config:
     if unknown:
         raise UsageError(f"VLLM_SIM_FAULT: unknown fault(s) {sorted(unknown)}; known: {sorted(FAULTS)}")
     cfg.faults = frozenset(faults)
+    cfg.runtime_faults = _env_bool(env, "VLLM_SIM_RUNTIME_FAULTS")
     cfg.version = env.get("VLLM_SIM_VERSION", "").strip() or DEFAULT_VERSION
     cfg.prefill_tokens_per_s = _env_float(env, "VLLM_SIM_PREFILL_TOKENS_PER_S", 200000.0)
     if cfg.prefill_tokens_per_s <= 0:
@@ -1458,15 +1460,20 @@ class Handler(BaseHTTPRequestHandler):
         ("POST", "/detokenize"): "detokenize",
         ("POST", "/v1/chat/completions"): "chat",
         ("POST", "/v1/completions"): "completions",
+        ("GET", "/sim/faults"): "sim_faults",
+        ("PUT", "/sim/faults"): "sim_faults",
     }
 
     def dispatch(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         method = "GET" if self.command == "HEAD" else self.command
         route = self.ROUTES.get((method, path))
+        if route == "sim_faults" and not self.server.cfg.runtime_faults:
+            route = None  # the switch exists only with VLLM_SIM_RUNTIME_FAULTS=1
+            self.read_body()  # so that the connection's next request starts where it should
         try:
             if route is None:
-                known = any(p == path for (_, p) in self.ROUTES)
+                known = any(p == path for (_, p) in self.ROUTES) and path != "/sim/faults"
                 status = 405 if known else 404
                 detail = "Method Not Allowed" if known else "Not Found"
                 self.send_json(status, {"detail": detail})
@@ -1487,6 +1494,23 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = dispatch
 
     # ---- simple endpoints --------------------------------------------------------------
+    def route_sim_faults(self) -> None:
+        """The runtime fault switch (``VLLM_SIM_RUNTIME_FAULTS=1``): ``PUT {"faults": [...]}`` replaces
+        the faults of the running simulator (``[]`` heals it); ``GET`` shows them."""
+        cfg = self.server.cfg
+        if self.command == "PUT":
+            body = self.read_json()
+            wanted = body.get("faults")
+            if not isinstance(wanted, list) or not all(isinstance(f, str) for f in wanted):
+                raise bad_request('faults must be a list of fault names, e.g. {"faults": ["wrong-answer"]}')
+            unknown = set(wanted) - FAULTS
+            if unknown:
+                raise bad_request(f"unknown fault(s) {sorted(unknown)}; known: {sorted(FAULTS)}")
+            # One assignment of an immutable set: a request in flight sees the old or the new faults.
+            cfg.faults = frozenset(wanted)
+            log(cfg, f"faults switched at runtime: {sorted(cfg.faults)}")
+        self.send_json(200, {"faults": sorted(cfg.faults)})
+
     def route_health(self) -> None:
         self.send_body(200, b"", None)
 

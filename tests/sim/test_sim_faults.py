@@ -109,3 +109,21 @@ def test_unknown_fault_stops_the_simulator_at_once() -> None:
     )
     assert proc.returncode == 2
     assert "explode" in proc.stderr
+
+
+def test_runtime_fault_switch_changes_a_running_simulator(start_sim) -> None:
+    s = start_sim(env={"VLLM_SIM_RUNTIME_FAULTS": "1"})
+    assert s.chat("13×17?", **LOW).json()["choices"][0]["message"]["content"] == "221"
+    switched = s.http.put("/sim/faults", json={"faults": ["wrong-answer"]})
+    assert switched.json() == {"faults": ["wrong-answer"]}
+    assert s.chat("13×17?", **LOW).json()["choices"][0]["message"]["content"] == "222"
+    assert s.http.get("/sim/faults").json() == {"faults": ["wrong-answer"]}
+    assert s.http.put("/sim/faults", json={"faults": ["no-such-fault"]}).status_code == 400
+    s.http.put("/sim/faults", json={"faults": []})
+    assert s.chat("13×17?", **LOW).json()["choices"][0]["message"]["content"] == "221"
+
+
+def test_runtime_fault_switch_is_off_by_default(start_sim) -> None:
+    s = start_sim()
+    assert s.http.put("/sim/faults", json={"faults": ["wrong-answer"]}).status_code == 404
+    assert s.chat("13×17?", **LOW).json()["choices"][0]["message"]["content"] == "221"

@@ -1,0 +1,34 @@
+"""The semantic probe: after the deploy, the gate's own checks keep running (issue 18).
+
+vLLM's ``/health`` stayed 200 while CUDA errors broke every answer (vLLM #24207), and ``/version``
+answered while the engine was dead (#39863). So a container of the stack asks the model, through
+the front and under its own API key, what the gate asked it at deploy time (readiness, 13x17 with
+the reasoning in its own field, a tool call, the KV pool), one request at a time, and exports the
+verdicts to the stack's Prometheus, whose rules alert after K failed runs in a row.
+
+- ``service.py``: the loop and its metrics, plain Python (runs in the probe container);
+- ``__main__.py``: ``python -m components.semantic_probe`` (the container's entrypoint);
+- ``resource.py``: the Pulumi side (the stack-generated key, the image, the container).
+
+Importing this package imports neither Pulumi nor prometheus_client.
+"""
+
+METRIC_PREFIX = "glm_semantic_probe"
+PROBE_STEPS = ("readiness", "arithmetic", "tool_call", "kv_pool")
+"""What each run checks, in order: the gate's steps that say whether the model answers right."""
+SCRAPE_JOB = "semantic-probe"
+"""Prometheus job of the probe's /metrics (the alert rules select it)."""
+
+
+def container_name(stack_container: str) -> str:
+    """Docker name of the probe container, from the serving container's (``glm:container.name``).
+
+    >>> container_name("glm53-flash-local")
+    'glm53-flash-local-semantic-probe'
+    """
+    return f"{stack_container}-semantic-probe"
+
+
+def scrape_target(stack_container: str, port: int) -> str:
+    """``host:port`` where the stack's Prometheus scrapes the probe on the private network."""
+    return f"{container_name(stack_container)}:{port}"

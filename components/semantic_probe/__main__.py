@@ -1,0 +1,60 @@
+"""The semantic probe's entrypoint: ``python -m components.semantic_probe``.
+
+    python -m components.semantic_probe --params params.json --api-key-file key          # serve
+    python -m components.semantic_probe --params params.json --api-key-file key --once   # one run
+
+Serving: ``/metrics`` on the params' port and a run every ``interval_seconds`` until SIGTERM.
+``--once``: one run, its steps as JSON on stdout; exit 0 when every step passed, else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from components.semantic_probe.service import (
+    ProbeMetrics,
+    ProbeSettings,
+    run_forever,
+    run_once,
+    serve_metrics,
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m components.semantic_probe", description=__doc__)
+    parser.add_argument("--params", type=Path, required=True, help="params.json rendered by the program")
+    parser.add_argument("--api-key-file", type=Path, required=True, help="file holding the probe's API key")
+    parser.add_argument("--once", action="store_true", help="one run, results on stdout, then exit")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s semantic-probe %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per run is enough
+    settings = ProbeSettings.from_json(args.params.read_text())
+    api_key = args.api_key_file.read_text().strip()
+    metrics = ProbeMetrics(settings)
+    if args.once:
+        outcomes = run_once(settings, api_key, metrics)
+        print(json.dumps([dataclasses.asdict(o) for o in outcomes], indent=2))
+        return 0 if all(o.ok for o in outcomes) else 1
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    serve_metrics(metrics, settings.port)
+    logging.info(
+        "probing %s every %g s (K=%d), /metrics on :%d",
+        settings.endpoint,
+        settings.interval_seconds,
+        settings.failures_before_alert,
+        settings.port,
+    )
+    run_forever(settings, api_key, metrics, stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

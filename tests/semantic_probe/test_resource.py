@@ -1,0 +1,175 @@
+"""The probe's config rules, its key, its image context and its container, without a Docker engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.config import ConfigError, SecretInputs, build_stack_config, check_api_keys
+from components.semantic_probe.resource import (
+    KEY_PATH,
+    PARAMS_PATH,
+    PROJECT_DIR,
+    _ProbeKeyProvider,
+    build_context,
+    context_files,
+)
+from tests.conftest import PROBE_TEST_KEY, TEST_API_KEYS, Deployment, is_secret, run_program, unwrap
+
+KEYS = {"ops": "sk-test-ops-fedcba9876543210"}
+
+
+# ---- config: refused before anything is created -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("probe", "message"),
+    [
+        ({"intervalSeconds": 0}, r"glm:semanticProbe\.intervalSeconds=0 s: the probe would never run"),
+        ({"intervalSeconds": -5}, r"glm:semanticProbe\.intervalSeconds=-5"),
+        (
+            {"failuresBeforeAlert": 0},
+            r"glm:semanticProbe\.failuresBeforeAlert=0: an alert needs at least one",
+        ),
+        (
+            {"intervalSeconds": 20, "timeoutSeconds": 15},
+            r"intervalSeconds=20 is shorter than 2 x timeoutSeconds=15 = 30 s",
+        ),
+        ({"clientName": "probe key"}, r"glm:semanticProbe\.clientName='probe key' is not a client name"),
+    ],
+)
+def test_bad_probe_config_is_refused(probe: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_stack_config({"hardware": "local", "semanticProbe": probe})
+
+
+def test_a_user_key_named_like_the_probe_is_refused_with_the_fix() -> None:
+    keys = {**KEYS, "semantic-probe": "sk-test-probe-00112233445566778899"}
+    with pytest.raises(ConfigError) as info:
+        build_stack_config({"hardware": "local"}, SecretInputs(api_keys=keys))
+    assert "glm:apiKeys.semantic-probe is the semantic probe's client name" in str(info.value)
+    assert "pulumi config rm --path 'glm:apiKeys.semantic-probe'" in str(info.value)
+    # Another client name for the probe, or no probe, and the same keys pass.
+    build_stack_config(
+        {"hardware": "local", "semanticProbe": {"clientName": "probe"}}, SecretInputs(api_keys=keys)
+    )
+    build_stack_config(
+        {"hardware": "local", "semanticProbe": {"enabled": False}}, SecretInputs(api_keys=keys)
+    )
+
+
+def test_production_defaults() -> None:
+    probe = build_stack_config({"hardware": "local"}).semantic_probe
+    assert (probe.enabled, probe.interval_seconds, probe.failures_before_alert) == (True, 60, 3)
+    assert (probe.timeout_seconds, probe.max_tokens, probe.client_name) == (15, 256, "semantic-probe")
+    assert probe.silent_after_seconds == 150
+
+
+# ---- the key ----------------------------------------------------------------------------------
+
+
+def test_the_key_is_generated_once_and_kept() -> None:
+    provider = _ProbeKeyProvider()
+    created = provider.create({"client_name": "semantic-probe", "key": None})
+    key = created.outs["key"]
+    assert key.startswith("sk-probe-") and not check_api_keys({"semantic-probe": key})
+    assert provider.create({"client_name": "semantic-probe", "key": None}).outs["key"] != key
+    olds = created.outs
+    assert not provider.diff(created.id, olds, {"client_name": "semantic-probe", "key": None}).changes
+    renamed = {"client_name": "probe", "key": None}
+    assert provider.diff(created.id, olds, renamed).changes
+    assert provider.update(created.id, olds, renamed).outs == {"client_name": "probe", "key": key}
+
+
+# ---- the image context ------------------------------------------------------------------------
+
+
+def test_the_image_carries_the_gate_itself_and_its_packages() -> None:
+    files = context_files()
+    for module in ("components/gate/checks.py", "components/gate/metrics.py", "components/config.py"):
+        assert files[f"app/{module}"] == (PROJECT_DIR / module).read_bytes()
+    assert "app/components/gate/resource.py" not in files  # Pulumi stays out of the image
+    packages = {path.split("/")[1] for path in files if path.startswith("site-packages/")}
+    assert {"httpx", "h11", "anyio", "idna", "certifi", "prometheus_client", "pydantic_core"} <= packages
+    assert not [p for p in files if "__pycache__" in p or p.endswith(".pyc")]
+    context, tag = build_context()
+    assert (
+        context.startswith(".build/semantic-probe-")
+        and tag == f"glm53-semantic-probe:{context.rsplit('-', 1)[1]}"
+    )
+    assert (PROJECT_DIR / context / "Dockerfile").read_bytes() == files["Dockerfile"]
+
+
+# ---- the program under mocks ------------------------------------------------------------------
+
+
+def container(deployment: Deployment, suffix: str) -> dict[str, Any]:
+    return deployment.one("docker:index/container:Container", suffix).inputs
+
+
+def uploads(inputs: dict[str, Any]) -> dict[str, Any]:
+    return {u["file"]: u["content"] for u in unwrap(inputs["uploads"])}
+
+
+def test_the_local_stack_runs_the_probe_through_the_front(deployed: dict[str, Deployment]) -> None:
+    local = deployed["local"]
+    probe = container(local, "-semantic-probe-container")
+    assert probe["name"] == "glm53-flash-local-semantic-probe"
+    assert probe["networksAdvanced"] == [{"name": "glm53-flash-local-net"}]
+    assert "ports" not in probe  # reached by Prometheus on the private network only
+    files = uploads(probe)
+    params = json.loads(files[PARAMS_PATH])
+    assert params["endpoint"] == "http://glm53-flash-local-nginx:8080/v1"
+    assert params["metrics_url"] == "http://vllm:8000/metrics"
+    assert (params["interval_seconds"], params["failures_before_alert"]) == (60, 3)
+    assert params["smoke"]["max_tokens"] == 256 and params["smoke"]["request_timeout_seconds"] == 15
+    assert params["smoke"]["expected_answer"] == "221"
+    assert files[KEY_PATH] == PROBE_TEST_KEY
+    assert is_secret(probe["uploads"]) or is_secret(probe["uploads"][1]["content"])  # stored encrypted
+    image = local.one("docker:index/image:Image", "-semantic-probe-image").inputs
+    assert image["build"]["args"] == {"BASE_IMAGE": "glm53-local/python:bookworm"}
+    # The front knows the probe's key under its own name, beside the users' keys.
+    nginx_conf = unwrap(uploads(container(local, "-front-nginx"))["/etc/nginx/nginx.conf"])
+    assert '"semantic-probe";' in nginx_conf and PROBE_TEST_KEY in nginx_conf
+    assert all(f'"{name}";' in nginx_conf for name in TEST_API_KEYS)
+    # The gate keeps a user's key; Prometheus scrapes the probe.
+    gate = local.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs
+    assert unwrap(gate["api_key"]) == TEST_API_KEYS["ci"]
+    prometheus = unwrap(uploads(container(local, "-prometheus"))["/etc/prometheus/prometheus.yml"])
+    assert "glm53-flash-local-semantic-probe:9101" in prometheus
+    assert local.outputs["semanticProbe"] == "glm53-flash-local-semantic-probe"
+    # Started after the gate passed.
+    depends = local.options["local-semantic-probe"].depends_on
+    assert any(getattr(d, "_name", "") == "local-smoke" for d in depends)
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
+def test_hardware_stacks_run_it_too(deployed: dict[str, Deployment], stack: str) -> None:
+    probe = container(deployed[stack], "-semantic-probe-container")
+    params = json.loads(uploads(probe)[PARAMS_PATH])
+    served = {"a800": "zai-org/GLM-5.3-Flash", "ascend": "glm5.3-flash", "rtx5090": "glm-5.3-flash"}
+    assert params["served_name"] == served[stack]
+    image = deployed[stack].one("docker:index/image:Image", "-semantic-probe-image").inputs
+    assert image["build"]["args"] == {"BASE_IMAGE": "python:3.11-slim"}
+
+
+def test_disabled_means_no_key_no_container_no_rules() -> None:
+    off = run_program("local", overrides={"glm:semanticProbe": {"enabled": False}})
+    assert not [r.name for r in off.resources if "semantic-probe" in r.name]
+    nginx_conf = unwrap(uploads(container(off, "-front-nginx"))["/etc/nginx/nginx.conf"])
+    assert "semantic-probe" not in nginx_conf
+    rules = unwrap(uploads(container(off, "-prometheus"))["/etc/prometheus/rules.yml"])
+    assert "GlmModelAnswersWrong" not in rules
+    assert "semanticProbe" not in off.outputs
+
+
+def test_a_tls_front_gets_no_probe_and_a_warning() -> None:
+    config = build_stack_config({"hardware": "local", "front": {"tls": True}})
+    assert any("glm:semanticProbe is not deployed on this stack" in a for a in config.advisories())
+
+
+def test_the_context_is_not_in_git() -> None:
+    assert "/.build/" in (Path(PROJECT_DIR) / ".gitignore").read_text().split()

@@ -1,0 +1,143 @@
+"""The probe loop against the simulator behind the real Nginx front: the gate's steps, one by one,
+switched between faults at runtime, and the metrics Prometheus reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from components.semantic_probe import PROBE_STEPS
+from components.semantic_probe.resource import probe_settings
+from components.semantic_probe.service import (
+    ProbeMetrics,
+    ProbeSettings,
+    run_forever,
+    run_once,
+    serve_metrics,
+)
+from tests.gate.support import KEY, Sim, free_port, local_config
+
+RUNTIME = {"VLLM_SIM_RUNTIME_FAULTS": "1"}
+
+
+def settings_for(endpoint: str, sim: Sim, **probe: int) -> ProbeSettings:
+    config = local_config(**{}).model_copy(
+        update={"semantic_probe": local_config().semantic_probe.model_copy(update=probe)}
+    )
+    base = probe_settings(config, "unused", f"127.0.0.1:{sim.port}")
+    return dataclasses.replace(base, endpoint=endpoint)
+
+
+def samples(metrics: ProbeMetrics) -> dict[tuple[str, str], float]:
+    from prometheus_client import generate_latest
+
+    text = generate_latest(metrics.registry).decode()
+    return {
+        (s.name, s.labels.get("step") or s.labels.get("result", "")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def set_faults(sim: Sim, *faults: str) -> None:
+    httpx.put(f"{sim.url}/sim/faults", json={"faults": list(faults)}).raise_for_status()
+
+
+def test_a_healthy_model_passes_every_step(sims: Callable[..., Sim], front: Callable[[Sim], str]) -> None:
+    sim = sims(**RUNTIME)
+    settings = settings_for(front(sim), sim)
+    metrics = ProbeMetrics(settings)
+    outcomes = run_once(settings, KEY, metrics)
+    assert [(o.step, o.ok) for o in outcomes] == [(s, True) for s in PROBE_STEPS]
+    seen = samples(metrics)
+    for step in PROBE_STEPS:
+        assert seen["glm_semantic_probe_step_success", step] == 1
+        assert seen["glm_semantic_probe_step_consecutive_failures", step] == 0
+        assert seen["glm_semantic_probe_step_latency_seconds", step] > 0
+    assert seen["glm_semantic_probe_last_success_timestamp_seconds", ""] > time.time() - 60
+    assert seen["glm_semantic_probe_runs_total", "ok"] == 1
+
+
+def test_each_fault_fails_its_step_and_counts_runs_in_a_row(
+    sims: Callable[..., Sim], front: Callable[[Sim], str]
+) -> None:
+    sim = sims(**RUNTIME)
+    settings = settings_for(front(sim), sim, timeout_seconds=1, interval_seconds=2)
+    metrics = ProbeMetrics(settings)
+    expected = {
+        "wrong-answer": ({"arithmetic"}, "expected content '221'"),
+        "no-tool-calls": ({"tool_call"}, "finish_reason=stop, 0 tool_calls"),
+        "http-500": ({"arithmetic", "tool_call"}, "answered 500"),
+        "silent": ({"arithmetic", "tool_call"}, "no complete answer within 1 s"),
+    }
+    for fault, (failing, message) in expected.items():
+        set_faults(sim, fault)
+        for run in (1, 2):
+            started = time.monotonic()
+            outcomes = {o.step: o for o in run_once(settings, KEY, metrics)}
+            assert {s for s, o in outcomes.items() if not o.ok} == failing, fault
+            assert all(message in (outcomes[s].failure or "") for s in failing), (fault, outcomes)
+            seen = samples(metrics)
+            for step in PROBE_STEPS:
+                assert seen["glm_semantic_probe_step_consecutive_failures", step] == (
+                    run if step in failing else 0
+                )
+            assert seen["glm_semantic_probe_last_failure_step", sorted(failing)[-1]] == 1
+            # A stall holds each chat step for the request timeout, no longer.
+            assert time.monotonic() - started < 2 * settings.smoke["request_timeout_seconds"] + 2
+        set_faults(sim)
+        assert all(o.ok for o in run_once(settings, KEY, metrics)), f"healed after {fault}"
+        assert all(
+            samples(metrics)["glm_semantic_probe_step_consecutive_failures", s] == 0 for s in PROBE_STEPS
+        )
+
+
+def test_the_probe_sends_its_small_max_tokens(sims: Callable[..., Sim], front: Callable[[Sim], str]) -> None:
+    sim = sims()
+    settings = settings_for(front(sim), sim, max_tokens=2)
+    outcomes = {o.step: o for o in run_once(settings, KEY, ProbeMetrics(settings))}
+    assert not outcomes["arithmetic"].ok
+    assert "max_tokens=2" in (outcomes["arithmetic"].failure or "")
+
+
+def test_a_wrong_key_fails_readiness_with_the_reason(
+    sims: Callable[..., Sim], front: Callable[[Sim], str]
+) -> None:
+    sim = sims()
+    settings = settings_for(front(sim), sim)
+    outcomes = {
+        o.step: o for o in run_once(settings, "sk-not-a-key-of-this-front-0000", ProbeMetrics(settings))
+    }
+    assert not outcomes["readiness"].ok and "refused the gate's API key" in (
+        outcomes["readiness"].failure or ""
+    )
+
+
+def test_runs_at_a_fixed_rate_and_serves_metrics(
+    sims: Callable[..., Sim], front: Callable[[Sim], str]
+) -> None:
+    sim = sims()
+    settings = dataclasses.replace(settings_for(front(sim), sim), interval_seconds=0.5, port=free_port())
+    metrics = ProbeMetrics(settings)
+    serve_metrics(metrics, settings.port)
+    stop = threading.Event()
+    loop = threading.Thread(target=run_forever, args=(settings, KEY, metrics, stop), daemon=True)
+    loop.start()
+    time.sleep(1.9)
+    stop.set()
+    loop.join(timeout=10)
+    text = httpx.get(f"http://127.0.0.1:{settings.port}/metrics").text
+    runs = {
+        s.labels["result"]: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "glm_semantic_probe_runs_total"
+    }
+    assert runs["failed"] == 0 and 3 <= runs["ok"] <= 5, runs
+    assert "glm_semantic_probe_interval_seconds 0.5" in text
+    assert "glm_semantic_probe_failures_before_alert 3.0" in text

@@ -1,0 +1,28 @@
+"""The semantic probe on the real engine and the local Docker engine: a running simulator switched
+to each fault makes the right alert fire in the stack's real Prometheus, within the design bound,
+and nothing fires while it is healthy (benchmarks/semantic_probe_alerts.py prints the figures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.semantic_probe_alerts import BOUND, FAULTS, measure, report
+from tests.engine import PulumiProject, engine_missing
+from tests.test_e2e import WEIGHTS
+
+pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
+
+
+def test_faults_alert_within_the_bound_and_health_stays_quiet(tmp_path: Path) -> None:
+    if not (WEIGHTS / "config.json").exists():
+        pytest.skip(f"the local weights fixture is missing: {WEIGHTS} (make test writes it)")
+    figures = measure(PulumiProject.copy_of_repo(tmp_path / "glm"))
+    print(report(figures))
+    assert figures.healthy_alerts == []
+    assert set(figures.fault_to_firing) == set(FAULTS)
+    # One second of slack for the 0.2 s polling and a busy shared machine.
+    assert all(seconds <= BOUND + 1 for seconds in figures.fault_to_firing.values()), figures
+    assert figures.probe_stopped_to_silent is not None
+    assert figures.probe_requests_logged > 0 and "semantic-probe" in figures.probe_client_names
