@@ -1,14 +1,15 @@
 """Front-only changes under load: requests sent, failed, streams cut, p99 latency (issue 17).
 
-Brings up the local stack (TLS on, so a certificate can be renewed) under the real Pulumi engine on
-a throwaway copy of the project, then for each change runs a bounded load loop through the front
-while `pulumi up` applies it:
+Brings up the local stack under the real Pulumi engine on a throwaway copy of the project, then for
+each change runs a bounded load loop through the front while `pulumi up` applies it:
 
 * 2 clients sending short requests (a 4-token chat) every 50 ms;
 * 3 clients streaming ~300-token answers, one after another.
 
 Changes: a key addition, a key removal (one stream under the removed key is open during it), a
-certificate renewal, a timeout change. Loopback only; each phase is bounded in time and count.
+timeout change, each a `pulumi up`; and a certificate renewal on a real TLS front container applied
+by NginxReload's provider code (the smoke gate verifies TLS against the public CAs only, so a stack
+with a test certificate cannot pass `up`). Loopback only; each phase is bounded in time and count.
 
     PATH=~/.cache/glm53-engine/3.274.1/bin:.venv/bin:$PATH .venv/bin/python benchmarks/front_changes.py
 """
@@ -32,7 +33,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.engine import PulumiProject, engine_missing, free_port  # noqa: E402
-from tests.test_nginx_front import self_signed  # noqa: E402
 
 ALICE = "sk-bench-alice-0123456789abcdef"
 BOB = "sk-bench-bob-fedcba9876543210"
@@ -70,7 +70,9 @@ class Tally:
         return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else float("nan")
 
 
-def short_client(base: str, verify: ssl.SSLContext, key: str, stop: threading.Event, tally: Tally) -> None:
+def short_client(
+    base: str, verify: ssl.SSLContext | bool, key: str, stop: threading.Event, tally: Tally
+) -> None:
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
     with httpx.Client(verify=verify, timeout=30, headers={"Authorization": f"Bearer {key}"}) as client:
         while not stop.is_set() and tally.sent < PHASE_MAX_REQUESTS:
@@ -100,7 +102,9 @@ def one_stream(client: httpx.Client, base: str) -> tuple[bool, str | None]:
         return False, type(err).__name__
 
 
-def stream_client(base: str, verify: ssl.SSLContext, key: str, stop: threading.Event, tally: Tally) -> None:
+def stream_client(
+    base: str, verify: ssl.SSLContext | bool, key: str, stop: threading.Event, tally: Tally
+) -> None:
     with httpx.Client(verify=verify, timeout=60, headers={"Authorization": f"Bearer {key}"}) as client:
         while not stop.is_set() and tally.sent < PHASE_MAX_REQUESTS:
             start = time.monotonic()
@@ -109,13 +113,9 @@ def stream_client(base: str, verify: ssl.SSLContext, key: str, stop: threading.E
 
 
 def phase(
-    env: dict[str, str],
-    project: PulumiProject,
-    base: str,
-    verify: ssl.SSLContext,
-    change: Callable[[], object],
-    extra_stream_key: str | None,
+    base: str, verify: ssl.SSLContext | bool, change: Callable[[], object], extra_stream_key: str | None
 ) -> dict[str, object]:
+    """Load through ``base`` while ``change()`` runs (a `pulumi up`, or a provider call)."""
     short, streams, extra = Tally(), Tally(), Tally()
     stop = threading.Event()
     threads = [
@@ -143,9 +143,8 @@ def phase(
         extra_thread = threading.Thread(target=run_extra)
         extra_thread.start()
         time.sleep(0.3)
-    change()
     started = time.monotonic()
-    project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=PHASE_MAX_SECONDS, extra_env=env)
+    change()
     up_seconds = time.monotonic() - started
     removed_key_status = None
     if extra_stream_key is not None:
@@ -169,7 +168,10 @@ def phase(
         "cut": streams.cut,
         "p99_short_ms": round(short.p99() * 1000, 1),
         "p99_stream_s": round(streams.p99(), 2),
-        "errors": {**short.errors, **streams.errors},
+        "errors": {
+            **{f"short {k}": n for k, n in short.errors.items()},
+            **{f"stream {k}": n for k, n in streams.errors.items()},
+        },
     }
     if extra_stream_key is not None:
         result["removed_key_stream_finished"] = extra.failed == 0 and extra.sent == 1
@@ -177,80 +179,119 @@ def phase(
     return result
 
 
-def trust(*certs: bytes) -> ssl.SSLContext:
-    context = ssl.create_default_context(cadata="".join(c.decode() for c in certs))
-    return context
+def engine_phases() -> dict[str, dict[str, object]]:
+    """Key addition, key removal, timeout change: `pulumi up` of the local stack (plain HTTP on
+    loopback: the gate verifies TLS against the public CAs only, so a test certificate cannot pass it)."""
+    workdir = Path(tempfile.mkdtemp(prefix="front-changes-"))
+    project = PulumiProject.copy_of_repo(workdir / "glm")
+    front_port, prometheus_port = free_port(), free_port()
+    container = f"glm53-bench-front-{front_port}"
+    project.init_stack(
+        "local",
+        config={
+            "glm:front.port": str(front_port),
+            "glm:monitoring.port": str(prometheus_port),
+            "glm:container.name": container,
+        },
+        secrets={"glm:apiKeys.alice": ALICE},
+    )
+    rows: dict[str, dict[str, object]] = {}
+
+    def up_after(*config: str) -> Callable[[], object]:
+        def run() -> None:
+            project.run("config", *config, "-s", "local")
+            project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=PHASE_MAX_SECONDS)
+
+        return run
+
+    try:
+        project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
+        base = project.outputs("local")["endpoint"].replace("localhost", "127.0.0.1")
+        rows["key addition"] = phase(
+            base, True, up_after("set", "--secret", "--path", "glm:apiKeys.bob", BOB), None
+        )
+        rows["key removal"] = phase(base, True, up_after("rm", "--path", "glm:apiKeys.bob"), BOB)
+        rows["timeout change"] = phase(
+            base, True, up_after("set", "--path", "glm:front.readTimeoutSeconds", "900"), None
+        )
+    finally:
+        project.run("destroy", "--yes", "-s", "local", check=False, timeout=600)
+        subprocess.run(["docker", "volume", "rm", f"{container}-jit-cache"], capture_output=True)
+    return rows
+
+
+def ca_and_two_leaves() -> tuple[bytes, tuple[bytes, bytes], tuple[bytes, bytes]]:
+    """A CA and two certificates it signed for 127.0.0.1 (a renewal keeps the issuer; two
+    self-signed certificates with one subject would confuse the client's issuer lookup)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench CA")])
+    ca = (
+        x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )  # fmt: skip
+
+    def leaf() -> tuple[bytes, bytes]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
+            )
+            .sign(ca_key, hashes.SHA256())
+        )  # fmt: skip
+        pem_key = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        return cert.public_bytes(serialization.Encoding.PEM), pem_key
+
+    return ca.public_bytes(serialization.Encoding.PEM), leaf(), leaf()
+
+
+def certificate_phase() -> dict[str, object]:
+    """Certificate renewal: the same load through a real TLS front container (the production
+    command and image), the change applied by NginxReload's provider code (what `up` runs)."""
+    from components.nginx_reload import apply_release
+    from tests.test_nginx_front import vllm_sim
+    from tests.test_nginx_reload import live_front
+
+    ca, old, new = ca_and_two_leaves()
+    keys = {"alice": ALICE}
+    with vllm_sim({"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.01"}) as sim_port, live_front(sim_port) as front:
+        front.scheme = "https"
+        apply_release(front.props(keys, tls_pair=(old[0].decode(), old[1].decode())))
+        renewed = front.props(keys, tls_pair=(new[0].decode(), new[1].decode()))
+        context = ssl.create_default_context(cadata=ca.decode())
+        return phase(f"{front.base}/v1", context, lambda: apply_release(renewed), None)
 
 
 def main() -> int:
     if engine_missing():
         print(f"cannot run: {engine_missing()}", file=sys.stderr)
         return 2
-    workdir = Path(tempfile.mkdtemp(prefix="front-changes-"))
-    project = PulumiProject.copy_of_repo(workdir / "glm")
-    front_port, prometheus_port = free_port(), free_port()
-    container = f"glm53-bench-front-{front_port}"
-    old_cert, new_cert = self_signed(), self_signed()
-    project.init_stack(
-        "local",
-        config={
-            "glm:front.port": str(front_port),
-            "glm:front.tls": "true",
-            "glm:monitoring.port": str(prometheus_port),
-            "glm:container.name": container,
-        },
-        secrets={"glm:apiKeys.alice": ALICE},
-    )
-
-    def set_pair(pair: tuple[bytes, bytes]) -> None:
-        # On stdin: a PEM starts with dashes, which the CLI would read as a flag.
-        for key, pem in (("glm:tlsCertificate", pair[0]), ("glm:tlsKey", pair[1])):
-            subprocess.run(
-                ["pulumi", "config", "set", "--secret", key, "-s", "local", "--non-interactive"],
-                input=pem, cwd=project.root, env=project.env, check=True, capture_output=True,
-            )  # fmt: skip
-
-    set_pair(old_cert)
-    verify = trust(old_cert[0], new_cert[0])
-    # The gate (in the engine's dynamic provider) verifies the front's TLS: trust both test certs.
-    bundle = workdir / "trusted.pem"
-    bundle.write_bytes(old_cert[0] + new_cert[0])
-    tls_env = {"SSL_CERT_FILE": str(bundle)}
-    rows: dict[str, dict[str, object]] = {}
-    try:
-        project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900, extra_env=tls_env)
-        base = project.outputs("local")["endpoint"].replace("localhost", "127.0.0.1")
-
-        def config_set(*args: str) -> Callable[[], object]:
-            return lambda: project.run("config", "set", *args, "-s", "local")
-
-        def renew() -> None:
-            set_pair(new_cert)
-
-        rows["key addition"] = phase(
-            tls_env, project, base, verify, config_set("--secret", "--path", "glm:apiKeys.bob", BOB), None
-        )
-        rows["key removal"] = phase(
-            tls_env,
-            project,
-            base,
-            verify,
-            lambda: project.run("config", "rm", "--path", "glm:apiKeys.bob", "-s", "local"),
-            BOB,
-        )
-        rows["certificate renewal"] = phase(tls_env, project, base, verify, renew, None)
-        rows["timeout change"] = phase(
-            tls_env, project, base, verify, config_set("--path", "glm:front.readTimeoutSeconds", "900"), None
-        )
-    finally:
-        project.run("destroy", "--yes", "-s", "local", check=False, timeout=600)
-        subprocess.run(["docker", "volume", "rm", f"{container}-jit-cache"], capture_output=True)
+    rows = engine_phases()
+    rows["certificate renewal"] = certificate_phase()
     print(
-        f"{'change':<22}{'up s':>7}{'sent':>7}{'failed':>8}{'streams':>9}{'cut':>5}{'p99 short ms':>14}{'p99 stream s':>14}"
+        f"{'change':<22}{'apply s':>8}{'sent':>7}{'failed':>8}{'streams':>9}{'cut':>5}"
+        f"{'p99 short ms':>14}{'p99 stream s':>14}"
     )
     for name, row in rows.items():
         print(
-            f"{name:<22}{row['up_s']:>7}{row['sent']:>7}{row['failed']:>8}{row['streams']:>9}{row['cut']:>5}"
+            f"{name:<22}{row['up_s']:>8}{row['sent']:>7}{row['failed']:>8}{row['streams']:>9}{row['cut']:>5}"
             f"{row['p99_short_ms']:>14}{row['p99_stream_s']:>14}"
         )
     print(json.dumps(rows, indent=1))
