@@ -114,7 +114,7 @@ _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 
 def render_template(template: str, values: Mapping[str, str]) -> str:
-    """Fill ``{{name}}`` placeholders; a line holding only a placeholder that is empty is left out.
+    r"""Fill ``{{name}}`` placeholders; a line holding only a placeholder that is empty is left out.
 
     Strict both ways, so a renamed placeholder cannot silently render an empty directive:
 
@@ -134,7 +134,7 @@ def render_template(template: str, values: Mapping[str, str]) -> str:
 
 
 def render_key_map(keys: Mapping[str, str]) -> str:
-    """The ``map`` entries of ``api-keys.map`` / ``metrics-keys.map``, sorted by name.
+    r"""The ``map`` entries of ``api-keys.map`` / ``metrics-keys.map``, sorted by name.
 
     >>> render_key_map({"b": "sk-b", "a": "sk.a"})
     '"~^Bearer sk[.]a$" "a";\n"~^Bearer sk-b$" "b";\n'
