@@ -1014,6 +1014,8 @@ SECRET_KEYS = {
     "apiKeys": "API keys of the front, `{name: key}` (secret, required).",
     "servingSecretEnv": "Secret environment of the vLLM container, `{NAME: value}` (e.g. `HF_TOKEN` for a "
     "gated download); only the names reach the fingerprint and outputs (secret).",
+    "metricsKeys": "Keys that read vLLM's `/metrics` through the front and nothing else, "
+    "`{name: key}` (secret, optional; docs/front-and-alerts.md).",
     "tlsCertificate": "PEM certificate when `front.tls` is true (secret).",
     "tlsKey": "PEM key when `front.tls` is true (secret).",
     "sshPrivateKey": "SSH key for preflight/download commands; default: the SSH agent (secret).",
@@ -1076,6 +1078,7 @@ class SecretInputs:
     """
 
     api_keys: Any = None
+    metrics_keys: Any = None
     serving_env: Any = None
     tls_certificate: bool = False
     tls_key: bool = False
@@ -1086,6 +1089,7 @@ class SecretInputs:
         """Rules that need no model: where secrets are, and the keys' and names' shapes."""
         found = [_secret_in_plain_key(key) for key in self.secret_plain_keys]
         found += check_api_keys(self.api_keys)
+        found += check_metrics_keys(self.metrics_keys, self.api_keys)
         if self.serving_env is not None and not isinstance(self.serving_env, Mapping):
             found.append(
                 "glm:servingSecretEnv must be a map of environment variables. Fix: "
@@ -1170,34 +1174,61 @@ def check_api_keys(api_keys: Any) -> list[str]:
             "glm:apiKeys is empty: the front would refuse every request. Fix: "
             "pulumi config set --secret --path 'glm:apiKeys.<client>' <key>"
         ]
+    return _check_key_map(api_keys, "apiKeys")
+
+
+def check_metrics_keys(metrics_keys: Any, api_keys: Any) -> list[str]:
+    """``glm:metricsKeys`` (optional): the same rules as the API keys, and none of them may also be
+    an API key, so a scraper's key never reaches the model and no inference key reads /metrics."""
+    if metrics_keys is None or metrics_keys == {}:
+        return []
+    if not isinstance(metrics_keys, Mapping):
+        return [
+            "glm:metricsKeys must be a map {scraper name: key}. Fix: "
+            "pulumi config set --secret --path 'glm:metricsKeys.prometheus' \"sk-$(openssl rand -hex 24)\""
+        ]
+    found = _check_key_map(metrics_keys, "metricsKeys")
+    inference = {v: n for n, v in api_keys.items()} if isinstance(api_keys, Mapping) else {}
+    for name in sorted(metrics_keys):
+        key = metrics_keys[name]
+        if isinstance(key, str) and key in inference:
+            found.append(
+                f"glm:metricsKeys.{name} and glm:apiKeys.{inference[key]} hold the same key: the "
+                "metrics key would also reach the model, and the inference key /metrics. Fix: give "
+                f"the scraper its own key ({_NEW_KEY})."
+            )
+    return found
+
+
+def _check_key_map(keys: Mapping[str, Any], config_key: str) -> list[str]:
     found = []
     seen: dict[str, str] = {}
-    for name in sorted(api_keys):
-        key = api_keys[name]
+    for name in sorted(keys):
+        key = keys[name]
         if not _CLIENT_NAME.fullmatch(name):
             found.append(
-                f"glm:apiKeys.{name}: the client name must be 1-64 characters of letters, digits, "
+                f"glm:{config_key}.{name}: the client name must be 1-64 characters of letters, digits, "
                 "`_`, `.` and `-`, starting with a letter or digit (it is logged as the client)."
             )
         if not isinstance(key, str) or not _API_KEY.fullmatch(key):
             found.append(
-                f"glm:apiKeys.{name}: the key must be a bearer token (letters, digits and "
+                f"glm:{config_key}.{name}: the key must be a bearer token (letters, digits and "
                 f"`-._~+/`, optionally ending in `=`). Fix: generate one with {_NEW_KEY}."
             )
             continue
         if len(key) < MIN_API_KEY_LENGTH:
             found.append(
-                f"glm:apiKeys.{name} is {len(key)} characters; use at least {MIN_API_KEY_LENGTH} "
+                f"glm:{config_key}.{name} is {len(key)} characters; use at least {MIN_API_KEY_LENGTH} "
                 f"random characters (e.g. {_NEW_KEY})."
             )
         elif (bits := _entropy_bits(key)) < MIN_API_KEY_BITS:
             found.append(
-                f"glm:apiKeys.{name} is not random enough (about {bits:.0f} bits by its character "
+                f"glm:{config_key}.{name} is not random enough (about {bits:.0f} bits by its character "
                 f"frequencies; at least {MIN_API_KEY_BITS} needed). Fix: generate one with {_NEW_KEY}."
             )
         if key in seen:
             found.append(
-                f"glm:apiKeys.{name} and glm:apiKeys.{seen[key]} hold the same key: the access log "
+                f"glm:{config_key}.{name} and glm:{config_key}.{seen[key]} hold the same key: the access log "
                 "could not tell the clients apart. Fix: give each client its own key."
             )
         seen[key] = name
@@ -1271,6 +1302,7 @@ def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
         )
     secrets = SecretInputs(
         api_keys=config.get_object("apiKeys"),
+        metrics_keys=config.get_object("metricsKeys"),
         serving_env=config.get_object("servingSecretEnv"),
         tls_certificate=config.get("tlsCertificate") is not None,
         tls_key=config.get("tlsKey") is not None,

@@ -9,10 +9,11 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
+from components.change_cost import front_replacement_notice, serving_replacement_notice, warn_when_replaced
 from components.config import StackConfig, semantic_probe_runs
 from components.gate.resource import SmokeTest, metrics_url_for
 from components.model_volume import ModelVolume
-from components.nginx_front import NginxFront
+from components.nginx_front import STOP_GRACE_SECONDS, NginxFront
 from components.preflight import Preflight
 from components.prometheus_scrape import PrometheusScrape
 from components.promotion import fingerprint, promoted_image, served_model
@@ -84,8 +85,11 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         if probe_key is not None
         else secrets.api_keys,
         tls_files=secrets.tls_files,
+        metrics_keys=secrets.metrics_keys,
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server]),
     )
+    warn_when_replaced(server.container, serving_replacement_notice(config.hardware, config.facts))
+    warn_when_replaced(front.container, front_replacement_notice(STOP_GRACE_SECONDS))
     monitoring = PrometheusScrape(
         f"{stack}-monitoring",
         config,
@@ -116,6 +120,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         )
     outputs: dict[str, Any] = {
         "endpoint": front.url,
+        # vLLM's /metrics through the front, for glm:metricsKeys bearer tokens only.
+        "metricsEndpoint": front.metrics_url,
+        "frontFingerprint": front.fingerprint,
         "servedModelName": config.model.served_name,
         "vllmCommandLine": command_line(config),
         "imageRef": image.ref,

@@ -2,29 +2,42 @@
 
 vLLM listens only on the private Docker network; this container is the only thing clients reach.
 It checks API keys, streams SSE unbuffered, bounds request bodies and (optionally) per-key rates,
-answers in OpenAI's error shape, and exposes nothing of vLLM but ``/v1/`` (plus ``/healthz``).
-The A100 seed's vLLM port was scanned within a day of being left open (SPEC §2, cross-cutting).
+answers in OpenAI's error shape, and exposes nothing of vLLM but ``/v1/`` (plus ``/healthz``, and
+``/metrics`` for metrics keys only). The A100 seed's vLLM port was scanned within a day of being
+left open (SPEC §2, cross-cutting).
 
-``render_nginx_conf`` is pure and is what the tests run through the real ``nginx``; ``NginxFront``
-only wires it into Docker resources.
+``render_front_files`` is pure (``nginx.conf`` from ``components/templates/nginx.conf``, plus the key
+maps and TLS pair) and is what the tests run through the real ``nginx``. ``NginxFront`` wires it into
+Docker: a container whose definition does not depend on the config, and an ``NginxReload`` that
+delivers each config as files and reloads nginx gracefully (components/nginx_reload.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from collections.abc import Mapping
+from pathlib import Path
 
 import pulumi
 import pulumi_docker as docker
 
-from components.config import ConfigError, FrontConfig, StackConfig, check_api_keys
+from components.config import ConfigError, FrontConfig, StackConfig, check_api_keys, check_metrics_keys
+from components.nginx_reload import START_COMMAND, NginxReload, secrets_digest
+from components.target import docker_ssh_opts
 from components.vllm_server import upstream_hosts
 
 CONTAINER_PORT = 8080
 """Port Nginx listens on inside its container; the host port is ``glm:front.port``."""
-CONF_PATH = "/etc/nginx/nginx.conf"
-TLS_DIR = "/etc/nginx/tls"
-"""Where the certificate (``tls.crt``) and key (``tls.key``) are uploaded in the container."""
+TEMPLATE = Path(__file__).parent / "templates" / "nginx.conf"
+CONF_FILE = "nginx.conf"
+API_KEYS_FILE = "api-keys.map"
+METRICS_KEYS_FILE = "metrics-keys.map"
+TLS_CERT = "tls.crt"
+TLS_KEY = "tls.key"
+"""File names inside a release directory; nginx.conf refers to the others by these relative names."""
+SECRET_FILES = (API_KEYS_FILE, METRICS_KEYS_FILE, TLS_CERT, TLS_KEY)
 
 # vLLM binds its port while the weights load but refuses connections until the engine is up
 # (SPEC §3). On a private Docker network a healthy connect takes well under a millisecond, so a
@@ -36,6 +49,11 @@ UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
 HEALTH_READ_TIMEOUT_SECONDS = 5
 WORKER_PROCESSES = 4
 """LLM traffic is a few hundred long-lived streams; ``auto`` would start one worker per host core."""
+OLD_WORKER_GRACE_SECONDS = 900
+"""``worker_shutdown_timeout``: after a reload, requests already in flight (a removed key's streams
+included) may run this long on the old workers; longer ones are closed then."""
+STOP_GRACE_SECONDS = 30
+"""When the front container itself is replaced (image, port): SIGQUIT, then this long to drain."""
 INFERENCE_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses")
 """The only paths the front forwards (exact matches). vLLM also serves LoRA loading, scoring,
 tokenizing, dev and profiler routes, some of them without its own key check (SPEC §6)."""
@@ -44,7 +62,7 @@ _UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1
 
 _ACCESS_LOG_FIELDS = {
     "time": "$time_iso8601",
-    "client": "$api_client",
+    "client": "$api_client$metrics_log_client",
     "remote_addr": "$remote_addr",
     "request_id": "$request_id",
     "method": "$request_method",
@@ -92,67 +110,53 @@ def _key_regex(key: str) -> str:
     return f"~^Bearer {escaped}$"
 
 
-def render_nginx_conf(
-    front: FrontConfig,
-    upstream: str,
-    api_keys: dict[str, str],
-    tls: bool = False,
-    *,
-    listen: str = str(CONTAINER_PORT),
-    runtime_dir: str = "/tmp",
-    tls_dir: str = TLS_DIR,
-) -> str:
-    """The whole ``nginx.conf`` of the front (valid on nginx 1.22 and newer).
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
-    ``upstream`` is vLLM's ``host:port`` on the private network (``vllm:8000``); ``api_keys`` maps
-    client names to keys. ``listen``, ``runtime_dir`` (pid and temp files) and ``tls_dir`` keep
-    their container defaults in production; tests point them at loopback and a temp dir.
+
+def render_template(template: str, values: Mapping[str, str]) -> str:
+    r"""Fill ``{{name}}`` placeholders; a line holding only a placeholder that is empty is left out.
+
+    Strict both ways, so a renamed placeholder cannot silently render an empty directive:
+
+    >>> render_template("a {{x}};\n{{opt}}\nb;\n", {"x": "1", "opt": ""})
+    'a 1;\nb;\n'
     """
-    problems = check_api_keys(api_keys)  # checked at load too; render never writes a bad key
-    if problems:
-        raise ConfigError("\n".join(problems))
-    if not _UPSTREAM.fullmatch(upstream):
-        raise ValueError(f"upstream {upstream!r} is not host:port")
-    rate = front.rate_limit
-    q = "'"  # nginx single quotes around JSON bodies
+    wanted = set(_PLACEHOLDER.findall(template))
+    if wanted != set(values):
+        raise ValueError(f"template placeholders {sorted(wanted)} do not match the values {sorted(values)}")
+    lines = []
+    for line in template.splitlines(keepends=True):
+        alone = _PLACEHOLDER.fullmatch(line.strip())
+        if alone and values[alone[1]] == "":
+            continue
+        lines.append(_PLACEHOLDER.sub(lambda m: values[m[1]], line))
+    return "".join(lines)
 
-    key_map = "\n".join(f'        "{_key_regex(api_keys[name])}" "{name}";' for name in sorted(api_keys))
-    log_format = json.dumps(_ACCESS_LOG_FIELDS, separators=(",", ":")).replace('"$status"', "$status")
-    for numeric in ("request_length", "bytes_sent", "request_time"):
+
+def render_key_map(keys: Mapping[str, str]) -> str:
+    r"""The ``map`` entries of ``api-keys.map`` / ``metrics-keys.map``, sorted by name.
+
+    >>> render_key_map({"b": "sk-b", "a": "sk.a"})
+    '"~^Bearer sk[.]a$" "a";\n"~^Bearer sk-b$" "b";\n'
+    """
+    return "".join(f'"{_key_regex(keys[name])}" "{name}";\n' for name in sorted(keys))
+
+
+def _log_format() -> str:
+    log_format = json.dumps(_ACCESS_LOG_FIELDS, separators=(",", ":"))
+    for numeric in ("status", "request_length", "bytes_sent", "request_time"):
         log_format = log_format.replace(f'"${numeric}"', f"${numeric}")
-    temp_paths = "\n".join(
-        f"    {kind}_temp_path {runtime_dir}/nginx-{kind};"
-        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
+    return log_format
 
-    rate_zone = rate_limit = ""
-    if rate.enabled:
-        # Keyed on the client name, so one key's burst cannot starve another. Requests without a
-        # key have an empty name, are not counted, and are refused with 401 before this phase.
-        rate_zone = (
-            f"\n    limit_req_zone $api_client zone=per_api_key:10m rate={rate.requests_per_second}r/s;\n"
-        )
-        rate_limit = (
-            f"\n            limit_req zone=per_api_key burst={rate.burst} nodelay;"
-            "\n            limit_req_status 429;"
-        )
 
-    ssl = ""
-    if tls:
-        ssl = f"""
-        ssl_certificate {tls_dir}/tls.crt;
-        ssl_certificate_key {tls_dir}/tls.key;
-        ssl_protocols TLSv1.2 TLSv1.3;
-        ssl_prefer_server_ciphers off;
-        ssl_session_cache shared:tls:10m;
-        ssl_session_timeout 1d;
-"""
-
-    errors = {
+def _errors(front: FrontConfig) -> dict[str, str]:
+    rate = front.rate_limit
+    return {
         "invalid_api_key": openai_error(
             "Invalid or missing API key. Send the header `Authorization: Bearer <your key>`.",
             "invalid_api_key",
         ),
+        "method_not_allowed": openai_error("Only GET is allowed here.", "method_not_allowed"),
         "request_too_large": openai_error(
             f"Request body is larger than the {front.max_body_size} this endpoint accepts.",
             "request_too_large",
@@ -185,144 +189,176 @@ def render_nginx_conf(
         ),
     }
 
+
+_SSL = """        ssl_certificate {{certificate}};
+        ssl_certificate_key {{key}};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_prefer_server_ciphers off;
+        ssl_session_cache shared:tls:10m;
+        ssl_session_timeout 1d;
+"""
+
+_ROUTE = """        location = {{route}} {
+            if ($api_client = "") {
+                return 401;
+            }
+{{rate_limit}}
+            proxy_pass http://vllm{{route}};
+        }
+"""
+
+
+def _render(
+    front: FrontConfig,
+    upstream: str,
+    *,
+    api_key_entries: str,
+    metrics_key_entries: str,
+    tls_paths: tuple[str, str] | None,
+    listen: str,
+    runtime_dir: str,
+) -> str:
+    if not _UPSTREAM.fullmatch(upstream):
+        raise ValueError(f"upstream {upstream!r} is not host:port")
+    rate = front.rate_limit
+    # Keyed on the client name, so one key's burst cannot starve another. Requests without a key
+    # have an empty name, are not counted, and are refused with 401 before this phase.
+    rate_zone = (
+        f"    limit_req_zone $api_client zone=per_api_key:10m rate={rate.requests_per_second}r/s;"
+        if rate.enabled
+        else ""
+    )
+    rate_limit = (
+        f"            limit_req zone=per_api_key burst={rate.burst} nodelay;\n"
+        "            limit_req_status 429;"
+        if rate.enabled
+        else ""
+    )
     # Exact locations: with a URI in proxy_pass, vLLM receives exactly the listed path (nginx
     # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
-    routes = "\n".join(
-        f"""        location = {route} {{
-            if ($api_client = "") {{
-                return 401;
-            }}{rate_limit}
-            proxy_pass http://vllm{route};
-        }}
-"""
-        for route in INFERENCE_ROUTES
+    routes = "".join(
+        render_template(_ROUTE, {"route": route, "rate_limit": rate_limit}) for route in INFERENCE_ROUTES
+    )
+    ssl = ""
+    if tls_paths is not None:
+        ssl = render_template(_SSL, {"certificate": tls_paths[0], "key": tls_paths[1]}).rstrip("\n")
+    values = {
+        "worker_processes": str(WORKER_PROCESSES),
+        "worker_shutdown_timeout": str(OLD_WORKER_GRACE_SECONDS),
+        "runtime_dir": runtime_dir,
+        "log_format": _log_format(),
+        "api_keys": api_key_entries.rstrip("\n"),
+        "metrics_keys": metrics_key_entries.rstrip("\n"),
+        "rate_limit_zone": rate_zone,
+        "upstream": upstream,
+        "keepalive": str(front.keepalive),
+        "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
+        "listen": f"{listen} ssl" if tls_paths is not None else listen,
+        "ssl": ssl,
+        "max_body_size": front.max_body_size,
+        "upstream_connect_timeout": str(UPSTREAM_CONNECT_TIMEOUT_SECONDS),
+        "read_timeout": str(front.read_timeout_seconds),
+        "send_timeout": str(front.send_timeout_seconds),
+        "health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS),
+        "routes": routes,
+        **{f"error_{code}": body for code, body in _errors(front).items()},
+    }
+    return render_template(TEMPLATE.read_text(), values)
+
+
+def _indented(entries: str) -> str:
+    return "".join(f"        {line}\n" for line in entries.splitlines())
+
+
+def _check_keys(api_keys: Mapping[str, str], metrics_keys: Mapping[str, str]) -> None:
+    """Checked at config load too; a render never writes a key nginx.conf cannot hold."""
+    problems = check_api_keys(api_keys) + check_metrics_keys(metrics_keys, api_keys)
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
+def render_release_conf(
+    front: FrontConfig,
+    upstream: str,
+    tls: bool = False,
+    *,
+    listen: str = str(CONTAINER_PORT),
+    runtime_dir: str = "/tmp",
+) -> str:
+    """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it."""
+    return _render(
+        front,
+        upstream,
+        api_key_entries=f"        include {API_KEYS_FILE};",
+        metrics_key_entries=f"        include {METRICS_KEYS_FILE};",
+        tls_paths=(TLS_CERT, TLS_KEY) if tls else None,
+        listen=listen,
+        runtime_dir=runtime_dir,
     )
 
-    return f"""# Rendered by components/nginx_front.py from the stack config; edit the stack, not this file.
-worker_processes {WORKER_PROCESSES};
-pid {runtime_dir}/nginx.pid;
-error_log /dev/stderr warn;
 
-events {{
-    worker_connections 4096;
-}}
+def render_front_files(
+    front: FrontConfig,
+    upstream: str,
+    api_keys: Mapping[str, str],
+    metrics_keys: Mapping[str, str] | None = None,
+    tls_pair: tuple[str, str] | None = None,
+    *,
+    listen: str = str(CONTAINER_PORT),
+    runtime_dir: str = "/tmp",
+) -> dict[str, str]:
+    """Every file of one front release, by name: what ``NginxReload`` delivers.
 
-http {{
-    server_tokens off;
-    default_type application/json;
-{temp_paths}
-
-    log_format glm_json escape=json {q}{log_format}{q};
-    access_log /dev/stdout glm_json;
-
-    # API key -> client name (sorted by name). Anything else maps to "" and is refused with 401.
-    map $http_authorization $api_client {{
-        default "";
-{key_map}
-    }}
-{rate_zone}
-    upstream vllm {{
-        server {upstream};
-        keepalive {front.keepalive};
-        keepalive_timeout {UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS}s;
-    }}
-
-    server {{
-        listen {listen}{" ssl" if tls else ""};
-{ssl}
-        client_max_body_size {front.max_body_size};
-
-        # The error log writes the request line, query string included (the access log writes $uri):
-        # refuse queries here, before a 413, a rate limit or an upstream error could log one.
-        if ($args != "") {{
-            return 400 {q}{errors["query_string_not_allowed"]}{q};
-        }}
-
-        error_page 400 = @bad_request;
-        error_page 401 = @invalid_api_key;
-        error_page 413 = @request_too_large;
-        error_page 429 = @rate_limited;
-        error_page 502 503 = @upstream_unavailable;
-        error_page 504 = @upstream_timeout;
-
-        # Streaming: HTTP/1.1 keep-alive to vLLM, and every SSE chunk forwarded as it arrives.
-        proxy_http_version 1.1;
-        proxy_buffering off;
-        proxy_set_header Connection "";
-        proxy_set_header Host $host;
-        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-        proxy_set_header X-Forwarded-Proto $scheme;
-        proxy_set_header X-Request-Id $request_id;
-        # The key stops here: vLLM runs without --api-key on the private network, so passing it on
-        # would only spread the secret to another process and its logs.
-        proxy_set_header Authorization "";
-        proxy_connect_timeout {UPSTREAM_CONNECT_TIMEOUT_SECONDS}s;
-        proxy_read_timeout {front.read_timeout_seconds}s;
-        proxy_send_timeout {front.send_timeout_seconds}s;
-
-{routes}
-        # Any other /v1 path: 401 without a key (as for every /v1 route), else the JSON 404.
-        location /v1/ {{
-            if ($api_client = "") {{
-                return 401;
-            }}
-            return 404 {q}{errors["not_found"]}{q};
-        }}
-
-        location = /healthz {{
-            access_log off;
-            proxy_read_timeout {HEALTH_READ_TIMEOUT_SECONDS}s;
-            proxy_intercept_errors on;
-            proxy_pass http://vllm/health;
-        }}
-
-        # /metrics, /tokenize, /detokenize, /version, /health, /ping, ...: not through the front.
-        location / {{
-            return 404 {q}{errors["not_found"]}{q};
-        }}
-
-        # Without this, nginx answers /v1 with an HTML redirect to /v1/.
-        location = /v1 {{
-            return 404 {q}{errors["not_found"]}{q};
-        }}
-
-        location @bad_request {{
-            return 400 {q}{errors["bad_request"]}{q};
-        }}
-
-        location @invalid_api_key {{
-            add_header WWW-Authenticate 'Bearer realm="glm"' always;
-            return 401 {q}{errors["invalid_api_key"]}{q};
-        }}
-
-        location @request_too_large {{
-            return 413 {q}{errors["request_too_large"]}{q};
-        }}
-
-        location @rate_limited {{
-            add_header Retry-After 1 always;
-            return 429 {q}{errors["rate_limited"]}{q};
-        }}
-
-        location @upstream_unavailable {{
-            add_header Retry-After 10 always;
-            return 503 {q}{errors["upstream_unavailable"]}{q};
-        }}
-
-        location @upstream_timeout {{
-            return 504 {q}{errors["upstream_timeout"]}{q};
-        }}
-    }}
-}}
-"""
-
-
-def public_url(config: StackConfig, public_host: str | None = None) -> str:
-    """The OpenAI base URL of the front: ``http(s)://<host>:<front.port>/v1``.
-
-    Without ``public_host``: the bind address, or for a wildcard bind the target host's address
-    (``localhost`` for the local Docker engine).
+    ``nginx.conf`` holds no secret: it includes ``api-keys.map``/``metrics-keys.map`` and names
+    ``tls.crt``/``tls.key`` by relative path, which nginx resolves against the conf's directory.
+    ``tls_pair`` is (certificate PEM, key PEM) and turns TLS on.
     """
+    metrics_keys = metrics_keys or {}
+    _check_keys(api_keys, metrics_keys)
+    files = {
+        CONF_FILE: render_release_conf(
+            front, upstream, tls=tls_pair is not None, listen=listen, runtime_dir=runtime_dir
+        ),
+        API_KEYS_FILE: render_key_map(api_keys),
+        METRICS_KEYS_FILE: render_key_map(metrics_keys),
+    }
+    if tls_pair is not None:
+        files[TLS_CERT], files[TLS_KEY] = tls_pair
+    return files
+
+
+def render_nginx_conf(
+    front: FrontConfig,
+    upstream: str,
+    api_keys: Mapping[str, str],
+    tls: bool = False,
+    *,
+    metrics_keys: Mapping[str, str] | None = None,
+    listen: str = str(CONTAINER_PORT),
+    runtime_dir: str = "/tmp",
+    tls_dir: str = "/etc/nginx/tls",
+) -> str:
+    """The same config as one self-contained file, keys inline (what nginx sees once it has read
+    the includes): for harnesses that run one ``nginx -c`` file, such as the gate's tests.
+
+    ``upstream`` is vLLM's ``host:port`` (``vllm:8000``); ``tls_dir`` holds ``tls.crt``/``tls.key``.
+    """
+    metrics_keys = metrics_keys or {}
+    _check_keys(api_keys, metrics_keys)
+    return _render(
+        front,
+        upstream,
+        api_key_entries=_indented(render_key_map(api_keys)),
+        metrics_key_entries=_indented(render_key_map(metrics_keys)),
+        tls_paths=(f"{tls_dir}/{TLS_CERT}", f"{tls_dir}/{TLS_KEY}") if tls else None,
+        listen=listen,
+        runtime_dir=runtime_dir,
+    )
+
+
+def public_base(config: StackConfig, public_host: str | None = None) -> str:
+    """``http(s)://<host>:<front.port>``: without ``public_host``, the bind address, or for a
+    wildcard bind the target host's address (``localhost`` for the local Docker engine)."""
     front = config.front
     host = public_host
     if host is None:
@@ -334,7 +370,25 @@ def public_url(config: StackConfig, public_host: str | None = None) -> str:
             host = config.target.host.ssh_address
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
-    return f"{'https' if front.tls else 'http'}://{host}:{front.port}/v1"
+    return f"{'https' if front.tls else 'http'}://{host}:{front.port}"
+
+
+def public_url(config: StackConfig, public_host: str | None = None) -> str:
+    """The OpenAI base URL of the front: ``http(s)://<host>:<front.port>/v1``."""
+    return f"{public_base(config, public_host)}/v1"
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def front_fingerprint(
+    nginx_conf: str, image: str, key_names: list[str], metrics_key_names: list[str], secrets: str
+) -> str:
+    """One hash of everything between a client and the model at the front, no secret value in it:
+    the rendered nginx.conf, the image, the key names and the secret files' digest."""
+    parts = {"conf": nginx_conf, "image": image, "keys": key_names, "metrics": metrics_key_names}
+    return _sha256(json.dumps({**parts, "secrets": secrets}, sort_keys=True))
 
 
 class NginxFront(pulumi.ComponentResource):
@@ -342,8 +396,13 @@ class NginxFront(pulumi.ComponentResource):
 
     url: pulumi.Output[str]
     """The OpenAI base URL clients use (``.../v1``)."""
+    metrics_url: pulumi.Output[str]
+    """vLLM's ``/metrics`` through the front; answers only with a ``glm:metricsKeys`` bearer token."""
     container_name: pulumi.Output[str]
     """Docker name of the front container."""
+    container: docker.Container
+    fingerprint: pulumi.Output[str]
+    """Changes whenever the front's behaviour can: config, TLS material, image, key names (no values)."""
 
     def __init__(
         self,
@@ -355,6 +414,7 @@ class NginxFront(pulumi.ComponentResource):
         tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
         opts: pulumi.ResourceOptions | None = None,
         *,
+        metrics_keys: pulumi.Output[dict[str, str]] | None = None,
         public_host: str | None = None,
     ) -> None:
         """``tls_files`` is (certificate PEM, key PEM); config loading refuses ``glm:front.tls``
@@ -365,27 +425,11 @@ class NginxFront(pulumi.ComponentResource):
         """
         super().__init__("glm:front:NginxFront", name, None, opts)
         front = config.front
+        host = config.target.host
         child = pulumi.ResourceOptions(parent=self)
+        container_name = f"{config.container.name}-nginx"
 
         image = docker.RemoteImage(f"{name}-image", name=front.image, keep_locally=True, opts=child)
-
-        # Built from the secret keys with apply, so the rendered file is a secret too; secret()
-        # makes that explicit (and holds even if a caller passes plain keys).
-        rendered: pulumi.Output[str] = pulumi.Output.from_input(api_keys).apply(
-            lambda keys: render_nginx_conf(front, upstream, dict(keys), tls=front.tls)
-        )
-        conf: pulumi.Output[str] = pulumi.Output.secret(rendered)
-        # 0600: nginx's master (root) reads the file; the workers and anything else in the
-        # container have no business reading the keys.
-        uploads = [docker.ContainerUploadArgs(file=CONF_PATH, content=conf, permissions="0600")]
-        if front.tls and tls_files is not None:
-            cert, key = tls_files
-            uploads += [
-                docker.ContainerUploadArgs(file=f"{TLS_DIR}/tls.crt", content=cert, permissions="0644"),
-                docker.ContainerUploadArgs(
-                    file=f"{TLS_DIR}/tls.key", content=pulumi.Output.secret(key), permissions="0600"
-                ),
-            ]
 
         # Read by the policy pack (front-tls-on-public-bind): TLS, or the stack's plain-HTTP opt-in.
         labels = [
@@ -395,24 +439,100 @@ class NginxFront(pulumi.ComponentResource):
         if front.allow_plain_http and not front.tls:
             labels.append(docker.ContainerLabelArgs(label="glm.plain-http", value="accepted"))
 
-        container = docker.Container(
+        # Nothing here depends on keys, TLS material or nginx.conf: those changes reach nginx as a
+        # reload (NginxReload below), never as a new container (every `uploads` change replaces one).
+        self.container = container = docker.Container(
             f"{name}-nginx",
-            name=f"{config.container.name}-nginx",
+            name=container_name,
             image=image.image_id,
+            entrypoints=["/bin/sh", "-c"],
+            command=[START_COMMAND],
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
             ports=[
                 docker.ContainerPortArgs(internal=CONTAINER_PORT, external=front.port, ip=front.bind_address)
             ],
-            uploads=uploads,
             labels=labels,
             hosts=upstream_hosts(config),
             restart="unless-stopped",
             log_driver="json-file",
             log_opts=config.container.log_opts,
+            # docker stop sends the image's STOPSIGNAL (SIGQUIT: nginx's graceful shutdown).
+            destroy_grace_seconds=STOP_GRACE_SECONDS,
             # A fixed container name and host port cannot exist twice: remove the old one first.
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
 
-        self.url = pulumi.Output.from_input(public_url(config, public_host))
-        self.container_name = container.name
-        self.register_outputs({"url": self.url, "container_name": self.container_name})
+        nginx_conf = render_release_conf(front, upstream, tls=front.tls)
+        # The names are config keys, not secrets: a reviewer sees which clients change.
+        key_names = pulumi.Output.unsecret(pulumi.Output.from_input(api_keys).apply(sorted))
+        metrics = pulumi.Output.from_input(metrics_keys if metrics_keys is not None else {})
+        metrics_names = pulumi.Output.unsecret(metrics.apply(sorted))
+        tls_pair = pulumi.Output.all(*tls_files) if front.tls and tls_files is not None else None
+
+        def secret_files(args: list[object]) -> dict[str, str]:
+            keys, scrapers, *pair = args
+            files = render_front_files(
+                front,
+                upstream,
+                dict(keys),  # type: ignore[call-overload]
+                dict(scrapers),  # type: ignore[call-overload]
+                (str(pair[0][0]), str(pair[0][1])) if pair else None,  # type: ignore[index]
+            )
+            return {k: v for k, v in files.items() if k in SECRET_FILES}
+
+        inputs: list[pulumi.Input[object]] = [api_keys, metrics]
+        if tls_pair is not None:
+            inputs.append(tls_pair)
+        files: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
+            pulumi.Output.all(*inputs).apply(secret_files)
+        )
+        # Hashes, not values: shown in the diff and fed to the gate, so they are safe in plain.
+        digest = pulumi.Output.unsecret(files.apply(secrets_digest))
+        cert_sha = (
+            pulumi.Output.unsecret(tls_files[0].apply(_sha256))
+            if front.tls and tls_files is not None
+            else None
+        )
+        self.fingerprint = pulumi.Output.all(image.image_id, key_names, metrics_names, digest).apply(
+            lambda args: front_fingerprint(nginx_conf, str(args[0]), args[1], args[2], str(args[3]))
+        )
+        ssh = (
+            None
+            if host.is_local
+            else {"address": host.ssh_address, "port": host.ssh_port, "opts": docker_ssh_opts(host)}
+        )
+        self.reload = NginxReload(
+            f"{name}-config",
+            {
+                "docker_host": host.docker_host,
+                "ssh": ssh,
+                "container": container.name,
+                # The releases live in the container (removed with it, keys included): a new
+                # container (image, port) waits in START_COMMAND until this delivers them again.
+                "container_id": container.id,
+                "nginx_conf": nginx_conf,
+                "api_key_names": key_names,
+                "metrics_key_names": metrics_names,
+                "tls_certificate_sha256": cert_sha,
+                "secrets_digest": digest,
+                "secret_files": files,
+                "fingerprint": self.fingerprint,
+            },
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[container]),
+        )
+
+        base = public_base(config, public_host)
+        self.url = pulumi.Output.from_input(f"{base}/v1")
+        self.metrics_url = pulumi.Output.from_input(f"{base}/metrics")
+        # Outputs resolve once the new config is live, so dependents (the gate) see the new front.
+        self.container_name = pulumi.Output.all(container.name, self.reload.release).apply(
+            lambda a: str(a[0])
+        )
+        self.register_outputs(
+            {
+                "url": self.url,
+                "metrics_url": self.metrics_url,
+                "container_name": self.container_name,
+                "fingerprint": self.fingerprint,
+            }
+        )

@@ -34,6 +34,9 @@ class HardwareFacts:
     """Seed-measured time from container start to an engine that answers (weights load + init)."""
     known_weights_load_seconds: float | None
     """Seed-measured weights load alone; vLLM's engine-ready timeout must exceed it."""
+    time_to_serve: str = "not measured in the seeds"
+    """The seed's measured start, container start to serving, as a reviewer reads it in a preview
+    (the API is down this long when the serving container is replaced on a one-box stack)."""
     mtp_warning: str | None = None
     """Why MTP speculative decoding is a poor trade on this hardware, when the seeds showed it."""
 
@@ -45,6 +48,10 @@ FACTS: dict[str, HardwareFacts] = {
         hbm_gib=80.0,
         known_engine_start_seconds=36.0 + 335.5,
         known_weights_load_seconds=36.0,
+        time_to_serve=(
+            "~6.2 min (seed a800-sm80-production: weights ~36 s with a warm page cache, then engine "
+            "init ~5.5 min (335.5 s) including the ~66 s CUDA-graph capture at max_num_seqs 32)"
+        ),
     ),
     # ascend-910b3-six-rounds.txt: 64 GB HBM per 910B3; MTP accepted 12.2 % of drafts.
     "ascend": HardwareFacts(
@@ -52,6 +59,10 @@ FACTS: dict[str, HardwareFacts] = {
         hbm_gib=64.0,
         known_engine_start_seconds=None,
         known_weights_load_seconds=None,
+        time_to_serve=(
+            "not timed in the seed (ascend-910b3-six-rounds: the first start loads the weights and "
+            "compiles graphs and 'takes long'; the seed allows it an hour, VLLM_RPC_TIMEOUT 3600000 ms)"
+        ),
         mtp_warning=(
             "the Ascend seed measured MTP accepting only 12.2 % of drafted tokens while its KV "
             "reservation cost ~3.4x of usable context (KV pool 8,956 tokens without it); "
@@ -64,6 +75,10 @@ FACTS: dict[str, HardwareFacts] = {
         hbm_gib=32.0,
         known_engine_start_seconds=720.0,
         known_weights_load_seconds=632.8,
+        time_to_serve=(
+            "11-12 min (seed rtx5090-nvfp4-nightly: the weights alone load in 632.8 s before the "
+            "engine is ready)"
+        ),
     ),
     # The vLLM-protocol simulator on the local Docker engine (images/vllm-sim): no accelerator.
     "local": HardwareFacts(
@@ -71,6 +86,7 @@ FACTS: dict[str, HardwareFacts] = {
         hbm_gib=0.0,
         known_engine_start_seconds=None,
         known_weights_load_seconds=None,
+        time_to_serve="a few seconds (the vLLM-protocol simulator)",
     ),
 }
 

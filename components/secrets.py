@@ -18,6 +18,8 @@ class Secrets:
     """Secret config values, each a secret Output."""
 
     api_keys: pulumi.Output[dict[str, str]]
+    metrics_keys: pulumi.Output[dict[str, str]] | None = None
+    """``glm:metricsKeys``: bearer tokens for the front's read-only ``/metrics`` route."""
     tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None = None
     ssh_private_key: pulumi.Output[str] | None = None
     serving_env: Mapping[str, pulumi.Output[str]] = field(default_factory=dict)
@@ -38,6 +40,7 @@ class Secrets:
         values = config.get_secret_object("servingSecretEnv")
         return Secrets(
             api_keys=api_keys,
+            metrics_keys=config.get_secret_object("metricsKeys"),
             tls_files=(cert, key) if cert is not None and key is not None else None,
             ssh_private_key=config.get_secret("sshPrivateKey"),
             serving_env={name: _item(values, name) for name in names} if values is not None else {},

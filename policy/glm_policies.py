@@ -36,6 +36,9 @@ PLAIN_HTTP_LABEL = ("glm.plain-http", "accepted")
 """Set only from ``glm:front.allowPlainHttp``: the stack opted in to plain HTTP on a public bind."""
 FRONT_SUFFIX = "-nginx"
 NGINX_CONF = "/etc/nginx/nginx.conf"
+RELOADED_CONF = "/etc/nginx/glm/current/nginx.conf"
+"""Where a front delivered by ``NginxReload`` (components/nginx_reload.py) reads its config."""
+DYNAMIC = "pulumi-python:dynamic:Resource"
 DOCKER_DEFAULT_SHM_MB = 64
 
 DEFAULT_RELAXED_STACKS = ("local",)
@@ -269,21 +272,8 @@ def _upload_text(resource: Resource, upload: Mapping[str, Any]) -> str:
     )
 
 
-def front_requires_api_key(resource: Resource, config: Mapping[str, Any]) -> list[str]:
-    """The front's nginx.conf maps the Authorization header to a client and answers 401 otherwise."""
-    if not is_front(resource):
-        return []
-    uploads = resource.known("uploads", [])
-    confs = [u for u in uploads if u is UNKNOWN or u.get("file") in (NGINX_CONF, UNKNOWN)]
-    if any(u is UNKNOWN or u.get("file") is UNKNOWN for u in confs):
-        raise Undecidable(f"{resource.name}: `uploads` is not known until the update runs")
-    if not confs:
-        return [
-            f"{resource.name} (the Nginx front) uploads no {NGINX_CONF}: the image's default config "
-            "serves without an API key. Fix: let NginxFront render it (components/nginx_front.py)."
-        ]
-    text = _upload_text(resource, confs[-1])
-    missing = [
+def _key_check_missing(text: str) -> list[str]:
+    return [
         what
         for what, pattern in (
             ("`map $http_authorization $<client> { ... }` (API key -> client)", _KEY_MAP),
@@ -291,6 +281,39 @@ def front_requires_api_key(resource: Resource, config: Mapping[str, Any]) -> lis
         )
         if not pattern.search(text)
     ]
+
+
+def front_requires_api_key(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """The front's nginx.conf maps the Authorization header to a client and answers 401 otherwise.
+
+    Two ways to ship it: an ``uploads`` entry of the front container, or (the program's way) the
+    ``nginx_conf`` input of the front's ``NginxReload``, with the container reading
+    ``RELOADED_CONF``. That input holds no key (the keys are in a secret file it includes).
+    """
+    if resource.type == DYNAMIC and "nginx_conf" in resource.props:
+        missing = _key_check_missing(str(resource.known("nginx_conf")))
+        if missing:
+            return [
+                f"{resource.name} (the front's config): nginx_conf lacks {' and '.join(missing)}, so "
+                "requests reach vLLM without an API key. Fix: render it with "
+                "components/nginx_front.render_release_conf and set glm:apiKeys."
+            ]
+        return []
+    if not is_front(resource):
+        return []
+    if any(RELOADED_CONF in arg for arg in _command(resource)):
+        return []  # its config is the NginxReload's nginx_conf, checked above
+    uploads = resource.known("uploads", [])
+    confs = [u for u in uploads if u is UNKNOWN or u.get("file") in (NGINX_CONF, UNKNOWN)]
+    if any(u is UNKNOWN or u.get("file") is UNKNOWN for u in confs):
+        raise Undecidable(f"{resource.name}: `uploads` is not known until the update runs")
+    if not confs:
+        return [
+            f"{resource.name} (the Nginx front) uploads no {NGINX_CONF} and does not read "
+            f"{RELOADED_CONF}: the image's default config serves without an API key. Fix: let "
+            "NginxFront render and deliver it (components/nginx_front.py)."
+        ]
+    missing = _key_check_missing(_upload_text(resource, confs[-1]))
     if missing:
         return [
             f"{resource.name} (the Nginx front): {NGINX_CONF} lacks {' and '.join(missing)}, so "

@@ -22,6 +22,8 @@ from components.config import StackConfig  # noqa: E402
 START, END = "<!-- config-table:start -->", "<!-- config-table:end -->"
 SECRETS = {
     "glm:apiKeys": "API keys of the front, `{name: key}` (secret, required).",
+    "glm:metricsKeys": "Keys that read vLLM's `/metrics` through the front and nothing else, "
+    "`{name: key}` (secret, optional; docs/front-and-alerts.md).",
     "glm:tlsCertificate": "PEM certificate when `front.tls` is true (secret).",
     "glm:tlsKey": "PEM key when `front.tls` is true (secret).",
     "glm:sshPrivateKey": "Refused: Docker's ssh cannot use a key's contents, so set "

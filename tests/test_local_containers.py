@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from components.gate import GateFailure, run_gate
+from components.nginx_reload import apply_release
 from tests.conftest import PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
 from tests.engine import free_port
 
@@ -136,6 +137,8 @@ def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
         docker("volume", "create", volume["name"])
         started.append(start(containers["vllm"], network["name"], {}))
         started.append(start(containers["nginx"], network["name"], {pulled: "glm53-local/nginx:bookworm"}))
+        # The front's config arrives as `pulumi up` delivers it: NginxReload's files, nginx -t, reload.
+        apply_release(unwrap(deployment.one("pulumi-python:dynamic:Resource", "-front-config").inputs))
         started.append(
             start(containers["prometheus"], network["name"], {pulled: "glm53-local/prometheus:bookworm"})
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import http.client
 import ipaddress
 import json
@@ -34,7 +35,20 @@ import pytest
 from pulumi.runtime import rpc
 
 from components.config import ConfigError, StackConfig, build_stack_config
-from components.nginx_front import CONF_PATH, TLS_DIR, NginxFront, public_url, render_nginx_conf
+from components.nginx_front import (
+    API_KEYS_FILE,
+    CONF_FILE,
+    METRICS_KEYS_FILE,
+    TLS_CERT,
+    TLS_KEY,
+    NginxFront,
+    public_url,
+    render_front_files,
+    render_nginx_conf,
+    render_release_conf,
+    render_template,
+)
+from components.nginx_reload import START_COMMAND
 from tests.conftest import PROJECT, TEST_HOST_KEY, construct
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
@@ -43,6 +57,7 @@ SERVED = "glm-5.3-flash"
 GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
 HARDWARE = ["a800", "ascend", "rtx5090", "local"]
 KEYS = {"alice": "sk-alice-0123456789abcdef0123", "bob": "sk-bob.+/~_-fedcba9876543210=="}
+METRICS = {"prom": "sk-prom-metrics-4d5e6f7a8b9c0d1e"}
 ARITHMETIC = [{"role": "user", "content": "What is 13×17? Answer with the number only."}]
 
 
@@ -146,7 +161,7 @@ def nginx_front(
         (directory / "tls.crt").write_bytes(tls_files[0])
         (directory / "tls.key").write_bytes(tls_files[1])
     conf = render_nginx_conf(
-        config.front, upstream, KEYS, tls=bool(tls_files),
+        config.front, upstream, KEYS, tls=bool(tls_files), metrics_keys=METRICS,
         listen=f"127.0.0.1:{port}", runtime_dir=str(directory), tls_dir=str(directory),
     )  # fmt: skip
     (directory / "nginx.conf").write_text(conf)
@@ -252,8 +267,8 @@ def test_rendered_conf_follows_front_config() -> None:
     assert "limit_req_zone $api_client zone=per_api_key:10m rate=3r/s;" in conf
     assert "limit_req zone=per_api_key burst=7 nodelay;" in conf
     assert "listen 8080 ssl;" in conf
-    assert f"ssl_certificate {TLS_DIR}/tls.crt;" in conf
-    assert f"ssl_certificate_key {TLS_DIR}/tls.key;" in conf
+    assert "ssl_certificate /etc/nginx/tls/tls.crt;" in conf
+    assert "ssl_certificate_key /etc/nginx/tls/tls.key;" in conf
 
 
 def test_keys_are_sorted_case_sensitive_and_never_in_the_log_format() -> None:
@@ -265,7 +280,7 @@ def test_keys_are_sorted_case_sensitive_and_never_in_the_log_format() -> None:
     # A `~` regex (case-sensitive); `.` and `+` made literal.
     assert '"~^Bearer sk-bob[.][+]/~_-fedcba9876543210==$" "bob";' in forward
     log_format = next(line for line in forward.splitlines() if "log_format" in line)
-    assert '"client":"$api_client"' in log_format
+    assert '"client":"$api_client$metrics_log_client"' in log_format
     assert '"upstream_response_time":"$upstream_response_time"' in log_format
     assert "authorization" not in log_format.lower() and '$request"' not in log_format
 
@@ -348,6 +363,52 @@ def test_nginx_t_rejects_a_broken_conf(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert result.returncode != 0 and "proxy_bufering" in result.stderr
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "tls"])
+@pytest.mark.parametrize("hardware", HARDWARE)
+def test_nginx_accepts_a_release_directory(
+    hardware: str, tls: bool, tls_pair: tuple[bytes, bytes], tmp_path: Path
+) -> None:
+    """What NginxReload delivers: nginx.conf with no secret in it, the key maps and TLS pair beside it."""
+    config = stack(hardware, front={"tls": tls, "rateLimit": {"enabled": True}})
+    pair = (tls_pair[0].decode(), tls_pair[1].decode()) if tls else None
+    files = render_front_files(
+        config.front, f"127.0.0.1:{config.serving.port}", KEYS, METRICS, pair, runtime_dir=str(tmp_path)
+    )
+    assert sorted(files) == sorted(
+        [CONF_FILE, API_KEYS_FILE, METRICS_KEYS_FILE, *([TLS_CERT, TLS_KEY] if tls else [])]
+    )
+    assert all(key not in files[CONF_FILE] for key in [*KEYS.values(), *METRICS.values()])
+    assert f"include {API_KEYS_FILE};" in files[CONF_FILE]
+    assert files[METRICS_KEYS_FILE] == f'"~^Bearer {METRICS["prom"]}$" "prom";\n'
+    release = tmp_path / "releases" / "r1"
+    release.mkdir(parents=True)
+    for name, text in files.items():
+        (release / name).write_text(text)
+    # Run from elsewhere: relative names resolve against the conf's own directory.
+    result = subprocess.run(
+        [NGINX, "-t", "-c", str(release / CONF_FILE), "-e", "stderr"],
+        capture_output=True, text=True, timeout=30, cwd="/",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_template_renderer_is_strict() -> None:
+    assert render_template("a {{x}};\n    {{opt}}\nb;\n", {"x": "1", "opt": ""}) == "a 1;\nb;\n"
+    with pytest.raises(ValueError, match="do not match"):
+        render_template("a {{x}};\n", {})
+    with pytest.raises(ValueError, match="do not match"):
+        render_template("a;\n", {"x": "1"})
+    # A value is inserted as is, never expanded again.
+    assert render_template("{{x}}\n", {"x": "{{y}}"}) == "{{y}}\n"
+
+
+def test_metrics_keys_are_checked_like_api_keys_and_apart_from_them() -> None:
+    with pytest.raises(ConfigError, match=r"glm:metricsKeys\.prom and glm:apiKeys\.alice hold the same key"):
+        render_front_files(stack("local").front, "vllm:8000", KEYS, {"prom": KEYS["alice"]})
+    with pytest.raises(ConfigError, match=r"glm:metricsKeys\.prom is 8 characters"):
+        render_front_files(stack("local").front, "vllm:8000", KEYS, {"prom": "sk-short"})
 
 
 # ---- a real front in front of the simulator --------------------------------------------------
@@ -452,8 +513,8 @@ def test_body_over_the_limit_gets_json_413(front: Front) -> None:
 @pytest.mark.parametrize(
     "path",
     [
-        "/metrics", "/version", "/tokenize", "/detokenize", "/health", "/ping", "/",
-        "/v1/../metrics", "/v1/%2e%2e/version", "/v1", "/docs", "/openapi.json",
+        "/version", "/tokenize", "/detokenize", "/health", "/ping", "/",
+        "/v1/%2e%2e/version", "/v1", "/docs", "/openapi.json", "/metrics/x",
     ],
 )  # fmt: skip
 def test_vllm_internal_routes_are_not_reachable(front: Front, path: str) -> None:
@@ -462,6 +523,33 @@ def test_vllm_internal_routes_are_not_reachable(front: Front, path: str) -> None
         assert status == 404, (path, status, body[:200])
         assert json.loads(body)["error"]["code"] == "not_found"
         assert "vllm:" not in body
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/v1/../metrics", "/v1/%2e%2e/metrics"])
+def test_metrics_need_a_metrics_key_and_inference_keys_do_not_have_one(front: Front, path: str) -> None:
+    for key in (None, KEYS["alice"], KEYS["bob"], "sk-not-a-key-0000000000000", METRICS["prom"].upper()):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        status, body = raw_get(front.port, path, headers)
+        assert status == 401, (path, key, status, body[:200])
+        assert json.loads(body)["error"]["code"] == "invalid_api_key"
+        assert "vllm:" not in body
+    status, body = raw_get(front.port, path, {"Authorization": f"Bearer {METRICS['prom']}"})
+    assert status == 200 and "vllm:num_requests_running" in body
+
+
+def test_a_metrics_key_reads_metrics_and_nothing_else(front: Front) -> None:
+    auth = {"Authorization": f"Bearer {METRICS['prom']}"}
+    for method, path in ALLOWED:
+        reply = httpx.request(method, f"{front.base}{path}", headers=auth, content=b"{}", timeout=5)
+        assert reply.status_code == 401, (path, reply.text)
+    posted = httpx.post(f"{front.base}/metrics", headers=auth, content=b"{}", timeout=5)
+    assert posted.status_code == 405 and posted.json()["error"]["code"] == "method_not_allowed"
+    assert posted.headers["allow"] == "GET"
+    time.sleep(0.2)
+    records = [json.loads(line) for line in front.log.read_text().splitlines() if line.startswith("{")]
+    scraped = [r for r in records if r["uri"] == "/metrics" and r["status"] == 200]
+    assert scraped and all(r["client"] == "metrics:prom" for r in scraped)
+    assert METRICS["prom"] not in front.log.read_text()
 
 
 def test_simulator_does_serve_those_routes(sim_port: int) -> None:
@@ -598,6 +686,9 @@ def test_key_stays_at_the_front_and_paths_are_normalized() -> None:
 # ---- the component under Pulumi mocks --------------------------------------------------------
 
 
+RELOAD = "pulumi-python:dynamic:Resource"
+
+
 @pytest.mark.parametrize("hardware", HARDWARE)
 def test_nginx_front_under_mocks(hardware: str) -> None:
     config = stack(hardware)
@@ -608,6 +699,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
         "front": "glm:front:NginxFront",
         "front-image": "docker:index/remoteImage:RemoteImage",
         "front-nginx": "docker:index/container:Container",
+        "front-config": RELOAD,
     }
     assert mocks.registered["front-image"][1]["name"] == "nginx:1.27"
     assert mocks.registered["front-image"][1]["keepLocally"] is True
@@ -622,13 +714,37 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
     assert inputs["logDriver"] == "json-file" and inputs["logOpts"]["max-size"] == "100m"
     assert {"label": "glm.role", "value": "front"} in inputs["labels"]  # what the policy pack looks for
     assert "hosts" not in inputs  # vLLM is on the private network, by its alias
-    [upload] = rpc.unwrap_rpc_secret(inputs["uploads"])
-    assert upload["file"] == CONF_PATH and upload["permissions"] == "0600"
-    assert upload["content"] == render_nginx_conf(config.front, "vllm:8000", KEYS)
+    # The container does not depend on the config: no uploads (each change would replace it).
+    assert "uploads" not in inputs and "volumes" not in inputs
+    assert inputs["entrypoints"] == ["/bin/sh", "-c"] and inputs["command"] == [START_COMMAND]
+    assert inputs["destroyGraceSeconds"] == 30
+    reload = mocks.registered["front-config"][1]
+    assert reload["nginx_conf"] == render_release_conf(config.front, "vllm:8000")
+    assert reload["api_key_names"] == ["alice", "bob"] and reload["metrics_key_names"] == []
+    assert reload["container"] == f"{config.container.name}-nginx"
+    if hardware == "local":
+        assert "ssh" not in reload and reload["docker_host"] == "unix:///var/run/docker.sock"
+    else:
+        assert {k: reload["ssh"][k] for k in ("address", "port")} == {"address": "gpu01", "port": 22}
+    files = rpc.unwrap_rpc_secret(reload["secret_files"])
+    assert files == {
+        API_KEYS_FILE: render_front_files(config.front, "vllm:8000", KEYS)[API_KEYS_FILE],
+        METRICS_KEYS_FILE: "",
+    }
     assert outputs == {
         "url": public_url(config),
         "container_name": f"{config.container.name}-nginx",
     }
+
+
+def test_ssh_targets_reload_with_the_docker_providers_host_key_check() -> None:
+    mocks, _ = construct(
+        lambda: NginxFront("front", stack("a800"), "net", "vllm:8000", pulumi.Output.secret(KEYS), None)
+    )
+    opts = mocks.registered["front-config"][1]["ssh"]["opts"]
+    assert "StrictHostKeyChecking=yes" in opts and "UserKnownHostsFile=/dev/null" in opts
+    assert f"KnownHostsCommand=/bin/echo gpu01 {TEST_HOST_KEY}" in opts
+    assert "User=deploy" in opts
 
 
 def without_secrets(value: Any) -> Any:
@@ -642,16 +758,21 @@ def without_secrets(value: Any) -> Any:
 
 
 @pytest.mark.parametrize("secret_keys", [True, False], ids=["secret-keys", "plain-keys"])
-def test_rendered_conf_is_a_secret_and_keys_appear_nowhere_else(secret_keys: bool) -> None:
+def test_key_files_are_a_secret_and_keys_appear_nowhere_else(secret_keys: bool) -> None:
     keys = pulumi.Output.secret(KEYS) if secret_keys else pulumi.Output.from_input(KEYS)
-    mocks, _ = construct(lambda: NginxFront("front", stack("local"), "net", "vllm:8000", keys, None))
-    # The engine sees the whole uploads list as secret (a secret inside a list taints the list).
-    uploads = mocks.registered["front-nginx"][1]["uploads"]
-    assert rpc.is_rpc_secret(uploads)
-    [upload] = rpc.unwrap_rpc_secret(uploads)
-    assert KEYS["alice"] in upload["content"]
+    scrapers = pulumi.Output.secret(METRICS)
+    mocks, _ = construct(
+        lambda: NginxFront("front", stack("local"), "net", "vllm:8000", keys, None, metrics_keys=scrapers)
+    )
+    reload = mocks.registered["front-config"][1]
+    assert rpc.is_rpc_secret(reload["secret_files"])
+    files = rpc.unwrap_rpc_secret(reload["secret_files"])
+    assert KEYS["alice"] in files[API_KEYS_FILE] and METRICS["prom"] in files[METRICS_KEYS_FILE]
+    # What a reviewer sees: names and hashes, in plain.
+    assert reload["api_key_names"] == ["alice", "bob"] and reload["metrics_key_names"] == ["prom"]
+    assert len(reload["secrets_digest"]) == 32 and len(reload["fingerprint"]) == 64
     visible = json.dumps(without_secrets(mocks.registered), default=str)
-    assert all(key not in visible for key in KEYS.values())
+    assert all(key not in visible for key in [*KEYS.values(), *METRICS.values()])
 
 
 def test_front_reaches_a_host_network_vllm_through_the_gateway() -> None:
@@ -665,26 +786,27 @@ def test_front_reaches_a_host_network_vllm_through_the_gateway() -> None:
     )
     inputs = mocks.registered["front-nginx"][1]
     assert inputs["hosts"] == [{"host": "host.docker.internal", "ip": "host-gateway"}]
-    assert "server host.docker.internal:8077;" in rpc.unwrap_rpc_secret(inputs["uploads"])[0]["content"]
+    assert "server host.docker.internal:8077;" in mocks.registered["front-config"][1]["nginx_conf"]
 
 
-def test_tls_files_are_uploaded_with_the_key_private() -> None:
+def test_tls_files_are_delivered_with_the_key_secret() -> None:
     config = stack("a800", front={"tls": True})
     cert, key = "-----BEGIN CERTIFICATE-----\nx\n", "-----BEGIN PRIVATE KEY-----\ny\n"
     mocks, outputs = construct(
         lambda: NginxFront(
             "front", config, "net", "vllm:8000", pulumi.Output.secret(KEYS),
-            (pulumi.Output.from_input(cert), pulumi.Output.secret(key)), public_host="api.example.org",
+            (pulumi.Output.secret(cert), pulumi.Output.secret(key)), public_host="api.example.org",
         )
     )  # fmt: skip
-    registered = mocks.registered["front-nginx"][1]["uploads"]
-    assert rpc.is_rpc_secret(registered)
-    uploads = {u["file"]: u for u in rpc.unwrap_rpc_secret(registered)}
-    assert uploads[f"{TLS_DIR}/tls.crt"]["content"] == cert
-    assert uploads[f"{TLS_DIR}/tls.key"]["content"] == key
-    assert uploads[f"{TLS_DIR}/tls.key"]["permissions"] == "0600"
-    assert "listen 8080 ssl;" in uploads[CONF_PATH]["content"]
+    reload = mocks.registered["front-config"][1]
+    files = rpc.unwrap_rpc_secret(reload["secret_files"])
+    assert files[TLS_CERT] == cert and files[TLS_KEY] == key
+    assert reload["tls_certificate_sha256"] == hashlib.sha256(cert.encode()).hexdigest()
+    assert "listen 8080 ssl;" in reload["nginx_conf"]
+    assert "ssl_certificate tls.crt;" in reload["nginx_conf"]
     assert outputs["url"] == "https://api.example.org:8008/v1"
+    visible = json.dumps(without_secrets(mocks.registered), default=str)
+    assert "PRIVATE KEY" not in visible
 
 
 # ---- only the inference routes, no query strings in logs, JSON for bad requests (issue 13) -----

@@ -177,7 +177,7 @@ def test_a_conf_without_the_key_check_is_refused(conf: str, lacks: str) -> None:
 def test_a_front_without_nginx_conf_is_refused_and_found_by_its_suffix() -> None:
     bare = front(labels=[], uploads=[])
     [message] = check(gp.front_requires_api_key, bare)
-    assert "uploads no /etc/nginx/nginx.conf" in message
+    assert "uploads no /etc/nginx/nginx.conf and does not read" in message
 
 
 def test_an_unknown_conf_is_skipped_with_a_note() -> None:
@@ -188,6 +188,23 @@ def test_an_unknown_conf_is_skipped_with_a_note() -> None:
         check(gp.front_requires_api_key, pending)
     with pytest.raises(Undecidable, match="`uploads` is not known"):
         check(gp.front_requires_api_key, front(uploads=UNKNOWN_STRING))
+
+
+def test_a_front_delivered_by_nginx_reload_is_checked_on_its_nginx_conf() -> None:
+    from components.nginx_front import render_release_conf
+    from components.nginx_reload import START_COMMAND
+    from tests.test_nginx_front import stack
+
+    container = front(uploads=[], entrypoints=["/bin/sh", "-c"], command=[START_COMMAND])
+    assert check(gp.front_requires_api_key, container) == []
+    conf = render_release_conf(stack("a800").front, "vllm:8000")
+    reload = resource(gp.DYNAMIC, "a800-front-config", nginx_conf=conf, api_key_names=["ci"])
+    assert check(gp.front_requires_api_key, reload) == []
+    keyless = resource(gp.DYNAMIC, "a800-front-config", nginx_conf=conf.replace("return 401", "return 200"))
+    [message] = check(gp.front_requires_api_key, keyless)
+    assert "nginx_conf lacks `return 401`" in message
+    # The gate's dynamic resource has no nginx_conf: not a front.
+    assert check(gp.front_requires_api_key, resource(gp.DYNAMIC, "a800-smoke-gate", argv=[])) == []
 
 
 def test_other_containers_are_not_fronts() -> None:

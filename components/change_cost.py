@@ -1,0 +1,56 @@
+"""What a change will cost, said at preview, next to the resource that pays it.
+
+A reviewer reading ``pulumi preview --diff`` sees ``+-`` on the serving container but not what it
+means on a one-box stack: the API is down until the new vLLM has loaded its weights. These notices
+put the profile's seed-measured start time (``HardwareFacts.time_to_serve``) beside that line. Their
+text depends only on config, so they never make a preview differ from an up.
+
+Front-only changes (keys, TLS, limits, timeouts) are delivered by ``NginxReload`` as a reload; its
+``effect`` input, shown in every diff of it, says that they drop nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+from pulumi.output import contains_unknowns
+
+from components.profiles import HardwareFacts
+
+
+def serving_replacement_notice(hardware: str, facts: HardwareFacts) -> str:
+    """The warning for a created or replaced vLLM container.
+
+    >>> from components.profiles import FACTS
+    >>> "11-12 min" in serving_replacement_notice("rtx5090", FACTS["rtx5090"])
+    True
+    """
+    return (
+        "the serving container is created or replaced: open requests are cut and, on this one-box "
+        f"stack, the API answers 503 until the new vLLM serves, {facts.time_to_serve} on {hardware}. "
+        "Front-only changes (API keys, TLS, limits, timeouts) reload nginx instead and drop nothing."
+    )
+
+
+def front_replacement_notice(stop_grace_seconds: int) -> str:
+    """The warning for a created or replaced Nginx container (its image, port or network changed)."""
+    return (
+        "the front container is created or replaced: the API port is closed for a few seconds and "
+        f"requests still open after {stop_grace_seconds} s are cut. Key, TLS, limit and timeout "
+        "changes alone never do this: they reload nginx in place."
+    )
+
+
+def warn_when_replaced(resource: pulumi.CustomResource, message: str) -> None:
+    """At preview, warn on ``resource`` when it will be created or replaced.
+
+    A resource about to be (re)created has no id yet during a preview; one that stays or is updated
+    in place keeps its id. ``run_with_unknowns`` lets the check see the unknown instead of skipping.
+    """
+
+    def check(resource_id: Any) -> None:
+        if pulumi.runtime.is_dry_run() and contains_unknowns(resource_id):
+            pulumi.log.warn(message, resource=resource)
+
+    resource.id.apply(check, run_with_unknowns=True)

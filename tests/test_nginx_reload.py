@@ -1,0 +1,272 @@
+"""NginxReload against a real nginx container on the local Docker engine (no Pulumi engine).
+
+The container runs the production command (``START_COMMAND``) from the local nginx image on the
+host network, so it listens on a loopback port and reaches the vLLM-protocol simulator there. Each
+test delivers releases with the provider's own ``apply_release`` and drives real clients through
+the front while it reloads. Containers are named ``glm53-test-reload-<port>`` and removed by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from components.nginx_front import render_front_files
+from components.nginx_reload import START_COMMAND, apply_release
+from tests.test_nginx_front import KEYS, METRICS, SERVED, free_port, self_signed, stack, vllm_sim
+
+IMAGE = "glm53-local/nginx:bookworm"
+DOCKER_HOST = "unix:///var/run/docker.sock"
+
+
+def _docker_ready() -> str | None:
+    if shutil.which("docker") is None:
+        return "no docker CLI"
+    if subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True).returncode != 0:
+        return f"the local nginx image {IMAGE} is missing (make test builds it)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_docker_ready() is not None, reason=str(_docker_ready()))
+
+
+@dataclass
+class LiveFront:
+    container: str
+    port: int
+    upstream: str
+    scheme: str = "http"
+    verify: Any = True
+    releases: list[str] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    def props(
+        self,
+        api_keys: dict[str, str],
+        front: dict[str, Any] | None = None,
+        tls_pair: tuple[str, str] | None = None,
+    ) -> dict[str, Any]:
+        config = stack("local", front={**(front or {}), "tls": tls_pair is not None})
+        files = render_front_files(
+            config.front, self.upstream, api_keys, METRICS, tls_pair, listen=f"127.0.0.1:{self.port}"
+        )
+        nginx_conf = files.pop("nginx.conf")
+        fingerprint = hashlib.sha256(json.dumps([nginx_conf, files], sort_keys=True).encode()).hexdigest()
+        return {
+            "docker_host": DOCKER_HOST,
+            "container": self.container,
+            "nginx_conf": nginx_conf,
+            "secret_files": files,
+            "fingerprint": fingerprint,
+        }
+
+    def apply(self, props: dict[str, Any]) -> str:
+        line = apply_release(props)
+        self.releases.append(props["fingerprint"][:16])
+        return line
+
+    def exec(self, *argv: str) -> str:
+        done = subprocess.run(["docker", "exec", self.container, *argv], capture_output=True, text=True)
+        return done.stdout.strip()
+
+    def master_pid(self) -> str:
+        return subprocess.run(
+            ["docker", "inspect", "-f", "{{.State.Pid}} {{.State.StartedAt}}", self.container],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+
+    def status(self, key: str | None, path: str = "/v1/models") -> int:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.get(f"{self.base}{path}", headers=headers, timeout=5, verify=self.verify).status_code
+
+
+@contextlib.contextmanager
+def live_front(sim_port: int) -> Iterator[LiveFront]:
+    port = free_port()
+    name = f"glm53-test-reload-{port}"
+    subprocess.run(
+        ["docker", "run", "-d", "--name", name, "--network", "host", "--entrypoint", "/bin/sh",
+         IMAGE, "-c", START_COMMAND],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    try:
+        yield LiveFront(name, port, f"127.0.0.1:{sim_port}")
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+@dataclass
+class StreamResult:
+    chunks: int = 0
+    finished: bool = False
+    error: str | None = None
+
+
+def stream(front: LiveFront, key: str, tokens: int, result: StreamResult, started: threading.Event) -> None:
+    body = {
+        "model": SERVED,
+        "messages": [{"role": "user", "content": "Tell me a long story about a cat."}],
+        "max_tokens": tokens,
+        "stream": True,
+    }
+    try:
+        with httpx.stream(
+            "POST",
+            f"{front.base}/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=60,
+            verify=front.verify,
+        ) as reply:
+            if reply.status_code != 200:
+                result.error = f"status {reply.status_code}"
+                started.set()
+                return
+            for line in reply.iter_lines():
+                if line.startswith("data: "):
+                    result.chunks += 1
+                    started.set()
+                    if line == "data: [DONE]":
+                        result.finished = True
+    except httpx.HTTPError as err:
+        result.error = repr(err)
+    finally:
+        started.set()
+
+
+def start_streams(
+    front: LiveFront, key: str, count: int, tokens: int = 60
+) -> list[tuple[threading.Thread, StreamResult]]:
+    running = []
+    for _ in range(count):
+        result, started = StreamResult(), threading.Event()
+        thread = threading.Thread(target=stream, args=(front, key, tokens, result, started), daemon=True)
+        thread.start()
+        assert started.wait(20), "a stream did not start"
+        running.append((thread, result))
+    return running
+
+
+def finish(running: list[tuple[threading.Thread, StreamResult]]) -> list[StreamResult]:
+    for thread, _ in running:
+        thread.join(60)
+    return [result for _, result in running]
+
+
+@pytest.fixture(scope="module")
+def sim_port() -> Iterator[int]:
+    # 0.05 s per token: a 60-token stream lasts ~3 s, long enough to straddle a reload.
+    with vllm_sim() as port:
+        yield port
+
+
+def test_first_release_starts_nginx_and_serves_keys_and_metrics(sim_port: int) -> None:
+    with live_front(sim_port) as front:
+        assert front.apply(front.props(KEYS)).startswith("front config ")
+        assert front.status(KEYS["alice"]) == 200
+        assert front.status(None) == 401
+        assert front.status(METRICS["prom"], "/metrics") == 200
+        assert front.status(KEYS["alice"], "/metrics") == 401
+        # The secret files are private to root inside the container; nginx.conf has no key.
+        listing = front.exec("ls", "-l", "/etc/nginx/glm/current/")
+        assert "-rw-------" in listing and "api-keys.map" in listing
+        assert all(key not in front.exec("cat", "/etc/nginx/glm/current/nginx.conf") for key in KEYS.values())
+
+
+def test_adding_a_key_reloads_without_dropping_streams_or_restarting(sim_port: int) -> None:
+    with live_front(sim_port) as front:
+        front.apply(front.props(KEYS))
+        before = front.master_pid()
+        carol = "sk-carol-9f8e7d6c5b4a39281706"
+        running = start_streams(front, KEYS["alice"], 3)
+        front.apply(front.props({**KEYS, "carol": carol}))
+        assert front.status(carol) == 200, "the added key must work as soon as the reload returns"
+        results = finish(running)
+        assert [(r.error, r.finished) for r in results] == [(None, True)] * 3
+        assert front.master_pid() == before, "the container or nginx master restarted"
+
+
+def test_a_removed_key_gets_401_at_once_and_its_open_streams_finish(sim_port: int) -> None:
+    """Old workers keep the requests they already accepted (worker_shutdown_timeout bounds them);
+    new connections go to the new workers, which no longer know the key."""
+    with live_front(sim_port) as front:
+        front.apply(front.props(KEYS))
+        running = start_streams(front, KEYS["bob"], 2)
+        front.apply(front.props({"alice": KEYS["alice"]}))
+        assert front.status(KEYS["bob"]) == 401
+        assert front.status(KEYS["alice"]) == 200
+        results = finish(running)
+        assert [(r.error, r.finished) for r in results] == [(None, True)] * 2
+        # A keep-alive connection opened before the reload does not keep the old key alive either.
+        assert front.status(KEYS["bob"]) == 401
+
+
+def test_a_config_nginx_refuses_is_never_loaded_and_up_fails_with_nginxs_error(sim_port: int) -> None:
+    with live_front(sim_port) as front:
+        good = front.props(KEYS)
+        front.apply(good)
+        current = front.exec("readlink", "/etc/nginx/glm/current")
+        bad = front.props({**KEYS, "carol": "sk-carol-9f8e7d6c5b4a39281706"})
+        bad["nginx_conf"] = bad["nginx_conf"].replace("proxy_buffering off;", "proxy_bufering off;")
+        with pytest.raises(RuntimeError) as raised:
+            apply_release(bad)
+        message = str(raised.value)
+        assert "nginx -t refused the new front config" in message
+        assert 'unknown directive "proxy_bufering"' in message
+        assert all(key not in message for key in KEYS.values())
+        assert front.exec("readlink", "/etc/nginx/glm/current") == current
+        assert front.status(KEYS["alice"]) == 200
+        assert front.status("sk-carol-9f8e7d6c5b4a39281706") == 401
+
+
+def _served_certificate(port: int) -> bytes:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        return tls.getpeercert(binary_form=True) or b""
+
+
+def test_a_renewed_certificate_is_served_after_the_reload_without_dropping_streams(sim_port: int) -> None:
+    old, new = self_signed(), self_signed()
+    with live_front(sim_port) as front:
+        front.scheme, front.verify = "https", False
+        front.apply(front.props(KEYS, tls_pair=(old[0].decode(), old[1].decode())))
+        first = _served_certificate(front.port)
+        running = start_streams(front, KEYS["alice"], 2)
+        front.apply(front.props(KEYS, tls_pair=(new[0].decode(), new[1].decode())))
+        assert _served_certificate(front.port) != first
+        assert ssl.DER_cert_to_PEM_cert(_served_certificate(front.port)).encode().strip() == new[0].strip()
+        results = finish(running)
+        assert [(r.error, r.finished) for r in results] == [(None, True)] * 2
+
+
+def test_a_timeout_change_takes_effect_and_keeps_one_release_for_rollback(sim_port: int) -> None:
+    with live_front(sim_port) as front:
+        front.apply(front.props(KEYS))
+        front.apply(front.props(KEYS, {"readTimeoutSeconds": 900}))
+        front.apply(front.props(KEYS, {"readTimeoutSeconds": 300}))
+        conf = front.exec("cat", "/etc/nginx/glm/current/nginx.conf")
+        assert "proxy_read_timeout 300s;" in conf
+        kept = sorted(front.exec("ls", "/etc/nginx/glm/releases").split())
+        assert kept == sorted(front.releases[-2:]), "older releases (and their keys) are removed"
