@@ -113,7 +113,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
             f"{stack}-semantic-probe",
             config,
             network_name=server.network_name,
-            front_host=front.container_name,
+            front_host=front.hostname,  # the probe starts after the gate, which waits for the front
             upstream=server.upstream,
             api_key=probe_key.key,
             opts=pulumi.ResourceOptions(providers=[provider], depends_on=[smoke]),

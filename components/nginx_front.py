@@ -399,7 +399,9 @@ class NginxFront(pulumi.ComponentResource):
     metrics_url: pulumi.Output[str]
     """vLLM's ``/metrics`` through the front; answers only with a ``glm:metricsKeys`` bearer token."""
     container_name: pulumi.Output[str]
-    """Docker name of the front container."""
+    """Docker name of the front container, resolved once its config is live."""
+    hostname: str
+    """The same name, known at preview: how containers on the private network reach the front."""
     container: docker.Container
     fingerprint: pulumi.Output[str]
     """Changes whenever the front's behaviour can: config, TLS material, image, key names (no values)."""
@@ -524,6 +526,8 @@ class NginxFront(pulumi.ComponentResource):
         base = public_base(config, public_host)
         self.url = pulumi.Output.from_input(f"{base}/v1")
         self.metrics_url = pulumi.Output.from_input(f"{base}/metrics")
+        # Known at preview, so a config reload never shows as a change of what only needs the name.
+        self.hostname = container_name
         # Outputs resolve once the new config is live, so dependents (the gate) see the new front.
         self.container_name = pulumi.Output.all(container.name, self.reload.release).apply(
             lambda a: str(a[0])

@@ -132,9 +132,10 @@ def test_the_local_stack_runs_the_probe_through_the_front(deployed: dict[str, De
     image = local.one("docker:index/image:Image", "-semantic-probe-image").inputs
     assert image["build"]["args"] == {"BASE_IMAGE": "glm53-local/python:bookworm"}
     # The front knows the probe's key under its own name, beside the users' keys.
-    nginx_conf = unwrap(uploads(container(local, "-front-nginx"))["/etc/nginx/nginx.conf"])
-    assert '"semantic-probe";' in nginx_conf and PROBE_TEST_KEY in nginx_conf
-    assert all(f'"{name}";' in nginx_conf for name in TEST_API_KEYS)
+    front = unwrap(local.one("pulumi-python:dynamic:Resource", "-front-config").inputs)
+    assert front["api_key_names"] == sorted(["semantic-probe", *TEST_API_KEYS])
+    key_map = front["secret_files"]["api-keys.map"]
+    assert '"semantic-probe";' in key_map and PROBE_TEST_KEY in key_map
     # The gate keeps a user's key; Prometheus scrapes the probe.
     gate = local.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs
     assert unwrap(gate["api_key"]) == TEST_API_KEYS["ci"]
@@ -159,8 +160,9 @@ def test_hardware_stacks_run_it_too(deployed: dict[str, Deployment], stack: str)
 def test_disabled_means_no_key_no_container_no_rules() -> None:
     off = run_program("local", overrides={"glm:semanticProbe": {"enabled": False}})
     assert not [r.name for r in off.resources if "semantic-probe" in r.name]
-    nginx_conf = unwrap(uploads(container(off, "-front-nginx"))["/etc/nginx/nginx.conf"])
-    assert "semantic-probe" not in nginx_conf
+    front = unwrap(off.one("pulumi-python:dynamic:Resource", "-front-config").inputs)
+    assert "semantic-probe" not in front["api_key_names"]
+    assert "semantic-probe" not in front["secret_files"]["api-keys.map"]
     rules = unwrap(uploads(container(off, "-prometheus"))["/etc/prometheus/rules.yml"])
     assert "GlmModelAnswersWrong" not in rules
     assert "semanticProbe" not in off.outputs
