@@ -30,9 +30,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from components.profiles import DEFAULTS, FACTS, HardwareFacts
-
-Hardware = Literal["a800", "ascend", "rtx5090", "local"]
+from components.profiles import PROFILES, HardwareFacts, spoken_list
 
 # vLLM's own default for VLLM_ENGINE_READY_TIMEOUT_S (vLLM >= 0.14; SPEC §3).
 VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S = 600
@@ -74,6 +72,22 @@ _NGINX_SIZE = re.compile(r"[0-9]+[kKmMgG]?")
 _PROMETHEUS_DURATION = re.compile(
     r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?"
 )
+
+
+def _known_profile(name: str) -> str:
+    if name not in PROFILES:
+        raise ValueError(f"{name!r} is not a known profile. Fix: one of {spoken_list(sorted(PROFILES))}")
+    return name
+
+
+def hardware_description() -> str:
+    """``glm:hardware``'s description, naming every registered profile (README, Pulumi.yaml)."""
+    return f"Hardware profile: {spoken_list(list(PROFILES))}; selects the seed's production defaults."
+
+
+Hardware = Annotated[str, AfterValidator(_known_profile)]
+"""A name in ``components.profiles.PROFILES``, checked when validated (so a profile registered
+later is known too)."""
 
 
 def _docker_size(value: str) -> str:
@@ -534,9 +548,7 @@ class PreflightConfig(_Model):
 
 
 class StackConfig(_Model):
-    hardware: Hardware = Field(
-        description="Hardware profile: a800, ascend, rtx5090 or local; selects the seed's production defaults."
-    )
+    hardware: Hardware = Field(description=hardware_description())
     target: TargetConfig = Field(description="Where it runs (one host today).")
     image: ImageConfig = Field(description="The serving image.")
     model: ModelConfig = Field(description="The weights and served name.")
@@ -554,7 +566,7 @@ class StackConfig(_Model):
 
     @property
     def facts(self) -> HardwareFacts:
-        return FACTS[self.hardware]
+        return PROFILES[self.hardware].facts
 
     @property
     def cache_env(self) -> dict[str, str]:
@@ -1067,12 +1079,12 @@ def build_stack_config(
     ``docker_host`` replaces ``target.hosts[0].dockerHost`` (``GLM_DOCKER_HOST``).
     """
     hardware = raw.get("hardware")
-    if hardware not in DEFAULTS:
+    if hardware not in PROFILES:
         raise ConfigError(
             f"glm:hardware={hardware!r} is not a known profile. Fix: set it to one of "
-            f"{', '.join(sorted(DEFAULTS))} (pulumi config set glm:hardware a800)."
+            f"{', '.join(sorted(PROFILES))} (pulumi config set glm:hardware a800)."
         )
-    merged = deep_merge(DEFAULTS[hardware], {k: v for k, v in raw.items() if k != "hardware"})
+    merged = deep_merge(dict(PROFILES[hardware].defaults), {k: v for k, v in raw.items() if k != "hardware"})
     hosts = merged.get("target", {}).get("hosts")
     if docker_host and isinstance(hosts, list) and hosts and isinstance(hosts[0], dict):
         hosts[0]["dockerHost"] = docker_host
