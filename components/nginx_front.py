@@ -317,21 +317,18 @@ http {{
 """
 
 
-def public_url(config: StackConfig, public_host: str | None = None) -> str:
-    """The OpenAI base URL of the front: ``http(s)://<host>:<front.port>/v1``.
-
-    Without ``public_host``: the bind address, or for a wildcard bind the target host's address
-    (``localhost`` for the local Docker engine).
+def public_url(config: StackConfig) -> str:
+    """The OpenAI base URL of the front: ``http(s)://<host>:<front.port>/v1``, where the host is the
+    bind address, or for a wildcard bind the target host's address (``localhost`` for the local
+    Docker engine).
     """
     front = config.front
-    host = public_host
-    if host is None:
-        if front.bind_address not in ("0.0.0.0", "::", ""):
-            host = front.bind_address
-        elif config.target.host.is_local:
-            host = "localhost"
-        else:
-            host = config.target.host.ssh_address
+    if front.bind_address not in ("0.0.0.0", "::", ""):
+        host = front.bind_address
+    elif config.target.host.is_local:
+        host = "localhost"
+    else:
+        host = config.target.host.ssh_address
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"{'https' if front.tls else 'http'}://{host}:{front.port}/v1"
@@ -354,8 +351,6 @@ class NginxFront(pulumi.ComponentResource):
         api_keys: pulumi.Output[dict[str, str]],
         tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
         opts: pulumi.ResourceOptions | None = None,
-        *,
-        public_host: str | None = None,
     ) -> None:
         """``tls_files`` is (certificate PEM, key PEM); config loading refuses ``glm:front.tls``
         without them.
@@ -413,6 +408,6 @@ class NginxFront(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
 
-        self.url = pulumi.Output.from_input(public_url(config, public_host))
+        self.url = pulumi.Output.from_input(public_url(config))
         self.container_name = container.name
         self.register_outputs({"url": self.url, "container_name": self.container_name})

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, SecretInputs, StackConfig, build_stack_config, deep_merge
+from components.profiles import PROFILES
 from tests.conftest import TEST_HOST_KEY
 
 HOST = {
@@ -26,7 +27,7 @@ def make(hardware: str, **overrides: Any):
     )
 
 
-@pytest.mark.parametrize("hardware", ["a800", "ascend", "rtx5090", "local"])
+@pytest.mark.parametrize("hardware", list(PROFILES))
 def test_profiles_are_valid_as_shipped(hardware: str) -> None:
     assert make(hardware).hardware == hardware
 

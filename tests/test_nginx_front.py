@@ -35,13 +35,14 @@ from pulumi.runtime import rpc
 
 from components.config import ConfigError, StackConfig, build_stack_config
 from components.nginx_front import CONF_PATH, TLS_DIR, NginxFront, public_url, render_nginx_conf
+from components.profiles import PROFILES
 from tests.conftest import PROJECT, TEST_HOST_KEY, construct
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 SERVED = "glm-5.3-flash"
 GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
-HARDWARE = ["a800", "ascend", "rtx5090", "local"]
+HARDWARE = list(PROFILES)
 KEYS = {"alice": "sk-alice-0123456789abcdef0123", "bob": "sk-bob.+/~_-fedcba9876543210=="}
 ARITHMETIC = [{"role": "user", "content": "What is 13×17? Answer with the number only."}]
 
@@ -302,9 +303,7 @@ def test_values_that_would_break_the_conf_are_refused() -> None:
 def test_public_url() -> None:
     assert public_url(stack("a800")) == "http://gpu01:8008/v1"
     assert public_url(stack("local")) == "http://127.0.0.1:8080/v1"
-    assert public_url(stack("rtx5090", front={"tls": True}), "api.example.org") == (
-        "https://api.example.org:8000/v1"
-    )
+    assert public_url(stack("rtx5090", front={"tls": True})) == "https://gpu01:8000/v1"
 
 
 # ---- nginx -t on every stack -----------------------------------------------------------------
@@ -674,7 +673,7 @@ def test_tls_files_are_uploaded_with_the_key_private() -> None:
     mocks, outputs = construct(
         lambda: NginxFront(
             "front", config, "net", "vllm:8000", pulumi.Output.secret(KEYS),
-            (pulumi.Output.from_input(cert), pulumi.Output.secret(key)), public_host="api.example.org",
+            (pulumi.Output.from_input(cert), pulumi.Output.secret(key)),
         )
     )  # fmt: skip
     registered = mocks.registered["front-nginx"][1]["uploads"]
@@ -684,7 +683,7 @@ def test_tls_files_are_uploaded_with_the_key_private() -> None:
     assert uploads[f"{TLS_DIR}/tls.key"]["content"] == key
     assert uploads[f"{TLS_DIR}/tls.key"]["permissions"] == "0600"
     assert "listen 8080 ssl;" in uploads[CONF_PATH]["content"]
-    assert outputs["url"] == "https://api.example.org:8008/v1"
+    assert outputs["url"] == "https://gpu01:8008/v1"
 
 
 # ---- only the inference routes, no query strings in logs, JSON for bad requests (issue 13) -----

@@ -17,6 +17,8 @@ from typing import Any
 import pulumi
 import pytest
 
+from tests.conftest import profile_stacks
+
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
 # The pack's modules import each other as top-level modules, as they do when the engine runs
 # policy/ as a program; the tests see them the same way.
@@ -551,7 +553,7 @@ def test_an_unknown_front_bind_is_undecidable() -> None:
 SERVING_RULES = [r for r in gp.RULES if r.name != "volumes-retained"]
 
 
-@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+@pytest.mark.parametrize("stack", profile_stacks())
 def test_every_stack_passes_the_serving_rules(deployed, stack: str) -> None:
     resources = [
         Resource(r.type, r.name, gp.normalize(r.inputs), urn=f"urn:pulumi:{stack}::glm::{r.type}::{r.name}")

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tests.conftest import TEST_API_KEYS, Deployment, run_program, unwrap
+from tests.conftest import TEST_API_KEYS, Deployment, profile_stacks, run_program, unwrap
 
 CONTAINER = "docker:index/container:Container"
 CACHE_ENV = [
@@ -273,7 +273,7 @@ def test_prebuilt_a800_image_instead_of_the_build() -> None:
     assert not deployment.of_type("docker:index/image:Image")
 
 
-@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+@pytest.mark.parametrize("stack", profile_stacks())
 def test_jit_cache_volume_survives_destroy(deployed: dict[str, Deployment], stack: str) -> None:
     volume = deployed[stack].one("docker:index/volume:Volume", "-jit-cache")
     assert volume.inputs["name"].endswith("-jit-cache")
@@ -294,7 +294,7 @@ def test_preflight_runs_on_the_host_over_ssh(deployed: dict[str, Deployment], st
     assert tool in check["create"]
 
 
-@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+@pytest.mark.parametrize("stack", profile_stacks())
 def test_outputs_for_reviewers_and_operators(deployed: dict[str, Deployment], stack: str) -> None:
     outputs = deployed[stack].outputs
     for key in ("endpoint", "servedModelName", "vllmCommandLine", "imageRef", "curl"):
@@ -303,7 +303,7 @@ def test_outputs_for_reviewers_and_operators(deployed: dict[str, Deployment], st
     assert "$GLM_API_KEY" in outputs["curl"]
 
 
-@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+@pytest.mark.parametrize("stack", profile_stacks())
 def test_no_api_key_in_any_plain_output(deployed: dict[str, Deployment], stack: str) -> None:
     rendered = json.dumps(deployed[stack].outputs, default=str)
     for key in TEST_API_KEYS.values():
