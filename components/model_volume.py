@@ -71,7 +71,7 @@ class ModelVolume(pulumi.ComponentResource):
         self.cache = docker.Volume(
             f"{name}-jit-cache",
             name=f"{config.container.name}-jit-cache",
-            labels=[docker.VolumeLabelArgs(label="glm53.role", value="jit-cache")],
+            labels=[docker.VolumeLabelArgs(label="glm.role", value="jit-cache")],
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
         )
         self.download = None

@@ -15,6 +15,7 @@ import yaml
 from components.profiles import PROFILES
 
 PROJECT = Path(__file__).resolve().parent.parent
+CONTAINER = "docker:index/container:Container"
 _SIG_KEY, _SECRET_SIG = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
 
 
@@ -61,6 +62,11 @@ class Deployment:
         found = [r for r in self.of_type(type_) if r.name.endswith(suffix)]
         assert len(found) == 1, f"expected one {type_} ending {suffix!r}, got {[r.name for r in found]}"
         return found[0]
+
+
+def serving_container(deployment: Deployment) -> dict[str, Any]:
+    """The inputs of the vLLM container."""
+    return deployment.one(CONTAINER, "-vllm").inputs
 
 
 class GlmMocks(pulumi.runtime.Mocks):
