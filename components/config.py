@@ -31,6 +31,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.alias_generators import to_camel
 
 from components.profiles import PROFILES, HardwareFacts, spoken_list
+from policy.glm_policies import is_relaxed_stack, unpinned_reason
 
 # vLLM's own default for VLLM_ENGINE_READY_TIMEOUT_S (vLLM >= 0.14; SPEC §3).
 VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S = 600
@@ -800,6 +801,39 @@ def _check_nvidia_gpus(c: StackConfig) -> str | None:
     return None
 
 
+def _check_shm(c: StackConfig) -> str | None:
+    # Also the policy pack's shm-for-tensor-parallel (mandatory): a crash, not a preference.
+    shm_mb = c.container.shm_size_mb
+    small = shm_mb is None or shm_mb <= DOCKER_DEFAULT_SHM_MB
+    if c.serving.tensor_parallel_size > 1 and small and c.container.ipc_mode != "host":
+        return (
+            f"glm:container.shmSize={c.container.shm_size} and ipcMode is not host: with "
+            f"tensorParallelSize={c.serving.tensor_parallel_size} the workers exchange tensors through "
+            f"/dev/shm, and Docker's {DOCKER_DEFAULT_SHM_MB} MB default crashes them at random (A100 "
+            "seed §8.1). Fix: set glm:container.shmSize (e.g. 64g) or glm:container.ipcMode host."
+        )
+    return None
+
+
+def floating_images(c: StackConfig) -> list[str]:
+    """Every image the stack names that can change under it, by the policy pack's images-pinned rule
+    (``policy/glm_policies.unpinned_reason``): an error, except on the stacks the pack relaxes."""
+    build = c.image.to_build
+    images = {
+        "image.reference": c.image.reference,
+        "image.build.baseImage": build.base_image if build else None,
+        "front.image": c.front.image,
+        "monitoring.image": c.monitoring.image,
+    }
+    return [
+        f"glm:{key}={ref} {reason}: the next pull can bring another image than the one tested. Fix: "
+        "pin a version tag, a commit tag (nightly-<commit>) or a digest (name@sha256:...); only "
+        "the stacks local, *-staging and *-dev deploy it with a warning."
+        for key, ref in images.items()
+        if ref and (reason := unpinned_reason(ref))
+    ]
+
+
 _CHECKS = [
     _check_weights_fit,
     _check_tp_matches_accelerators,
@@ -813,6 +847,7 @@ _CHECKS = [
     _check_nvidia_gpus,
     _check_dangerous_env,
     _check_plain_http,
+    _check_shm,
 ]
 
 
@@ -838,23 +873,9 @@ def _warn_dead_env(c: StackConfig) -> str | None:
     return None
 
 
-def _warn_no_shm(c: StackConfig) -> str | None:
-    shm_mb = c.container.shm_size_mb
-    small = shm_mb is None or shm_mb <= DOCKER_DEFAULT_SHM_MB
-    if c.serving.tensor_parallel_size > 1 and small and c.container.ipc_mode != "host":
-        return (
-            f"glm:container.shmSize={c.container.shm_size} and ipcMode is not host: with tensor parallel "
-            "> 1 the 64 MB Docker default /dev/shm crashes at random (A100 seed §8.1). "
-            "Set shmSize (e.g. 64g) or ipcMode host."
-        )
-    return None
-
-
-def _warn_floating_image(c: StackConfig) -> str | None:
-    ref = c.image.reference
-    if ref and "@sha256:" not in ref and (ref.endswith(":latest") or ":" not in ref.rsplit("/", 1)[-1]):
-        return f"glm:image.reference={ref} floats; pin a tag or a digest so a redeploy serves the same build."
-    return None
+def _warn_floating_images(c: StackConfig) -> str | None:
+    """Reached only on the stacks where floating images are allowed (``build_stack_config``)."""
+    return "\n".join(floating_images(c)) or None
 
 
 def _warn_profiler(c: StackConfig) -> str | None:
@@ -883,8 +904,7 @@ _ADVISORIES = [
     _warn_profiler,
     _warn_mtp,
     _warn_dead_env,
-    _warn_no_shm,
-    _warn_floating_image,
+    _warn_floating_images,
 ]
 
 
@@ -1071,12 +1091,16 @@ def check_api_keys(api_keys: Any) -> list[str]:
 
 
 def build_stack_config(
-    raw: dict[str, Any], secrets: SecretInputs | None = None, docker_host: str | None = None
+    raw: dict[str, Any],
+    secrets: SecretInputs | None = None,
+    docker_host: str | None = None,
+    stack: str | None = None,
 ) -> StackConfig:
     """Validate raw ``glm:*`` values (camelCase, as in the stack file) over their profile.
 
     ``secrets`` (when given) are checked too, and every problem is reported in one error;
-    ``docker_host`` replaces ``target.hosts[0].dockerHost`` (``GLM_DOCKER_HOST``).
+    ``docker_host`` replaces ``target.hosts[0].dockerHost`` (``GLM_DOCKER_HOST``). Floating images
+    are refused unless ``stack`` is one the policy pack relaxes (then they are an advisory).
     """
     hardware = raw.get("hardware")
     if hardware not in PROFILES:
@@ -1095,6 +1119,8 @@ def build_stack_config(
         raise ConfigError(_report([*_explain(err), *problems])) from None
     if secrets is not None:
         problems += secrets.problems_with(config)
+    if not is_relaxed_stack(stack or "", {}):
+        problems += floating_images(config)
     if problems:
         raise ConfigError(_report(problems))
     return config
@@ -1138,4 +1164,4 @@ def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
             key for key in ["hardware", *STACK_KEYS] if pulumi.runtime.is_config_secret(f"glm:{key}")
         ),
     )
-    return build_stack_config(raw, secrets, environ.get(DOCKER_HOST_OVERRIDE) or None)
+    return build_stack_config(raw, secrets, environ.get(DOCKER_HOST_OVERRIDE) or None, pulumi.get_stack())

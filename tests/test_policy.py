@@ -298,6 +298,41 @@ def test_tensor_parallel_on_docker_default_shm_is_refused(
     assert "Fix: glm:container.shmSize (e.g. 64g) or glm:container.ipcMode host." in message
 
 
+@pytest.mark.parametrize(
+    ("tp", "shm", "ipc"),  # an unset shmSize is the config's 64g
+    [
+        (8, "64m", None),
+        (8, "65m", None),
+        (8, "64m", "host"),
+        (1, "64m", None),
+        (2, "64m", None),
+        (8, "1g", None),
+    ],
+)
+def test_the_config_refuses_what_the_pack_refuses(tp: int, shm: str, ipc: str | None) -> None:
+    """Config and pack agree on shm: a stack the pack would refuse never reaches it."""
+    from components.config import ConfigError, build_stack_config
+
+    raw = {
+        "hardware": "local",
+        "serving": {"tensorParallelSize": tp},
+        "container": {"accelerators": list(range(tp)), "shmSize": shm, "ipcMode": ipc},
+    }
+    try:
+        build_stack_config(raw)
+        refused_by_config = False
+    except ConfigError as err:
+        assert "glm:container.shmSize" in str(err)
+        refused_by_config = True
+    units = {"m": 1.0, "g": 1024.0}
+    container = vllm(
+        command=["/models/m", f"--tensor-parallel-size={tp}"],
+        shmSize=float(shm[:-1]) * units[shm[-1]],
+        ipcMode=ipc,
+    )
+    assert bool(check(gp.shm_for_tensor_parallel, container)) is refused_by_config
+
+
 # --- 5. weights-read-only -----------------------------------------------------------------------
 
 
