@@ -145,8 +145,13 @@ def run_program(
     )
     pulumi.runtime.set_all_config(config, list(all_secrets))
 
+    running = True
+
     def record_options(args: pulumi.ResourceTransformationArgs) -> None:
-        deployment.options[args.name] = args.opts
+        # The mocks keep one root stack for the session, and with it every stack transformation
+        # registered so far: only this run's resources belong to this deployment.
+        if running:
+            deployment.options[args.name] = args.opts
 
     @pulumi.runtime.test
     def program() -> pulumi.Output[None]:
@@ -154,7 +159,10 @@ def run_program(
         namespace = runpy.run_path(str(PROJECT / "__main__.py"), run_name="__pulumi_program__")
         return pulumi.Output.all(**namespace["outputs"]).apply(deployment.outputs.update)
 
-    program()
+    try:
+        program()
+    finally:
+        running = False
     return deployment
 
 
