@@ -6,7 +6,7 @@ Needs the complete engine and dockerd (make test sets both up). For each figure 
 median, min and max of ``--runs`` runs:
 
 - cold ``make up`` on a fresh ``git clone`` (its own venv and state; the engine cache and the local
-  base images warm). Needs the default local stack's ports (8080, 9090) free; skipped otherwise;
+  base images warm). Needs the local profile's front and Prometheus ports free; skipped otherwise;
 - warm ``pulumi up`` to a passing gate (after ``destroy``: images and the JIT cache volume stay);
 - no-op preview, no-op up;
 - ``up --refresh`` after the vLLM container was removed (re-created, gate re-run);
@@ -32,9 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from components.config import build_stack_config
 from tests.engine import PROJECT, PulumiProject, engine_missing, free_port
 
 KEY = "sk-bench-0123456789abcdef0123"
+STACK = "local"
+"""The stack measured: its profile's defaults give the ports a cold ``make up`` needs."""
 
 
 def timed(fn) -> float:  # type: ignore[no-untyped-def]
@@ -65,7 +68,7 @@ def cold_make_up(runs: int) -> list[float]:
                 times.append(timed(lambda cmd=make_up: sh(cmd)))
             finally:
                 subprocess.run(
-                    f"{env_prefix} {clone}/scripts/pulumi.sh destroy --yes -s local",
+                    f"{env_prefix} {clone}/scripts/pulumi.sh destroy --yes -s {STACK}",
                     shell=True,
                     capture_output=True,
                 )
@@ -119,7 +122,7 @@ def deployed_as_script(project: PulumiProject, name: str, port: int, workdir: Pa
         lines.append(shlex.join(args) + " >/dev/null")
     body = json.dumps(
         {
-            "model": project.outputs("local")["servedModelName"],
+            "model": project.outputs(STACK)["servedModelName"],
             "messages": [{"role": "user", "content": "What is 13*17?"}],
         }
     )
@@ -140,7 +143,13 @@ def clean_script_run() -> None:
     )
 
 
-def summary(label: str, times: list[float]) -> str:  # one line per figure
+def default_ports() -> tuple[int, int]:
+    """The front's and Prometheus' host ports of the profile's defaults (what `make up` binds)."""
+    config = build_stack_config({"hardware": STACK})
+    return config.front.port, config.monitoring.port
+
+
+def summary(label: str, times: list[float]) -> str:
     return f"{label:42s} median {statistics.median(times):6.2f} s   min {min(times):6.2f}   max {max(times):6.2f}   (n={len(times)})"
 
 
@@ -154,11 +163,13 @@ def main() -> int:
         print(f"pulumi_times: cannot run: {missing}")
         return 2
     figures: dict[str, list[float]] = {}
+    ports = default_ports()
     if args.skip_make_up:
         print("cold make up: skipped (--skip-make-up)")
-    elif not (port_free(8080) and port_free(9090)):
+    elif not all(port_free(port) for port in ports):
         print(
-            "cold make up: skipped: the default local stack's ports 8080/9090 are taken (make destroy first)"
+            f"cold make up: skipped: the {STACK} stack's ports {'/'.join(map(str, ports))} are taken "
+            "(make destroy first)"
         )
     else:
         figures["cold make up (fresh clone, warm engine)"] = cold_make_up(args.runs)
@@ -174,7 +185,7 @@ def main() -> int:
         port = free_port()
         name = f"glm53-bench-{port}"
         project.init_stack(
-            "local",
+            STACK,
             config={
                 "glm:front.port": str(port),
                 "glm:monitoring.port": str(free_port()),
@@ -184,7 +195,7 @@ def main() -> int:
         )
 
         def run(*cmd: str) -> None:
-            project.run(*cmd, "-s", "local")
+            project.run(*cmd, "-s", STACK)
 
         try:
             run("up", "--yes", "--skip-preview")
@@ -216,7 +227,7 @@ def main() -> int:
                 )
         finally:
             clean_script_run()
-            project.run("destroy", "--yes", "-s", "local", check=False)
+            project.run("destroy", "--yes", "-s", STACK, check=False)
             subprocess.run(["docker", "volume", "rm", f"{name}-jit-cache"], capture_output=True)
 
     for label, times in figures.items():

@@ -30,9 +30,8 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from components.profiles import DEFAULTS, FACTS, HardwareFacts
-
-Hardware = Literal["a800", "ascend", "rtx5090", "local"]
+from components.profiles import PROFILES, HardwareFacts, spoken_list
+from policy.glm_policies import is_relaxed_stack, unpinned_reason
 
 # vLLM's own default for VLLM_ENGINE_READY_TIMEOUT_S (vLLM >= 0.14; SPEC §3).
 VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S = 600
@@ -74,6 +73,22 @@ _NGINX_SIZE = re.compile(r"[0-9]+[kKmMgG]?")
 _PROMETHEUS_DURATION = re.compile(
     r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?"
 )
+
+
+def _known_profile(name: str) -> str:
+    if name not in PROFILES:
+        raise ValueError(f"{name!r} is not a known profile. Fix: one of {spoken_list(sorted(PROFILES))}")
+    return name
+
+
+def hardware_description() -> str:
+    """``glm:hardware``'s description, naming every registered profile (README, Pulumi.yaml)."""
+    return f"Hardware profile: {spoken_list(list(PROFILES))}; selects the seed's production defaults."
+
+
+Hardware = Annotated[str, AfterValidator(_known_profile)]
+"""A name in ``components.profiles.PROFILES``, checked when validated (so a profile registered
+later is known too)."""
 
 
 def _docker_size(value: str) -> str:
@@ -643,9 +658,7 @@ def _probe_key_collision(api_keys: Any, probe: SemanticProbeConfig) -> str | Non
 
 
 class StackConfig(_Model):
-    hardware: Hardware = Field(
-        description="Hardware profile: a800, ascend, rtx5090 or local; selects the seed's production defaults."
-    )
+    hardware: Hardware = Field(description=hardware_description())
     target: TargetConfig = Field(description="Where it runs (one host today).")
     image: ImageConfig = Field(description="The serving image.")
     model: ModelConfig = Field(description="The weights and served name.")
@@ -666,7 +679,7 @@ class StackConfig(_Model):
 
     @property
     def facts(self) -> HardwareFacts:
-        return FACTS[self.hardware]
+        return PROFILES[self.hardware].facts
 
     @property
     def cache_env(self) -> dict[str, str]:
@@ -900,6 +913,39 @@ def _check_nvidia_gpus(c: StackConfig) -> str | None:
     return None
 
 
+def _check_shm(c: StackConfig) -> str | None:
+    # Also the policy pack's shm-for-tensor-parallel (mandatory): a crash, not a preference.
+    shm_mb = c.container.shm_size_mb
+    small = shm_mb is None or shm_mb <= DOCKER_DEFAULT_SHM_MB
+    if c.serving.tensor_parallel_size > 1 and small and c.container.ipc_mode != "host":
+        return (
+            f"glm:container.shmSize={c.container.shm_size} and ipcMode is not host: with "
+            f"tensorParallelSize={c.serving.tensor_parallel_size} the workers exchange tensors through "
+            f"/dev/shm, and Docker's {DOCKER_DEFAULT_SHM_MB} MB default crashes them at random (A100 "
+            "seed §8.1). Fix: set glm:container.shmSize (e.g. 64g) or glm:container.ipcMode host."
+        )
+    return None
+
+
+def floating_images(c: StackConfig) -> list[str]:
+    """Every image the stack names that can change under it, by the policy pack's images-pinned rule
+    (``policy/glm_policies.unpinned_reason``): an error, except on the stacks the pack relaxes."""
+    build = c.image.to_build
+    images = {
+        "image.reference": c.image.reference,
+        "image.build.baseImage": build.base_image if build else None,
+        "front.image": c.front.image,
+        "monitoring.image": c.monitoring.image,
+    }
+    return [
+        f"glm:{key}={ref} {reason}: the next pull can bring another image than the one tested. Fix: "
+        "pin a version tag, a commit tag (nightly-<commit>) or a digest (name@sha256:...); only "
+        "the stacks local, *-staging and *-dev deploy it with a warning."
+        for key, ref in images.items()
+        if ref and (reason := unpinned_reason(ref))
+    ]
+
+
 _CHECKS = [
     _check_weights_fit,
     _check_tp_matches_accelerators,
@@ -913,6 +959,7 @@ _CHECKS = [
     _check_nvidia_gpus,
     _check_dangerous_env,
     _check_plain_http,
+    _check_shm,
 ]
 
 
@@ -938,23 +985,9 @@ def _warn_dead_env(c: StackConfig) -> str | None:
     return None
 
 
-def _warn_no_shm(c: StackConfig) -> str | None:
-    shm_mb = c.container.shm_size_mb
-    small = shm_mb is None or shm_mb <= DOCKER_DEFAULT_SHM_MB
-    if c.serving.tensor_parallel_size > 1 and small and c.container.ipc_mode != "host":
-        return (
-            f"glm:container.shmSize={c.container.shm_size} and ipcMode is not host: with tensor parallel "
-            "> 1 the 64 MB Docker default /dev/shm crashes at random (A100 seed §8.1). "
-            "Set shmSize (e.g. 64g) or ipcMode host."
-        )
-    return None
-
-
-def _warn_floating_image(c: StackConfig) -> str | None:
-    ref = c.image.reference
-    if ref and "@sha256:" not in ref and (ref.endswith(":latest") or ":" not in ref.rsplit("/", 1)[-1]):
-        return f"glm:image.reference={ref} floats; pin a tag or a digest so a redeploy serves the same build."
-    return None
+def _warn_floating_images(c: StackConfig) -> str | None:
+    """Reached only on the stacks where floating images are allowed (``build_stack_config``)."""
+    return "\n".join(floating_images(c)) or None
 
 
 def _warn_profiler(c: StackConfig) -> str | None:
@@ -984,8 +1017,7 @@ _ADVISORIES = [
     _warn_profiler,
     _warn_mtp,
     _warn_dead_env,
-    _warn_no_shm,
-    _warn_floating_image,
+    _warn_floating_images,
 ]
 
 
@@ -1236,20 +1268,24 @@ def _check_key_map(keys: Mapping[str, Any], config_key: str) -> list[str]:
 
 
 def build_stack_config(
-    raw: dict[str, Any], secrets: SecretInputs | None = None, docker_host: str | None = None
+    raw: dict[str, Any],
+    secrets: SecretInputs | None = None,
+    docker_host: str | None = None,
+    stack: str | None = None,
 ) -> StackConfig:
     """Validate raw ``glm:*`` values (camelCase, as in the stack file) over their profile.
 
     ``secrets`` (when given) are checked too, and every problem is reported in one error;
-    ``docker_host`` replaces ``target.hosts[0].dockerHost`` (``GLM_DOCKER_HOST``).
+    ``docker_host`` replaces ``target.hosts[0].dockerHost`` (``GLM_DOCKER_HOST``). Floating images
+    are refused unless ``stack`` is one the policy pack relaxes (then they are an advisory).
     """
     hardware = raw.get("hardware")
-    if hardware not in DEFAULTS:
+    if hardware not in PROFILES:
         raise ConfigError(
             f"glm:hardware={hardware!r} is not a known profile. Fix: set it to one of "
-            f"{', '.join(sorted(DEFAULTS))} (pulumi config set glm:hardware a800)."
+            f"{', '.join(sorted(PROFILES))} (pulumi config set glm:hardware a800)."
         )
-    merged = deep_merge(DEFAULTS[hardware], {k: v for k, v in raw.items() if k != "hardware"})
+    merged = deep_merge(dict(PROFILES[hardware].defaults), {k: v for k, v in raw.items() if k != "hardware"})
     hosts = merged.get("target", {}).get("hosts")
     if docker_host and isinstance(hosts, list) and hosts and isinstance(hosts[0], dict):
         hosts[0]["dockerHost"] = docker_host
@@ -1260,6 +1296,8 @@ def build_stack_config(
         raise ConfigError(_report([*_explain(err), *problems])) from None
     if secrets is not None:
         problems += secrets.problems_with(config)
+    if not is_relaxed_stack(stack or "", {}):
+        problems += floating_images(config)
     if problems:
         raise ConfigError(_report(problems))
     return config
@@ -1310,4 +1348,4 @@ def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
             key for key in ["hardware", *STACK_KEYS] if pulumi.runtime.is_config_secret(f"glm:{key}")
         ),
     )
-    return build_stack_config(raw, secrets, environ.get(DOCKER_HOST_OVERRIDE) or None)
+    return build_stack_config(raw, secrets, environ.get(DOCKER_HOST_OVERRIDE) or None, pulumi.get_stack())

@@ -435,11 +435,11 @@ class NginxFront(pulumi.ComponentResource):
 
         # Read by the policy pack (front-tls-on-public-bind): TLS, or the stack's plain-HTTP opt-in.
         labels = [
-            docker.ContainerLabelArgs(label="glm.role", value="front"),
-            docker.ContainerLabelArgs(label="glm.tls", value="on" if front.tls else "off"),
+            docker.ContainerLabelArgs(label="glm53.role", value="front"),
+            docker.ContainerLabelArgs(label="glm53.tls", value="on" if front.tls else "off"),
         ]
         if front.allow_plain_http and not front.tls:
-            labels.append(docker.ContainerLabelArgs(label="glm.plain-http", value="accepted"))
+            labels.append(docker.ContainerLabelArgs(label="glm53.plain-http", value="accepted"))
 
         # Nothing here depends on keys, TLS material or nginx.conf: those changes reach nginx as a
         # reload (NginxReload below), never as a new container (every `uploads` change replaces one).

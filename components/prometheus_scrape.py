@@ -412,7 +412,7 @@ class PrometheusScrape(pulumi.ComponentResource):
                     file=RULES_PATH, content=render_alert_rules(config), permissions="0644"
                 ),
             ],
-            labels=[docker.ContainerLabelArgs(label="glm.role", value="monitoring")],
+            labels=[docker.ContainerLabelArgs(label="glm53.role", value="monitoring")],
             hosts=upstream_hosts(config),
             restart="unless-stopped",
             log_driver="json-file",

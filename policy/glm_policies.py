@@ -24,15 +24,15 @@ IMAGE = "docker:index/image:Image"
 REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
 VOLUME = "docker:index/volume:Volume"
 
-FRONT_LABEL = ("glm.role", "front")
+FRONT_LABEL = ("glm53.role", "front")
 """Set by ``components/nginx_front.py``: the one container allowed to publish on all interfaces."""
 SERVING_SUFFIX = "-vllm"
 """Logical name suffix of the vLLM container (``components/vllm_server.py``)."""
 SERVING_LABEL = "glm53.served-model"
 """Label only the vLLM container carries; a second way to recognise it."""
-TLS_LABEL = "glm.tls"
+TLS_LABEL = "glm53.tls"
 """``on`` when the front serves TLS (``components/nginx_front.py``)."""
-PLAIN_HTTP_LABEL = ("glm.plain-http", "accepted")
+PLAIN_HTTP_LABEL = ("glm53.plain-http", "accepted")
 """Set only from ``glm:front.allowPlainHttp``: the stack opted in to plain HTTP on a public bind."""
 FRONT_SUFFIX = "-nginx"
 NGINX_CONF = "/etc/nginx/nginx.conf"

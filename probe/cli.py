@@ -33,7 +33,9 @@ def parser() -> argparse.ArgumentParser:
         "--api-key-env", metavar="VAR", help="environment variable holding the API key (never a flag)"
     )
     where.add_argument("--metrics-url", help="vLLM /metrics, or Prometheus /federate?match[]=...")
-    where.add_argument("--profile", help="hardware profile for the seed comparison (a800, ascend, rtx5090)")
+    where.add_argument(
+        "--profile", help=f"hardware profile for the seed comparison ({', '.join(seeds.with_figures())})"
+    )
     where.add_argument("--model", help="served model name (default: the first in /v1/models)")
     where.add_argument("--label", help="what to call the target in titles (default: the model name)")
 

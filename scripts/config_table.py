@@ -17,7 +17,8 @@ from pydantic_core import PydanticUndefined
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from components.config import StackConfig  # noqa: E402
+from components.config import StackConfig, hardware_description  # noqa: E402
+from components.profiles import PROFILES  # noqa: E402
 
 START, END = "<!-- config-table:start -->", "<!-- config-table:end -->"
 SECRETS = {
@@ -68,7 +69,10 @@ def rows(model: type[BaseModel], prefix: str, in_list: bool = False) -> list[str
             out += rows(nested, f"{key}.", in_list)
             continue
         kind = f"list of {nested.__name__}" if nested else _type_name(field.annotation)
-        out.append(f"| `{key}` | {kind} | {_default(field, in_list)} | {field.description or ''} |")
+        description = field.description or ""
+        if key == "glm:hardware":  # the profiles registered now (components/profiles.py)
+            kind, description = " \\| ".join(f"`{p}`" for p in PROFILES), hardware_description()
+        out.append(f"| `{key}` | {kind} | {_default(field, in_list)} | {description} |")
         if nested is not None:  # each item's keys; required ones are required in every item
             out += rows(nested, f"{key}[].", in_list=True)
     return out

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from components.config import StackConfig  # noqa: E402
+from components.config import StackConfig, hardware_description  # noqa: E402
 
 
 def _model_of(annotation: typing.Any) -> type[BaseModel] | None:
@@ -43,7 +43,8 @@ def descriptions() -> dict[str, str]:
     """Pulumi.yaml's description of each top-level ``glm:`` key."""
     out = {}
     for name, field in StackConfig.model_fields.items():
-        text = (field.description or "").rstrip(".")
+        # glm:hardware names the profiles registered now, not those at import time.
+        text = (hardware_description() if name == "hardware" else field.description or "").rstrip(".")
         nested = _model_of(field.annotation)
         out[field.alias or name] = f"{text}: {keys(nested)}." if nested else f"{text}."
     return out

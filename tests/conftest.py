@@ -11,10 +11,11 @@ from typing import Any
 import pulumi
 import pytest
 import yaml
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
+
+from components.profiles import PROFILES
 
 PROJECT = Path(__file__).resolve().parent.parent
+CONTAINER = "docker:index/container:Container"
 _SIG_KEY, _SECRET_SIG = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
 
 
@@ -64,6 +65,11 @@ class Deployment:
         return found[0]
 
 
+def serving_container(deployment: Deployment) -> dict[str, Any]:
+    """The inputs of the vLLM container."""
+    return deployment.one(CONTAINER, "-vllm").inputs
+
+
 class GlmMocks(pulumi.runtime.Mocks):
     """Echo inputs back as outputs, plus the computed outputs the program reads."""
 
@@ -107,11 +113,14 @@ def construct(build: Any) -> tuple[RecordingMocks, dict[str, Any]]:
     pulumi.runtime.set_mocks(mocks, project="glm", stack="test", preview=False)
     seen: dict[str, Any] = {}
 
-    def program() -> None:
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[None]:
         component = build()
-        pulumi.Output.all(url=component.url, container_name=component.container_name).apply(seen.update)
+        return pulumi.Output.all(url=component.url, container_name=component.container_name).apply(
+            seen.update
+        )
 
-    _sync_await(run_pulumi_func(program))
+    program()
     return mocks, seen
 
 
@@ -139,24 +148,34 @@ def run_program(
     )
     pulumi.runtime.set_all_config(config, list(all_secrets))
 
-    def record_options(args: pulumi.ResourceTransformationArgs) -> None:
-        deployment.options[args.name] = args.opts
+    running = True
 
-    def program() -> None:
+    def record_options(args: pulumi.ResourceTransformationArgs) -> None:
+        # The mocks keep one root stack for the session, and with it every stack transformation
+        # registered so far: only this run's resources belong to this deployment.
+        if running:
+            deployment.options[args.name] = args.opts
+
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[None]:
         pulumi.runtime.register_stack_transformation(record_options)
         namespace = runpy.run_path(str(PROJECT / "__main__.py"), run_name="__pulumi_program__")
-        outputs = namespace["outputs"]
+        return pulumi.Output.all(**namespace["outputs"]).apply(deployment.outputs.update)
 
-        def keep(values: dict[str, Any]) -> None:
-            deployment.outputs.update(values)
-
-        pulumi.Output.all(**outputs).apply(keep)
-
-    _sync_await(run_pulumi_func(program))
+    try:
+        program()
+    finally:
+        running = False
     return deployment
+
+
+def profile_stacks() -> list[str]:
+    """The stacks run under mocks: one committed ``Pulumi.<profile>.yaml`` per registered profile
+    (``tests/test_profiles.py`` checks that each exists)."""
+    return list(PROFILES)
 
 
 @pytest.fixture(scope="session")
 def deployed() -> dict[str, Deployment]:
-    """Each committed stack file, run once under mocks."""
-    return {stack: run_program(stack) for stack in ("a800", "ascend", "rtx5090", "local")}
+    """Each profile's stack file, run once under mocks."""
+    return {stack: run_program(stack) for stack in profile_stacks()}

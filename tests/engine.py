@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 
 PROJECT = Path(__file__).resolve().parent.parent
-COPIED = ["Pulumi.yaml", "__main__.py", "components", "images", "requirements.txt"]
+# policy: the program applies the pack's images-pinned rule itself (components/config.py).
+COPIED = ["Pulumi.yaml", "__main__.py", "components", "images", "policy", "requirements.txt"]
 PROVIDERS = ("docker", "command")
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
 from components.config import ConfigError, SecretInputs, StackConfig, build_stack_config, deep_merge
+from components.profiles import PROFILES
 from tests.conftest import TEST_HOST_KEY
 
 HOST = {
@@ -26,7 +28,7 @@ def make(hardware: str, **overrides: Any):
     )
 
 
-@pytest.mark.parametrize("hardware", ["a800", "ascend", "rtx5090", "local"])
+@pytest.mark.parametrize("hardware", list(PROFILES))
 def test_profiles_are_valid_as_shipped(hardware: str) -> None:
     assert make(hardware).hardware == hardware
 
@@ -148,14 +150,43 @@ def test_vllm_rpc_timeout_is_live_before_0_23() -> None:
     assert not any("VLLM_RPC_TIMEOUT" in w for w in config.advisories())
 
 
-def test_missing_shm_with_tensor_parallel_warns() -> None:
-    config = make("rtx5090", container={"shmSize": "64m"})  # the seed: Docker's default
-    assert any("64 MB" in w and "shmSize" in w for w in config.advisories())
+def test_missing_shm_with_tensor_parallel_is_refused() -> None:
+    """An error, as in the policy pack (shm-for-tensor-parallel): the workers crash, at random."""
+    with pytest.raises(ConfigError) as err:
+        make("rtx5090", container={"shmSize": "64m"})  # the seed: Docker's default
+    assert "glm:container.shmSize=64m" in str(err.value) and "64 MB" in str(err.value)
+    assert "tensorParallelSize=8" in str(err.value) and "Fix: set glm:container.shmSize" in str(err.value)
+    assert make("rtx5090", container={"shmSize": "64m", "ipcMode": "host"}).container.ipc_mode == "host"
+    assert make("local", container={"shmSize": "64m"}).serving.tensor_parallel_size == 1
 
 
-def test_floating_image_warns() -> None:
-    config = make("rtx5090", image={"reference": "vllm/vllm-openai:latest"})
-    assert any("floats" in w for w in config.advisories())
+@pytest.mark.parametrize(
+    ("overrides", "key", "reason"),
+    [
+        ({"image": {"reference": "vllm/vllm-openai:latest"}}, "image.reference", "uses the :latest tag"),
+        ({"image": {"reference": "vllm/vllm-openai:nightly"}}, "image.reference", "floating :nightly tag"),
+        ({"front": {"image": "nginx"}}, "front.image", "has no tag"),
+        ({"monitoring": {"image": "prom/prometheus:latest"}}, "monitoring.image", ":latest"),
+        ({"image": {"build": {"baseImage": "vllm/vllm-openai:latest"}}}, "image.build.baseImage", ":latest"),
+    ],
+)
+def test_floating_images_are_refused_as_by_the_policy_pack(
+    overrides: dict[str, Any], key: str, reason: str
+) -> None:
+    """An error on a production stack, an advisory on the stacks the pack relaxes (images-pinned)."""
+    hardware = "a800" if key == "image.build.baseImage" else "rtx5090"
+    raw = {"hardware": hardware, "target": HOST, **deep_merge(PLAIN_HTTP_ACCEPTED, overrides)}
+    for production in (None, hardware):
+        with pytest.raises(ConfigError, match=rf"glm:{key}=\S+ .*{re.escape(reason)}.*Fix: pin"):
+            build_stack_config(raw, stack=production)
+    for relaxed in ("local", f"{hardware}-staging", f"{hardware}-dev"):
+        [warning] = [w for w in build_stack_config(raw, stack=relaxed).advisories() if f"glm:{key}=" in w]
+        assert reason in warning
+
+
+def test_pinned_images_pass_everywhere() -> None:
+    pinned = {"image": {"reference": "vllm/vllm-openai:nightly-385dce36b"}, "front": {"image": "nginx:1.27"}}
+    assert not [w for w in make("rtx5090", **pinned).advisories() if "pin a version tag" in w]
 
 
 def test_deep_merge_replaces_lists_merges_dicts_and_deletes_on_null() -> None:

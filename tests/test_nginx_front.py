@@ -49,13 +49,14 @@ from components.nginx_front import (
     render_template,
 )
 from components.nginx_reload import START_COMMAND
+from components.profiles import PROFILES
 from tests.conftest import PROJECT, TEST_HOST_KEY, construct
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 SERVED = "glm-5.3-flash"
 GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
-HARDWARE = ["a800", "ascend", "rtx5090", "local"]
+HARDWARE = list(PROFILES)
 KEYS = {"alice": "sk-alice-0123456789abcdef0123", "bob": "sk-bob.+/~_-fedcba9876543210=="}
 METRICS = {"prom": "sk-prom-metrics-4d5e6f7a8b9c0d1e"}
 ARITHMETIC = [{"role": "user", "content": "What is 13×17? Answer with the number only."}]
@@ -712,7 +713,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
     ]
     assert inputs["restart"] == "unless-stopped"
     assert inputs["logDriver"] == "json-file" and inputs["logOpts"]["max-size"] == "100m"
-    assert {"label": "glm.role", "value": "front"} in inputs["labels"]  # what the policy pack looks for
+    assert {"label": "glm53.role", "value": "front"} in inputs["labels"]  # what the policy pack looks for
     assert "hosts" not in inputs  # vLLM is on the private network, by its alias
     # The container does not depend on the config: no uploads (each change would replace it).
     assert "uploads" not in inputs and "volumes" not in inputs

@@ -17,6 +17,8 @@ from typing import Any
 import pulumi
 import pytest
 
+from tests.conftest import profile_stacks
+
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
 # The pack's modules import each other as top-level modules, as they do when the engine runs
 # policy/ as a program; the tests see them the same way.
@@ -27,7 +29,7 @@ from glm_policies import CONTAINER, IMAGE, REMOTE_IMAGE, VOLUME, Resource, Undec
 
 SECRET = {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270"}
 UNKNOWN_STRING = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
-FRONT_LABELS = [{"label": "glm.role", "value": "front"}]
+FRONT_LABELS = [{"label": "glm53.role", "value": "front"}]
 SERVING_LABELS = [{"label": "glm53.served-model", "value": "glm-5.3-flash"}]
 KEYED_CONF = """
 http {
@@ -113,7 +115,7 @@ def test_any_other_container_on_all_interfaces_is_refused(ip: str | None) -> Non
 def test_the_nginx_suffix_alone_does_not_exempt_a_container() -> None:
     unlabelled = front(labels=[])
     [message] = check(gp.no_public_serving_port, unlabelled)
-    assert "label glm.role=front" in message
+    assert "label glm53.role=front" in message
 
 
 def test_a_port_without_external_is_published_on_a_random_host_port() -> None:
@@ -313,6 +315,41 @@ def test_tensor_parallel_on_docker_default_shm_is_refused(
     assert "Fix: glm:container.shmSize (e.g. 64g) or glm:container.ipcMode host." in message
 
 
+@pytest.mark.parametrize(
+    ("tp", "shm", "ipc"),  # an unset shmSize is the config's 64g
+    [
+        (8, "64m", None),
+        (8, "65m", None),
+        (8, "64m", "host"),
+        (1, "64m", None),
+        (2, "64m", None),
+        (8, "1g", None),
+    ],
+)
+def test_the_config_refuses_what_the_pack_refuses(tp: int, shm: str, ipc: str | None) -> None:
+    """Config and pack agree on shm: a stack the pack would refuse never reaches it."""
+    from components.config import ConfigError, build_stack_config
+
+    raw = {
+        "hardware": "local",
+        "serving": {"tensorParallelSize": tp},
+        "container": {"accelerators": list(range(tp)), "shmSize": shm, "ipcMode": ipc},
+    }
+    try:
+        build_stack_config(raw)
+        refused_by_config = False
+    except ConfigError as err:
+        assert "glm:container.shmSize" in str(err)
+        refused_by_config = True
+    units = {"m": 1.0, "g": 1024.0}
+    container = vllm(
+        command=["/models/m", f"--tensor-parallel-size={tp}"],
+        shmSize=float(shm[:-1]) * units[shm[-1]],
+        ipcMode=ipc,
+    )
+    assert bool(check(gp.shm_for_tensor_parallel, container)) is refused_by_config
+
+
 # --- 5. weights-read-only -----------------------------------------------------------------------
 
 
@@ -423,7 +460,7 @@ def test_a_violation_is_reported_as_mandatory(analyze) -> None:
 def test_an_unknown_secret_conf_is_not_applicable_not_a_crash(analyze) -> None:
     conf = {"file": "/etc/nginx/nginx.conf", "content": UNKNOWN_STRING}
     props = {
-        "labels": [*FRONT_LABELS, {"label": "glm.tls", "value": "on"}],
+        "labels": [*FRONT_LABELS, {"label": "glm53.tls", "value": "on"}],
         "image": UNKNOWN_STRING,
         "ports": [{"internal": 8080, "external": 8008, "ip": "0.0.0.0"}],
         "uploads": {**SECRET, "value": [conf]},
@@ -548,8 +585,8 @@ def test_a_plain_http_front_on_a_public_bind_is_refused() -> None:
 @pytest.mark.parametrize(
     "props",
     [
-        {"labels": [*FRONT_LABELS, {"label": "glm.tls", "value": "on"}]},
-        {"labels": [*FRONT_LABELS, {"label": "glm.plain-http", "value": "accepted"}]},
+        {"labels": [*FRONT_LABELS, {"label": "glm53.tls", "value": "on"}]},
+        {"labels": [*FRONT_LABELS, {"label": "glm53.plain-http", "value": "accepted"}]},
         {"ports": [{"internal": 8080.0, "external": 8080.0, "ip": "127.0.0.1"}]},
     ],
     ids=["tls", "opted-in", "loopback"],
@@ -568,7 +605,7 @@ def test_an_unknown_front_bind_is_undecidable() -> None:
 SERVING_RULES = [r for r in gp.RULES if r.name != "volumes-retained"]
 
 
-@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+@pytest.mark.parametrize("stack", profile_stacks())
 def test_every_stack_passes_the_serving_rules(deployed, stack: str) -> None:
     resources = [
         Resource(r.type, r.name, gp.normalize(r.inputs), urn=f"urn:pulumi:{stack}::glm::{r.type}::{r.name}")

@@ -1,63 +1,17 @@
-"""The preflight and weights checks, run for real with bash (fake nvidia-smi / npu-smi on PATH)."""
+"""The preflight checks, run for real with bash (fake nvidia-smi / npu-smi on PATH), and where they
+run (Pulumi mocks)."""
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from components.config import build_stack_config
-from components.model_volume import download_script, verify_script
 from components.preflight import preflight_script
-from tests.conftest import TEST_HOST_KEY
-
-HOST = {
-    "hosts": [
-        {"name": "gpu01", "dockerHost": "ssh://deploy@gpu01.example.internal", "hostKey": TEST_HOST_KEY}
-    ]
-}
-
-
-def weights(root: Path, shards: int = 2, missing: int = 0) -> Path:
-    folder = root / "GLM-5.3-Flash"
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text("{}")
-    names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
-    index = {"weight_map": {f"layer{i}.weight": name for i, name in enumerate(names)}}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    for name in names[missing:]:
-        (folder / name).write_bytes(b"\0")
-    return folder
-
-
-def fake_tool(bin_dir: Path, name: str, body: str) -> None:
-    bin_dir.mkdir(exist_ok=True)
-    tool = bin_dir / name
-    tool.write_text(f"#!/bin/sh\n{body}\n")
-    tool.chmod(0o755)
-
-
-def run(script: str, bin_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    if bin_dir is not None:
-        env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=30)
-
-
-def a800(tmp_path: Path, **overrides: object):
-    return build_stack_config(
-        {
-            "hardware": "a800",
-            "target": HOST,
-            "model": {"hostDir": str(tmp_path)},
-            "front": {"allowPlainHttp": True},
-            **overrides,
-        }
-    )
-
+from tests.conftest import Deployment, unwrap
+from tests.host_scripts import HOST, a800, fake_tool, run, weights
 
 NVIDIA_SMI = """case "$1" in
   -L) i=0; while [ $i -lt ${GPUS:-8} ]; do echo "GPU $i: NVIDIA A800-SXM4-80GB (UUID: GPU-$i)"; i=$((i+1)); done ;;
@@ -126,40 +80,6 @@ def test_preflight_refuses_a_small_dev_shm(tmp_path: Path) -> None:
     assert "glm:preflight.minShmGib asks for 1e+06 GiB" in result.stderr
 
 
-@pytest.mark.parametrize(("missing", "message"), [(1, "shards listed in the index are missing")])
-def test_weights_check_finds_a_missing_shard(tmp_path: Path, missing: int, message: str) -> None:
-    weights(tmp_path, shards=3, missing=missing)
-    result = run(verify_script(a800(tmp_path).model))
-    assert result.returncode == 1
-    assert message in result.stderr and "model-00001-of-00003.safetensors" in result.stderr
-
-
-def test_weights_check_finds_no_config(tmp_path: Path) -> None:
-    result = run(verify_script(a800(tmp_path).model))
-    assert result.returncode == 1
-    assert "config.json is missing" in result.stderr
-
-
-def test_download_uses_the_hub_cli_then_verifies(tmp_path: Path) -> None:
-    config = build_stack_config(
-        {
-            "hardware": "ascend",
-            "target": HOST,
-            "front": {"allowPlainHttp": True},
-            "model": {"hostDir": str(tmp_path), "revision": "v1.0", "download": {"enabled": True}},
-        }
-    )
-    script = download_script(config.model)
-    assert (
-        f"modelscope download --model Eco-Tech/GLM-5.3-Flash-w8a8 --revision v1.0 --local_dir {tmp_path}/GLM-5.3-Flash-w8a8"
-        in script
-    )
-    # With a fake hub CLI that writes nothing, the verification fails the download step.
-    fake_tool(tmp_path / "bin", "modelscope", "exit 0")
-    result = run(script, tmp_path / "bin")
-    assert result.returncode == 1 and "config.json is missing" in result.stderr
-
-
 def test_local_preflight_runs_on_this_machine() -> None:
     config = build_stack_config({"hardware": "local"})
     if not Path(config.model.host_path, "config.json").exists():
@@ -186,3 +106,11 @@ def test_ascend_preflight_writes_no_fixed_tmp_file(tmp_path: Path) -> None:
     result = run(script, tmp_path / "bin")
     assert result.returncode == 1
     assert "npu-smi info failed: npu-smi: driver not loaded" in result.stderr
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
+def test_preflight_runs_on_the_host_over_ssh(deployed: dict[str, Deployment], stack: str) -> None:
+    check = deployed[stack].one("command:remote:Command", "-preflight-check").inputs
+    assert unwrap(check["connection"])["user"] == "deploy"
+    tool = "npu-smi" if stack == "ascend" else "nvidia-smi"
+    assert tool in check["create"]

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from components.config import StackConfig, build_stack_config
+from components.profiles import PROFILES
 from components.prometheus_scrape import (
     CONFIG_PATH,
     DEFAULT_JOB,
@@ -37,7 +38,7 @@ from tests.conftest import TEST_HOST_KEY, construct
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
-HARDWARE = ["a800", "ascend", "rtx5090", "local"]
+HARDWARE = list(PROFILES)
 TARGET = "vllm:8000"
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from components.serving_image import context_hash, missing_patches
-from tests.conftest import PROJECT
+from tests.conftest import PROJECT, Deployment, run_program, serving_container
 
 APPLY = PROJECT / "images" / "a800" / "apply_patches.py"
 
@@ -105,3 +105,39 @@ def test_real_docker_build_refuses_an_unpatched_image(tmp_path: Path) -> None:
     subprocess.run(["docker", "image", "rm", "glm53-unpatched-test"], capture_output=True)
     assert result.returncode != 0
     assert "refusing to build an unpatched image" in result.stdout + result.stderr
+
+
+def test_a800_builds_the_patched_image_with_a_content_hash_tag(
+    deployed: dict[str, Deployment],
+) -> None:
+    image = deployed["a800"].one("docker:index/image:Image", "-image-build").inputs
+    assert image["imageName"].startswith("glm53-flash-sm80:")
+    assert len(image["imageName"].split(":")[1]) == 16
+    assert image["skipPush"] is True
+    assert image["build"]["context"] == "images/a800"
+    assert image["build"]["args"] == {"BASE_IMAGE": "vllm/vllm-openai:v0.33.0"}
+    assert serving_container(deployed["a800"])["image"] == image["imageName"]
+
+
+@pytest.mark.parametrize(
+    ("stack", "reference"),
+    [
+        ("ascend", "quay.io/ascend/vllm-ascend:glm-5.3-flash"),
+        ("rtx5090", "vllm/vllm-openai:nightly-385dce36b"),
+    ],
+)
+def test_upstream_images_are_pulled_and_pinned(
+    deployed: dict[str, Deployment], stack: str, reference: str
+) -> None:
+    pulled = deployed[stack].one("docker:index/remoteImage:RemoteImage", "-pull").inputs
+    assert pulled["name"] == reference
+    assert pulled["keepLocally"] is True
+    assert serving_container(deployed[stack])["image"].startswith("sha256:")
+
+
+def test_prebuilt_a800_image_instead_of_the_build() -> None:
+    deployment = run_program(
+        "a800", overrides={"glm:image": {"reference": "registry.example/glm53-flash-sm80@sha256:" + "e" * 64}}
+    )
+    assert not deployment.one("glm:image:ServingImage", "-image").name.endswith("-build")
+    assert [r.name for r in deployment.of_type("docker:index/image:Image")] == ["a800-semantic-probe-image"]

@@ -49,6 +49,7 @@ APP_FILES = (
     "components/semantic_probe/__init__.py",
     "components/semantic_probe/__main__.py",
     "components/semantic_probe/service.py",
+    "policy/glm_policies.py",  # components.config takes the images-pinned rule from the pack
 )
 """The project modules the probe imports: the gate's checks themselves, not a copy of their logic."""
 ROOT_DISTRIBUTIONS = ("httpx", "prometheus_client", "pydantic")
@@ -245,7 +246,7 @@ class SemanticProbe(pulumi.ComponentResource):
                     file=KEY_PATH, content=pulumi.Output.secret(api_key), permissions="0444"
                 ),
             ],
-            labels=[docker.ContainerLabelArgs(label="glm.role", value="semantic-probe")],
+            labels=[docker.ContainerLabelArgs(label="glm53.role", value="semantic-probe")],
             hosts=upstream_hosts(config),
             restart="unless-stopped",
             log_driver="json-file",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +177,19 @@ def test_a_tls_front_gets_no_probe_and_a_warning() -> None:
 
 def test_the_context_is_not_in_git() -> None:
     assert "/.build/" in (Path(PROJECT_DIR) / ".gitignore").read_text().split()
+
+
+def test_the_app_files_are_all_the_probe_imports(tmp_path: Path) -> None:
+    """What the image's build step checks, without Docker: the probe's modules import from the
+    context's own files and packages only (a module missing from APP_FILES fails here first)."""
+    for rel, content in context_files().items():
+        if rel.startswith("app/"):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_bytes(content)
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    check = subprocess.run(
+        [sys.executable, "-I", "-c",
+         f"import sys; sys.path[:0] = [{str(tmp_path / 'app')!r}, *{site!r}]; import components.semantic_probe.service"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stderr
