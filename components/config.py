@@ -493,6 +493,13 @@ class ContainerConfig(_Model):
         description="Subnet of the private network (default: a /24 in 172.30.0.0/16 derived from "
         "`name`); vLLM keeps one address in it across replacements, so the front's upstream holds.",
     )
+    stop_grace_seconds: int = Field(
+        30,
+        description="Docker's stop grace when the container is replaced or removed (SIGTERM, then "
+        "SIGKILL): with vLLM's `--shutdown-timeout` at most this, requests in flight finish "
+        "(the Docker provider's default, 0, kills them).",
+        ge=0,
+    )
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = Field(
         "unless-stopped", description="Docker restart policy."
     )

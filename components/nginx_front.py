@@ -34,6 +34,9 @@ UPSTREAM_CONNECT_TIMEOUT_SECONDS = 2
 # must give them up first, or it may send a POST on a socket uvicorn is closing and answer 502.
 UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
 HEALTH_READ_TIMEOUT_SECONDS = 5
+UPSTREAM_MAX_FAILS = 2
+UPSTREAM_FAIL_TIMEOUT_SECONDS = 30
+"""Several replicas (A100 seed §6.2): one that fails twice within 30 s is left out for 30 s."""
 WORKER_PROCESSES = 4
 """LLM traffic is a few hundred long-lived streams; ``auto`` would start one worker per host core."""
 INFERENCE_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses")
@@ -94,7 +97,7 @@ def _key_regex(key: str) -> str:
 
 def render_nginx_conf(
     front: FrontConfig,
-    upstream: str,
+    upstream: str | list[str],
     api_keys: dict[str, str],
     tls: bool = False,
     *,
@@ -104,15 +107,27 @@ def render_nginx_conf(
 ) -> str:
     """The whole ``nginx.conf`` of the front (valid on nginx 1.22 and newer).
 
-    ``upstream`` is vLLM's ``host:port`` on the private network (``vllm:8000``); ``api_keys`` maps
+    ``upstream`` is vLLM's ``host:port`` on the private network (``vllm:8000``), or a list of
+    several replicas' (balanced, A100 seed §6.2); ``api_keys`` maps
     client names to keys. ``listen``, ``runtime_dir`` (pid and temp files) and ``tls_dir`` keep
     their container defaults in production; tests point them at loopback and a temp dir.
     """
     problems = check_api_keys(api_keys)  # checked at load too; render never writes a bad key
     if problems:
         raise ConfigError("\n".join(problems))
-    if not _UPSTREAM.fullmatch(upstream):
-        raise ValueError(f"upstream {upstream!r} is not host:port")
+    upstreams = [upstream] if isinstance(upstream, str) else list(upstream)
+    for server in upstreams:
+        if not _UPSTREAM.fullmatch(server):
+            raise ValueError(f"upstream {server!r} is not host:port")
+    servers = f"        server {upstream};" if isinstance(upstream, str) else _servers(upstreams)
+    # Several replicas: a request a replica refused or reset before answering (stopping, or
+    # docker-proxy while it loads) goes to the next one, POSTs included (no token was sent yet).
+    next_upstream = (
+        ""
+        if isinstance(upstream, str)
+        else "\n        proxy_next_upstream error timeout non_idempotent;"
+        f"\n        proxy_next_upstream_tries {len(upstreams)};"
+    )
     rate = front.rate_limit
     q = "'"  # nginx single quotes around JSON bodies
 
@@ -222,7 +237,7 @@ http {{
     }}
 {rate_zone}
     upstream vllm {{
-        server {upstream};
+{servers}
         keepalive {front.keepalive};
         keepalive_timeout {UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS}s;
     }}
@@ -256,7 +271,7 @@ http {{
         # The key stops here: vLLM runs without --api-key on the private network, so passing it on
         # would only spread the secret to another process and its logs.
         proxy_set_header Authorization "";
-        proxy_connect_timeout {UPSTREAM_CONNECT_TIMEOUT_SECONDS}s;
+        proxy_connect_timeout {UPSTREAM_CONNECT_TIMEOUT_SECONDS}s;{next_upstream}
         proxy_read_timeout {front.read_timeout_seconds}s;
         proxy_send_timeout {front.send_timeout_seconds}s;
 
@@ -317,6 +332,13 @@ http {{
 """
 
 
+def _servers(upstreams: list[str]) -> str:
+    return "\n".join(
+        f"        server {server} max_fails={UPSTREAM_MAX_FAILS} fail_timeout={UPSTREAM_FAIL_TIMEOUT_SECONDS}s;"
+        for server in upstreams
+    )
+
+
 def public_url(config: StackConfig, public_host: str | None = None) -> str:
     """The OpenAI base URL of the front: ``http(s)://<host>:<front.port>/v1``.
 
@@ -350,7 +372,7 @@ class NginxFront(pulumi.ComponentResource):
         name: str,
         config: StackConfig,
         network_name: pulumi.Input[str],
-        upstream: str,
+        upstream: str | list[str],
         api_keys: pulumi.Output[dict[str, str]],
         tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
         opts: pulumi.ResourceOptions | None = None,

@@ -88,7 +88,9 @@ def test_sigterm_mid_stream_exits_quickly(start_sim) -> None:
 
 def test_sigterm_with_shutdown_timeout_finishes_the_stream_and_refuses_new_connections(start_sim) -> None:
     """vLLM's --shutdown-timeout (SPEC §6): new requests refused, in-flight ones finish."""
-    s = start_sim(args=[*FULL_ARGS, "--shutdown-timeout", "10"], env={"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.02"})
+    s = start_sim(
+        args=[*FULL_ARGS, "--shutdown-timeout", "10"], env={"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.02"}
+    )
     payload = body("Count to a hundred.", max_tokens=60, stream=True)
     with s.http.stream("POST", CHAT, json=payload) as r:
         lines = r.iter_lines()
