@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ import httpx
 import pytest
 
 from tests.engine import PulumiProject, engine_missing
+from tests.multihost import init_stack, load_images, set_hosts
 from tests.standin_host import StandinHost, link_private_network, unavailable_reason
 
 pytestmark = pytest.mark.skipif(
@@ -33,9 +33,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 API_KEY = "sk-multihost-0123456789abcdef01"
-IMAGES = ("glm53-local/python:bookworm", "glm53-local/nginx:bookworm", "glm53-local/prometheus:bookworm")
 FRONT_PORT = 18480
-SHUTDOWN_TIMEOUT = 20
 LOAD_MAX_REQUESTS = 3000
 LOAD_MAX_SECONDS = 600.0
 LOAD_WORKERS = 4
@@ -46,51 +44,8 @@ def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[StandinHost
     with contextlib.ExitStack() as stack:
         made = [stack.enter_context(StandinHost.create(lifetime_s=5400)) for _ in range(3)]
         link_private_network(made)
-        # One archive, loaded into each host (the three images share their base layers).
-        archive = tmp_path_factory.mktemp("images") / "images.tar"
-        subprocess.run(["docker", "save", "-o", str(archive), *IMAGES], check=True, timeout=600)
-        for host in made:
-            loaded = subprocess.run(
-                ["docker", "-H", host.docker_host, "load", "-i", str(archive)],
-                capture_output=True, text=True, timeout=900, env=host.env(),
-            )  # fmt: skip
-            assert loaded.returncode == 0, loaded.stderr
+        load_images(made, tmp_path_factory.mktemp("images"))
         yield made
-
-
-def host_entry(host: StandinHost) -> dict[str, Any]:
-    return {
-        "name": host.name,
-        "dockerHost": host.docker_host,
-        "hostKey": host.host_key,
-        "identityFile": str(host.private_key_path),
-    }
-
-
-def set_hosts(project: PulumiProject, stack: str, hosts: list[StandinHost]) -> None:
-    value = json.dumps({"hosts": [host_entry(h) for h in hosts]})
-    project.run("config", "set", "--path", "glm:target", value, "--json", "-s", stack)
-
-
-def init(project: PulumiProject, stack: str, hosts: list[StandinHost]) -> None:
-    front = hosts[0]
-    project.init_stack(
-        stack,
-        config={
-            "glm:front.port": str(FRONT_PORT),
-            "glm:front.bindAddress": front.address,
-            "glm:front.allowPlainHttp": "true",
-            # The stand-in hosts share this machine's file system: one weights folder serves all.
-            "glm:model.hostDir": str(front.models_dir),
-            "glm:container.name": f"glm53-multi-{stack}",
-            "glm:container.stopGraceSeconds": str(SHUTDOWN_TIMEOUT + 5),
-        },
-        secrets={"glm:apiKeys.e2e": API_KEY},
-    )
-    # vLLM's graceful stop (SPEC §6), below Docker's stop grace.
-    extra = json.dumps([f"--shutdown-timeout={SHUTDOWN_TIMEOUT}"])
-    project.run("config", "set", "--path", "glm:serving.extraArgs", extra, "--json", "-s", stack)
-    set_hosts(project, stack, hosts)
 
 
 def changed(project: PulumiProject, stack: str) -> dict[str, str]:
@@ -190,7 +145,7 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
     project = PulumiProject.copy_of_repo(tmp_path / "glm")
     stack = "local"
     figures: dict[str, Any] = {}
-    init(project, stack, hosts[:2])
+    init_stack(project, stack, hosts[:2], API_KEY, FRONT_PORT)
     try:
         project.run("up", "--yes", "--skip-preview", "-s", stack, label="up (2 hosts, cold)", timeout=1800)
         outputs = project.outputs(stack)
