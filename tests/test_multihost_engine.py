@@ -155,6 +155,7 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
             assert "front_auth" not in results["steps_run"] and "streaming" in results["steps_run"]
         assert "front_auth" in outputs["smoke"]["steps_run"]
         endpoint = outputs["endpoint"]
+        container = f"glm53-multi-{stack}"
         project.run("preview", "--expect-no-changes", "-s", stack, label="preview (2 hosts, no-op)")
 
         # Adding a host is one list entry: only its resources, and the front's and Prometheus'
@@ -180,28 +181,30 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
             f"local-{hosts[1].name}-serving-vllm",
             f"local-{new}-serving-vllm",
         }, plan
-        with LoadLoop(endpoint) as load:
+        replicas = {h.name: (h, container) for h in hosts}
+        with ContainerWatch(replicas) as watch, LoadLoop(endpoint) as load:
             time.sleep(3)
-            events = tmp_path / "roll-events.jsonl"
             project.run(
-                "up", "--yes", "--skip-preview", "-s", stack, "--event-log", str(events),
-                label="up (rolling, 3 hosts)", timeout=1800,
-            )  # fmt: skip
+                "up", "--yes", "--skip-preview", "-s", stack, label="up (rolling, 3 hosts)", timeout=1800
+            )
             time.sleep(3)
         figures["rolling"] = load.figures()
-        figures["rolling"]["order"] = replaced_in_order(events)
+        figures["rolling"]["replaced_in_order"] = watch.order()
+        starts = [round(watch.first_change(h.name) - watch.first_change(hosts[0].name), 1) for h in hosts]
+        figures["rolling"]["replacement_started_s"] = starts
         print("rolling update under load:", json.dumps(figures["rolling"]))
+        assert watch.order() == [h.name for h in hosts], watch.changes
 
         # Removing a host: the front without it comes first, its container goes at the end.
         set_hosts(project, stack, hosts[:2])
-        events = tmp_path / "remove-events.jsonl"
-        project.run(
-            "up", "--yes", "--skip-preview", "-s", stack, "--event-log", str(events), label="up (remove host)"
-        )
-        order = step_order(events)
-        front_created = order.index(("create-replacement", "local-front-nginx"))
-        container_deleted = order.index(("delete", f"local-{new}-serving-vllm"))
-        assert front_created < container_deleted, order
+        leaving = {"front": (hosts[0], f"{container}-nginx"), "leaving": (hosts[2], container)}
+        with ContainerWatch(leaving) as watch:
+            project.run("up", "--yes", "--skip-preview", "-s", stack, label="up (remove host)")
+            time.sleep(2)
+        changes = [(label, ident) for _, label, ident in watch.changes]
+        # The old front goes, the new one (without the host) starts, then the host's replica goes.
+        assert watch.order() == ["front", "leaving"], watch.changes
+        assert changes[-1] == ("leaving", "gone") and changes[-2][0] == "front", changes
         project.run("preview", "--expect-no-changes", "-s", stack)
         assert figures["rolling"]["failed"] == 0, figures["rolling"]
     finally:
@@ -212,22 +215,41 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
             Path(os.environ["GLM_MULTIHOST_REPORT"]).write_text(json.dumps(figures, indent=2))
 
 
-def step_order(events: Path) -> list[tuple[str, str]]:
-    """(op, resource name) of each finished resource step, in the order the engine finished them."""
-    order = []
-    for line in events.read_text().splitlines():
-        event = json.loads(line)
-        outputs = event.get("resOutputsEvent")
-        if outputs:
-            meta = outputs["metadata"]
-            order.append((meta["op"], meta["urn"].rsplit("::", 1)[1]))
-    return order
+class ContainerWatch:
+    """Polls the containers of the given hosts (over their SSH Docker endpoints) and records, with
+    times, when each one's ID changes or it disappears: what the engine did, in the order it did."""
 
+    def __init__(self, watched: dict[str, tuple[StandinHost, str]]) -> None:
+        self.watched = watched
+        self.changes: list[tuple[float, str, str]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
 
-def replaced_in_order(events: Path) -> list[str]:
-    """Serving containers and gates in the order their steps finished during the roll."""
-    return [
-        f"{op} {name}"
-        for op, name in step_order(events)
-        if name.endswith(("serving-vllm", "replica-gate")) and op != "same"
-    ]
+    def __enter__(self) -> ContainerWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=60)
+
+    def _poll(self) -> None:
+        last: dict[str, str] = {}
+        while not self.stop.is_set():
+            for label, (host, container) in self.watched.items():
+                ps = host.docker("ps", "-aq", "--no-trunc", "--filter", f"name=^{container}$", timeout=30)
+                ident = ps.stdout.strip() or "gone"
+                if label in last and last[label] != ident:
+                    self.changes.append((time.monotonic(), label, ident))
+                last[label] = ident
+            time.sleep(0.2)
+
+    def first_change(self, label: str) -> float:
+        return next(t for t, name, _ in self.changes if name == label)
+
+    def order(self) -> list[str]:
+        seen: list[str] = []
+        for _, label, _ in self.changes:
+            if label not in seen:
+                seen.append(label)
+        return seen
