@@ -293,3 +293,24 @@ def annotations(config: Any, labels: dict[str, str]) -> dict[str, str]:
         filled[key] = text
     assert filled["summary"].startswith("On host gpu02: ")
     return filled
+
+
+def test_a_failing_replica_names_its_host() -> None:
+    from components.gate.checks import GateFailure
+    from components.replica_gate import run_replica_gate
+    from tests.engine import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    props = {
+        "endpoint": f"{closed}/v1",
+        "metrics_url": f"{closed}/metrics",
+        "served_name": "glm-5.3-flash",
+        "max_model_len": 32768,
+        "smoke": {"deadline_seconds": 1, "poll_seconds": 0.2, "steps": ["models"]},
+        "host": "gpu02",
+        "api_key": KEYS["ci"],
+    }
+    with pytest.raises(
+        GateFailure, match=r"the replica on host 'gpu02' \(glm:target.hosts\[gpu02\]\): not ready"
+    ):
+        run_replica_gate(props, settle=False)
