@@ -175,6 +175,16 @@ class HostConfig(_Model):
         description="Private key file (on the machine running Pulumi) used by Docker's ssh and the "
         "commands alike; default: the SSH agent.",
     )
+    private_address: str | None = Field(
+        None,
+        description="With several hosts: the address on the hosts' private network where this host "
+        "publishes vLLM for the front (never all interfaces); default: the address of `dockerHost`.",
+    )
+    hardware: Hardware | None = Field(
+        None,
+        description="What the box is, when the inventory says so; must equal `glm:hardware` (the "
+        "replicas behind one front are identical). Unset: `glm:hardware`.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -238,6 +248,11 @@ class HostConfig(_Model):
         return urlsplit(self.docker_host).port or 22
 
     @property
+    def replica_address(self) -> str:
+        """Where the front reaches this host's vLLM when it runs on another host."""
+        return self.private_address or self.ssh_address
+
+    @property
     def host_key_line(self) -> str | None:
         """``hostKey`` as ``type base64`` (what pulumi-command's ``hostKey`` parses)."""
         return _public_key_line(self.host_key) if self.host_key else None
@@ -265,22 +280,72 @@ def _public_key_line(text: str) -> str | None:
 
 class TargetConfig(_Model):
     hosts: list[HostConfig] = Field(
-        description="Hosts that run the serving container. One today; a list so that replicas "
-        "behind one front can come later without a redesign."
+        description="Hosts that each run one vLLM replica; with several, one Nginx front on "
+        "`frontHost` balances across them (docs/scaling.md)."
+    )
+    front_host: str | None = Field(
+        None, description="Name of the host that runs the front and Prometheus; default: the first host."
     )
 
     @model_validator(mode="after")
-    def _one_host(self) -> TargetConfig:
-        if len(self.hosts) != 1:
-            raise ValueError(
-                f"glm:target.hosts lists {len(self.hosts)} hosts; exactly one is supported "
-                "(replicas behind one front are not built yet) — list a single host"
+    def _hosts(self) -> TargetConfig:
+        """Every problem of the host list at once: names, addresses, the front host."""
+        problems = []
+        if not self.hosts:
+            problems.append("glm:target.hosts is empty. Fix: list at least one host (name, dockerHost).")
+        names = [h.name for h in self.hosts]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(
+                f"glm:target.hosts lists the name {name!r} {names.count(name)} times: resources are named "
+                "after it. Fix: give each host its own name."
             )
+        seen: dict[str, str] = {}
+        for host in self.hosts:
+            for where in sorted({host.docker_host.rstrip("/").lower(), host.replica_address.lower()}):
+                if where in seen and seen[where] != host.name:
+                    problems.append(
+                        f"glm:target.hosts[{host.name}] and glm:target.hosts[{seen[where]}] are both at "
+                        f"{where}: two replicas on one box would clash on its port and GPUs. Fix: "
+                        "list each box once (dockerHost, privateAddress)."
+                    )
+                seen.setdefault(where, host.name)
+        if self.front_host is not None and self.front_host not in names:
+            problems.append(
+                f"glm:target.frontHost={self.front_host!r} is not in glm:target.hosts "
+                f"({', '.join(names)}). Fix: set it to one of those names, or remove it (the first host)."
+            )
+        if len(self.hosts) > 1:
+            problems += [p for h in self.replica_hosts if (p := _replica_address_problem(h))]
+        if problems:
+            raise ValueError("\n".join(problems))
         return self
 
     @property
     def host(self) -> HostConfig:
-        return self.hosts[0]
+        """The front's host (with one host: the host)."""
+        return next((h for h in self.hosts if h.name == self.front_host), self.hosts[0])
+
+    @property
+    def replica_hosts(self) -> list[HostConfig]:
+        """The other hosts, in list order: their vLLM is published on ``replica_address``."""
+        return [h for h in self.hosts if h is not self.host]
+
+
+def _replica_address_problem(host: HostConfig) -> str | None:
+    address = host.replica_address
+    key = f"glm:target.hosts[{host.name}]"
+    if host.is_local and host.private_address is None:
+        return (
+            f"{key}.dockerHost={host.docker_host} is this machine's engine: the front on another host "
+            f"cannot reach it. Fix: an ssh:// dockerHost, or set {key}.privateAddress."
+        )
+    if binds_all_interfaces(address) or is_loopback(address):
+        return (
+            f"{key}.privateAddress={address!r}: vLLM would be published on every interface or on "
+            "loopback, where the world, or not even the front, reaches it. Fix: the host's address "
+            "on the private network the front host shares (e.g. 10.0.0.12)."
+        )
+    return None
 
 
 class ImageBuildConfig(_Model):
@@ -442,6 +507,13 @@ class ContainerConfig(_Model):
         None,
         description="Subnet of the private network (default: a /24 in 172.30.0.0/16 derived from "
         "`name`); vLLM keeps one address in it across replacements, so the front's upstream holds.",
+    )
+    stop_grace_seconds: int = Field(
+        30,
+        description="Docker's stop grace when the container is replaced or removed (SIGTERM, then "
+        "SIGKILL): with vLLM's `--shutdown-timeout` at most this, requests in flight finish "
+        "(the Docker provider's default, 0, kills them).",
+        ge=0,
     )
     restart: Literal["no", "on-failure", "always", "unless-stopped"] = Field(
         "unless-stopped", description="Docker restart policy."
@@ -946,7 +1018,25 @@ def floating_images(c: StackConfig) -> list[str]:
     ]
 
 
+def _check_replicas_alike(c: StackConfig) -> str | None:
+    """One stack renders one profile: every replica behind the front is the same server."""
+    found = [
+        f"glm:target.hosts[{h.name}].hardware={h.hardware} but glm:hardware={c.hardware}: the front "
+        "would balance across unlike replicas (another image, flags and KV pool). Fix: one stack per "
+        "hardware profile; move this host to a stack of its own."
+        for h in c.target.hosts
+        if h.hardware is not None and h.hardware != c.hardware
+    ]
+    if len(c.target.hosts) > 1 and c.container.network_mode == "host":
+        found.append(
+            f"glm:container.networkMode=host with {len(c.target.hosts)} hosts: a replica is published on "
+            "its host's private address from the private Docker network. Fix: networkMode bridge."
+        )
+    return "\n".join(found) or None
+
+
 _CHECKS = [
+    _check_replicas_alike,
     _check_weights_fit,
     _check_tp_matches_accelerators,
     _check_cudagraph_sizes,

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_docker as docker
 
 from components.change_cost import front_replacement_notice, serving_replacement_notice, warn_when_replaced
-from components.config import StackConfig, semantic_probe_runs
+from components.config import HostConfig, StackConfig, semantic_probe_runs
 from components.gate.resource import SmokeTest, metrics_url_for
 from components.model_volume import ModelVolume
 from components.nginx_front import STOP_GRACE_SECONDS, NginxFront
 from components.preflight import Preflight
 from components.prometheus_scrape import PrometheusScrape
 from components.promotion import fingerprint, promoted_image, served_model
+from components.replica_gate import ReplicaGate
 from components.secrets import Secrets
 from components.semantic_probe.resource import ProbeKey, SemanticProbe
 from components.serving_image import ServingImage
@@ -39,39 +41,26 @@ def _with_probe_key(
 
 def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     """Create every resource of the stack and return the stack outputs."""
-    host = config.target.host
-    docker_host = host.docker_host
-    provider = docker.Provider(
-        f"{host.name}-docker",
-        host=docker_host,
-        ssh_opts=docker_ssh_opts(host) if docker_host.startswith("ssh://") else None,
-    )
-    on_host = pulumi.ResourceOptions(providers=[provider])
-
-    preflight = (
-        Preflight(f"{stack}-preflight", config, secrets.ssh_private_key) if config.preflight.enabled else None
-    )
     served = served_model(config, secrets.serving_env_names)
     served_fingerprint = fingerprint(served)
     promoted = promoted_image(config, served) if config.promote_from else None
-    image = ServingImage(f"{stack}-image", config.image, pinned=promoted, opts=on_host)
-    volume = ModelVolume(
-        f"{stack}-model",
-        config,
-        secrets.ssh_private_key,
-        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[preflight] if preflight else []),
-    )
-    server = VllmServer(
-        f"{stack}-serving",
-        config,
-        image.ref,
-        volume.mounts,
-        secret_env=secrets.serving_env,
-        opts=pulumi.ResourceOptions(
-            providers=[provider],
-            depends_on=[d for d in (preflight, volume.download) if d is not None],
-        ),
-    )
+    api_key = secrets.api_keys.apply(_first_key)
+    several = len(config.target.hosts) > 1
+    # The front's host keeps the one-host names; the others are named after the host. A rolling
+    # update replaces one replica at a time: each waits for the previous host's gate.
+    replicas: list[_Replica] = []
+    for host in config.target.hosts:
+        after: list[pulumi.Resource] = [replicas[-1].gate] if replicas and replicas[-1].gate else []
+        replicas.append(_replica(config, secrets, stack, host, promoted, api_key, several, after))
+    front_replica = next(r for r in replicas if r.host is config.target.host)
+    server, image, volume = front_replica.server, front_replica.image, front_replica.volume
+    provider = front_replica.provider
+    upstream: str | list[str] = server.upstream
+    targets: str | dict[str, str] = server.upstream
+    if several:
+        upstream = [r.upstream for r in replicas]
+        targets = {r.host.name: r.upstream for r in replicas}
+    gates = [r.gate for r in replicas if r.gate is not None]
     probe = config.semantic_probe
     probe_key = (
         ProbeKey(f"{stack}-semantic-probe-key", probe.client_name) if semantic_probe_runs(config) else None
@@ -80,32 +69,38 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         f"{stack}-front",
         config,
         network_name=server.network_name,
-        upstream=server.upstream,
+        upstream=upstream,
         api_keys=_with_probe_key(secrets.api_keys, probe.client_name, probe_key.key)
         if probe_key is not None
         else secrets.api_keys,
         tls_files=secrets.tls_files,
         metrics_keys=secrets.metrics_keys,
-        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server]),
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server, *gates]),
     )
-    warn_when_replaced(server.container, serving_replacement_notice(config.hardware, config.facts))
+    for replica in replicas:
+        warn_when_replaced(
+            replica.server.container, serving_replacement_notice(config.hardware, config.facts)
+        )
     warn_when_replaced(front.container, front_replacement_notice(STOP_GRACE_SECONDS))
     monitoring = PrometheusScrape(
         f"{stack}-monitoring",
         config,
         network_name=server.network_name,
-        target=server.upstream,
+        target=targets,
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server]),
     )
     smoke = SmokeTest(
         f"{stack}-smoke",
         config,
         front_url=front.url,
-        api_key=secrets.api_keys.apply(_first_key),
+        api_key=api_key,
         image_ref=image.ref,
         metrics_url=metrics_url_for(config),
-        container_id=server.container.id,
-        opts=pulumi.ResourceOptions(depends_on=[server, front, monitoring]),
+        # Several replicas: any one replaced re-runs the front's gate.
+        container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join)
+        if several
+        else server.container.id,
+        opts=pulumi.ResourceOptions(depends_on=[*[r.server for r in replicas], front, monitoring]),
     )
     if probe_key is not None:
         # Started once the gate passed: a loading engine is the gate's business, not an alert.
@@ -142,9 +137,87 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     }
     if probe_key is not None:
         outputs["semanticProbe"] = semantic_probe.container_name
+    if several:
+        outputs["replicas"] = {r.host.name: r.gate.results for r in replicas if r.gate is not None}
     if promoted is not None:
         outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
     return outputs
+
+
+@dataclass
+class _Replica:
+    host: HostConfig
+    provider: docker.Provider
+    image: ServingImage
+    volume: ModelVolume
+    server: VllmServer
+    upstream: str
+    """Where the front reaches this replica: the private network alias, or the host's address."""
+    gate: ReplicaGate | None
+
+
+def _replica(
+    config: StackConfig,
+    secrets: Secrets,
+    stack: str,
+    host: HostConfig,
+    promoted: pulumi.Output[str] | None,
+    api_key: pulumi.Output[str],
+    several: bool,
+    after: list[pulumi.Resource],
+) -> _Replica:
+    """One host's preflight, image, model volume, serving container and (with several) gate."""
+    on_front = host is config.target.host
+    prefix = stack if on_front else f"{stack}-{host.name}"
+    docker_host = host.docker_host
+    provider = docker.Provider(
+        f"{host.name}-docker",
+        host=docker_host,
+        ssh_opts=docker_ssh_opts(host) if docker_host.startswith("ssh://") else None,
+    )
+    on_host = pulumi.ResourceOptions(providers=[provider])
+    preflight = (
+        Preflight(f"{prefix}-preflight", config, secrets.ssh_private_key, host=host)
+        if config.preflight.enabled
+        else None
+    )
+    image = ServingImage(f"{prefix}-image", config.image, pinned=promoted, opts=on_host)
+    volume = ModelVolume(
+        f"{prefix}-model",
+        config,
+        secrets.ssh_private_key,
+        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[preflight] if preflight else []),
+        host=host,
+    )
+    publish_on = None if on_front else host.replica_address
+    server = VllmServer(
+        f"{prefix}-serving",
+        config,
+        image.ref,
+        volume.mounts,
+        secret_env=secrets.serving_env,
+        opts=pulumi.ResourceOptions(
+            providers=[provider],
+            depends_on=[*[d for d in (preflight, volume.download) if d is not None], *after],
+        ),
+        publish_on=publish_on,
+    )
+    upstream = server.upstream
+    if publish_on is not None:
+        address = f"[{publish_on}]" if ":" in publish_on else publish_on
+        upstream = f"{address}:{config.serving.port}"
+    gate = None
+    if several:
+        gate = ReplicaGate(
+            f"{prefix}-replica",
+            config,
+            host,
+            api_key,
+            image.ref,
+            server.container.id,
+            opts=pulumi.ResourceOptions(depends_on=[server]),
+        )
+    return _Replica(host, provider, image, volume, server, upstream, gate)
 
 
 def _curl(url: str, config: StackConfig) -> str:

@@ -13,7 +13,7 @@ import shlex
 import pulumi
 import pulumi_docker as docker
 
-from components.config import CACHE_MOUNT_PATH, ModelConfig, StackConfig
+from components.config import CACHE_MOUNT_PATH, HostConfig, ModelConfig, StackConfig
 from components.target import host_command
 
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -64,7 +64,10 @@ class ModelVolume(pulumi.ComponentResource):
         config: StackConfig,
         ssh_private_key: pulumi.Output[str] | None,
         opts: pulumi.ResourceOptions | None = None,
+        *,
+        host: HostConfig | None = None,
     ) -> None:
+        """``host``: which of ``glm:target.hosts`` downloads (default: the front's host)."""
         super().__init__("glm:model:ModelVolume", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         model = config.model
@@ -78,7 +81,7 @@ class ModelVolume(pulumi.ComponentResource):
         if model.download.enabled:
             self.download = host_command(
                 f"{name}-download",
-                config.target.host,
+                host or config.target.host,
                 download_script(model),
                 ssh_private_key,
                 child,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pulumi
@@ -47,6 +47,9 @@ UPSTREAM_CONNECT_TIMEOUT_SECONDS = 2
 # must give them up first, or it may send a POST on a socket uvicorn is closing and answer 502.
 UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
 HEALTH_READ_TIMEOUT_SECONDS = 5
+UPSTREAM_MAX_FAILS = 2
+UPSTREAM_FAIL_TIMEOUT_SECONDS = 30
+"""Several replicas (A100 seed §6.2): one that fails twice within 30 s is left out for 30 s."""
 WORKER_PROCESSES = 4
 """LLM traffic is a few hundred long-lived streams; ``auto`` would start one worker per host core."""
 OLD_WORKER_GRACE_SECONDS = 900
@@ -210,7 +213,7 @@ _ROUTE = """        location = {{route}} {
 
 def _render(
     front: FrontConfig,
-    upstream: str,
+    upstream: str | Sequence[str],
     *,
     api_key_entries: str,
     metrics_key_entries: str,
@@ -218,8 +221,26 @@ def _render(
     listen: str,
     runtime_dir: str,
 ) -> str:
-    if not _UPSTREAM.fullmatch(upstream):
-        raise ValueError(f"upstream {upstream!r} is not host:port")
+    upstreams = [upstream] if isinstance(upstream, str) else list(upstream)
+    for server in upstreams:
+        if not _UPSTREAM.fullmatch(server):
+            raise ValueError(f"upstream {server!r} is not host:port")
+    servers = (
+        f"        server {upstream};"
+        if isinstance(upstream, str)
+        else "\n".join(
+            f"        server {server} max_fails={UPSTREAM_MAX_FAILS} fail_timeout={UPSTREAM_FAIL_TIMEOUT_SECONDS}s;"
+            for server in upstreams
+        )
+    )
+    # Several replicas: a request a replica refused or reset before answering (stopping, or
+    # docker-proxy while it loads) goes to the next one, POSTs included (no token was sent yet).
+    next_upstream = (
+        ""
+        if isinstance(upstream, str)
+        else "\n        proxy_next_upstream error timeout non_idempotent;"
+        f"\n        proxy_next_upstream_tries {len(upstreams)};"
+    )
     rate = front.rate_limit
     # Keyed on the client name, so one key's burst cannot starve another. Requests without a key
     # have an empty name, are not counted, and are refused with 401 before this phase.
@@ -250,13 +271,14 @@ def _render(
         "api_keys": api_key_entries.rstrip("\n"),
         "metrics_keys": metrics_key_entries.rstrip("\n"),
         "rate_limit_zone": rate_zone,
-        "upstream": upstream,
+        "upstream_servers": servers,
         "keepalive": str(front.keepalive),
         "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
         "listen": f"{listen} ssl" if tls_paths is not None else listen,
         "ssl": ssl,
         "max_body_size": front.max_body_size,
         "upstream_connect_timeout": str(UPSTREAM_CONNECT_TIMEOUT_SECONDS),
+        "next_upstream": next_upstream,
         "read_timeout": str(front.read_timeout_seconds),
         "send_timeout": str(front.send_timeout_seconds),
         "health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS),
@@ -279,7 +301,7 @@ def _check_keys(api_keys: Mapping[str, str], metrics_keys: Mapping[str, str]) ->
 
 def render_release_conf(
     front: FrontConfig,
-    upstream: str,
+    upstream: str | Sequence[str],
     tls: bool = False,
     *,
     listen: str = str(CONTAINER_PORT),
@@ -299,7 +321,7 @@ def render_release_conf(
 
 def render_front_files(
     front: FrontConfig,
-    upstream: str,
+    upstream: str | Sequence[str],
     api_keys: Mapping[str, str],
     metrics_keys: Mapping[str, str] | None = None,
     tls_pair: tuple[str, str] | None = None,
@@ -329,7 +351,7 @@ def render_front_files(
 
 def render_nginx_conf(
     front: FrontConfig,
-    upstream: str,
+    upstream: str | Sequence[str],
     api_keys: Mapping[str, str],
     tls: bool = False,
     *,
@@ -411,7 +433,7 @@ class NginxFront(pulumi.ComponentResource):
         name: str,
         config: StackConfig,
         network_name: pulumi.Input[str],
-        upstream: str,
+        upstream: str | Sequence[str],
         api_keys: pulumi.Output[dict[str, str]],
         tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
         opts: pulumi.ResourceOptions | None = None,

@@ -11,7 +11,7 @@ import shlex
 
 import pulumi
 
-from components.config import StackConfig
+from components.config import HostConfig, StackConfig
 from components.model_volume import verify_script
 from components.target import host_command
 
@@ -75,11 +75,14 @@ class Preflight(pulumi.ComponentResource):
         config: StackConfig,
         ssh_private_key: pulumi.Output[str] | None,
         opts: pulumi.ResourceOptions | None = None,
+        *,
+        host: HostConfig | None = None,
     ) -> None:
+        """``host``: which of ``glm:target.hosts`` (default: the front's host)."""
         super().__init__("glm:preflight:Preflight", name, None, opts)
         self.check = host_command(
             f"{name}-check",
-            config.target.host,
+            host or config.target.host,
             preflight_script(config),
             ssh_private_key,
             pulumi.ResourceOptions(parent=self),

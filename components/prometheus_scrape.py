@@ -125,8 +125,13 @@ def _alert(
     return rule
 
 
-def alert_rules(config: StackConfig, job: str = DEFAULT_JOB) -> list[dict[str, Any]]:
-    """The alerting rules for this stack, as Prometheus rule dicts (see ``render_alert_rules``)."""
+def alert_rules(
+    config: StackConfig, job: str = DEFAULT_JOB, *, by_host: bool = False
+) -> list[dict[str, Any]]:
+    """The alerting rules for this stack, as Prometheus rule dicts (see ``render_alert_rules``).
+
+    ``by_host``: several replicas, each scraped with a ``host`` label; every alert names its host.
+    """
     serving = config.serving
     thresholds = config.monitoring.thresholds
     max_len = serving.max_model_len
@@ -233,6 +238,8 @@ def alert_rules(config: StackConfig, job: str = DEFAULT_JOB) -> list[dict[str, A
             _for_target_down(config),
         )
     )
+    if by_host:  # the semantic probe's rules are per stack: it checks through the one front
+        rules = [_on_host(rule) for rule in rules]
     if semantic_probe_runs(config):
         rules += semantic_probe_rules(config, job)
     return rules
@@ -304,24 +311,42 @@ def semantic_probe_rules(config: StackConfig, vllm_job: str = DEFAULT_JOB) -> li
     ]
 
 
-def render_alert_rules(config: StackConfig, job: str = DEFAULT_JOB) -> str:
+def _on_host(rule: dict[str, Any]) -> dict[str, Any]:
+    """The rule per replica: aggregations keep ``host``, and the annotations start with it."""
+    expr = rule["expr"].replace("sum by (le, model_name)", "sum by (le, model_name, host)")
+    expr = expr.replace("sum by (job, instance, model_name)", "sum by (job, instance, model_name, host)")
+    notes = {key: f"On host {{{{ $labels.host }}}}: {text}" for key, text in rule["annotations"].items()}
+    return {**rule, "expr": expr, "annotations": notes}
+
+
+def render_alert_rules(config: StackConfig, job: str = DEFAULT_JOB, *, by_host: bool = False) -> str:
     """The Prometheus rule file (``rules.yml``) for this stack."""
-    groups = {"groups": [{"name": f"glm-vllm-{config.hardware}", "rules": alert_rules(config, job)}]}
+    rules = alert_rules(config, job, by_host=by_host)
+    groups = {"groups": [{"name": f"glm-vllm-{config.hardware}", "rules": rules}]}
     return _yaml(groups)
 
 
 def render_prometheus_config(
     monitoring: MonitoringConfig,
-    target: str,
+    target: str | dict[str, str],
     job: str,
     *,
     rules_path: str = RULES_PATH,
     probe_target: str | None = None,
 ) -> str:
     """``prometheus.yml``: scrape vLLM's ``/metrics`` at ``target`` (host:port), and the semantic
-    probe's at ``probe_target`` when there is one, and load the rules."""
+    probe's at ``probe_target`` when there is one, and load the rules.
+
+    Several replicas: ``target`` maps each host's name to its ``host:port``; its series carry
+    the label ``host``."""
     scrape_configs = [
-        {"job_name": job, "metrics_path": "/metrics", "static_configs": [{"targets": [target]}]}
+        {
+            "job_name": job,
+            "metrics_path": "/metrics",
+            "static_configs": [{"targets": [target]}]
+            if isinstance(target, str)
+            else [{"targets": [address], "labels": {"host": name}} for name, address in target.items()],
+        }
     ]
     if probe_target is not None:
         scrape_configs.append(
@@ -380,9 +405,10 @@ class PrometheusScrape(pulumi.ComponentResource):
         name: str,
         config: StackConfig,
         network_name: pulumi.Input[str],
-        target: str,
+        target: str | dict[str, str],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``target``: vLLM's host:port, or several replicas' by host name."""
         super().__init__("glm:monitoring:PrometheusScrape", name, None, opts)
         monitoring = config.monitoring
         child = pulumi.ResourceOptions(parent=self)
@@ -409,7 +435,9 @@ class PrometheusScrape(pulumi.ComponentResource):
                     permissions="0644",
                 ),
                 docker.ContainerUploadArgs(
-                    file=RULES_PATH, content=render_alert_rules(config), permissions="0644"
+                    file=RULES_PATH,
+                    content=render_alert_rules(config, by_host=isinstance(target, dict)),
+                    permissions="0644",
                 ),
             ],
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="monitoring")],

@@ -172,10 +172,14 @@ class VllmServer(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
         *,
         secret_env: Mapping[str, pulumi.Output[str]] | None = None,
+        publish_on: str | None = None,
     ) -> None:
         """``secret_env`` (``glm:servingSecretEnv``) joins the env as secret entries; the SDK then
         stores the whole ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env
-        stays readable in the ``verified`` output and the fingerprint)."""
+        stays readable in the ``verified`` output and the fingerprint).
+
+        ``publish_on``: a replica's private address, where a front on another host reaches vLLM
+        (``serving.port`` on that address only, never all interfaces)."""
         super().__init__("glm:serving:VllmServer", name, None, opts)
         c = config.container
         self.network = docker.Network(
@@ -226,7 +230,17 @@ class VllmServer(pulumi.ComponentResource):
             ]
             if c.network_mode == "bridge"
             else None,
+            ports=[
+                docker.ContainerPortArgs(
+                    internal=config.serving.port, external=config.serving.port, ip=publish_on
+                )
+            ]
+            if publish_on
+            else None,
             restart=c.restart,
+            # SIGTERM first: with vLLM's --shutdown-timeout, requests in flight finish while the
+            # front sends new ones to the other replicas (SPEC §6: the default 0 kills them).
+            destroy_grace_seconds=c.stop_grace_seconds or None,
             healthcheck=docker.ContainerHealthcheckArgs(
                 tests=health_probe(config.serving.port),
                 interval=go_duration(30),

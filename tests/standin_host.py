@@ -442,6 +442,36 @@ class StandinHost:
             self.lock.close()
 
 
+def link_private_network(hosts: list[StandinHost]) -> None:
+    """Let these hosts reach each other's address, as GPU boxes on one private network do.
+
+    In each namespace: a route to every other host's address through this machine (which forwards
+    between its veths), IP forwarding, and the host's containers' traffic masqueraded to the host's
+    address (the stand-in dockerd runs with ``--ip-masq=false``). All of it lives in the
+    namespaces, so teardown removes it; other stand-in hosts stay unreachable (no route back).
+    """
+    for host in hosts:
+        netns = ["nsenter", f"--net=/var/run/netns/{host.name}"]
+        for peer in hosts:
+            if peer is not host:
+                _run(["ip", "-n", host.name, "route", "replace", f"{peer.address}/32", "via", host.gateway])
+        _run([*netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+        _run(
+            [
+                *netns,
+                "iptables",
+                "-t",
+                "nat",
+                "-A",
+                "POSTROUTING",
+                "-o",
+                f"glmsh{host.index}n",
+                "-j",
+                "MASQUERADE",
+            ]
+        )
+
+
 # ---- pieces -----------------------------------------------------------------------------------
 
 

@@ -115,17 +115,6 @@ def test_wrong_type_is_named_with_the_value() -> None:
         make("a800", serving={"maxNumSeqs": "many"})
 
 
-def test_more_than_one_host_is_refused_for_now() -> None:
-    two = {
-        "hosts": [
-            {"name": "a", "dockerHost": "ssh://u@a", "hostKey": TEST_HOST_KEY},
-            {"name": "b", "dockerHost": "ssh://u@b", "hostKey": TEST_HOST_KEY},
-        ]
-    }
-    with pytest.raises(ConfigError, match="lists 2 hosts; exactly one is supported"):
-        build_stack_config({"hardware": "a800", "target": two, **PLAIN_HTTP_ACCEPTED})
-
-
 def test_download_needs_a_repo() -> None:
     with pytest.raises(ConfigError, match=r"download\.enabled=true without glm:model\.download\.repo"):
         make("rtx5090", model={"download": {"enabled": True}})

@@ -99,5 +99,12 @@ def test_the_seeds_served_names_are_accepted(deployed: dict[str, Deployment]) ->
 def test_one_role_label_spelling(deployed: dict[str, Deployment], stack: str) -> None:
     """``glm53.role`` names what a container or volume is for (the policy pack finds the front by it)."""
     labels = [label for r in deployed[stack].resources for label in r.inputs.get("labels") or []]
-    assert [lb["label"] for lb in labels if lb["label"].endswith(".role") and lb["label"] != "glm53.role"] == []
-    assert {lb["value"] for lb in labels if lb["label"] == "glm53.role"} == {"front", "monitoring", "jit-cache", "semantic-probe"}
+    assert [
+        lb["label"] for lb in labels if lb["label"].endswith(".role") and lb["label"] != "glm53.role"
+    ] == []
+    assert {lb["value"] for lb in labels if lb["label"] == "glm53.role"} == {
+        "front",
+        "monitoring",
+        "jit-cache",
+        "semantic-probe",
+    }

@@ -99,6 +99,7 @@ class Config:
     tool_call_parser: str | None = None
     auto_tool_choice: bool = False
     api_key: str | None = None
+    shutdown_timeout: float = 0.0
     ignored: list = field(default_factory=list)
     # simulator-only knobs (VLLM_SIM_*)
     loading_seconds: float = 0.0
@@ -167,6 +168,7 @@ _VALUE_FLAGS = {
     "--reasoning-parser": "reasoning_parser",
     "--tool-call-parser": "tool_call_parser",
     "--api-key": "api_key",
+    "--shutdown-timeout": "shutdown_timeout",
 }
 _MULTI_FLAGS = {"--served-model-name": "served_names"}
 _BOOL_FLAGS = {
@@ -333,6 +335,10 @@ def parse_config(argv: list, env: dict | None = None) -> Config:
     if cfg.auto_tool_choice and not cfg.tool_call_parser:
         raise UsageError("--enable-auto-tool-choice requires --tool-call-parser")
     cfg.api_key = raw.get("api_key") or env.get("VLLM_API_KEY") or None
+    try:
+        cfg.shutdown_timeout = float(raw.get("shutdown_timeout", 0))
+    except ValueError:
+        raise UsageError("argument --shutdown-timeout: not a number") from None
 
     cfg.loading_seconds = _env_float(env, "VLLM_SIM_LOADING_SECONDS", 0.0)
     cfg.never_ready = _env_bool(env, "VLLM_SIM_NEVER_READY")
@@ -1335,7 +1341,22 @@ class SimServer(ThreadingHTTPServer):
         self.stop = stop
         self.vocab: dict = {}
         self.vocab_lock = threading.Lock()
+        self.in_flight = 0
+        self.in_flight_lock = threading.Lock()
+        self.draining = threading.Event()
         super().__init__(address, Handler)
+
+    def drain(self, timeout: float) -> None:
+        """``--shutdown-timeout``: new connections are refused (the socket is closed), requests
+        in flight get up to ``timeout`` seconds to finish; then the rest are aborted."""
+        self.draining.set()
+        self.server_close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.in_flight_lock:
+                if self.in_flight == 0:
+                    return
+            time.sleep(0.05)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -1465,6 +1486,17 @@ class Handler(BaseHTTPRequestHandler):
     }
 
     def dispatch(self) -> None:
+        with self.server.in_flight_lock:
+            self.server.in_flight += 1
+        try:
+            self._dispatch()
+        finally:
+            if self.server.draining.is_set():
+                self.close_connection = True  # what uvicorn does while shutting down
+            with self.server.in_flight_lock:
+                self.server.in_flight -= 1
+
+    def _dispatch(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         method = "GET" if self.command == "HEAD" else self.command
         route = self.ROUTES.get((method, path))
@@ -1974,8 +2006,9 @@ def main(argv: list | None = None) -> int:
     holder: dict = {}
 
     def on_signal(signum: int, _frame: Any) -> None:
-        stop.set()
         server = holder.get("server")
+        if server is None or cfg.shutdown_timeout <= 0:
+            stop.set()  # in-flight requests are cut, as vLLM does without --shutdown-timeout
         if server is not None:
             threading.Thread(target=server.shutdown, daemon=True).start()
 
@@ -2025,6 +2058,9 @@ def main(argv: list | None = None) -> int:
         sys.stderr.flush()
     try:
         server.serve_forever(poll_interval=0.1)
+        if cfg.shutdown_timeout > 0:
+            log(cfg, f"draining: new connections refused, in-flight requests get {cfg.shutdown_timeout:g} s")
+            server.drain(cfg.shutdown_timeout)
     finally:
         stop.set()
         server.server_close()

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import MAX_MODEL_LEN, MODEL, PLAIN_ARGS, Sim
+from .conftest import FULL_ARGS, MAX_MODEL_LEN, MODEL, PLAIN_ARGS, Sim
 
 CHAT = "/v1/chat/completions"
 
@@ -84,6 +84,24 @@ def test_sigterm_mid_stream_exits_quickly(start_sim) -> None:
         s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(5) == 0
         assert time.monotonic() - start < 2.0
+
+
+def test_sigterm_with_shutdown_timeout_finishes_the_stream_and_refuses_new_connections(start_sim) -> None:
+    """vLLM's --shutdown-timeout (SPEC §6): new requests refused, in-flight ones finish."""
+    s = start_sim(
+        args=[*FULL_ARGS, "--shutdown-timeout", "10"], env={"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.02"}
+    )
+    payload = body("Count to a hundred.", max_tokens=60, stream=True)
+    with s.http.stream("POST", CHAT, json=payload) as r:
+        lines = r.iter_lines()
+        assert next(lines).startswith("data: ")
+        s.proc.send_signal(signal.SIGTERM)
+        s.wait_for_log("draining")
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(s.url("/health"), timeout=2)
+        rest = list(lines)
+    assert "data: [DONE]" in rest
+    assert s.proc.wait(5) == 0
 
 
 # --- the KV pool ------------------------------------------------------------------------------

@@ -1,0 +1,178 @@
+"""ReplicaGate: the smoke gate against one replica directly, before the front sends it traffic.
+
+With several hosts, each replica passes the gate's steps (readiness, models, arithmetic, tool call,
+KV pool, streaming; not ``front_auth``: vLLM has no key behind the front) on its own vLLM, reached
+from the machine running Pulumi through an SSH tunnel to the host (``ssh -L`` to vLLM's fixed
+address on the host's private Docker network), so the gate needs no route to the private network.
+A failure fails ``pulumi up`` and names the host.
+
+After an *update* (the replica was replaced during a rolling update) the gate waits
+``settle_seconds``: Nginx tries a replica it marked failed again only after ``fail_timeout``, and the
+next host's replica must not go while this one is still out of the front.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi.dynamic
+
+from components.config import HostConfig, StackConfig
+from components.gate.resource import VERSION, SmokeTestProvider, changed_inputs, gate_outputs, gate_params
+from components.nginx_front import UPSTREAM_FAIL_TIMEOUT_SECONDS
+from components.target import docker_ssh_opts
+
+SETTLE_SECONDS = UPSTREAM_FAIL_TIMEOUT_SECONDS + 1
+REPLICA_INPUTS = ("host", "settle_seconds", "tunnel")
+TUNNEL_READY_SECONDS = 60.0
+REPLICA_VERSION = f"{VERSION}+{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]}"
+"""A change of the gate package or of this file re-runs every replica's gate."""
+
+
+@contextlib.contextmanager
+def ssh_tunnel(spec: dict[str, Any] | None) -> Iterator[str | None]:
+    """``http://127.0.0.1:PORT`` forwarded to ``spec["target"]`` through ``ssh``; None without a spec."""
+    import socket
+    import subprocess
+    import time
+
+    if not spec:
+        yield None
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = [
+        *spec["ssh"], "-N", "-o", "ExitOnForwardFailure=yes",
+        "-L", f"127.0.0.1:{port}:{spec['target']}", spec["destination"],
+    ]  # fmt: skip
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + TUNNEL_READY_SECONDS
+        while True:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+                raise RuntimeError(f"ssh tunnel to {spec['destination']} for {spec['target']} failed: {err}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"ssh tunnel to {spec['destination']} did not open") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+
+def run_replica_gate(props: dict[str, Any], settle: bool) -> dict[str, Any]:
+    """The gate against the replica (through its tunnel); a failure names the host."""
+    import time
+
+    from components.gate.checks import GateFailure, plain, run_gate, stderr_progress
+
+    params = plain(dict(props))
+    host = params["host"]
+    with ssh_tunnel(params.get("tunnel")) as local:
+        if local is not None:
+            params["endpoint"], params["metrics_url"] = f"{local}/v1", f"{local}/metrics"
+        try:
+            results = run_gate(params, str(props["api_key"]), lambda line: stderr_progress(f"{host}: {line}"))
+        except GateFailure as err:
+            raise GateFailure(
+                err.step, f"the replica on host {host!r} (glm:target.hosts[{host}]): {err.message}"
+            ) from None
+    if settle and params.get("settle_seconds"):
+        stderr_progress(f"{host}: passed; {params['settle_seconds']} s for the front to take it back")
+        time.sleep(float(params["settle_seconds"]))
+    return {**results, "host": host}
+
+
+class ReplicaGateProvider(SmokeTestProvider):
+    """The smoke gate's provider, against one replica. Pickled with dill: imports in the methods."""
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        from components.gate.checks import plain
+
+        changed = changed_inputs(olds, news) + [
+            k for k in REPLICA_INPUTS if plain(olds.get(k)) != plain(news.get(k))
+        ]
+        return pulumi.dynamic.DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        results = run_replica_gate(props, settle=False)
+        ident = "replica-" + hashlib.sha256(f"{props['host']}|{props['endpoint']}".encode()).hexdigest()[:12]
+        return pulumi.dynamic.CreateResult(ident, self._outputs(props, results))
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
+        return pulumi.dynamic.UpdateResult(self._outputs(news, run_replica_gate(news, settle=True)))
+
+    @staticmethod
+    def _outputs(props: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+        from components.gate.checks import plain
+
+        return {**gate_outputs(props, results), **{k: plain(props.get(k)) for k in REPLICA_INPUTS}}
+
+
+class _ReplicaGateResource(pulumi.dynamic.Resource):
+    results: pulumi.Output[dict[str, Any]]
+
+    def __init__(self, name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(ReplicaGateProvider(), name, {**props, "results": None}, opts)
+
+
+def tunnel_spec(host: HostConfig, target: str) -> dict[str, Any] | None:
+    """How the gate reaches ``target`` (an address on the host's private Docker network): none for
+    the local engine (this machine routes to its bridges), else ``ssh -L`` with the provider's
+    identity and host key."""
+    if host.is_local:
+        return None
+    return {
+        "ssh": ["ssh", *docker_ssh_opts(host), "-p", str(host.ssh_port)],
+        "destination": host.ssh_address,
+        "target": target,
+    }
+
+
+class ReplicaGate(pulumi.ComponentResource):
+    """Blocks ``pulumi up`` until this host's replica answers the gate's steps directly."""
+
+    results: pulumi.Output[dict[str, Any]]
+    """The gate's results for this replica, plus ``host``."""
+
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        host: HostConfig,
+        api_key: pulumi.Output[str],
+        image_ref: pulumi.Input[str],
+        container_id: pulumi.Input[str],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__("glm:smoke:ReplicaGate", name, None, opts)
+        secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
+        target = f"{config.container.vllm_address}:{config.serving.port}"
+        params = gate_params(
+            config, f"http://{target}/v1", image_ref, f"http://{target}/metrics", container_id
+        )
+        steps = [s for s in params["smoke"]["steps"] if s != "front_auth"]
+        props = {
+            **params,
+            "smoke": {**params["smoke"], "steps": steps},
+            "version": REPLICA_VERSION,
+            "host": host.name,
+            "settle_seconds": SETTLE_SECONDS,
+            "tunnel": tunnel_spec(host, target),
+            "api_key": secret_key,
+        }
+        self.gate = _ReplicaGateResource(f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))
+        self.results = pulumi.Output.unsecret(self.gate.results)
+        self.register_outputs({"results": self.results})

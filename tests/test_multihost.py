@@ -1,0 +1,320 @@
+"""Several hosts in one stack: the rules checked before anything is created, what each host gets,
+the front's upstream (nginx -t) and the per-host alerts (promtool), under Pulumi mocks.
+
+Expected values come from the A100 seed §6.2 (``max_fails=2 fail_timeout=30s``, ``keepalive 32``)
+and issue 15, not from the code.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import ConfigError, build_stack_config
+from components.nginx_front import render_nginx_conf
+from components.prometheus_scrape import DEFAULT_JOB, render_alert_rules, render_prometheus_config
+from tests.conftest import TEST_HOST_KEY, Deployment, run_program, unwrap
+from tests.test_nginx_front import NGINX
+from tests.test_prometheus_scrape import PROMTOOL
+
+CONTAINER = "docker:index/container:Container"
+GATE = "pulumi-python:dynamic:Resource"
+PLAIN_HTTP = {"front": {"allowPlainHttp": True}}
+
+
+def host(name: str, address: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "dockerHost": f"ssh://deploy@{address}", "hostKey": TEST_HOST_KEY, **extra}
+
+
+THREE = [host("gpu01", "10.0.0.11"), host("gpu02", "10.0.0.12"), host("gpu03", "10.0.0.13")]
+
+
+def target(*hosts: dict[str, Any], front: str | None = None) -> dict[str, Any]:
+    return {"hosts": list(hosts), **({"frontHost": front} if front else {})}
+
+
+def refused(hosts: dict[str, Any], **extra: Any) -> str:
+    with pytest.raises(ConfigError) as err:
+        build_stack_config({"hardware": "a800", "target": hosts, **PLAIN_HTTP, **extra})
+    return str(err.value)
+
+
+# ---- bad input, refused before anything is created -------------------------------------------
+
+
+def test_duplicate_host_names_are_refused() -> None:
+    message = refused(target(host("gpu01", "10.0.0.11"), host("gpu01", "10.0.0.12")))
+    assert "glm:target.hosts lists the name 'gpu01' 2 times" in message
+
+
+def test_two_hosts_at_one_address_are_refused() -> None:
+    message = refused(target(host("gpu01", "10.0.0.11"), host("gpu02", "10.0.0.11")))
+    assert "glm:target.hosts[gpu02] and glm:target.hosts[gpu01] are both at" in message
+    # The same box behind two SSH ports, or two names for one private address.
+    assert "both at 10.0.0.11" in refused(target(host("gpu01", "10.0.0.11"), host("gpu02", "10.0.0.11:2222")))
+    assert "both at 10.0.0.11" in refused(
+        target(host("gpu01", "10.0.0.11"), host("gpu02", "gpu02.lan", privateAddress="10.0.0.11"))
+    )
+
+
+def test_a_front_host_that_is_not_listed_is_refused() -> None:
+    message = refused(target(*THREE, front="gpu09"))
+    assert "glm:target.frontHost='gpu09' is not in glm:target.hosts (gpu01, gpu02, gpu03)" in message
+
+
+def test_replicas_whose_profiles_differ_are_refused() -> None:
+    hosts = [THREE[0], {**THREE[1], "hardware": "rtx5090"}]
+    message = refused(target(*hosts))
+    assert "glm:target.hosts[gpu02].hardware=rtx5090 but glm:hardware=a800" in message
+    # Declaring the same profile is fine.
+    build_stack_config(
+        {"hardware": "a800", "target": target(THREE[0], {**THREE[1], "hardware": "a800"}), **PLAIN_HTTP}
+    )
+
+
+def test_vllm_is_never_published_on_all_interfaces_or_loopback() -> None:
+    for address in ("0.0.0.0", "::", "127.0.0.1"):
+        message = refused(target(THREE[0], {**THREE[1], "privateAddress": address}))
+        assert f"glm:target.hosts[gpu02].privateAddress={address!r}" in message
+
+
+def test_host_network_mode_is_refused_with_several_hosts() -> None:
+    message = refused(target(*THREE[:2]), container={"networkMode": "host", "accelerators": list(range(8))})
+    assert "glm:container.networkMode=host with 2 hosts" in message
+
+
+def test_every_host_problem_is_reported_at_once() -> None:
+    message = refused(target(host("a", "10.0.0.1"), host("a", "10.0.0.1"), front="z"))
+    assert "the name 'a' 2 times" in message and "frontHost='z'" in message
+
+
+def test_front_host_defaults_to_the_first_and_can_be_named() -> None:
+    config = build_stack_config({"hardware": "a800", "target": target(*THREE), **PLAIN_HTTP})
+    assert config.target.host.name == "gpu01"
+    assert [h.name for h in config.target.replica_hosts] == ["gpu02", "gpu03"]
+    config = build_stack_config({"hardware": "a800", "target": target(*THREE, front="gpu02"), **PLAIN_HTTP})
+    assert config.target.host.name == "gpu02"
+
+
+# ---- what a three-host stack renders ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def three() -> Deployment:
+    return run_program("a800", overrides={"glm:target": target(*THREE)})
+
+
+def names(deployment: Deployment, type_: str) -> list[str]:
+    return sorted(r.name for r in deployment.of_type(type_))
+
+
+def test_each_host_gets_its_own_provider_preflight_volume_and_container(three: Deployment) -> None:
+    providers = {r.name: unwrap(r.inputs) for r in three.of_type("pulumi:providers:docker")}
+    assert {n: p["host"] for n, p in providers.items()} == {
+        "gpu01-docker": "ssh://deploy@10.0.0.11",
+        "gpu02-docker": "ssh://deploy@10.0.0.12",
+        "gpu03-docker": "ssh://deploy@10.0.0.13",
+    }
+    # The front's host keeps the one-host names (a stack that grows replaces nothing there).
+    assert names(three, CONTAINER) == [
+        "a800-front-nginx", "a800-gpu02-serving-vllm", "a800-gpu03-serving-vllm",
+        "a800-monitoring-prometheus", "a800-semantic-probe-container", "a800-serving-vllm",
+    ]  # fmt: skip
+    assert names(three, "docker:index/volume:Volume") == [
+        "a800-gpu02-model-jit-cache", "a800-gpu03-model-jit-cache", "a800-model-jit-cache",
+    ]  # fmt: skip
+    checks = {r.name: unwrap(r.inputs) for r in three.of_type("command:remote:Command")}
+    assert sorted(checks) == [
+        "a800-gpu02-preflight-check",
+        "a800-gpu03-preflight-check",
+        "a800-preflight-check",
+    ]
+    assert checks["a800-gpu03-preflight-check"]["connection"]["host"] == "10.0.0.13"
+    assert checks["a800-preflight-check"]["connection"]["host"] == "10.0.0.11"
+
+
+def test_vllm_is_published_on_the_replica_hosts_private_address_only(three: Deployment) -> None:
+    containers = {r.name: unwrap(r.inputs) for r in three.of_type(CONTAINER)}
+    assert containers["a800-gpu02-serving-vllm"]["ports"] == [
+        {"internal": 8000, "external": 8000, "ip": "10.0.0.12"}
+    ]
+    assert containers["a800-gpu03-serving-vllm"]["ports"] == [
+        {"internal": 8000, "external": 8000, "ip": "10.0.0.13"}
+    ]
+    # The front host's replica stays on its private Docker network.
+    assert "ports" not in containers["a800-serving-vllm"]
+    # Docker stops each with a grace, so requests in flight can finish (SPEC §6: default 0 kills).
+    assert {containers[n]["destroyGraceSeconds"] for n in containers if n.endswith("serving-vllm")} == {30}
+
+
+def test_the_front_balances_across_every_replica(three: Deployment) -> None:
+    conf = unwrap(three.one(GATE, "front-config").inputs)["nginx_conf"]
+    assert (
+        "    upstream vllm {\n"
+        "        server vllm:8000 max_fails=2 fail_timeout=30s;\n"
+        "        server 10.0.0.12:8000 max_fails=2 fail_timeout=30s;\n"
+        "        server 10.0.0.13:8000 max_fails=2 fail_timeout=30s;\n"
+        "        keepalive 32;\n"
+    ) in conf
+    assert "proxy_next_upstream error timeout non_idempotent;" in conf
+
+
+def test_prometheus_scrapes_every_replica_with_a_host_label(three: Deployment) -> None:
+    uploads = unwrap(three.one(CONTAINER, "monitoring-prometheus").inputs)["uploads"]
+    scrape = yaml.safe_load(uploads[0]["content"])["scrape_configs"][0]["static_configs"]
+    assert scrape == [
+        {"targets": ["vllm:8000"], "labels": {"host": "gpu01"}},
+        {"targets": ["10.0.0.12:8000"], "labels": {"host": "gpu02"}},
+        {"targets": ["10.0.0.13:8000"], "labels": {"host": "gpu03"}},
+    ]
+    rules = yaml.safe_load(uploads[1]["content"])["groups"][0]["rules"]
+    vllm_rules = [r for r in rules if r["alert"].startswith("Vllm")]  # the probe's are per stack
+    assert vllm_rules and all(
+        r["annotations"]["description"].startswith("On host {{ $labels.host }}: ") for r in vllm_rules
+    )
+
+
+def test_a_gate_per_replica_then_one_through_the_front(three: Deployment) -> None:
+    gates = {r.name: unwrap(r.inputs) for r in three.of_type(GATE) if r.name.endswith("-gate")}
+    assert sorted(gates) == [
+        "a800-gpu02-replica-gate",
+        "a800-gpu03-replica-gate",
+        "a800-replica-gate",
+        "a800-smoke-gate",
+    ]
+    replica = gates["a800-gpu03-replica-gate"]
+    assert replica["host"] == "gpu03"
+    assert "front_auth" not in replica["smoke"]["steps"] and "kv_pool" in replica["smoke"]["steps"]
+    # Reached through ssh -L to vLLM's fixed address on that host's private network.
+    assert replica["tunnel"]["destination"] == "10.0.0.13"
+    assert replica["tunnel"]["target"] == replica["endpoint"].removeprefix("http://").removesuffix("/v1")
+    assert "StrictHostKeyChecking=yes" in replica["tunnel"]["ssh"]
+    assert "front_auth" in gates["a800-smoke-gate"]["smoke"]["steps"]
+
+
+def dependencies(deployment: Deployment, name: str) -> list[str]:
+    opts = deployment.options[name]
+    return sorted(d._name for d in (opts.depends_on or []))  # type: ignore[union-attr]
+
+
+def test_replicas_roll_one_host_after_the_other_and_the_front_waits_for_every_gate(three: Deployment) -> None:
+    assert "a800-replica" in dependencies(three, "a800-gpu02-serving")
+    assert "a800-gpu02-replica" in dependencies(three, "a800-gpu03-serving")
+    assert not any("replica" in d for d in dependencies(three, "a800-serving"))
+    assert {"a800-replica", "a800-gpu02-replica", "a800-gpu03-replica"} <= set(
+        dependencies(three, "a800-front")
+    )
+
+
+def test_one_host_stacks_render_no_replica_gate_and_the_one_host_front(
+    deployed: dict[str, Deployment],
+) -> None:
+    for deployment in deployed.values():
+        assert [r.name for r in deployment.of_type(GATE) if r.name.endswith("-gate")] == [
+            f"{deployment.one(GATE, '-smoke-gate').name}"
+        ]
+        conf = unwrap(deployment.one(GATE, "front-config").inputs)["nginx_conf"]
+        assert "max_fails" not in conf and "proxy_next_upstream" not in conf
+
+
+# ---- the real tools ------------------------------------------------------------------------------
+
+KEYS = {"ci": "sk-test-ci-0123456789abcdef"}
+
+
+def test_nginx_accepts_a_front_with_three_replicas(tmp_path: Path) -> None:
+    config = build_stack_config({"hardware": "a800", "target": target(*THREE), **PLAIN_HTTP})
+    conf = render_nginx_conf(
+        config.front, ["127.0.0.1:8000", "10.0.0.12:8000", "[fd00::13]:8000"], KEYS, runtime_dir=str(tmp_path)
+    )
+    (tmp_path / "nginx.conf").write_text(conf)
+    result = subprocess.run(
+        [NGINX, "-t", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path), "-e", "stderr"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+def test_promtool_alerts_name_the_host(tmp_path: Path) -> None:
+    config = build_stack_config({"hardware": "local"})
+    targets = {"gpu01": "vllm:8000", "gpu02": "10.0.0.12:8000"}
+    (tmp_path / "rules.yml").write_text(render_alert_rules(config, by_host=True))
+    (tmp_path / "prometheus.yml").write_text(
+        render_prometheus_config(
+            config.monitoring, targets, DEFAULT_JOB, rules_path=str(tmp_path / "rules.yml")
+        )
+    )
+    checked = subprocess.run(
+        [PROMTOOL, "check", "config", str(tmp_path / "prometheus.yml")], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # gpu02 is down, gpu01 is up: VllmTargetDown fires for gpu02 only and its text says so.
+    down_for = int(next(r for r in yaml.safe_load((tmp_path / "rules.yml").read_text())["groups"][0]["rules"]
+                        if r["alert"] == "VllmTargetDown")["for"].rstrip("m"))  # fmt: skip
+    labels = {"job": DEFAULT_JOB, "instance": "10.0.0.12:8000", "host": "gpu02"}
+    test = {
+        "interval": "1m",
+        "input_series": [
+            {"series": 'up{job="vllm",instance="vllm:8000",host="gpu01"}', "values": f"1x{down_for + 2}"},
+            {
+                "series": 'up{job="vllm",instance="10.0.0.12:8000",host="gpu02"}',
+                "values": f"0x{down_for + 2}",
+            },
+        ],
+        "alert_rule_test": [
+            {
+                "eval_time": f"{down_for + 1}m",
+                "alertname": "VllmTargetDown",
+                "exp_alerts": [
+                    {
+                        "exp_labels": {**labels, "severity": "critical"},
+                        "exp_annotations": annotations(config, labels),
+                    }
+                ],
+            }
+        ],
+    }
+    document = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [test]}
+    (tmp_path / "rules_test.yml").write_text(yaml.safe_dump(document, sort_keys=False))
+    result = subprocess.run(
+        [PROMTOOL, "test", "rules", "rules_test.yml"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def annotations(config: Any, labels: dict[str, str]) -> dict[str, str]:
+    """VllmTargetDown's annotations with the templates filled in for ``labels``."""
+    rules = yaml.safe_load(render_alert_rules(config, by_host=True))["groups"][0]["rules"]
+    rule = next(r for r in rules if r["alert"] == "VllmTargetDown")
+    filled = {}
+    for key, text in rule["annotations"].items():
+        for name, value in labels.items():
+            text = text.replace(f"{{{{ $labels.{name} }}}}", value)
+        filled[key] = text
+    assert filled["summary"].startswith("On host gpu02: ")
+    return filled
+
+
+def test_a_failing_replica_names_its_host() -> None:
+    from components.gate.checks import GateFailure
+    from components.replica_gate import run_replica_gate
+    from tests.engine import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    props = {
+        "endpoint": f"{closed}/v1",
+        "metrics_url": f"{closed}/metrics",
+        "served_name": "glm-5.3-flash",
+        "max_model_len": 32768,
+        "smoke": {"deadline_seconds": 1, "poll_seconds": 0.2, "steps": ["models"]},
+        "host": "gpu02",
+        "api_key": KEYS["ci"],
+    }
+    with pytest.raises(
+        GateFailure, match=r"the replica on host 'gpu02' \(glm:target.hosts\[gpu02\]\): not ready"
+    ):
+        run_replica_gate(props, settle=False)
