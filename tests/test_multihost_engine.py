@@ -162,14 +162,15 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
         container = f"glm53-multi-{stack}"
         project.run("preview", "--expect-no-changes", "-s", stack, label="preview (2 hosts, no-op)")
 
-        # Adding a host is one list entry: only its resources, and the front's and Prometheus'
-        # config (their files are uploads: the containers are replaced) and the front's gate.
+        # Adding a host is one list entry: only its resources, the front's config (a graceful
+        # reload), Prometheus' config (its files are uploads: the container is replaced) and the
+        # front's gate.
         set_hosts(project, stack, hosts)
         plan = changed(project, stack)
         new = hosts[2].name
         others = {k: v for k, v in plan.items() if new not in k and k != f"{new}-docker"}
         assert others == {
-            "local-front-nginx": "replace",
+            "local-front-config": "update",
             "local-monitoring-prometheus": "replace",
             "local-smoke-gate": "update",
         }, plan
