@@ -43,7 +43,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     served = served_model(config, secrets.serving_env_names)
     served_fingerprint = fingerprint(served)
     promoted = promoted_image(config, served) if config.promote_from else None
-    image = ServingImage(f"{stack}-image", config.image, pinned=promoted, opts=on_host)
+    image = ServingImage(f"{stack}-image", config.serving_image, pinned=promoted, opts=on_host)
     volume = ModelVolume(
         f"{stack}-model",
         config,
@@ -106,6 +106,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
             }
         ),
     }
+    if config.rehearsing:
+        # Stated in the outputs too, so that nobody mistakes this stack's gate for the model's.
+        outputs["rehearsal"] = {"hardware": config.hardware, "replaced": config.rehearsal_replaced()}
     if promoted is not None:
         outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
     return outputs

@@ -101,6 +101,9 @@ def render_env(config: StackConfig) -> dict[str, str]:
         env["NVIDIA_VISIBLE_DEVICES"] = visible
     env.update(config.cache_env)
     env.update(config.serving.extra_env)
+    if config.rehearsing:
+        # The simulator speaks the wire format of the profile's vLLM (e.g. 0.23.0 on ascend).
+        env["VLLM_SIM_VERSION"] = config.image.vllm_version
     return dict(sorted(env.items()))
 
 
@@ -109,7 +112,10 @@ def _env_entry(name: str, secret: pulumi.Output[str]) -> pulumi.Output[str]:
 
 
 def render_devices(config: StackConfig) -> list[str]:
-    """Device nodes for the container (Ascend: one davinci node per card plus control devices)."""
+    """Device nodes for the container (Ascend: one davinci node per card plus control devices);
+    none in a rehearsal, whose host has no accelerator."""
+    if config.rehearsing:
+        return []
     cards = []
     if config.facts.accelerator == "ascend":
         cards = [f"/dev/davinci{i}" for i in config.container.accelerators]
@@ -199,7 +205,7 @@ class VllmServer(pulumi.ComponentResource):
                 *[f"{k}={v}" for k, v in render_env(config).items()],
                 *[_env_entry(k, v) for k, v in sorted((secret_env or {}).items())],
             ],
-            gpus="all" if config.facts.accelerator == "nvidia" else None,
+            gpus="all" if config.facts.accelerator == "nvidia" and not config.rehearsing else None,
             devices=[
                 docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")
                 for d in render_devices(config)
@@ -210,7 +216,7 @@ class VllmServer(pulumi.ComponentResource):
                     docker.ContainerMountArgs(
                         type="bind", source=m.source, target=m.target, read_only=m.read_only
                     )
-                    for m in c.mounts
+                    for m in config.serving_mounts
                 ],
             ],
             shm_size=c.shm_size_mb,
