@@ -35,7 +35,6 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         host=docker_host,
         ssh_opts=docker_ssh_opts(host) if docker_host.startswith("ssh://") else None,
     )
-    on_host = pulumi.ResourceOptions(providers=[provider])
 
     preflight = (
         Preflight(f"{stack}-preflight", config, secrets.ssh_private_key) if config.preflight.enabled else None
@@ -43,12 +42,16 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     served = served_model(config, secrets.serving_env_names)
     served_fingerprint = fingerprint(served)
     promoted = promoted_image(config, served) if config.promote_from else None
-    image = ServingImage(f"{stack}-image", config.serving_image, pinned=promoted, opts=on_host)
+    after_preflight = pulumi.ResourceOptions(
+        providers=[provider], depends_on=[preflight] if preflight else []
+    )
+    # After preflight too: a host that fails its checks gets no image build or pull (tens of GB).
+    image = ServingImage(f"{stack}-image", config.serving_image, pinned=promoted, opts=after_preflight)
     volume = ModelVolume(
         f"{stack}-model",
         config,
         secrets.ssh_private_key,
-        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[preflight] if preflight else []),
+        opts=after_preflight,
     )
     server = VllmServer(
         f"{stack}-serving",

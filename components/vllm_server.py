@@ -188,7 +188,11 @@ class VllmServer(pulumi.ComponentResource):
             f"{name}-network",
             name=f"{c.name}-net",
             driver="bridge",
-            ipam_configs=[docker.NetworkIpamConfigArgs(subnet=str(c.subnet))],
+            # The gateway spelled out: Docker 20.10 records it only after a daemon restart, and
+            # `up --refresh` would then see a changed ipamConfigs and replace the network.
+            ipam_configs=[
+                docker.NetworkIpamConfigArgs(subnet=str(c.subnet), gateway=str(c.subnet.network_address + 1))
+            ],
             # A fixed network name cannot exist twice (Docker >= 25 refuses, 20.10 makes later
             # lookups ambiguous): a new subnet deletes the old network first, and with it the
             # containers attached to it, which are replaced anyway (vLLM's address is in the subnet).
