@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 
-from tests.engine import PulumiProject, engine_missing
+from tests.engine import PROJECT, PulumiProject, engine_missing, without_secrets
 from tests.standin_host import StandinHost, unavailable_reason
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
@@ -169,8 +169,8 @@ def init_rehearsal(
 ) -> None:
     """Stack ``name`` from ``Pulumi.<stack>.yaml``, rehearsed on ``host``, plus ``config`` (typed as
     the CLI guesses: numbers, booleans) and ``strings`` (kept strings, e.g. env values)."""
-    if name != stack:
-        (project.root / f"Pulumi.{name}.yaml").write_text((project.root / f"Pulumi.{stack}.yaml").read_text())
+    if name != stack:  # the committed stack file, not the copy an earlier test changed
+        (project.root / f"Pulumi.{name}.yaml").write_text(without_secrets(PROJECT / f"Pulumi.{stack}.yaml"))
     project.init_stack(
         name, config={**rehearsal_config(host, stack), **(config or {})}, secrets={"glm:apiKeys.e2e": API_KEY}
     )

@@ -146,6 +146,7 @@ def test_preflight_passes_over_ssh_on_the_fake_accelerators(
             "target": {"hosts": [{"name": "standin", "dockerHost": standin_host.docker_host,
                                   "hostKey": standin_host.host_key}]},
             "model": {"hostDir": str(standin_host.models_dir)},
+            "front": {"allowPlainHttp": True},  # the stack files' opt-in; the rule is not tested here
         }
     )  # fmt: skip
     # What components/target.py sends: bash -c '<script>' over SSH, as the deploy user.
