@@ -586,6 +586,11 @@ class MonitoringConfig(_Model):
         "15s", description="Scrape interval of vLLM /metrics."
     )
     thresholds: AlertThresholds = Field(default_factory=AlertThresholds)
+    target_down_for: PrometheusDuration | None = Field(
+        None,
+        description="How long vLLM's scrape may fail before VllmTargetDown fires (default: the "
+        "profile's measured start time plus 20 %, at least 5m).",
+    )
 
 
 SmokeStep = Literal["models", "arithmetic", "tool_call", "kv_pool", "front_auth", "streaming"]
@@ -729,6 +734,48 @@ def _probe_key_collision(api_keys: Any, probe: SemanticProbeConfig) -> str | Non
     )
 
 
+# Host paths that exist only on a box with the accelerator's driver: a rehearsal leaves these mounts
+# out (with the devices and --gpus), because the stand-in or new box has no such driver yet.
+DRIVER_PATHS = ("/usr/local/Ascend", "/usr/local/sbin/npu-smi", "/etc/hccn.conf", "/usr/local/nvidia")
+REHEARSAL_IMAGE = ImageBuildConfig(
+    context="images/vllm-sim",
+    dockerfile="images/vllm-sim/Dockerfile",
+    base_image="python:3.11-slim",
+    repository="glm53-vllm-sim",
+)
+"""The vLLM-protocol simulator a rehearsal builds on the target host (the local stack's image)."""
+
+
+def is_driver_path(path: str) -> bool:
+    """``/usr/local/Ascend/driver`` yes, ``/home/glm/glm53_site`` no."""
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in DRIVER_PATHS)
+
+
+class RehearsalConfig(_Model):
+    enabled: bool = Field(
+        False,
+        description="Deploy the hardware profile as in production, with the vLLM-protocol simulator "
+        "(images/vllm-sim, built on the host) as the engine and no accelerator devices, `--gpus` or "
+        "driver mounts; `glm:rehearsal: true` is short for `{enabled: true}`. Never promotable to a "
+        "real stack.",
+    )
+    base_image: str = Field(
+        REHEARSAL_IMAGE.base_image,
+        description="Base image of the simulator build (any image with python3; offline: a local one "
+        "loaded onto the host, e.g. glm53-local/python:bookworm).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _switch(cls, data: Any) -> Any:
+        """``glm:rehearsal: true`` (the one switch) or the full object."""
+        if isinstance(data, bool):
+            return {"enabled": data}
+        if isinstance(data, str) and data.lower() in ("true", "false"):
+            return {"enabled": data.lower() == "true"}
+        return data
+
+
 class StackConfig(_Model):
     hardware: Hardware = Field(description=hardware_description())
     target: TargetConfig = Field(description="Where it runs (one host today).")
@@ -748,10 +795,45 @@ class StackConfig(_Model):
         description="Fully qualified source stack (org/glm/a800-staging) whose verified outputs this "
         "stack promotes; empty for none.",
     )
+    rehearsal: RehearsalConfig = Field(
+        default_factory=RehearsalConfig,
+        description="Rehearse the production deployment on a box without the accelerators (README "
+        '"Rehearsal")',
+    )
 
     @property
     def facts(self) -> HardwareFacts:
         return PROFILES[self.hardware].facts
+
+    @property
+    def rehearsing(self) -> bool:
+        return self.rehearsal.enabled
+
+    @property
+    def serving_image(self) -> ImageConfig:
+        """What the serving container runs: the profile's image, or in a rehearsal the simulator
+        built on the target host from ``glm:rehearsal.baseImage``."""
+        if not self.rehearsing:
+            return self.image
+        build = REHEARSAL_IMAGE.model_copy(update={"base_image": self.rehearsal.base_image})
+        return ImageConfig(build=build, vllm_version=self.image.vllm_version)
+
+    @property
+    def serving_mounts(self) -> list[MountConfig]:
+        """``glm:container.mounts``, less the driver mounts in a rehearsal."""
+        return [m for m in self.container.mounts if not (self.rehearsing and is_driver_path(m.source))]
+
+    def rehearsal_replaced(self) -> dict[str, Any]:
+        """What a rehearsal replaces, production value beside rehearsal value (an output)."""
+        image = self.image.to_build
+        production_image = image.repository + " (built)" if image else self.image.reference
+        cards = self.container.accelerators if self.facts.accelerator == "ascend" else []
+        return {
+            "image": {"production": production_image, "rehearsal": f"{REHEARSAL_IMAGE.repository} (built)"},
+            "gpus": "all" if self.facts.accelerator == "nvidia" else None,
+            "devices": [f"/dev/davinci{i}" for i in cards] + list(self.container.devices),
+            "mounts": [m.source for m in self.container.mounts if is_driver_path(m.source)],
+        }
 
     @property
     def cache_env(self) -> dict[str, str]:
@@ -971,6 +1053,15 @@ def _check_dangerous_env(c: StackConfig) -> str | None:
     return "\n".join(found) or None
 
 
+def _check_rehearsal(c: StackConfig) -> str | None:
+    if c.rehearsing and c.hardware == "local":
+        return (
+            "glm:rehearsal=true on hardware local: the local stack already runs the simulator. "
+            "Fix: remove glm:rehearsal, or set glm:hardware to the profile to rehearse (a800, ascend, rtx5090)."
+        )
+    return None
+
+
 def _check_nvidia_gpus(c: StackConfig) -> str | None:
     if c.container.gpus is None:
         return None
@@ -1050,6 +1141,7 @@ _CHECKS = [
     _check_dangerous_env,
     _check_plain_http,
     _check_shm,
+    _check_rehearsal,
 ]
 
 
@@ -1101,7 +1193,23 @@ def _warn_plain_http(c: StackConfig) -> str | None:
     )
 
 
+def _warn_rehearsal(c: StackConfig) -> str | None:
+    if not c.rehearsing:
+        return None
+    replaced = c.rehearsal_replaced()
+    dropped = [*replaced["devices"], *replaced["mounts"]] + (["--gpus all"] if replaced["gpus"] else [])
+    return (
+        f"glm:rehearsal=true: this is a REHEARSAL of {c.hardware}, not a model. The engine is the "
+        f"vLLM-protocol simulator ({replaced['image']['rehearsal']}, base {c.rehearsal.base_image}) run "
+        f"with the profile's argv instead of {replaced['image']['production']}"
+        + (f"; left out: {', '.join(dropped)}" if dropped else "")
+        + ". Everything else (preflight, weights, front, Prometheus, gate) is production's. A passing "
+        "gate proves the plumbing only, and this stack can never be promoted to a real one."
+    )
+
+
 _ADVISORIES = [
+    _warn_rehearsal,
     _warn_plain_http,
     _warn_semantic_probe_tls,
     _warn_profiler,
@@ -1129,7 +1237,7 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
 
 STACK_KEYS = [
     "target", "image", "model", "serving", "container", "front",
-    "monitoring", "smoke", "preflight", "semanticProbe", "promoteFrom",
+    "monitoring", "smoke", "preflight", "semanticProbe", "promoteFrom", "rehearsal",
 ]  # fmt: skip
 
 SECRET_KEYS = {

@@ -139,6 +139,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         outputs["semanticProbe"] = semantic_probe.container_name
     if several:
         outputs["replicas"] = {r.host.name: r.gate.results for r in replicas if r.gate is not None}
+    if config.rehearsing:
+        # Stated in the outputs too, so that nobody mistakes this stack's gate for the model's.
+        outputs["rehearsal"] = {"hardware": config.hardware, "replaced": config.rehearsal_replaced()}
     if promoted is not None:
         outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
     return outputs
@@ -175,20 +178,17 @@ def _replica(
         host=docker_host,
         ssh_opts=docker_ssh_opts(host) if docker_host.startswith("ssh://") else None,
     )
-    on_host = pulumi.ResourceOptions(providers=[provider])
     preflight = (
         Preflight(f"{prefix}-preflight", config, secrets.ssh_private_key, host=host)
         if config.preflight.enabled
         else None
     )
-    image = ServingImage(f"{prefix}-image", config.image, pinned=promoted, opts=on_host)
-    volume = ModelVolume(
-        f"{prefix}-model",
-        config,
-        secrets.ssh_private_key,
-        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[preflight] if preflight else []),
-        host=host,
+    after_preflight = pulumi.ResourceOptions(
+        providers=[provider], depends_on=[preflight] if preflight else []
     )
+    # After preflight too: a host that fails its checks gets no image build or pull (tens of GB).
+    image = ServingImage(f"{prefix}-image", config.serving_image, pinned=promoted, opts=after_preflight)
+    volume = ModelVolume(f"{prefix}-model", config, secrets.ssh_private_key, opts=after_preflight, host=host)
     publish_on = None if on_front else host.replica_address
     server = VllmServer(
         f"{prefix}-serving",

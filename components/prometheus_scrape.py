@@ -109,7 +109,10 @@ def kv_pool_below_expr(max_model_len: int, block_sizes: list[int], job: str = DE
 
 
 def _for_target_down(config: StackConfig) -> str:
-    """Down-time that is not yet news: a restart takes as long as the seeds measured, plus 20 %."""
+    """Down-time that is not yet news: a restart takes as long as the seeds measured, plus 20 %
+    (or ``glm:monitoring.targetDownFor``)."""
+    if config.monitoring.target_down_for is not None:
+        return config.monitoring.target_down_for
     start = config.facts.known_engine_start_seconds
     return f"{max(5, math.ceil((start or 0) * 1.2 / 60))}m"
 

@@ -5,6 +5,8 @@ A stack names its source with ``glm:promoteFrom`` (e.g. ``organization/glm/a800-
 smoke gate passed — and refuses, at preview, when
 
 * the source has no passing gate, or
+* the source is a rehearsal (``glm:rehearsal``: the simulator passed its gate, not the model) and
+  this stack is not, or
 * its own served model differs from the verified one in anything but the per-environment keys.
 
 The served model is what defines the answers: the image identity, the vLLM argv, the container
@@ -28,11 +30,12 @@ from components.vllm_server import render_argv, render_env
 
 def image_identity(config: StackConfig) -> str:
     """What the image *is*, known at preview: the content-hash tag of a build, or the reference."""
-    build = config.image.to_build
+    image = config.serving_image
+    build = image.to_build
     if build is not None:
         return build_tag(build.repository, build.context)
-    assert config.image.reference is not None
-    return config.image.reference
+    assert image.reference is not None
+    return image.reference
 
 
 def served_model(config: StackConfig, secret_env_names: Sequence[str] = ()) -> dict[str, Any]:
@@ -49,6 +52,8 @@ def served_model(config: StackConfig, secret_env_names: Sequence[str] = ()) -> d
     }
     if secret_env_names:  # absent when empty, so stacks without secret env keep their fingerprint
         served["secretEnvNames"] = sorted(secret_env_names)
+    if config.rehearsing:  # absent for real stacks, whose fingerprints stay as they were
+        served["rehearsal"] = True
     return served
 
 
@@ -66,7 +71,7 @@ def differences(own: dict[str, Any], source: dict[str, Any]) -> list[str]:
     for key in sorted(set(own_env) | set(source_env)):
         if own_env.get(key) != source_env.get(key):
             found.append(f"env {key}={own_env.get(key)!r} (source: {source_env.get(key)!r})")
-    for key in ("image", "modelPath", "revision", "secretEnvNames"):
+    for key in ("image", "modelPath", "revision", "secretEnvNames", "rehearsal"):
         if own.get(key) != source.get(key):
             found.append(f"{key} {own.get(key)!r} (source: {source.get(key)!r})")
     return found
@@ -84,6 +89,13 @@ def judge(source_stack: str, own: dict[str, Any], verified: Any) -> str:
         raise pulumi.RunError(
             f"glm:promoteFrom={source_stack}: the source's `verified` output is inconsistent "
             "(its fingerprint does not match its settings); re-run `pulumi up` on the source."
+        )
+    if source.get("rehearsal") and not own.get("rehearsal"):
+        raise pulumi.RunError(
+            f"glm:promoteFrom={source_stack}: the source is a rehearsal (glm:rehearsal): its gate was "
+            "passed by the vLLM-protocol simulator, not by the model, so it is no evidence for a real "
+            f"stack. Fix: deploy {source_stack} without glm:rehearsal and let its gate pass on the "
+            "real hardware, then promote."
         )
     diffs = differences(own, source)
     if diffs:

@@ -92,9 +92,13 @@ def host_command(
     """
     if host.is_local:
         return local.Command(name, create=script, interpreter=["/bin/bash", "-c"], opts=opts)
+    # pulumi-command quotes the command in its errors (a connection cut mid-run says only "remote
+    # command exited without exit status"): the first line names the host, so the error does too.
+    address = f"[{host.ssh_address}]" if ":" in host.ssh_address else host.ssh_address
+    where = f"# on {host.ssh_user}@{address}:{host.ssh_port} (glm:target.hosts[{host.name}])\n"
     return remote.Command(
         name,
         connection=ssh_connection(host, ssh_private_key),
-        create=f"bash -c {shlex.quote(script)}",
+        create=f"bash -c {shlex.quote(where + script)}",
         opts=opts,
     )

@@ -101,6 +101,9 @@ def render_env(config: StackConfig) -> dict[str, str]:
         env["NVIDIA_VISIBLE_DEVICES"] = visible
     env.update(config.cache_env)
     env.update(config.serving.extra_env)
+    if config.rehearsing:
+        # The simulator speaks the wire format of the profile's vLLM (e.g. 0.23.0 on ascend).
+        env["VLLM_SIM_VERSION"] = config.image.vllm_version
     return dict(sorted(env.items()))
 
 
@@ -109,7 +112,10 @@ def _env_entry(name: str, secret: pulumi.Output[str]) -> pulumi.Output[str]:
 
 
 def render_devices(config: StackConfig) -> list[str]:
-    """Device nodes for the container (Ascend: one davinci node per card plus control devices)."""
+    """Device nodes for the container (Ascend: one davinci node per card plus control devices);
+    none in a rehearsal, whose host has no accelerator."""
+    if config.rehearsing:
+        return []
     cards = []
     if config.facts.accelerator == "ascend":
         cards = [f"/dev/davinci{i}" for i in config.container.accelerators]
@@ -186,7 +192,11 @@ class VllmServer(pulumi.ComponentResource):
             f"{name}-network",
             name=f"{c.name}-net",
             driver="bridge",
-            ipam_configs=[docker.NetworkIpamConfigArgs(subnet=str(c.subnet))],
+            # The gateway spelled out: Docker 20.10 records it only after a daemon restart, and
+            # `up --refresh` would then see a changed ipamConfigs and replace the network.
+            ipam_configs=[
+                docker.NetworkIpamConfigArgs(subnet=str(c.subnet), gateway=str(c.subnet.network_address + 1))
+            ],
             # A fixed network name cannot exist twice (Docker >= 25 refuses, 20.10 makes later
             # lookups ambiguous): a new subnet deletes the old network first, and with it the
             # containers attached to it, which are replaced anyway (vLLM's address is in the subnet).
@@ -203,7 +213,7 @@ class VllmServer(pulumi.ComponentResource):
                 *[f"{k}={v}" for k, v in render_env(config).items()],
                 *[_env_entry(k, v) for k, v in sorted((secret_env or {}).items())],
             ],
-            gpus="all" if config.facts.accelerator == "nvidia" else None,
+            gpus="all" if config.facts.accelerator == "nvidia" and not config.rehearsing else None,
             devices=[
                 docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")
                 for d in render_devices(config)
@@ -214,7 +224,7 @@ class VllmServer(pulumi.ComponentResource):
                     docker.ContainerMountArgs(
                         type="bind", source=m.source, target=m.target, read_only=m.read_only
                     )
-                    for m in c.mounts
+                    for m in config.serving_mounts
                 ],
             ],
             shm_size=c.shm_size_mb,

@@ -42,6 +42,8 @@ def _model_of(annotation: typing.Any) -> type[BaseModel] | None:
 
 
 def _type_name(annotation: typing.Any) -> str:
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _type_name(typing.get_args(annotation)[0])
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         return " \\| ".join(_type_name(a) for a in typing.get_args(annotation) if a is not type(None))
     if typing.get_origin(annotation) is typing.Literal:

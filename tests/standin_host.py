@@ -246,8 +246,15 @@ class StandinHost:
 
     # ---- faults and restarts (for the fault tests) -------------------------------------------
 
-    def stop_sshd(self) -> None:
+    def stop_sshd(self, sessions: bool = False) -> None:
+        """Stop the listener; with ``sessions`` also cut every open SSH session (the host is gone,
+        not just refusing new logins: Docker's and pulumi-command's connections break too)."""
         _stop(self.processes.pop("sshd", None), grace=5)
+        if sessions:
+            for pid in _processes_of(self.index):
+                with contextlib.suppress(OSError):
+                    if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                        os.kill(pid, signal.SIGKILL)
 
     def start_sshd(self, new_host_key: bool = False) -> None:
         """Start sshd; with ``new_host_key`` it comes back with another key (known_hosts is left alone)."""

@@ -138,7 +138,8 @@ def test_the_commands_use_the_same_endpoint_user_key_and_host_key(tmp_path: Path
     assert connection["user"] == "deploy"
     assert connection["hostKey"] == TEST_HOST_KEY
     assert connection["privateKey"] == key_file.read_text()
-    assert inputs["create"] == "bash -c 'echo hi'"
+    # The first line names the host: pulumi-command quotes the command in its errors.
+    assert inputs["create"] == "bash -c '# on deploy@[2001:db8::1]:2222 (glm:target.hosts[gpu01])\necho hi'"
     # The key is secret: the engine stores it encrypted and never prints it.
     assert is_secret(inputs["connection"]) or is_secret(inputs["connection"]["privateKey"])
 
