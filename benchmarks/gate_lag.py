@@ -8,8 +8,8 @@ measures per run:
 * kv_pool:       how long the KV-pool step took;
 * gate lag:      when the whole gate passed (every step, kv_pool included) - the same moment.
 
-``--metrics vllm`` (the default) reads vLLM's own ``/metrics``, as the local stack does
-(``components.gate.resource.metrics_url_for``: vLLM's fixed address on the private network).
+``--metrics front`` (the default) reads vLLM's ``/metrics`` through the front's metrics route with
+the gate's own metrics key, as every stack does; ``--metrics vllm`` reads vLLM's ``/metrics`` directly.
 ``--metrics federate`` reads a real Prometheus's ``/federate`` scraping the simulator with the
 local stack's ``prometheus.yml``: the previous design, where kv_pool waited for a scrape.
 
@@ -41,7 +41,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
-from components.config import build_stack_config  # noqa: E402
+from components.config import GATE_METRICS_CLIENT, build_stack_config  # noqa: E402
 from components.gate.checks import run_gate  # noqa: E402
 from components.gate.resource import gate_params  # noqa: E402
 from components.nginx_front import render_nginx_conf  # noqa: E402
@@ -50,6 +50,7 @@ from components.vllm_server import render_argv  # noqa: E402
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 KEY = "sk-benchmark-0123456789abcdef0123"
+METRICS_KEY = "sk-gate-metrics-fedcba98765432100123"
 MAX_RUNS = 50
 
 
@@ -133,6 +134,7 @@ def one_run(
                 config.front,
                 f"127.0.0.1:{sim_port}",
                 {"bench": KEY},
+                metrics_keys={GATE_METRICS_CLIENT: METRICS_KEY},
                 listen=f"127.0.0.1:{front_port}",
                 runtime_dir=runtime,
             )
@@ -158,6 +160,8 @@ def one_run(
             wait_listening(front_port)
             endpoint = f"http://127.0.0.1:{front_port}/v1"
             steps = [*steps, "front_auth", "streaming"]
+            if metrics == "front":
+                metrics_url = f"http://127.0.0.1:{front_port}/metrics"
         params = gate_params(config, endpoint, "bench", metrics_url)
         params["smoke"].update(deadline_seconds=loading_seconds + 30, poll_seconds=poll_seconds, steps=steps)
         # Where the ready moment falls between two polls would otherwise be the same in every run
@@ -169,7 +173,7 @@ def one_run(
             if line.startswith("readiness: ok"):
                 detected_at.append(time.monotonic())
 
-        results = run_gate(params, KEY, progress)
+        results = run_gate(params, KEY, progress, METRICS_KEY if metrics == "front" else None)
         passed_at = time.monotonic()
         if not ready_at:
             raise RuntimeError("the simulator never logged that it was ready")
@@ -197,9 +201,10 @@ def main() -> int:
     parser.add_argument("--no-front", action="store_true", help="talk to the simulator directly")
     parser.add_argument(
         "--metrics",
-        choices=["vllm", "federate"],
-        default="vllm",
-        help="kv_pool reads vLLM's /metrics (default, as the local stack) or a Prometheus /federate",
+        choices=["front", "vllm", "federate"],
+        default="front",
+        help="kv_pool reads the front's /metrics route with the gate's metrics key (default, as every "
+        "stack does), vLLM's /metrics directly, or a Prometheus /federate",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random poll phase per run")
     args = parser.parse_args()
@@ -210,6 +215,8 @@ def main() -> int:
     use_front = not args.no_front
     if use_front and not (shutil.which("nginx") or Path("/usr/sbin/nginx").exists()):
         parser.error("nginx is not installed: pass --no-front")
+    if args.metrics == "front" and not use_front:
+        parser.error("--metrics front needs the front: leave out --no-front or pick --metrics vllm")
     if args.metrics == "federate" and not shutil.which("prometheus"):
         parser.error("prometheus is not installed: leave out --metrics federate")
 

@@ -22,8 +22,8 @@ from components.profiles import HardwareFacts
 def serving_replacement_notice(hardware: str, facts: HardwareFacts) -> str:
     """The warning for a created or replaced vLLM container.
 
-    >>> from components.profiles import FACTS
-    >>> "11-12 min" in serving_replacement_notice("rtx5090", FACTS["rtx5090"])
+    >>> from components.profiles import PROFILES
+    >>> "11-12 min" in serving_replacement_notice("rtx5090", PROFILES["rtx5090"].facts)
     True
     """
     return (

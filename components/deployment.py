@@ -11,16 +11,16 @@ import pulumi
 import pulumi_docker as docker
 
 from components.change_cost import front_replacement_notice, serving_replacement_notice, warn_when_replaced
-from components.config import HostConfig, StackConfig, semantic_probe_runs
-from components.gate.resource import SmokeTest, metrics_url_for
+from components.config import GATE_METRICS_CLIENT, HostConfig, StackConfig, semantic_probe_runs
+from components.gate.resource import SmokeTest
 from components.model_volume import ModelVolume
 from components.nginx_front import STOP_GRACE_SECONDS, NginxFront
 from components.preflight import Preflight
 from components.prometheus_scrape import PrometheusScrape
 from components.promotion import fingerprint, promoted_image, served_model
 from components.replica_gate import ReplicaGate
-from components.secrets import Secrets
-from components.semantic_probe.resource import ProbeKey, SemanticProbe
+from components.secrets import GeneratedKey, Secrets
+from components.semantic_probe.resource import SemanticProbe
 from components.serving_image import ServingImage
 from components.target import docker_ssh_opts
 from components.vllm_server import VllmServer, command_line
@@ -30,12 +30,15 @@ def _first_key(keys: dict[str, str]) -> str:
     return keys[sorted(keys)[0]]
 
 
-def _with_probe_key(
-    api_keys: pulumi.Output[dict[str, str]], client_name: str, probe_key: pulumi.Output[str]
-) -> pulumi.Output[dict[str, str]]:
-    """The users' keys plus the probe's under its own name (config loading refused a user key of
-    that name), secret like the keys themselves."""
-    merged = pulumi.Output.all(api_keys, probe_key).apply(lambda both: {**both[0], client_name: both[1]})
+def _with_key(
+    keys: pulumi.Output[dict[str, str]] | None, client_name: str, key: pulumi.Output[str] | None
+) -> pulumi.Output[dict[str, str]] | None:
+    """The users' keys plus one the stack generated, under its own name (config loading refuses a
+    user key of that name), secret like the keys themselves."""
+    if key is None:
+        return keys
+    users = keys if keys is not None else pulumi.Output.from_input({})
+    merged = pulumi.Output.all(users, key).apply(lambda both: {**both[0], client_name: both[1]})
     return pulumi.Output.secret(merged)
 
 
@@ -63,18 +66,26 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     gates = [r.gate for r in replicas if r.gate is not None]
     probe = config.semantic_probe
     probe_key = (
-        ProbeKey(f"{stack}-semantic-probe-key", probe.client_name) if semantic_probe_runs(config) else None
+        GeneratedKey(f"{stack}-semantic-probe-key", probe.client_name, "sk-probe-")
+        if semantic_probe_runs(config)
+        else None
+    )
+    # The gate's own metrics key: the KV-pool check reads vLLM's /metrics through the front, on
+    # every stack, unless glm:smoke.metricsUrl names another source.
+    gate_metrics_key = (
+        None
+        if config.smoke.metrics_url
+        else GeneratedKey(f"{stack}-smoke-metrics-key", GATE_METRICS_CLIENT, "sk-gate-metrics-").key
     )
     front = NginxFront(
         f"{stack}-front",
         config,
         network_name=server.network_name,
         upstream=upstream,
-        api_keys=_with_probe_key(secrets.api_keys, probe.client_name, probe_key.key)
-        if probe_key is not None
-        else secrets.api_keys,
+        api_keys=_with_key(secrets.api_keys, probe.client_name, probe_key.key if probe_key else None)
+        or secrets.api_keys,
         tls_files=secrets.tls_files,
-        metrics_keys=secrets.metrics_keys,
+        metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, gate_metrics_key),
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server, *gates]),
     )
     for replica in replicas:
@@ -95,7 +106,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         front_url=front.url,
         api_key=api_key,
         image_ref=image.ref,
-        metrics_url=metrics_url_for(config),
+        metrics_url=config.smoke.metrics_url or front.metrics_url,
+        metrics_key=gate_metrics_key,
+        front_fingerprint=front.fingerprint,
         # Several replicas: any one replaced re-runs the front's gate.
         container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join)
         if several

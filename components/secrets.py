@@ -50,3 +50,44 @@ class Secrets:
 def _item(secret_map: pulumi.Output[Any], name: str) -> pulumi.Output[str]:
     """One value of a secret map: apply keeps it secret."""
     return secret_map.apply(lambda values: str(values[name]))
+
+
+class _GeneratedKeyProvider(pulumi.dynamic.ResourceProvider):
+    """Generates the key on create and never again: a rotation is ``pulumi up --replace <urn>``."""
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        import secrets
+        import uuid
+
+        key = str(props.get("prefix") or "sk-") + secrets.token_hex(24)
+        return pulumi.dynamic.CreateResult(f"key-{uuid.uuid4().hex[:12]}", {**props, "key": key})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        # The client name may change without a new key; nothing else is an input.
+        changed = olds.get("client_name") != news.get("client_name")
+        return pulumi.dynamic.DiffResult(changes=changed, replaces=[], delete_before_replace=False)
+
+    def update(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
+        return pulumi.dynamic.UpdateResult({**news, "key": olds["key"]})
+
+    def delete(self, _id: str, _props: dict[str, Any]) -> None:
+        """Nothing to remove: the key lives only in the state and the front's key maps."""
+
+
+class GeneratedKey(pulumi.dynamic.Resource):
+    """A key the stack makes for its own clients (the semantic probe's API key, the gate's metrics
+    key): random once, then kept in the state; ``key`` is a secret output. There is no random
+    provider here, and a key in a resource input would differ on every preview."""
+
+    key: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, client_name: str, prefix: str, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        secret = pulumi.ResourceOptions(additional_secret_outputs=["key"])
+        super().__init__(
+            _GeneratedKeyProvider(),
+            name,
+            {"client_name": client_name, "prefix": prefix, "key": None},
+            pulumi.ResourceOptions.merge(opts, secret),
+        )

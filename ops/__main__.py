@@ -24,8 +24,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from components.config import CACHE_MOUNT_PATH, SECRET_KEYS, StackConfig, build_stack_config
-from components.gate.resource import metrics_url_for
+from components.config import (
+    CACHE_MOUNT_PATH,
+    GATE_METRICS_CLIENT,
+    SECRET_KEYS,
+    StackConfig,
+    build_stack_config,
+)
 from components.target import docker_ssh_opts
 from components.vllm_server import render_argv, render_devices, render_env
 
@@ -133,10 +138,28 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
         # A running stack is already loaded: a short wait, not the deploy's deadline.
         "--deadline-seconds", str(deadline),
     ]  # fmt: skip
-    metrics_url = metrics_url_for(config)  # the same source as the gate in `pulumi up`
+    # The same source as the gate in `pulumi up`: the front's metrics route with the stack's key.
+    metrics_url = config.smoke.metrics_url or outputs.get("metricsEndpoint")
+    metrics_key = None if config.smoke.metrics_url else generated_key(stack, GATE_METRICS_CLIENT)
     if metrics_url:
         cmd += ["--metrics-url", metrics_url]
+    if metrics_key:
+        env["GLM_METRICS_KEY"] = metrics_key
+        cmd += ["--metrics-key-env", "GLM_METRICS_KEY"]
     return subprocess.run(cmd, env=env).returncode
+
+
+def generated_key(stack: str, client_name: str) -> str | None:
+    """A key the stack generated (components.secrets.GeneratedKey), from its state."""
+    state = json.loads(pulumi("stack", "export", "--show-secrets", stack=stack))
+    for resource in state.get("deployment", {}).get("resources") or []:
+        outputs = resource.get("outputs") or {}
+        key = outputs.get("key")
+        if isinstance(key, dict) and "plaintext" in key:  # a secret, as --show-secrets exports it
+            key = json.loads(key["plaintext"])
+        if outputs.get("client_name") == client_name and isinstance(key, str):
+            return key
+    return None
 
 
 def restart(config: StackConfig, stack: str) -> int:

@@ -39,6 +39,7 @@ def unwrap(value: Any) -> Any:
 TEST_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHnMCdx2tAklQakPlTKN7xOAsSF/GaYw9A6F9p6B/Z0C"
 
 PROBE_TEST_KEY = "sk-probe-" + "0123456789abcdef" * 3
+GATE_METRICS_TEST_KEY = "sk-gate-metrics-" + "fedcba9876543210" * 3
 TEST_API_KEYS = {"ci": "sk-test-ci-0123456789abcdef", "ops": "sk-test-ops-fedcba9876543210"}
 
 
@@ -89,7 +90,10 @@ class GlmMocks(pulumi.runtime.Mocks):
         if args.typ.startswith("command:"):
             outputs.setdefault("stdout", "")
         if args.typ == "pulumi-python:dynamic:Resource" and "client_name" in args.inputs:
-            outputs["key"] = PROBE_TEST_KEY  # what the ProbeKey provider's create would generate
+            # What GeneratedKey's create would make: one key per client.
+            outputs["key"] = (
+                PROBE_TEST_KEY if args.inputs["client_name"] == "semantic-probe" else GATE_METRICS_TEST_KEY
+            )
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:

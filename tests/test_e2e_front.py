@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from components.nginx_reload import EFFECT
-from components.profiles import FACTS
+from components.profiles import PROFILES
 from tests.engine import PulumiProject, engine_missing, free_port
 from tests.test_e2e import WEIGHTS
 
@@ -50,7 +50,7 @@ def test_front_only_changes_reload_in_place(tmp_path_factory: pytest.TempPathFac
     try:
         first = project.run("preview", "--diff", "-s", "local")
         assert "the serving container is created or replaced" in first
-        assert FACTS["local"].time_to_serve in first
+        assert PROFILES["local"].facts.time_to_serve in first
         project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (cold)")
         outputs = project.outputs("local")
         endpoint, metrics = outputs["endpoint"], outputs["metricsEndpoint"]
@@ -85,7 +85,7 @@ def test_front_only_changes_reload_in_place(tmp_path_factory: pytest.TempPathFac
         project.run("config", "set", "--path", "glm:serving.maxNumSeqs", "4", "-s", "local")
         diff = project.run("preview", "--diff", "-s", "local")
         assert "the serving container is created or replaced" in diff
-        assert FACTS["local"].time_to_serve in diff
+        assert PROFILES["local"].facts.time_to_serve in diff
         assert "the front container is created or replaced" not in diff
         state = json.loads(project.run("stack", "export", "-s", "local"))
         assert all(secret not in json.dumps(state) for secret in (ALICE, BOB, SCRAPER))

@@ -159,12 +159,13 @@ def test_the_gate_passes_through_the_real_front(local_stack: tuple[Deployment, d
     deployment, _ = local_stack
     params = gate_params_of(deployment)
     progress: list[str] = []
-    results = run_gate(params, TEST_API_KEYS["ci"], progress.append)
+    gate = deployment.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs
+    results = run_gate(params, TEST_API_KEYS["ci"], progress.append, unwrap(gate["metrics_key"]))
     assert results["served_name"] == "glm-5.3-flash"
-    assert results["kv_pool_tokens"] >= params["max_model_len"], "the KV pool came from vLLM's own /metrics"
+    assert results["kv_pool_tokens"] >= params["max_model_len"], "the KV pool came through the front"
     assert "kv_pool" not in results.get("steps_skipped", {})
-    # vLLM's fixed address on the private network, reached from this host: no Prometheus scrape.
-    assert "/federate" not in params["metrics_url"]
+    # The front's metrics route with the gate's own key, reached from this host: no Prometheus scrape.
+    assert params["metrics_url"] == params["endpoint"].removesuffix("/v1") + "/metrics"
     assert results["latency_ms"]["kv_pool"] < 1000
     assert results["vllm_version"] == "0.33.0"
 

@@ -1,7 +1,8 @@
 """The smoke gate from a command line, without Pulumi: the same checks ``pulumi up`` runs.
 
-    GLM_API_KEY=sk-… python -m components.gate --endpoint http://127.0.0.1:8080/v1 \\
-        --api-key-env GLM_API_KEY --metrics-url http://172.30.7.10:8000/metrics
+    GLM_API_KEY=sk-… GLM_METRICS_KEY=sk-… python -m components.gate \\
+        --endpoint http://127.0.0.1:8080/v1 --api-key-env GLM_API_KEY \\
+        --metrics-url http://127.0.0.1:8080/metrics --metrics-key-env GLM_METRICS_KEY
 
 Prints each step as it passes (stderr) and the results as JSON (stdout). Exit status: 0 when every
 step passed, 1 when a step failed (the message names it), 2 for a usage error.
@@ -29,7 +30,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--api-key-env", required=True, metavar="VAR", help="environment variable that holds the API key"
     )
     parser.add_argument(
-        "--metrics-url", help="vLLM's /metrics (or a Prometheus /federate); else kv_pool is skipped"
+        "--metrics-url",
+        help="the front's /metrics route, vLLM's own /metrics or a Prometheus /federate; else kv_pool is skipped",
+    )
+    parser.add_argument(
+        "--metrics-key-env",
+        metavar="VAR",
+        help="environment variable that holds a metrics key (glm:metricsKeys) for the front's route",
     )
     parser.add_argument("--served-name", help="expected served model name (default: the first one listed)")
     parser.add_argument(
@@ -75,7 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         results = run_gate(
-            params, api_key, lambda line: print(f"[smoke-gate] {line}", file=sys.stderr, flush=True)
+            params,
+            api_key,
+            lambda line: print(f"[smoke-gate] {line}", file=sys.stderr, flush=True),
+            os.environ.get(args.metrics_key_env) if args.metrics_key_env else None,
         )
     except GateFailure as failure:
         print(str(failure), file=sys.stderr)

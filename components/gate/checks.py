@@ -224,7 +224,9 @@ def within(seconds: float, call: Callable[[], T]) -> T:
 class _Gate:
     """One run of the gate: holds the client, the parameters and the results as they accrue."""
 
-    def __init__(self, params: Mapping[str, Any], api_key: str, progress: Progress) -> None:
+    def __init__(
+        self, params: Mapping[str, Any], api_key: str, progress: Progress, metrics_key: str | None = None
+    ) -> None:
         import httpx
 
         p = plain(dict(params))
@@ -246,6 +248,9 @@ class _Gate:
         self.timeout = float(smoke.get("request_timeout_seconds", REQUEST_TIMEOUT_SECONDS))
         self.max_tokens = int(smoke.get("max_tokens") or CHAT_MAX_TOKENS)
         self.api_key = api_key
+        # The front's /metrics route takes a metrics key (glm:metricsKeys, or the stack's own for
+        # the gate); vLLM's own /metrics or a Prometheus URL takes none.
+        self.metrics_key = metrics_key
         self.progress = progress
         self.latency_ms: dict[str, float] = {}
         self.skipped: dict[str, str] = {}
@@ -331,7 +336,10 @@ class _Gate:
         import httpx
 
         try:  # its own connection: this runs on a timer thread beside a pending request
-            samples = parse_samples(httpx.get(self.metrics_url, timeout=5.0, trust_env=False).text)
+            reply = httpx.get(
+                self.metrics_url, headers=self._auth(self.metrics_key), timeout=5.0, trust_env=False
+            )
+            samples = parse_samples(reply.text)
         except Exception:
             return ""
         facts = []
@@ -594,7 +602,9 @@ class _Gate:
         waited_until = time.monotonic() + KV_METRICS_WAIT_SECONDS
         interval = min(FIRST_POLL_SECONDS, self.poll)
         while True:
-            status, raw = self.request("kv_pool", "GET", self.metrics_url, timeout=min(30.0, self.timeout))
+            status, raw = self.request(
+                "kv_pool", "GET", self.metrics_url, key=self.metrics_key, timeout=min(30.0, self.timeout)
+            )
             text = raw.decode(errors="replace")
             if status != 200:
                 raise GateFailure("kv_pool", f"{self.metrics_url} answered {status}: {excerpt(text)}")
@@ -719,7 +729,7 @@ class _Gate:
             )
 
     def vllm_version(self) -> None:
-        """``/version`` is blocked at the front; ask the host of metrics_url when it is vLLM itself."""
+        """``/version`` beside metrics_url: vLLM's own, or the front's for metrics keys."""
         if not self.metrics_url or not urlsplit(self.metrics_url).path.rstrip("/").endswith("/metrics"):
             self.results["vllm_version"] = None
             self.results["vllm_version_source"] = (
@@ -729,7 +739,7 @@ class _Gate:
         parts = urlsplit(self.metrics_url)
         url = urlunsplit((parts.scheme, parts.netloc, "/version", "", ""))
         try:
-            resp = self.client.get(url, timeout=5.0)
+            resp = self.client.get(url, headers=self._auth(self.metrics_key), timeout=5.0)
             version = resp.json().get("version") if resp.status_code == 200 else None
         except Exception:
             version = None
@@ -772,7 +782,12 @@ class _Gate:
         }
 
 
-def run_gate(params: Mapping[str, Any], api_key: str, progress: Progress = stderr_progress) -> dict[str, Any]:
+def run_gate(
+    params: Mapping[str, Any],
+    api_key: str,
+    progress: Progress = stderr_progress,
+    metrics_key: str | None = None,
+) -> dict[str, Any]:
     """Run every configured step in order; return the results or raise :class:`GateFailure`.
 
     ``params`` are the resource inputs without the key: ``endpoint`` (front URL ending in ``/v1``),
@@ -780,7 +795,7 @@ def run_gate(params: Mapping[str, Any], api_key: str, progress: Progress = stder
     and ``smoke`` (``SmokeConfig`` fields plus ``request_timeout_seconds``). Without
     ``served_name``/``max_model_len`` (the command line), the models step takes what is listed.
     """
-    return _Gate(params, api_key, progress).run()
+    return _Gate(params, api_key, progress, metrics_key).run()
 
 
 @dataclass(frozen=True)

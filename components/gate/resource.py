@@ -58,6 +58,7 @@ GATE_INPUTS = (
     "container_name",
     "endpoint",
     "env",
+    "front_fingerprint",
     "image_ref",
     "max_model_len",
     "metrics_url",
@@ -76,9 +77,12 @@ def key_fingerprint(api_key: str) -> str:
 def changed_inputs(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str]:
     """Gate inputs that differ between the stored outputs and the new inputs (unknowns differ)."""
     changed = [k for k in GATE_INPUTS if plain(olds.get(k)) != plain(news.get(k))]
-    new_key = news.get("api_key")
-    if not isinstance(new_key, str) or olds.get("api_key") != key_fingerprint(new_key):
-        changed.append("api_key")
+    for secret in ("api_key", "metrics_key"):
+        new_key = news.get(secret)
+        if new_key is None and olds.get(secret) is None:
+            continue
+        if not isinstance(new_key, str) or olds.get(secret) != key_fingerprint(new_key):
+            changed.append(secret)
     return changed
 
 
@@ -87,6 +91,8 @@ def gate_outputs(news: Mapping[str, Any], results: dict[str, Any]) -> dict[str, 
     fingerprint, plus the results. The default ``update`` would return nothing and wipe state."""
     outs = {k: plain(news.get(k)) for k in GATE_INPUTS if news.get(k) is not None}
     outs["api_key"] = key_fingerprint(str(news["api_key"]))
+    if news.get("metrics_key") is not None:
+        outs["metrics_key"] = key_fingerprint(str(news["metrics_key"]))
     outs["results"] = results
     return outs
 
@@ -137,7 +143,7 @@ class SmokeTestProvider(pulumi.dynamic.ResourceProvider):
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
         import httpx  # noqa: F401  (fail here, in the provider, if the runtime lacks it)
 
-        results = run_gate(props, str(props["api_key"]), stderr_progress)
+        results = run_gate(props, str(props["api_key"]), stderr_progress, _metrics_key(props))
         ident = (
             "smoke-" + hashlib.sha256(f"{props['endpoint']}|{props['served_name']}".encode()).hexdigest()[:12]
         )
@@ -146,11 +152,16 @@ class SmokeTestProvider(pulumi.dynamic.ResourceProvider):
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
         import httpx  # noqa: F401
 
-        results = run_gate(news, str(news["api_key"]), stderr_progress)
+        results = run_gate(news, str(news["api_key"]), stderr_progress, _metrics_key(news))
         return pulumi.dynamic.UpdateResult(gate_outputs(news, results))
 
     def delete(self, _id: str, _props: dict[str, Any]) -> None:
         """Nothing to remove: the gate leaves no trace on the host."""
+
+
+def _metrics_key(props: Mapping[str, Any]) -> str | None:
+    key = props.get("metrics_key")
+    return str(key) if key else None
 
 
 class _SmokeGate(pulumi.dynamic.Resource):
@@ -160,31 +171,13 @@ class _SmokeGate(pulumi.dynamic.Resource):
         super().__init__(SmokeTestProvider(), name, {**props, "results": None}, opts)
 
 
-def metrics_url_for(config: StackConfig) -> str | None:
-    """Where the gate reads vLLM's metrics from the Pulumi host, for the kv_pool step.
-
-    ``glm:smoke.metricsUrl`` when set. Otherwise, on a local target, vLLM's own ``/metrics``: on the
-    private bridge network at vLLM's fixed address (a Linux host routes to its bridge networks), or
-    on loopback with ``networkMode: host``. vLLM has the KV pool from its first answer on, so the
-    step does not wait for a Prometheus scrape (it waited ~6 s through ``/federate``). A remote
-    target without ``metricsUrl`` gets None: the step is skipped and says why.
-
-    >>> from components.config import build_stack_config
-    >>> metrics_url_for(build_stack_config({"hardware": "local"}))  # doctest: +ELLIPSIS
-    'http://172.30....10:8000/metrics'
-    """
-    if config.smoke.metrics_url or not config.target.host.is_local:
-        return config.smoke.metrics_url
-    host = config.container.vllm_address if config.container.network_mode == "bridge" else "127.0.0.1"
-    return f"http://{host}:{config.serving.port}/metrics"
-
-
 def gate_params(
     config: StackConfig,
     endpoint: pulumi.Input[str],
     image_ref: pulumi.Input[str],
     metrics_url: pulumi.Input[str] | None = None,
     container_id: pulumi.Input[str] | None = None,
+    front_fingerprint: pulumi.Input[str] | None = None,
 ) -> dict[str, Any]:
     """The gate's inputs except the key: deterministic (sorted, no timestamps or random values),
     so a ``pulumi preview`` after ``pulumi up`` shows no change."""
@@ -206,6 +199,9 @@ def gate_params(
     if container_id is not None:
         # A container replaced for any reason (mounts, devices, shm: not gate inputs) re-runs the gate.
         params["container_id"] = container_id
+    if front_fingerprint is not None:
+        # Anything between a client and the model changed (nginx.conf, image, key names, TLS): re-run.
+        params["front_fingerprint"] = front_fingerprint
     return params
 
 
@@ -226,12 +222,19 @@ class SmokeTest(pulumi.ComponentResource):
         metrics_url: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
         container_id: pulumi.Input[str] | None = None,
+        *,
+        metrics_key: pulumi.Output[str] | None = None,
+        front_fingerprint: pulumi.Input[str] | None = None,
     ) -> None:
+        """``metrics_key``: the bearer token of ``metrics_url`` (the front's route); secret.
+        ``front_fingerprint``: the front's config, image and key names (``NginxFront.fingerprint``)."""
         super().__init__("glm:smoke:SmokeTest", name, None, opts)
         # Secret whatever the caller passed: Pulumi then stores this input encrypted.
         secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
-        params = gate_params(config, front_url, image_ref, metrics_url, container_id)
-        props = {**params, "api_key": secret_key}
+        params = gate_params(config, front_url, image_ref, metrics_url, container_id, front_fingerprint)
+        props: dict[str, Any] = {**params, "api_key": secret_key}
+        if metrics_key is not None:
+            props["metrics_key"] = pulumi.Output.secret(metrics_key)
         self.gate = _SmokeGate(f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))
         # The results carry no secret; unsecret keeps them readable as stack outputs even though
         # the resource also holds a secret input.

@@ -11,18 +11,26 @@ from typing import Any
 
 import pytest
 
-from components.config import build_stack_config
+from components.config import GATE_METRICS_CLIENT, ConfigError, SecretInputs, build_stack_config
 from components.gate.checks import GateFailure, plain
 from components.gate.resource import (
     SmokeTestProvider,
     changed_inputs,
+    gate_outputs,
     gate_params,
     key_fingerprint,
-    metrics_url_for,
     package_hash,
 )
 from components.vllm_server import render_argv
-from tests.conftest import PROJECT
+from tests.conftest import (
+    GATE_METRICS_TEST_KEY,
+    PROJECT,
+    TEST_API_KEYS,
+    is_secret,
+    profile_stacks,
+    run_program,
+    unwrap,
+)
 from tests.gate.support import KEY, local_config, params
 
 # ---- the dynamic provider ------------------------------------------------------------------------
@@ -164,20 +172,50 @@ def test_a_comment_or_format_change_keeps_the_version(tmp_path: Path) -> None:
     assert package_hash(package) == before
 
 
-# ---- where kv_pool reads vLLM's metrics ------------------------------------------------------------
+# ---- where kv_pool reads vLLM's metrics, and when the gate re-runs --------------------------------
 
 
-def test_the_local_stack_reads_vllms_own_metrics_not_a_prometheus_scrape() -> None:
-    config = build_stack_config({"hardware": "local"})
-    url = metrics_url_for(config)
-    assert url == f"http://{config.container.vllm_address}:{config.serving.port}/metrics"
-    assert "federate" not in url
+@pytest.mark.parametrize("stack", profile_stacks())
+def test_every_stack_reads_the_kv_pool_through_the_fronts_metrics_route(stack: str) -> None:
+    """The gate's KV check runs by default on every stack, hardware ones included: the front's
+    /metrics route with a metrics key the stack generates, which the front's metrics map holds."""
+    deployment = run_program(stack)
+    gate = deployment.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs
+    front = unwrap(deployment.one("pulumi-python:dynamic:Resource", "-front-config").inputs)
+    assert gate["metrics_url"] == gate["endpoint"].removesuffix("/v1") + "/metrics"
+    assert is_secret(gate["metrics_key"]) and unwrap(gate["metrics_key"]) == GATE_METRICS_TEST_KEY
+    assert GATE_METRICS_CLIENT in front["metrics_key_names"]
+    assert f'"{GATE_METRICS_CLIENT}"' in front["secret_files"]["metrics-keys.map"]
+    assert GATE_METRICS_TEST_KEY in front["secret_files"]["metrics-keys.map"]
+    assert GATE_METRICS_TEST_KEY not in front["secret_files"]["api-keys.map"]
 
 
-def test_a_configured_metrics_url_wins_and_remote_targets_have_none_by_default() -> None:
-    configured = build_stack_config({"hardware": "local", "smoke": {"metricsUrl": "http://m:1/metrics"}})
-    assert metrics_url_for(configured) == "http://m:1/metrics"
-    from tests.conftest import stack_config
+def test_a_configured_metrics_url_wins_and_gets_no_generated_key() -> None:
+    deployment = run_program("local", overrides={"glm:smoke": {"metricsUrl": "http://m:1/metrics"}})
+    gate = deployment.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs
+    assert gate["metrics_url"] == "http://m:1/metrics" and "metrics_key" not in gate
+    assert not [r for r in deployment.resources if r.name.endswith("-smoke-metrics-key")]
 
-    raw = {key.removeprefix("glm:"): value for key, value in stack_config("a800").items()}
-    assert metrics_url_for(build_stack_config(raw)) is None
+
+def test_a_user_metrics_key_may_not_take_the_gates_name() -> None:
+    secrets = SecretInputs(
+        api_keys=TEST_API_KEYS, metrics_keys={GATE_METRICS_CLIENT: "sk-prom-0123456789abcdef0123"}
+    )
+    with pytest.raises(ConfigError, match=f"glm:metricsKeys.{GATE_METRICS_CLIENT} is the smoke gate's own"):
+        build_stack_config({"hardware": "local"}, secrets)
+
+
+def _gate_inputs(deployment: Any) -> dict[str, Any]:
+    return unwrap(deployment.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs)
+
+
+def test_the_gate_reruns_when_the_front_changes_and_only_key_names_show() -> None:
+    """Anything between a client and the model (nginx.conf, image, key names, TLS) re-runs it."""
+    stored = gate_outputs(_gate_inputs(run_program("local")), results={})
+    more = {**TEST_API_KEYS, "zed": "sk-test-zed-9f8e7d6c5b4a3210fedc"}
+    added_key = _gate_inputs(run_program("local", secrets={"glm:apiKeys": more}))
+    assert changed_inputs(stored, added_key) == ["front_fingerprint"]
+    assert "sk-test-zed" not in json.dumps(added_key["front_fingerprint"])
+    timeout = _gate_inputs(run_program("local", overrides={"glm:front": {"readTimeoutSeconds": 30}}))
+    assert changed_inputs(stored, timeout) == ["front_fingerprint"]
+    assert changed_inputs(stored, _gate_inputs(run_program("local"))) == []

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, SecretInputs, build_stack_config, check_api_keys
+from components.secrets import _GeneratedKeyProvider
 from components.semantic_probe.resource import (
     KEY_PATH,
     PARAMS_PATH,
     PROJECT_DIR,
-    _ProbeKeyProvider,
     build_context,
     context_files,
 )
@@ -74,16 +74,17 @@ def test_production_defaults() -> None:
 
 
 def test_the_key_is_generated_once_and_kept() -> None:
-    provider = _ProbeKeyProvider()
-    created = provider.create({"client_name": "semantic-probe", "key": None})
+    provider = _GeneratedKeyProvider()
+    props = {"client_name": "semantic-probe", "prefix": "sk-probe-", "key": None}
+    created = provider.create(props)
     key = created.outs["key"]
     assert key.startswith("sk-probe-") and not check_api_keys({"semantic-probe": key})
-    assert provider.create({"client_name": "semantic-probe", "key": None}).outs["key"] != key
+    assert provider.create(props).outs["key"] != key
     olds = created.outs
-    assert not provider.diff(created.id, olds, {"client_name": "semantic-probe", "key": None}).changes
-    renamed = {"client_name": "probe", "key": None}
+    assert not provider.diff(created.id, olds, props).changes
+    renamed = {**props, "client_name": "probe"}
     assert provider.diff(created.id, olds, renamed).changes
-    assert provider.update(created.id, olds, renamed).outs == {"client_name": "probe", "key": key}
+    assert provider.update(created.id, olds, renamed).outs == {**renamed, "key": key}
 
 
 # ---- the image context ------------------------------------------------------------------------
