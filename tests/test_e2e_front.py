@@ -60,11 +60,12 @@ def test_front_only_changes_reload_in_place(tmp_path_factory: pytest.TempPathFac
         assert httpx.get(metrics, headers={"Authorization": f"Bearer {ALICE}"}, timeout=10).status_code == 401
         nginx_id = _container_id(f"{container}-nginx")
 
-        # Add a key: one reviewable diff, no secret in it, and nothing but the front's config changes.
+        # Add a key: one reviewable diff, no secret in it; only the front's config changes (and the gate re-runs).
         project.run("config", "set", "--secret", "--path", "glm:apiKeys.bob", BOB, "-s", "local")
         diff = project.run("preview", "--diff", "-s", "local")
         changed = sorted({s["urn"].rsplit("::", 1)[1] for s in project.preview_steps("local")})
-        assert changed == ["local-front-config"], changed
+        # The front reloads in place, and the gate re-runs through it (its front_fingerprint changed).
+        assert changed == ["local-front-config", "local-smoke-gate"], changed
         assert '"bob"' in diff and "secrets_digest" in diff and EFFECT[:60] in diff
         assert "the serving container is created or replaced" not in diff
         assert all(secret not in diff for secret in (ALICE, BOB, SCRAPER))
