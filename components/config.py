@@ -611,9 +611,9 @@ class SmokeConfig(_Model):
     )
     metrics_url: str | None = Field(
         None,
-        description="Where the gate reads vLLM's metrics for the KV-pool step (vLLM /metrics or a "
-        "Prometheus /federate); default on a local target: vLLM's own /metrics on the private network. Unset on a "
-        "remote box: the step is skipped, with the reason, unless e.g. an SSH tunnel's URL is set.",
+        description="Where the gate reads vLLM's metrics for the KV-pool step instead of the default: "
+        "the front's /metrics route with a metrics key the stack generates (every stack, nothing to "
+        "open). E.g. vLLM's own /metrics or a Prometheus /federate URL.",
     )
 
 
