@@ -32,7 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.engine import PulumiProject, engine_missing, free_port  # noqa: E402
+from tests.engine import PulumiProject, engine_missing  # noqa: E402
 
 ALICE = "sk-bench-alice-0123456789abcdef"
 BOB = "sk-bench-bob-fedcba9876543210"
@@ -184,17 +184,8 @@ def engine_phases() -> dict[str, dict[str, object]]:
     loopback: the gate verifies TLS against the public CAs only, so a test certificate cannot pass it)."""
     workdir = Path(tempfile.mkdtemp(prefix="front-changes-"))
     project = PulumiProject.copy_of_repo(workdir / "glm")
-    front_port, prometheus_port = free_port(), free_port()
-    container = f"glm53-bench-front-{front_port}"
-    project.init_stack(
-        "local",
-        config={
-            "glm:front.port": str(front_port),
-            "glm:monitoring.port": str(prometheus_port),
-            "glm:container.name": container,
-        },
-        secrets={"glm:apiKeys.alice": ALICE},
-    )
+    local = project.init_local_stack("glm53-bench-front", secrets={"glm:apiKeys.alice": ALICE})
+    container = local.container
     rows: dict[str, dict[str, object]] = {}
 
     def up_after(*config: str) -> Callable[[], object]:

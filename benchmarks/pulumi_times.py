@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.config import build_stack_config
-from tests.engine import PROJECT, PulumiProject, engine_missing, free_port
+from tests.engine import PROJECT, PulumiProject, engine_missing
 
 KEY = "sk-bench-0123456789abcdef0123"
 STACK = "local"
@@ -182,17 +182,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         project = PulumiProject.copy_of_repo(Path(tmp) / "glm")
-        port = free_port()
-        name = f"glm53-bench-{port}"
-        project.init_stack(
-            STACK,
-            config={
-                "glm:front.port": str(port),
-                "glm:monitoring.port": str(free_port()),
-                "glm:container.name": name,
-            },
-            secrets={"glm:apiKeys.bench": KEY},
-        )
+        local = project.init_local_stack("glm53-bench", secrets={"glm:apiKeys.bench": KEY})
+        name, port = local.container, local.front_port
 
         def run(*cmd: str) -> None:
             project.run(*cmd, "-s", STACK)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.engine import PulumiProject, engine_missing, free_port
+from tests.engine import PulumiProject, engine_missing
 from tests.standin_host import StandinHost, unavailable_reason
 from tests.test_rehearsal import API_KEY, LOCAL_IMAGES, rehearsal_config
 
@@ -50,17 +50,9 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         local = PulumiProject.copy_of_repo(Path(tmp) / "local" / "glm")
-        front = free_port()
-        container = f"glm53-bench-rehearsal-{front}"
-        local.init_stack(
-            "local",
-            config={
-                "glm:front.port": str(front),
-                "glm:monitoring.port": str(free_port()),
-                "glm:container.name": container,
-            },
-            secrets={"glm:apiKeys.bench": API_KEY},
-        )
+        container = local.init_local_stack(
+            "glm53-bench-rehearsal", secrets={"glm:apiKeys.bench": API_KEY}
+        ).container
         local_cold, local_warm = cold_and_warm(local, "local")
         subprocess.run(["docker", "volume", "rm", f"{container}-jit-cache"], capture_output=True)
 

@@ -36,7 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.config import build_stack_config
-from tests.engine import PulumiProject, engine_missing, free_port
+from tests.engine import PulumiProject, engine_missing
 
 KEY = "sk-semprobe-bench-0123456789abcdef"
 INTERVAL, K, TIMEOUT, SCRAPE = 6, 2, 3, 1
@@ -103,19 +103,15 @@ def probe_healthy(prometheus: str) -> bool:
 
 
 def measure(project: PulumiProject) -> Figures:
-    front_port, prometheus_port = free_port(), free_port()
-    container = f"glm53-semprobe-{front_port}"
     config = {
-        "glm:front.port": str(front_port),
-        "glm:monitoring.port": str(prometheus_port),
         "glm:monitoring.scrapeInterval": f"{SCRAPE}s",
-        "glm:container.name": container,
         "glm:serving.extraEnv.VLLM_SIM_RUNTIME_FAULTS": "yes",  # "1" would be set as a number
         "glm:semanticProbe.intervalSeconds": str(INTERVAL),
         "glm:semanticProbe.failuresBeforeAlert": str(K),
         "glm:semanticProbe.timeoutSeconds": str(TIMEOUT),
     }
-    project.init_stack("local", config=config, secrets={"glm:apiKeys.bench": KEY})
+    local = project.init_local_stack("glm53-semprobe", secrets={"glm:apiKeys.bench": KEY}, config=config)
+    container = local.container
     stack = build_stack_config({"hardware": "local", "container": {"name": container}})
     sim = f"http://{stack.container.vllm_address}:{stack.serving.port}"
     figures = Figures()

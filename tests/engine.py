@@ -69,6 +69,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class LocalStack:
+    container: str
+    """The serving container's name; the front, Prometheus and the JIT cache volume derive theirs."""
+    front_port: int
+    prometheus_port: int
+
+
 @dataclass
 class PulumiProject:
     """A copy of the project with its own file backend; ``run`` calls the pulumi CLI in it."""
@@ -134,6 +142,25 @@ class PulumiProject:
             self.run("config", "set", "--path", key, value, "-s", stack)
         for key, value in secrets.items():
             self.run("config", "set", "--secret", "--path", key, value, "-s", stack)
+
+    def init_local_stack(
+        self, prefix: str, secrets: dict[str, str], config: dict[str, str] | None = None
+    ) -> LocalStack:
+        """The ``local`` stack on free loopback ports, its containers named ``<prefix>-<front port>``
+        so that runs side by side (and a user's own local stack) never meet."""
+        front_port, prometheus_port = free_port(), free_port()
+        stack = LocalStack(f"{prefix}-{front_port}", front_port, prometheus_port)
+        self.init_stack(
+            "local",
+            config={
+                "glm:front.port": str(front_port),
+                "glm:monitoring.port": str(prometheus_port),
+                "glm:container.name": stack.container,
+                **(config or {}),
+            },
+            secrets=secrets,
+        )
+        return stack
 
     def outputs(self, stack: str) -> dict[str, Any]:
         return json.loads(self.run("stack", "output", "--json", "--show-secrets", "-s", stack))

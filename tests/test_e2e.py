@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from tests.engine import PulumiProject, engine_missing, free_port
+from tests.engine import PulumiProject, engine_missing
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 
@@ -30,17 +30,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> PulumiProject:
 def test_local_stack_lifecycle(project: PulumiProject) -> None:
     if not (WEIGHTS / "config.json").exists():
         pytest.skip(f"the local weights fixture is missing: {WEIGHTS} (make test writes it)")
-    front_port, prometheus_port = free_port(), free_port()
-    container = f"glm53-e2e-{front_port}"
-    project.init_stack(
-        "local",
-        config={
-            "glm:front.port": str(front_port),
-            "glm:monitoring.port": str(prometheus_port),
-            "glm:container.name": container,
-        },
-        secrets={"glm:apiKeys.e2e": API_KEY},
-    )
+    container = project.init_local_stack("glm53-e2e", secrets={"glm:apiKeys.e2e": API_KEY}).container
     cache_volume = f"{container}-jit-cache"
     try:
         out = project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (cold)")

@@ -16,7 +16,7 @@ import pytest
 
 from components.nginx_reload import EFFECT
 from components.profiles import PROFILES
-from tests.engine import PulumiProject, engine_missing, free_port
+from tests.engine import PulumiProject, engine_missing
 from tests.test_e2e import WEIGHTS
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
@@ -36,17 +36,9 @@ def test_front_only_changes_reload_in_place(tmp_path_factory: pytest.TempPathFac
     if not (WEIGHTS / "config.json").exists():
         pytest.skip(f"the local weights fixture is missing: {WEIGHTS} (make test writes it)")
     project = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("e2e-front") / "glm")
-    front_port, prometheus_port = free_port(), free_port()
-    container = f"glm53-e2e-front-{front_port}"
-    project.init_stack(
-        "local",
-        config={
-            "glm:front.port": str(front_port),
-            "glm:monitoring.port": str(prometheus_port),
-            "glm:container.name": container,
-        },
-        secrets={"glm:apiKeys.alice": ALICE, "glm:metricsKeys.prom": SCRAPER},
-    )
+    container = project.init_local_stack(
+        "glm53-e2e-front", secrets={"glm:apiKeys.alice": ALICE, "glm:metricsKeys.prom": SCRAPER}
+    ).container
     try:
         first = project.run("preview", "--diff", "-s", "local")
         assert "the serving container is created or replaced" in first

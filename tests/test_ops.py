@@ -15,7 +15,7 @@ from components.config import ConfigError, build_stack_config, parse_overrides
 from components.vllm_server import render_argv, render_env
 from ops.__main__ import MILESTONES, debug_run
 from tests.conftest import TEST_HOST_KEY
-from tests.engine import PROJECT, PulumiProject, engine_missing, free_port
+from tests.engine import PROJECT, PulumiProject, engine_missing
 
 HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
 
@@ -73,16 +73,9 @@ def test_overrides_for_one_run_go_through_the_models() -> None:
 def test_ops_on_a_deployed_local_stack(tmp_path: Path) -> None:
     """status, smoke, debug and restart against a real local stack (its own backend and ports)."""
     project = PulumiProject.copy_of_repo(tmp_path / "glm")
-    name = f"glm53-ops-{free_port()}"
-    project.init_stack(
-        "local",
-        config={
-            "glm:front.port": str(free_port()),
-            "glm:monitoring.port": str(free_port()),
-            "glm:container.name": name,
-        },
-        secrets={"glm:apiKeys.ops": "sk-ops-0123456789abcdef0123"},
-    )
+    name = project.init_local_stack(
+        "glm53-ops", secrets={"glm:apiKeys.ops": "sk-ops-0123456789abcdef0123"}
+    ).container
     env = {**project.env, "GLM_PULUMI": "pulumi --non-interactive", "PYTHONPATH": str(PROJECT)}
 
     def ops(*args: str) -> subprocess.CompletedProcess[str]:
