@@ -162,7 +162,7 @@ def one_run(
             steps = [*steps, "front_auth", "streaming"]
             if metrics == "front":
                 metrics_url = f"http://127.0.0.1:{front_port}/metrics"
-        params = gate_params(config, endpoint, "bench", metrics_url)
+        params = gate_params(config, render_argv(config), endpoint, "bench", metrics_url)
         params["smoke"].update(deadline_seconds=loading_seconds + 30, poll_seconds=poll_seconds, steps=steps)
         # Where the ready moment falls between two polls would otherwise be the same in every run
         # (the simulator's start-up time); a random phase makes the lag a fair sample.

@@ -23,7 +23,7 @@ from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbe
 from components.serving_image import ServingImage
 from components.target import docker_ssh_opts
-from components.vllm_server import VllmServer, command_line
+from components.vllm_server import VllmServer, command_line, render_argv
 
 
 def _first_key(keys: dict[str, str]) -> str:
@@ -44,7 +44,9 @@ def _with_key(
 
 def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     """Create every resource of the stack and return the stack outputs."""
-    served = served_model(config, secrets.serving_env_names)
+    # Rendered once: the serving containers run it, the gates quote it, the fingerprint hashes it.
+    argv = render_argv(config)
+    served = served_model(config, argv, secrets.serving_env_names)
     served_fingerprint = fingerprint(served)
     promoted = promoted_image(config, served) if config.promote_from else None
     api_key = secrets.api_keys.apply(_first_key)
@@ -54,7 +56,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     replicas: list[_Replica] = []
     for host in config.target.hosts:
         after: list[pulumi.Resource] = [replicas[-1].gate] if replicas and replicas[-1].gate else []
-        replicas.append(_replica(config, secrets, stack, host, promoted, api_key, several, after))
+        replicas.append(_replica(config, argv, secrets, stack, host, promoted, api_key, several, after))
     front_replica = next(r for r in replicas if r.host is config.target.host)
     server, image, volume = front_replica.server, front_replica.image, front_replica.volume
     provider = front_replica.provider
@@ -103,6 +105,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     smoke = SmokeTest(
         f"{stack}-smoke",
         config,
+        argv,
         front_url=front.url,
         api_key=api_key,
         image_ref=image.ref,
@@ -132,7 +135,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         "metricsEndpoint": front.metrics_url,
         "frontFingerprint": front.fingerprint,
         "servedModelName": config.model.served_name,
-        "vllmCommandLine": command_line(config),
+        "vllmCommandLine": command_line(argv),
+        # The same argv as a list, for tools (the probe, make debug): nothing parses the string back.
+        "vllmArgs": argv,
         "imageRef": image.ref,
         "curl": front.url.apply(lambda url: _curl(url, config)),
         "prometheusUrl": monitoring.url,
@@ -174,6 +179,7 @@ class _Replica:
 
 def _replica(
     config: StackConfig,
+    argv: list[str],
     secrets: Secrets,
     stack: str,
     host: HostConfig,
@@ -206,6 +212,7 @@ def _replica(
     server = VllmServer(
         f"{prefix}-serving",
         config,
+        argv,
         image.ref,
         volume.mounts,
         secret_env=secrets.serving_env,
@@ -224,6 +231,7 @@ def _replica(
         gate = ReplicaGate(
             f"{prefix}-replica",
             config,
+            argv,
             host,
             api_key,
             image.ref,

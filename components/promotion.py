@@ -25,7 +25,7 @@ import pulumi
 
 from components.config import StackConfig
 from components.serving_image import build_tag
-from components.vllm_server import render_argv, render_env
+from components.vllm_server import render_env
 
 
 def image_identity(config: StackConfig) -> str:
@@ -38,14 +38,17 @@ def image_identity(config: StackConfig) -> str:
     return image.reference
 
 
-def served_model(config: StackConfig, secret_env_names: Sequence[str] = ()) -> dict[str, Any]:
-    """The settings that define the served model; the fingerprint is their hash.
+def served_model(
+    config: StackConfig, argv: Sequence[str], secret_env_names: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The settings that define the served model; the fingerprint is their hash. ``argv`` is the
+    rendered ``vllm serve`` argv (``VllmServer``'s, rendered once per deployment).
 
     Secret env (``glm:servingSecretEnv``) counts by name only: its values never leave the container.
     """
     served: dict[str, Any] = {
         "image": image_identity(config),
-        "argv": render_argv(config),
+        "argv": list(argv),
         "env": render_env(config),
         "modelPath": config.model.container_path,
         "revision": config.model.revision,

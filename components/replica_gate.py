@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,7 @@ class ReplicaGate(pulumi.ComponentResource):
         self,
         name: str,
         config: StackConfig,
+        argv: Sequence[str],
         host: HostConfig,
         api_key: pulumi.Output[str],
         image_ref: pulumi.Input[str],
@@ -161,7 +162,7 @@ class ReplicaGate(pulumi.ComponentResource):
         secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
         target = f"{config.container.vllm_address}:{config.serving.port}"
         params = gate_params(
-            config, f"http://{target}/v1", image_ref, f"http://{target}/metrics", container_id
+            config, argv, f"http://{target}/v1", image_ref, f"http://{target}/metrics", container_id
         )
         steps = [s for s in params["smoke"]["steps"] if s != "front_auth"]
         props = {

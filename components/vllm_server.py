@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -122,9 +122,9 @@ def render_devices(config: StackConfig) -> list[str]:
     return cards + list(config.container.devices)
 
 
-def command_line(config: StackConfig) -> str:
+def command_line(argv: Sequence[str]) -> str:
     """The full command line, for reviewers and operators (shell-quoted)."""
-    return shlex.join(["vllm", "serve", *render_argv(config)])
+    return shlex.join(["vllm", "serve", *argv])
 
 
 def upstream_hosts(config: StackConfig) -> list[docker.ContainerHostArgs] | None:
@@ -173,6 +173,7 @@ class VllmServer(pulumi.ComponentResource):
         self,
         name: str,
         config: StackConfig,
+        argv: Sequence[str],
         image: pulumi.Input[str],
         mounts: list[docker.ContainerMountArgs],
         opts: pulumi.ResourceOptions | None = None,
@@ -180,7 +181,10 @@ class VllmServer(pulumi.ComponentResource):
         secret_env: Mapping[str, pulumi.Output[str]] | None = None,
         publish_on: str | None = None,
     ) -> None:
-        """``secret_env`` (``glm:servingSecretEnv``) joins the env as secret entries; the SDK then
+        """``argv``: ``render_argv(config)``, rendered once per deployment and handed to everything
+        that needs it (the gate, the promotion fingerprint, the outputs).
+
+        ``secret_env`` (``glm:servingSecretEnv``) joins the env as secret entries; the SDK then
         stores the whole ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env
         stays readable in the ``verified`` output and the fingerprint).
 
@@ -208,7 +212,7 @@ class VllmServer(pulumi.ComponentResource):
             name=c.name,
             image=image,
             entrypoints=["vllm", "serve"],
-            command=render_argv(config),
+            command=list(argv),
             envs=[
                 *[f"{k}={v}" for k, v in render_env(config).items()],
                 *[_env_entry(k, v) for k, v in sorted((secret_env or {}).items())],

@@ -178,10 +178,11 @@ def restart(config: StackConfig, stack: str) -> int:
     ).returncode
 
 
-def debug_run(config: StackConfig, image: str, port: int = DEBUG_PORT) -> str:
-    """The serving container as the seed's run_debug.sh: same image, argv, env and mounts; another
-    port on loopback, ``--rm``, in the foreground. Secret env is passed by name from your shell."""
-    argv = [a if not a.startswith("--port=") else f"--port={port}" for a in render_argv(config)]
+def debug_run(config: StackConfig, image: str, deployed_argv: list[str], port: int = DEBUG_PORT) -> str:
+    """The serving container as the seed's run_debug.sh: the deployed image and argv (stack outputs
+    ``imageRef``, ``vllmArgs``), the same env and mounts; another port on loopback, ``--rm``, in the
+    foreground. Secret env is passed by name from your shell."""
+    argv = [a if not a.startswith("--port=") else f"--port={port}" for a in deployed_argv]
     c = config.container
     args = ["docker", "run", "--rm", "-it", "--name", f"{c.name}-debug", "-p", f"127.0.0.1:{port}:{port}"]
     if config.facts.accelerator == "nvidia":
@@ -226,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "restart":
         return restart(config, args.stack)
     outputs = json.loads(pulumi("stack", "output", "--json", stack=args.stack) or "{}")
-    print(debug_run(config, outputs.get("imageRef", "IMAGE")))
+    print(debug_run(config, outputs.get("imageRef", "IMAGE"), outputs.get("vllmArgs") or render_argv(config)))
     return 0
 
 

@@ -41,18 +41,16 @@ def federate_url(prometheus_url: str) -> str:
     return f"{prometheus_url.rstrip('/')}/federate?match[]={quote(FEDERATE_MATCH, safe='')}"
 
 
-def max_num_seqs_from(command_line: str) -> int | None:
-    """``--max-num-seqs`` of the rendered ``vllm serve`` command line (stack output vllmCommandLine).
+def max_num_seqs_from(vllm_args: list[str]) -> int | None:
+    """``--max-num-seqs`` of the serving container's argv (stack output ``vllmArgs``: one
+    ``--flag=value`` per element, as the program renders it).
 
-    >>> max_num_seqs_from("vllm serve /m --max-num-seqs 16 --port 8000")
+    >>> max_num_seqs_from(["/m", "--max-num-seqs=16", "--port=8000"])
     16
     """
-    argv = shlex.split(command_line)
-    for i, arg in enumerate(argv):
-        value = arg.split("=", 1)[1] if arg.startswith("--max-num-seqs=") else None
-        if arg == "--max-num-seqs" and i + 1 < len(argv):
-            value = argv[i + 1]
-        if value is not None:
+    for arg in vllm_args:
+        if arg.startswith("--max-num-seqs="):
+            value = arg.split("=", 1)[1]
             return int(value) if value.isdigit() else None
     return None
 
@@ -87,8 +85,8 @@ class PulumiStack:
         info = StackInfo(endpoint=endpoint)
         if isinstance(outputs.get("prometheusUrl"), str):
             info.metrics_url = federate_url(outputs["prometheusUrl"])
-        if isinstance(outputs.get("vllmCommandLine"), str):
-            info.max_num_seqs = max_num_seqs_from(outputs["vllmCommandLine"])
+        if isinstance(outputs.get("vllmArgs"), list):
+            info.max_num_seqs = max_num_seqs_from([str(a) for a in outputs["vllmArgs"]])
         try:
             info.profile = self._run("config", "get", "glm:hardware") or None
         except StackError:

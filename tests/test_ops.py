@@ -22,7 +22,7 @@ HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey
 
 def test_debug_run_is_the_serving_container_in_the_foreground_on_another_port() -> None:
     config = build_stack_config({"hardware": "ascend", "target": HOST, "front": {"allowPlainHttp": True}})
-    args = shlex.split(debug_run(config, "quay.io/ascend/vllm-ascend:glm-5.3-flash"))
+    args = shlex.split(debug_run(config, "quay.io/ascend/vllm-ascend:glm-5.3-flash", render_argv(config)))
     assert args[:4] == ["docker", "run", "--rm", "-it"]
     assert args[args.index("-p") + 1] == "127.0.0.1:8007:8007"
     serve = args.index("serve")
@@ -41,7 +41,7 @@ def test_debug_run_is_the_serving_container_in_the_foreground_on_another_port() 
 
 def test_debug_run_on_nvidia_asks_for_the_gpus() -> None:
     config = build_stack_config({"hardware": "rtx5090", "target": HOST, "front": {"allowPlainHttp": True}})
-    args = shlex.split(debug_run(config, "vllm/vllm-openai:nightly-385dce36b"))
+    args = shlex.split(debug_run(config, "vllm/vllm-openai:nightly-385dce36b", render_argv(config)))
     assert args[args.index("--gpus") + 1] == "all"
     assert "VLLM_ENGINE_READY_TIMEOUT_S=3600" in args
 

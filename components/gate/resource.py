@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,7 +25,7 @@ import pulumi.dynamic
 
 from components.config import ALL_SMOKE_STEPS, StackConfig
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
-from components.vllm_server import render_argv, render_env
+from components.vllm_server import render_env
 
 PROVIDER_VERSION = "1"
 """Bump by hand for a behaviour change that must re-run every stack's gate."""
@@ -173,6 +173,7 @@ class _SmokeGate(pulumi.dynamic.Resource):
 
 def gate_params(
     config: StackConfig,
+    argv: Sequence[str],
     endpoint: pulumi.Input[str],
     image_ref: pulumi.Input[str],
     metrics_url: pulumi.Input[str] | None = None,
@@ -183,7 +184,7 @@ def gate_params(
     so a ``pulumi preview`` after ``pulumi up`` shows no change."""
     smoke = {**config.smoke.model_dump(mode="json"), "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS}
     params: dict[str, Any] = {
-        "argv": render_argv(config),
+        "argv": list(argv),
         "container_name": config.container.name,
         "endpoint": endpoint,
         "env": render_env(config),
@@ -216,6 +217,7 @@ class SmokeTest(pulumi.ComponentResource):
         self,
         name: str,
         config: StackConfig,
+        argv: Sequence[str],
         front_url: pulumi.Input[str],
         api_key: pulumi.Output[str],
         image_ref: pulumi.Input[str],
@@ -226,12 +228,13 @@ class SmokeTest(pulumi.ComponentResource):
         metrics_key: pulumi.Output[str] | None = None,
         front_fingerprint: pulumi.Input[str] | None = None,
     ) -> None:
-        """``metrics_key``: the bearer token of ``metrics_url`` (the front's route); secret.
+        """``argv``: the serving container's, as ``VllmServer`` runs it (the gate's messages quote it).
+        ``metrics_key``: the bearer token of ``metrics_url`` (the front's route); secret.
         ``front_fingerprint``: the front's config, image and key names (``NginxFront.fingerprint``)."""
         super().__init__("glm:smoke:SmokeTest", name, None, opts)
         # Secret whatever the caller passed: Pulumi then stores this input encrypted.
         secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
-        params = gate_params(config, front_url, image_ref, metrics_url, container_id, front_fingerprint)
+        params = gate_params(config, argv, front_url, image_ref, metrics_url, container_id, front_fingerprint)
         props: dict[str, Any] = {**params, "api_key": secret_key}
         if metrics_key is not None:
             props["metrics_key"] = pulumi.Output.secret(metrics_key)

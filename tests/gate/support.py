@@ -145,8 +145,10 @@ def params(
     **smoke: Any,
 ) -> dict[str, Any]:
     """The provider's inputs (without the key) as they reach it: numbers as floats."""
+    config = config or local_config()
     p = gate_params(
-        config or local_config(),
+        config,
+        render_argv(config),
         endpoint,
         "glm53-vllm-sim:test",
         f"{sim.url}/metrics" if sim is not None else None,

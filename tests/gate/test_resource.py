@@ -132,8 +132,8 @@ def test_delete_is_a_tolerant_no_op() -> None:
 
 def test_gate_params_are_deterministic() -> None:
     config = local_config()
-    first = gate_params(config, "http://h:8080/v1", "img")
-    second = gate_params(config, "http://h:8080/v1", "img")
+    first = gate_params(config, render_argv(config), "http://h:8080/v1", "img")
+    second = gate_params(config, render_argv(config), "http://h:8080/v1", "img")
     assert json.dumps(first) == json.dumps(second)
     assert list(first) == sorted(first)
     assert list(first["smoke"]) == sorted(first["smoke"])

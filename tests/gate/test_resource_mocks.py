@@ -61,6 +61,7 @@ def build(
         smoke = SmokeTest(
             "a800-smoke",
             a800_config(),
+            render_argv(a800_config()),
             front_url=pulumi.Output.from_input(FRONT_URL),
             api_key=api_key,
             image_ref=pulumi.Output.from_input(IMAGE_REF),
