@@ -67,8 +67,10 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         targets = {r.host.name: r.upstream for r in replicas}
     gates = [r.gate for r in replicas if r.gate is not None]
     probe = config.semantic_probe
+    # Keys only once the hosts passed preflight: a refused host leaves nothing in the state.
+    after_hosts = pulumi.ResourceOptions(depends_on=[r.server for r in replicas])
     probe_key = (
-        GeneratedKey(f"{stack}-semantic-probe-key", probe.client_name, "sk-probe-")
+        GeneratedKey(f"{stack}-semantic-probe-key", probe.client_name, "sk-probe-", opts=after_hosts)
         if semantic_probe_runs(config)
         else None
     )
@@ -77,7 +79,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     gate_metrics_key = (
         None
         if config.smoke.metrics_url
-        else GeneratedKey(f"{stack}-smoke-metrics-key", GATE_METRICS_CLIENT, "sk-gate-metrics-").key
+        else GeneratedKey(
+            f"{stack}-smoke-metrics-key", GATE_METRICS_CLIENT, "sk-gate-metrics-", opts=after_hosts
+        ).key
     )
     front = NginxFront(
         f"{stack}-front",

@@ -161,7 +161,8 @@ def exec_argv(docker_host: str, ssh: Mapping[str, Any] | None, container: str, r
     command = ["docker", "exec", "-i", container, "/bin/sh", "-c", RELEASE_SCRIPT, "sh", release]
     if ssh is None:
         return ["docker", "-H", docker_host, *command[1:]]
-    return ["ssh", *ssh["opts"], "-p", str(ssh["port"]), str(ssh["address"]), "--", shlex.join(command)]
+    # Numbers reach a dynamic provider as floats (2222.0): ssh wants an integer port.
+    return ["ssh", *ssh["opts"], "-p", str(int(ssh["port"])), str(ssh["address"]), "--", shlex.join(command)]
 
 
 # ---- the dynamic provider -------------------------------------------------------------------------

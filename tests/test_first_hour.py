@@ -63,12 +63,14 @@ def test_test_copies_of_a_stack_file_carry_no_users_secrets(tmp_path: Path) -> N
     assert copied == {"config": {"glm:hardware": "local", "glm:front": {"port": 8081}}}
 
 
-def _stray_containers() -> set[str]:
+def _stopped_containers() -> dict[str, str]:
+    """Created or exited containers, id -> name (a build's leftovers have Docker's random names)."""
     out = subprocess.run(
-        ["docker", "ps", "-a", "--filter", "status=created", "--filter", "status=exited", "--format", "{{.ID}}"],
+        ["docker", "ps", "-a", "--filter", "status=created", "--filter", "status=exited",
+         "--format", "{{.ID}} {{.Names}}"],
         capture_output=True, text=True,
     )  # fmt: skip
-    return set(out.stdout.split())
+    return dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
 
 
 @pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
@@ -84,7 +86,7 @@ def test_make_up_on_a_fresh_clone_leaves_it_clean_and_the_key_line_works(tmp_pat
     }
     for var in ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE"):
         env.pop(var, None)
-    before = _stray_containers()
+    before = _stopped_containers()
     try:
         up = subprocess.run(
             ["make", "-C", str(clone), "up"], env=env, capture_output=True, text=True, timeout=900
@@ -99,7 +101,11 @@ def test_make_up_on_a_fresh_clone_leaves_it_clean_and_the_key_line_works(tmp_pat
             env=env, capture_output=True, text=True, check=True,
         )  # fmt: skip
         assert json.loads(history.stdout)[0]["environment"]["git.dirty"] == "false"
-        assert _stray_containers() <= before, "the image build left containers behind"
+        stopped = {i: n for i, n in _stopped_containers().items() if i not in before}
+        assert not {i: n for i, n in stopped.items() if not n.startswith(name)}, (
+            f"the image builds left containers behind: {stopped}"
+        )
+        assert not stopped, f"containers of the stack are not running: {stopped}"
 
         # The lines `make up` prints, pasted into a new shell that knows nothing of this project.
         key_line = next(line.strip() for line in up.stdout.splitlines() if "export GLM_API_KEY" in line)

@@ -270,3 +270,15 @@ def test_a_timeout_change_takes_effect_and_keeps_one_release_for_rollback(sim_po
         assert "proxy_read_timeout 300s;" in conf
         kept = sorted(front.exec("ls", "/etc/nginx/glm/releases").split())
         assert kept == sorted(front.releases[-2:]), "older releases (and their keys) are removed"
+
+
+def test_the_release_reaches_an_ssh_host_on_its_port_as_the_engine_sends_it() -> None:
+    """Numbers reach a dynamic provider as floats: the port must still be ssh's integer."""
+    from components.nginx_reload import exec_argv
+
+    argv = exec_argv(
+        "ssh://glm@10.0.0.2:2222", {"opts": ["-o", "BatchMode=yes"], "port": 2222.0, "address": "10.0.0.2"},
+        "c-nginx", "r1",
+    )  # fmt: skip
+    assert argv[:6] == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "10.0.0.2"]
+    assert argv[6] == "--" and argv[7].startswith("docker exec -i c-nginx /bin/sh -c ")
