@@ -378,26 +378,24 @@ def render_nginx_conf(
     )
 
 
-def public_base(config: StackConfig, public_host: str | None = None) -> str:
-    """``http(s)://<host>:<front.port>``: without ``public_host``, the bind address, or for a
-    wildcard bind the target host's address (``localhost`` for the local Docker engine)."""
+def public_base(config: StackConfig) -> str:
+    """``http(s)://<host>:<front.port>``: the bind address, or for a wildcard bind the target
+    host's address (``localhost`` for the local Docker engine)."""
     front = config.front
-    host = public_host
-    if host is None:
-        if front.bind_address not in ("0.0.0.0", "::", ""):
-            host = front.bind_address
-        elif config.target.host.is_local:
-            host = "localhost"
-        else:
-            host = config.target.host.ssh_address
+    if front.bind_address not in ("0.0.0.0", "::", ""):
+        host = front.bind_address
+    elif config.target.host.is_local:
+        host = "localhost"
+    else:
+        host = config.target.host.ssh_address
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"{'https' if front.tls else 'http'}://{host}:{front.port}"
 
 
-def public_url(config: StackConfig, public_host: str | None = None) -> str:
+def public_url(config: StackConfig) -> str:
     """The OpenAI base URL of the front: ``http(s)://<host>:<front.port>/v1``."""
-    return f"{public_base(config, public_host)}/v1"
+    return f"{public_base(config)}/v1"
 
 
 def _sha256(text: str) -> str:
@@ -439,7 +437,6 @@ class NginxFront(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
         *,
         metrics_keys: pulumi.Output[dict[str, str]] | None = None,
-        public_host: str | None = None,
     ) -> None:
         """``tls_files`` is (certificate PEM, key PEM); config loading refuses ``glm:front.tls``
         without them.
@@ -545,7 +542,7 @@ class NginxFront(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[container]),
         )
 
-        base = public_base(config, public_host)
+        base = public_base(config)
         self.url = pulumi.Output.from_input(f"{base}/v1")
         self.metrics_url = pulumi.Output.from_input(f"{base}/metrics")
         # Known at preview, so a config reload never shows as a change of what only needs the name.

@@ -318,9 +318,7 @@ def test_values_that_would_break_the_conf_are_refused() -> None:
 def test_public_url() -> None:
     assert public_url(stack("a800")) == "http://gpu01:8008/v1"
     assert public_url(stack("local")) == "http://127.0.0.1:8080/v1"
-    assert public_url(stack("rtx5090", front={"tls": True}), "api.example.org") == (
-        "https://api.example.org:8000/v1"
-    )
+    assert public_url(stack("rtx5090", front={"tls": True})) == "https://gpu01:8000/v1"
 
 
 # ---- nginx -t on every stack -----------------------------------------------------------------
@@ -799,7 +797,7 @@ def test_tls_files_are_delivered_with_the_key_secret() -> None:
     mocks, outputs = construct(
         lambda: NginxFront(
             "front", config, "net", "vllm:8000", pulumi.Output.secret(KEYS),
-            (pulumi.Output.secret(cert), pulumi.Output.secret(key)), public_host="api.example.org",
+            (pulumi.Output.secret(cert), pulumi.Output.secret(key)),
         )
     )  # fmt: skip
     reload = mocks.registered["front-config"][1]
@@ -808,7 +806,7 @@ def test_tls_files_are_delivered_with_the_key_secret() -> None:
     assert reload["tls_certificate_sha256"] == hashlib.sha256(cert.encode()).hexdigest()
     assert "listen 8080 ssl;" in reload["nginx_conf"]
     assert "ssl_certificate tls.crt;" in reload["nginx_conf"]
-    assert outputs["url"] == "https://api.example.org:8008/v1"
+    assert outputs["url"] == "https://gpu01:8008/v1"
     visible = json.dumps(without_secrets(mocks.registered), default=str)
     assert "PRIVATE KEY" not in visible
 

@@ -34,7 +34,6 @@ LOCAL_IMAGES = {
     "front": "glm53-local/nginx:bookworm",
     "monitoring": "glm53-local/prometheus:bookworm",
 }
-PROMETHEUS_PORT = 9090
 # (stack, the front's port from the seed, served name, container name, the flag changed in step 3)
 PROFILES = {
     "a800": (8008, "zai-org/GLM-5.3-Flash", "glm53-flash-a800-8008", ("maxNumSeqs", "64")),
@@ -78,19 +77,15 @@ def rehearsal_config(host: StandinHost, stack: str, **extra: str) -> dict[str, s
         "glm:model.hostDir": str(host.models_dir),
         "glm:front.image": LOCAL_IMAGES["front"],
         "glm:monitoring.image": LOCAL_IMAGES["monitoring"],
-        # Prometheus on the host's address (not loopback), so the gate reads the KV pool through
-        # its /federate from this machine, across the network.
+        "glm:semanticProbe.baseImage": LOCAL_IMAGES["base"],
+        # Prometheus on the host's address (not loopback), so the tests read its alerts from this
+        # machine. The gate reads the KV pool through the front's metrics route, across the network.
         "glm:monitoring.bindAddress": host.address,
         "glm:monitoring.scrapeInterval": "2s",
-        "glm:smoke.metricsUrl": metrics_url(host),
     }
     if stack == "rtx5090":
         config["glm:container.mounts[0].source"] = str(host.root / SITE_DIR)
     return {**config, **extra}
-
-
-def metrics_url(host: StandinHost, port: int = PROMETHEUS_PORT) -> str:
-    return f"http://{host.address}:{port}/federate?match[]=vllm:cache_config_info"
 
 
 def inspect(host: StandinHost, name: str) -> dict[str, Any]:
@@ -211,7 +206,7 @@ def test_promotion_between_two_rehearsal_stacks(project: PulumiProject, host: St
     init_rehearsal(
         project, host, "a800-staging", "a800-staging",
         config={"glm:container.name": "glm53-staging", "glm:front.port": "18008",
-                "glm:monitoring.port": "19090", "glm:smoke.metricsUrl": metrics_url(host, 19090)},
+                "glm:monitoring.port": "19090"},
     )  # fmt: skip
     init_rehearsal(project, host, "a800-promoted", "a800", config={"glm:promoteFrom": source})
     try:
@@ -344,8 +339,7 @@ def test_vllm_killed_docker_restarts_it_front_answers_503_and_target_down_fires(
     name = "glm53-killed"
     init_rehearsal(
         project, host, "a800-killed",
-        config={"glm:container.name": name, "glm:front.port": "38008", "glm:monitoring.port": "39090",
-                "glm:smoke.metricsUrl": metrics_url(host, 39090)},
+        config={"glm:container.name": name, "glm:front.port": "38008", "glm:monitoring.port": "39090"},
         strings={"glm:monitoring.targetDownFor": "4s",
                  "glm:serving.extraEnv.VLLM_SIM_LOADING_SECONDS": "40"},
     )  # fmt: skip
