@@ -323,7 +323,7 @@ def test_docker_engine_restarted_containers_come_back_and_refresh_changes_nothin
         assert all(states.values()), states
         assert {n: inspect(host, n)["Id"] for n in before} == before
         out = up(project, "a800-restart", "--refresh")
-        assert summary(out) == ["19 unchanged"], out[-3000:]
+        assert len(summary(out)) == 1 and summary(out)[0].endswith(" unchanged"), out[-3000:]
         project.run("preview", "--expect-no-changes", "-s", "a800-restart")
         ask_221(project.outputs("a800-restart")["endpoint"])
     finally:
