@@ -14,8 +14,6 @@ import dill
 import pulumi
 import pytest
 from pulumi.runtime import rpc
-from pulumi.runtime.stack import run_pulumi_func
-from pulumi.runtime.sync_await import _sync_await
 
 from components.config import StackConfig, build_stack_config
 from components.gate.resource import VERSION, SmokeTest, SmokeTestProvider
@@ -57,7 +55,8 @@ def build(
     pulumi.runtime.set_mocks(mocks, project="glm", stack="a800", preview=False)
     seen: dict[str, Any] = {}
 
-    def program() -> None:
+    @pulumi.runtime.test
+    def program() -> pulumi.Output[None]:
         smoke = SmokeTest(
             "a800-smoke",
             a800_config(),
@@ -67,11 +66,12 @@ def build(
             image_ref=pulumi.Output.from_input(IMAGE_REF),
             metrics_url=metrics_url,
         )
-        smoke.results.apply(lambda r: seen.update(results=r))
-        seen["secret"] = smoke.results.is_secret()
+        secret = pulumi.Output.from_input(smoke.results.is_secret())
+        return pulumi.Output.all(smoke.results, secret).apply(
+            lambda done: seen.update(results=done[0], secret=done[1])
+        )
 
-    _sync_await(run_pulumi_func(program))
-    seen["secret"] = _sync_await(seen["secret"])
+    program()
     return mocks, seen
 
 
