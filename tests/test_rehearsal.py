@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from openai import OpenAI
 
@@ -111,6 +112,25 @@ def assert_rehearsal_container(host: StandinHost, name: str, stack: str, outputs
         assert str(host.root / SITE_DIR) in sources
 
 
+def assert_semantic_probe_passes_on_the_host(host: StandinHost, container: str, within: float = 60) -> None:
+    """The semantic probe runs there too, over SSH like the rest, and the host's Prometheus has a
+    successful run of it (its metrics scraped on the private network)."""
+    query = "glm_semantic_probe_last_success_timestamp_seconds > 0"
+    url = f"http://{host.address}:9090/api/v1/query"
+    deadline = time.monotonic() + within
+    found: list[Any] = []
+    while time.monotonic() < deadline and not found:
+        try:
+            found = httpx.get(url, params={"query": query}, timeout=5).json()["data"]["result"]
+        except (httpx.HTTPError, KeyError, ValueError):
+            found = []
+        if not found:
+            time.sleep(1)
+    assert found, f"no successful semantic probe run reached Prometheus on {host.address} in {within} s"
+    state = inspect(host, f"{container}-semantic-probe")["State"]
+    assert state["Running"], state
+
+
 @pytest.mark.parametrize("stack", list(PROFILES))
 def test_rehearsal_lifecycle_on_the_standin_host(
     project: PulumiProject, host: StandinHost, stack: str
@@ -136,6 +156,7 @@ def test_rehearsal_lifecycle_on_the_standin_host(
             model=served_name, messages=[{"role": "user", "content": "What is 13×17?"}]
         )
         assert reply.choices[0].message.content.strip() == "221"
+        assert_semantic_probe_passes_on_the_host(host, container)
 
         project.run("preview", "--expect-no-changes", "-s", stack, label=f"{stack} preview (no changes)")
 
