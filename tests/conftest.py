@@ -183,3 +183,31 @@ def profile_stacks() -> list[str]:
 def deployed() -> dict[str, Deployment]:
     """Each profile's stack file, run once under mocks."""
     return {stack: run_program(stack) for stack in profile_stacks()}
+
+
+# The end-to-end modules: they need the real engine, Docker and (some) network namespaces, and skip
+# with the reason where those cannot be had. CI's log names each of them with its outcome.
+E2E_MODULES = (
+    "test_e2e.py", "test_e2e_front.py", "test_engine_gate.py", "test_engine_program.py",
+    "test_first_hour.py", "test_ops.py", "test_rehearsal.py", "test_multihost_engine.py",
+    "test_semantic_probe_e2e.py",
+)  # fmt: skip
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    reports = [
+        report
+        for outcome in ("passed", "failed", "skipped", "error")
+        for report in terminalreporter.stats.get(outcome, [])
+        if getattr(report, "when", "call") in ("call", "setup")
+        and report.nodeid.split("::")[0].rsplit("/", 1)[-1] in E2E_MODULES
+        and not (report.when == "setup" and report.passed)
+    ]
+    if not reports:
+        return
+    terminalreporter.section("end-to-end tests on the real engine")
+    for report in sorted(reports, key=lambda r: r.nodeid):
+        reason = ""
+        if report.skipped and isinstance(report.longrepr, tuple):
+            reason = f" — {report.longrepr[2]}"
+        terminalreporter.write_line(f"{report.outcome.upper():8s} {report.nodeid}{reason}")
