@@ -1248,7 +1248,8 @@ SECRET_KEYS = {
     "`{name: key}` (secret, optional; docs/front-and-alerts.md).",
     "tlsCertificate": "PEM certificate when `front.tls` is true (secret).",
     "tlsKey": "PEM key when `front.tls` is true (secret).",
-    "sshPrivateKey": "SSH key for preflight/download commands; default: the SSH agent (secret).",
+    "sshPrivateKey": "Refused: Docker's ssh cannot use a key's contents, so set "
+    "`target.hosts[].identityFile` (one key for Docker and the commands) instead (secret).",
 }
 """The ``glm:*`` keys that hold secrets, read with ``get_secret*`` (components/secrets.py)."""
 

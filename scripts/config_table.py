@@ -17,19 +17,10 @@ from pydantic_core import PydanticUndefined
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from components.config import StackConfig, hardware_description  # noqa: E402
+from components.config import SECRET_KEYS, StackConfig, hardware_description  # noqa: E402
 from components.profiles import PROFILES  # noqa: E402
 
 START, END = "<!-- config-table:start -->", "<!-- config-table:end -->"
-SECRETS = {
-    "glm:apiKeys": "API keys of the front, `{name: key}` (secret, required).",
-    "glm:metricsKeys": "Keys that read vLLM's `/metrics` through the front and nothing else, "
-    "`{name: key}` (secret, optional; docs/front-and-alerts.md).",
-    "glm:tlsCertificate": "PEM certificate when `front.tls` is true (secret).",
-    "glm:tlsKey": "PEM key when `front.tls` is true (secret).",
-    "glm:sshPrivateKey": "Refused: Docker's ssh cannot use a key's contents, so set "
-    "`target.hosts[].identityFile` (one key for Docker and the commands) instead (secret).",
-}
 
 
 def _model_of(annotation: typing.Any) -> type[BaseModel] | None:
@@ -83,7 +74,7 @@ def rows(model: type[BaseModel], prefix: str, in_list: bool = False) -> list[str
 def table() -> str:
     lines = ["| key | type | default | description |", "| --- | --- | --- | --- |"]
     lines += rows(StackConfig, "glm:")
-    lines += [f"| `{key}` | secret | | {text} |" for key, text in SECRETS.items()]
+    lines += [f"| `glm:{key}` | secret | | {text} |" for key, text in SECRET_KEYS.items()]
     return "\n".join(lines)
 
 
