@@ -473,7 +473,7 @@ class NginxFront(pulumi.ComponentResource):
                 docker.ContainerPortArgs(internal=CONTAINER_PORT, external=front.port, ip=front.bind_address)
             ],
             labels=labels,
-            hosts=upstream_hosts(config),
+            hosts=upstream_hosts(config.container),
             restart="unless-stopped",
             log_driver="json-file",
             log_opts=config.container.log_opts,

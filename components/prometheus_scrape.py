@@ -444,7 +444,7 @@ class PrometheusScrape(pulumi.ComponentResource):
                 ),
             ],
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="monitoring")],
-            hosts=upstream_hosts(config),
+            hosts=upstream_hosts(config.container),
             restart="unless-stopped",
             log_driver="json-file",
             log_opts=config.container.log_opts,

@@ -14,7 +14,7 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from components.config import StackConfig
+from components.config import ContainerConfig, StackConfig
 
 VLLM_NETWORK_ALIAS = "vllm"
 VLLM_HOST_GATEWAY = "host.docker.internal"
@@ -127,9 +127,9 @@ def command_line(argv: Sequence[str]) -> str:
     return shlex.join(["vllm", "serve", *argv])
 
 
-def upstream_hosts(config: StackConfig) -> list[docker.ContainerHostArgs] | None:
+def upstream_hosts(container: ContainerConfig) -> list[docker.ContainerHostArgs] | None:
     """/etc/hosts entries a container needs to reach vLLM: on the host network, the gateway."""
-    if config.container.network_mode != "host":
+    if container.network_mode != "host":
         return None
     return [docker.ContainerHostArgs(host=VLLM_HOST_GATEWAY, ip="host-gateway")]
 

@@ -206,7 +206,7 @@ class SemanticProbe(pulumi.ComponentResource):
                 ),
             ],
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="semantic-probe")],
-            hosts=upstream_hosts(config),
+            hosts=upstream_hosts(config.container),
             restart="unless-stopped",
             log_driver="json-file",
             log_opts=config.container.log_opts,
