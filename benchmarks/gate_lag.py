@@ -46,7 +46,7 @@ from components.gate.checks import run_gate  # noqa: E402
 from components.gate.resource import gate_params  # noqa: E402
 from components.nginx_front import render_nginx_conf  # noqa: E402
 from components.prometheus_scrape import render_alert_rules, render_prometheus_config  # noqa: E402
-from components.vllm_server import render_argv  # noqa: E402
+from components.vllm_server import render_argv, render_serving  # noqa: E402
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 KEY = "sk-benchmark-0123456789abcdef0123"
@@ -162,7 +162,7 @@ def one_run(
             steps = [*steps, "front_auth", "streaming"]
             if metrics == "front":
                 metrics_url = f"http://127.0.0.1:{front_port}/metrics"
-        params = gate_params(config, render_argv(config), endpoint, "bench", metrics_url)
+        params = gate_params(render_serving(config), config.smoke, endpoint, "bench", metrics_url)
         params["smoke"].update(deadline_seconds=loading_seconds + 30, poll_seconds=poll_seconds, steps=steps)
         # Where the ready moment falls between two polls would otherwise be the same in every run
         # (the simulator's start-up time); a random phase makes the lag a fair sample.

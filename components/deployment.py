@@ -23,7 +23,7 @@ from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbe
 from components.serving_image import ServingImage
 from components.target import docker_ssh_opts
-from components.vllm_server import VllmServer, command_line, render_argv
+from components.vllm_server import ServingSpec, VllmServer, command_line, render_serving
 
 
 def _first_key(keys: dict[str, str]) -> str:
@@ -45,10 +45,10 @@ def _with_key(
 def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     """Create every resource of the stack and return the stack outputs."""
     # Rendered once: the serving containers run it, the gates quote it, the fingerprint hashes it.
-    argv = render_argv(config)
-    served = served_model(config, argv, secrets.serving_env_names)
+    serving = render_serving(config)
+    served = served_model(serving, config.serving_image, secrets.serving_env_names)
     served_fingerprint = fingerprint(served)
-    promoted = promoted_image(config, served) if config.promote_from else None
+    promoted = promoted_image(config.promote_from, served) if config.promote_from else None
     api_key = secrets.api_keys.apply(_first_key)
     several = len(config.target.hosts) > 1
     # The front's host keeps the one-host names; the others are named after the host. A rolling
@@ -56,7 +56,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     replicas: list[_Replica] = []
     for host in config.target.hosts:
         after: list[pulumi.Resource] = [replicas[-1].gate] if replicas and replicas[-1].gate else []
-        replicas.append(_replica(config, argv, secrets, stack, host, promoted, api_key, several, after))
+        replicas.append(_replica(config, serving, secrets, stack, host, promoted, api_key, several, after))
     front_replica = next(r for r in replicas if r.host is config.target.host)
     server, image, volume = front_replica.server, front_replica.image, front_replica.volume
     provider = front_replica.provider
@@ -108,8 +108,8 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     )
     smoke = SmokeTest(
         f"{stack}-smoke",
-        config,
-        argv,
+        serving,
+        config.smoke,
         front_url=front.url,
         api_key=api_key,
         image_ref=image.ref,
@@ -139,9 +139,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         "metricsEndpoint": front.metrics_url,
         "frontFingerprint": front.fingerprint,
         "servedModelName": config.model.served_name,
-        "vllmCommandLine": command_line(argv),
+        "vllmCommandLine": command_line(serving.argv),
         # The same argv as a list, for tools (the probe, make debug): nothing parses the string back.
-        "vllmArgs": argv,
+        "vllmArgs": serving.argv,
         "imageRef": image.ref,
         "curl": front.url.apply(lambda url: _curl(url, config)),
         "prometheusUrl": monitoring.url,
@@ -183,7 +183,7 @@ class _Replica:
 
 def _replica(
     config: StackConfig,
-    argv: list[str],
+    serving: ServingSpec,
     secrets: Secrets,
     stack: str,
     host: HostConfig,
@@ -215,8 +215,7 @@ def _replica(
     publish_on = None if on_front else host.replica_address
     server = VllmServer(
         f"{prefix}-serving",
-        config,
-        argv,
+        serving,
         image.ref,
         volume.mounts,
         secret_env=secrets.serving_env,
@@ -234,8 +233,8 @@ def _replica(
     if several:
         gate = ReplicaGate(
             f"{prefix}-replica",
-            config,
-            argv,
+            serving,
+            config.smoke,
             host,
             api_key,
             image.ref,

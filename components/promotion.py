@@ -23,14 +23,13 @@ from typing import Any
 
 import pulumi
 
-from components.config import StackConfig
+from components.config import ImageConfig
 from components.serving_image import build_tag
-from components.vllm_server import render_env
+from components.vllm_server import ServingSpec
 
 
-def image_identity(config: StackConfig) -> str:
+def image_identity(image: ImageConfig) -> str:
     """What the image *is*, known at preview: the content-hash tag of a build, or the reference."""
-    image = config.serving_image
     build = image.to_build
     if build is not None:
         return build_tag(build.repository, build.context)
@@ -39,23 +38,22 @@ def image_identity(config: StackConfig) -> str:
 
 
 def served_model(
-    config: StackConfig, argv: Sequence[str], secret_env_names: Sequence[str] = ()
+    serving: ServingSpec, image: ImageConfig, secret_env_names: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """The settings that define the served model; the fingerprint is their hash. ``argv`` is the
-    rendered ``vllm serve`` argv (``VllmServer``'s, rendered once per deployment).
+    """The settings that define the served model; the fingerprint is their hash.
 
     Secret env (``glm:servingSecretEnv``) counts by name only: its values never leave the container.
     """
     served: dict[str, Any] = {
-        "image": image_identity(config),
-        "argv": list(argv),
-        "env": render_env(config),
-        "modelPath": config.model.container_path,
-        "revision": config.model.revision,
+        "image": image_identity(image),
+        "argv": serving.argv,
+        "env": serving.env,
+        "modelPath": serving.model_path,
+        "revision": serving.revision,
     }
     if secret_env_names:  # absent when empty, so stacks without secret env keep their fingerprint
         served["secretEnvNames"] = sorted(secret_env_names)
-    if config.rehearsing:  # absent for real stacks, whose fingerprints stay as they were
+    if serving.rehearsal:  # absent for real stacks, whose fingerprints stay as they were
         served["rehearsal"] = True
     return served
 
@@ -112,12 +110,7 @@ def judge(source_stack: str, own: dict[str, Any], verified: Any) -> str:
     return str(verified["imageRef"])
 
 
-def promoted_image(config: StackConfig, own: dict[str, Any]) -> pulumi.Output[str]:
+def promoted_image(source_stack: str, own: dict[str, Any]) -> pulumi.Output[str]:
     """The source's verified image reference (by digest/ID), after checking the promotion."""
-    assert config.promote_from is not None
-    source = pulumi.StackReference(
-        f"promote-from-{config.promote_from.replace('/', '-')}", config.promote_from
-    )
-    return source.get_output("verified").apply(
-        lambda verified: judge(config.promote_from or "", own, verified)
-    )
+    source = pulumi.StackReference(f"promote-from-{source_stack.replace('/', '-')}", source_stack)
+    return source.get_output("verified").apply(lambda verified: judge(source_stack, own, verified))

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi.dynamic
 
-from components.config import HostConfig, StackConfig
+from components.config import HostConfig, SmokeConfig
 from components.gate.resource import VERSION, SmokeTestProvider, changed_inputs, gate_outputs, gate_params
 from components.nginx_front import UPSTREAM_FAIL_TIMEOUT_SECONDS
 from components.target import docker_ssh_opts
+from components.vllm_server import ServingSpec
 
 SETTLE_SECONDS = UPSTREAM_FAIL_TIMEOUT_SECONDS + 1
 REPLICA_INPUTS = ("host", "settle_seconds", "tunnel")
@@ -150,8 +151,8 @@ class ReplicaGate(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
-        argv: Sequence[str],
+        serving: ServingSpec,
+        smoke: SmokeConfig,
         host: HostConfig,
         api_key: pulumi.Output[str],
         image_ref: pulumi.Input[str],
@@ -160,9 +161,9 @@ class ReplicaGate(pulumi.ComponentResource):
     ) -> None:
         super().__init__("glm:smoke:ReplicaGate", name, None, opts)
         secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
-        target = f"{config.container.vllm_address}:{config.serving.port}"
+        target = f"{serving.container.vllm_address}:{serving.port}"
         params = gate_params(
-            config, argv, f"http://{target}/v1", image_ref, f"http://{target}/metrics", container_id
+            serving, smoke, f"http://{target}/v1", image_ref, f"http://{target}/metrics", container_id
         )
         steps = [s for s in params["smoke"]["steps"] if s != "front_auth"]
         props = {

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_docker as docker
 
-from components.config import ContainerConfig, StackConfig
+from components.config import ContainerConfig, MountConfig, StackConfig
 
 VLLM_NETWORK_ALIAS = "vllm"
 VLLM_HOST_GATEWAY = "host.docker.internal"
@@ -64,6 +65,27 @@ def _flag_value(value: Any) -> str:
     return str(value)
 
 
+def render_flags(config: StackConfig) -> dict[str, str | bool]:
+    """Each `vllm serve` flag the config sets, in argv order: its rendered value, or True for a
+    bare switch. The gate's messages read flag values here; nothing parses the argv back."""
+    serving = config.serving
+    values = {**serving.model_dump(), "served_model_name": config.model.served_name}
+    values["speculative_config"] = serving.speculative_config
+    flags: dict[str, str | bool] = {
+        flag: _flag_value(values[attr]) for attr, flag in _VALUE_FLAGS if values.get(attr) is not None
+    }
+    flags.update({flag: True for attr, flag in _SWITCHES if values[attr]})
+    for attr, name in _TOGGLES:
+        if values[attr] is not None:
+            flags[f"--enable-{name}" if values[attr] else f"--no-enable-{name}"] = True
+    return flags
+
+
+def argv_of(model_path: str, flags: Mapping[str, str | bool], extra_args: Sequence[str]) -> list[str]:
+    """The model path, one ``--flag[=value]`` element per flag, then the extra args verbatim."""
+    return [model_path, *(f if v is True else f"{f}={v}" for f, v in flags.items()), *extra_args]
+
+
 def render_argv(config: StackConfig) -> list[str]:
     """The `vllm serve` arguments: the model path, then one ``--flag[=value]`` per element.
 
@@ -71,18 +93,7 @@ def render_argv(config: StackConfig) -> list[str]:
     >>> render_argv(build_stack_config({"hardware": "local"}))[:3]
     ['/models/GLM-5.3-Flash-sim', '--port=8000', '--served-model-name=glm-5.3-flash']
     """
-    serving = config.serving
-    values = {**serving.model_dump(), "served_model_name": config.model.served_name}
-    values["speculative_config"] = serving.speculative_config
-    argv = [config.model.container_path]
-    for attr, flag in _VALUE_FLAGS:
-        if values.get(attr) is not None:
-            argv.append(f"{flag}={_flag_value(values[attr])}")
-    argv += [flag for attr, flag in _SWITCHES if values[attr]]
-    for attr, name in _TOGGLES:
-        if values[attr] is not None:
-            argv.append(f"--enable-{name}" if values[attr] else f"--no-enable-{name}")
-    return argv + list(serving.extra_args)
+    return argv_of(config.model.container_path, render_flags(config), config.serving.extra_args)
 
 
 def render_env(config: StackConfig) -> dict[str, str]:
@@ -150,6 +161,61 @@ def go_duration(seconds: int) -> str:
     return f"{secs}s"
 
 
+@dataclass(frozen=True)
+class ServingSpec:
+    """The serving container as the config renders it, once per deployment (:func:`render_serving`),
+    and handed to everything that needs it: the containers, the gates, the promotion fingerprint
+    and the outputs."""
+
+    hardware: str
+    served_name: str
+    model_path: str
+    """Where the weights are inside the container (the argv's first element)."""
+    revision: str | None
+    """The weights' revision: part of what a promotion compares."""
+    port: int
+    max_model_len: int
+    flags: dict[str, str | bool]
+    """Each rendered flag and its value (True for a bare switch), in argv order."""
+    extra_args: list[str]
+    env: dict[str, str]
+    devices: list[str]
+    nvidia_gpus: bool
+    """``--gpus all`` (the cards are pinned by ``CUDA_VISIBLE_DEVICES`` in ``env``)."""
+    mounts: list[MountConfig]
+    """Bind mounts besides the model volume (Ascend driver, rtx5090 site-packages)."""
+    container: ContainerConfig
+    load_deadline_seconds: int
+    """The gate's deadline: a load that long is normal, so Docker's health check starts after it."""
+    rehearsal: bool
+    """The vLLM-protocol simulator runs in place of the engine (``glm:rehearsal``)."""
+
+    @property
+    def argv(self) -> list[str]:
+        return argv_of(self.model_path, self.flags, self.extra_args)
+
+
+def render_serving(config: StackConfig) -> ServingSpec:
+    """Everything the serving container runs, from the config."""
+    return ServingSpec(
+        hardware=config.hardware,
+        served_name=config.model.served_name,
+        model_path=config.model.container_path,
+        revision=config.model.revision,
+        port=config.serving.port,
+        max_model_len=config.serving.max_model_len,
+        flags=render_flags(config),
+        extra_args=list(config.serving.extra_args),
+        env=render_env(config),
+        devices=render_devices(config),
+        nvidia_gpus=config.facts.accelerator == "nvidia" and not config.rehearsing,
+        mounts=list(config.serving_mounts),
+        container=config.container,
+        load_deadline_seconds=config.smoke.deadline_seconds,
+        rehearsal=config.rehearsing,
+    )
+
+
 def health_probe(port: int) -> list[str]:
     """Docker health check: vLLM's /health (python3 is in every vLLM image; curl is not)."""
     script = (
@@ -172,8 +238,7 @@ class VllmServer(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
-        argv: Sequence[str],
+        serving: ServingSpec,
         image: pulumi.Input[str],
         mounts: list[docker.ContainerMountArgs],
         opts: pulumi.ResourceOptions | None = None,
@@ -181,8 +246,7 @@ class VllmServer(pulumi.ComponentResource):
         secret_env: Mapping[str, pulumi.Output[str]] | None = None,
         publish_on: str | None = None,
     ) -> None:
-        """``argv``: ``render_argv(config)``, rendered once per deployment and handed to everything
-        that needs it (the gate, the promotion fingerprint, the outputs).
+        """``serving``: :func:`render_serving`'s, rendered once per deployment.
 
         ``secret_env`` (``glm:servingSecretEnv``) joins the env as secret entries; the SDK then
         stores the whole ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env
@@ -191,7 +255,7 @@ class VllmServer(pulumi.ComponentResource):
         ``publish_on``: a replica's private address, where a front on another host reaches vLLM
         (``serving.port`` on that address only, never all interfaces)."""
         super().__init__("glm:serving:VllmServer", name, None, opts)
-        c = config.container
+        c = serving.container
         self.network = docker.Network(
             f"{name}-network",
             name=f"{c.name}-net",
@@ -212,15 +276,15 @@ class VllmServer(pulumi.ComponentResource):
             name=c.name,
             image=image,
             entrypoints=["vllm", "serve"],
-            command=list(argv),
+            command=serving.argv,
             envs=[
-                *[f"{k}={v}" for k, v in render_env(config).items()],
+                *[f"{k}={v}" for k, v in serving.env.items()],
                 *[_env_entry(k, v) for k, v in sorted((secret_env or {}).items())],
             ],
-            gpus="all" if config.facts.accelerator == "nvidia" and not config.rehearsing else None,
+            gpus="all" if serving.nvidia_gpus else None,
             devices=[
                 docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")
-                for d in render_devices(config)
+                for d in serving.devices
             ],
             mounts=[
                 *mounts,
@@ -228,7 +292,7 @@ class VllmServer(pulumi.ComponentResource):
                     docker.ContainerMountArgs(
                         type="bind", source=m.source, target=m.target, read_only=m.read_only
                     )
-                    for m in config.serving_mounts
+                    for m in serving.mounts
                 ],
             ],
             shm_size=c.shm_size_mb,
@@ -244,11 +308,7 @@ class VllmServer(pulumi.ComponentResource):
             ]
             if c.network_mode == "bridge"
             else None,
-            ports=[
-                docker.ContainerPortArgs(
-                    internal=config.serving.port, external=config.serving.port, ip=publish_on
-                )
-            ]
+            ports=[docker.ContainerPortArgs(internal=serving.port, external=serving.port, ip=publish_on)]
             if publish_on
             else None,
             restart=c.restart,
@@ -256,18 +316,18 @@ class VllmServer(pulumi.ComponentResource):
             # front sends new ones to the other replicas (SPEC §6: the default 0 kills them).
             destroy_grace_seconds=c.stop_grace_seconds or None,
             healthcheck=docker.ContainerHealthcheckArgs(
-                tests=health_probe(config.serving.port),
+                tests=health_probe(serving.port),
                 interval=go_duration(30),
                 timeout=go_duration(10),
                 retries=3,
                 # A load as long as the gate's deadline is normal (632 s weights on rtx5090).
-                start_period=go_duration(config.smoke.deadline_seconds),
+                start_period=go_duration(serving.load_deadline_seconds),
             ),
             log_driver="json-file",
             log_opts=c.log_opts,
             labels=[
-                docker.ContainerLabelArgs(label="glm53.hardware", value=config.hardware),
-                docker.ContainerLabelArgs(label="glm53.served-model", value=config.model.served_name),
+                docker.ContainerLabelArgs(label="glm53.hardware", value=serving.hardware),
+                docker.ContainerLabelArgs(label="glm53.served-model", value=serving.served_name),
             ],
             wait=False,
             # A fixed container name cannot exist twice: remove the old one first.
@@ -276,5 +336,5 @@ class VllmServer(pulumi.ComponentResource):
         self.container_name = self.container.name
         self.network_name = self.network.name
         host = VLLM_NETWORK_ALIAS if c.network_mode == "bridge" else VLLM_HOST_GATEWAY
-        self.upstream = f"{host}:{config.serving.port}"
+        self.upstream = f"{host}:{serving.port}"
         self.register_outputs({"container_name": self.container_name, "network_name": self.network_name})

@@ -1,14 +1,13 @@
 """The smoke gate on the REAL Pulumi engine: the dynamic-provider path, no Docker or command plugin.
 
-The full program cannot run here (the docker and command provider plugins cannot be built, see
-docs/engine-build.md), but the gate needs only the engine, the Python language host and
-``pulumi-resource-pulumi-python``. ``tests/engine_gate_program`` is a tiny project that reads the
+The gate alone, without Docker or the command provider: it needs only the engine, the Python
+language host and ``pulumi-resource-pulumi-python``. ``tests/engine_gate_program`` is a tiny project that reads the
 ``glm:*`` config like the main program and creates only ``SmokeTest``, pointed at a front that runs
 already: here the vLLM-protocol simulator behind a real nginx with the rendered front config, both on
 free loopback ports. On a throwaway copy with its own file backend:
 
 ``up`` (the gate passes) → ``preview --expect-no-changes`` → the key is ciphertext everywhere in the
-state → one vLLM flag changed: ``preview --diff`` shows exactly that argv element → ``up`` re-runs the
+state → one vLLM flag changed: ``preview --diff`` shows exactly that flag → ``up`` re-runs the
 gate → simulator stopped and a flag changed: ``up`` fails with the gate's step message and the state
 keeps the last passing gate → ``destroy`` (delete is a no-op).
 
@@ -39,7 +38,6 @@ import yaml
 
 from components.config import ALL_SMOKE_STEPS, build_stack_config
 from components.nginx_front import render_nginx_conf
-from components.vllm_server import render_argv
 from tests.conftest import PROJECT
 from tests.engine import PulumiProject, free_port
 from tests.gate.support import NGINX, Sim, start_sim, stop
@@ -250,15 +248,13 @@ def test_gate_lifecycle_on_the_real_engine(setup: Setup) -> None:
     assert key not in json.dumps(state)
     assert key not in json.dumps(project.outputs(STACK))  # --show-secrets: nothing secret to show
 
-    # ---- one vLLM flag changed: the gate updates, and only that argv element differs ----
-    argv_before = render_argv(build_stack_config({"hardware": "local", "serving": {"maxNumSeqs": 8}}))
-    index = argv_before.index("--max-num-seqs=8")
+    # ---- one vLLM flag changed: the gate updates, and only that flag differs ----
     project.run("config", "set", "--path", "glm:serving.maxNumSeqs", "4", "-s", STACK)
     diff = run("preview --diff (one flag)", "preview", "--diff")
     assert changed_lines(diff) == [
         "~ pulumi-python:dynamic:Resource: (update)",
-        "~ argv : [",
-        f'~ [{index}]: "--max-num-seqs=8" => "--max-num-seqs=4"',
+        "~ flags : {",
+        '~ --max-num-seqs : "8" => "4"',
         "~ 1 to update",
     ], diff
     assert diff.count("=>") == 1, diff
@@ -269,10 +265,10 @@ def test_gate_lifecycle_on_the_real_engine(setup: Setup) -> None:
     assert [(s["op"], s["urn"].rsplit("::", 1)[1]) for s in steps] == [("update", "gate-gate")]
 
     up = run("up (one flag)", "up", "--yes", "--skip-preview")
-    assert "[diff: ~argv]" in up
+    assert "[diff: ~flags]" in up
     assert "[smoke-gate] passed in" in up, "the gate did not re-run"
     assert project.outputs(STACK)["smoke"]["served_name"] == "glm-5.3-flash"
-    assert "--max-num-seqs=4" in gate_state(project.export())["outputs"]["argv"]
+    assert gate_state(project.export())["outputs"]["flags"]["--max-num-seqs"] == "4"
     run("preview (no changes after update)", "preview", "--expect-no-changes")
     passing = project.outputs(STACK)["smoke"]
 
@@ -287,9 +283,9 @@ def test_gate_lifecycle_on_the_real_engine(setup: Setup) -> None:
     assert "HTTP 503" in failed  # the front answers; its upstream is gone
     # The state keeps the last passing gate: its inputs, its results, and the change still pending.
     assert project.outputs(STACK)["smoke"] == passing
-    assert "--max-num-seqs=4" in gate_state(project.export())["inputs"]["argv"]
+    assert gate_state(project.export())["inputs"]["flags"]["--max-num-seqs"] == "4"
     status, pending = project.attempt("preview", "--diff", "--expect-no-changes", "-s", STACK)
-    assert status != 0 and '"--max-num-seqs=4" => "--max-num-seqs=2"' in pending, pending
+    assert status != 0 and '~ --max-num-seqs : "4" => "2"' in changed_lines(pending), pending
 
     # ---- destroy: delete is a no-op (the simulator is still down) ----
     run("destroy", "destroy", "--yes")

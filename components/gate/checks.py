@@ -122,18 +122,16 @@ def kind(value: Any) -> str:
     return names.get(type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
-def _flag(argv: list[str], name: str) -> str | None:
-    """The value of ``--name=value`` (or presence of ``--name``) in a rendered argv."""
-    for arg in argv:
-        if arg == name:
-            return ""
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
+def mentions(flags: Mapping[str, str | bool], *names: str) -> str:
+    """How the serving container sets these flags, for a failure message.
 
-
-def _mentions(argv: list[str], *names: str) -> str:
-    found = [f"{n}={v}" if v else n for n in names if (v := _flag(argv, n)) is not None]
+    >>> mentions({"--tool-call-parser": "glm47", "--enable-auto-tool-choice": True},
+    ...          "--enable-auto-tool-choice", "--tool-call-parser")
+    '--enable-auto-tool-choice, --tool-call-parser=glm47'
+    >>> mentions({}, "--reasoning-parser")
+    'none of --reasoning-parser'
+    """
+    found = [n if flags[n] is True else f"{n}={flags[n]}" for n in names if n in flags]
     return ", ".join(found) if found else "none of " + ", ".join(names)
 
 
@@ -158,11 +156,11 @@ def stream_spread(arrivals: list[float], total: float) -> float:
     return round((max(arrivals) - min(arrivals)) / total, 3)
 
 
-def kv_pool_message(pool: dict[str, Any], max_model_len: int, argv: list[str]) -> str:
+def kv_pool_message(pool: dict[str, Any], max_model_len: int, flags: Mapping[str, str | bool]) -> str:
     """Why a KV pool below max_model_len must not ship, and which flags move it (Ascend seed)."""
-    gmu = _flag(argv, "--gpu-memory-utilization")
-    mnbt = _flag(argv, "--max-num-batched-tokens")
-    spec = _flag(argv, "--speculative-config")
+    gmu = flags.get("--gpu-memory-utilization")
+    mnbt = flags.get("--max-num-batched-tokens")
+    spec = flags.get("--speculative-config")
     return (
         f"KV pool is {pool['tokens']:,} tokens (num_gpu_blocks {pool['num_gpu_blocks']:,} × "
         f"block_size {pool['block_size']}, engine {pool['engine']}) but --max-model-len is "
@@ -236,7 +234,10 @@ class _Gate:
         # Both known from the stack; the command line may leave them to what /v1/models lists.
         self.served_name: str | None = str(p["served_name"]) if p.get("served_name") else None
         self.max_model_len: int | None = int(p["max_model_len"]) if p.get("max_model_len") else None
-        self.argv = [str(a) for a in p.get("argv") or []]
+        # The serving container's flags (ServingSpec.flags), for the failure messages.
+        self.flags: dict[str, str | bool] = {
+            str(k): v if v is True else str(v) for k, v in (p.get("flags") or {}).items()
+        }
         self.container = p.get("container_name") or "the serving container"
         self.prompt = str(smoke["prompt"])
         self.expected = str(smoke["expected_answer"])
@@ -439,7 +440,7 @@ class _Gate:
             raise GateFailure(
                 "models",
                 f"{url} lists {ids}, not the served name {self.served_name!r}. Look at: "
-                f"--served-model-name in the argv ({_mentions(self.argv, '--served-model-name')}) and "
+                f"--served-model-name in the argv ({mentions(self.flags, '--served-model-name')}) and "
                 "glm:model.servedName; is the front pointed at the right vLLM?",
             )
         reported = entry.get("max_model_len")
@@ -517,7 +518,7 @@ class _Gate:
                 "arithmetic",
                 f"the reasoning came back inline in `content` ({excerpt(content)!r}) instead of "
                 "`message.reasoning`/`reasoning_content`. Look at: --reasoning-parser (argv has "
-                f"{_mentions(self.argv, '--reasoning-parser')}; GLM-5.3 needs glm45) and the "
+                f"{mentions(self.flags, '--reasoning-parser')}; GLM-5.3 needs glm45) and the "
                 "vLLM version's reasoning parsers.",
             )
         if content.strip() != self.expected:
@@ -537,7 +538,7 @@ class _Gate:
                 "arithmetic",
                 "the answer is right but no reasoning came back in `message.reasoning` or "
                 f"`message.reasoning_content` (message keys: {sorted(message)}). Look at: "
-                f"--reasoning-parser (argv has {_mentions(self.argv, '--reasoning-parser')}).",
+                f"--reasoning-parser (argv has {mentions(self.flags, '--reasoning-parser')}).",
             )
         self.results["reasoning_field"] = (
             "reasoning" if message.get("reasoning") else "reasoning_content" if reasoning else None
@@ -552,7 +553,7 @@ class _Gate:
         calls = message.get("tool_calls") or []
         where = (
             f"Look at: --enable-auto-tool-choice and --tool-call-parser (argv has "
-            f"{_mentions(self.argv, '--enable-auto-tool-choice', '--tool-call-parser')}; GLM-5.3 needs glm47)."
+            f"{mentions(self.flags, '--enable-auto-tool-choice', '--tool-call-parser')}; GLM-5.3 needs glm47)."
         )
         if not isinstance(calls, list):
             raise GateFailure(
@@ -627,7 +628,7 @@ class _Gate:
         self.results["kv_block_size"] = smallest["block_size"]
         self.results["kv_num_gpu_blocks"] = smallest["num_gpu_blocks"]
         if smallest["tokens"] < self.max_model_len:
-            raise GateFailure("kv_pool", kv_pool_message(smallest, self.max_model_len, self.argv))
+            raise GateFailure("kv_pool", kv_pool_message(smallest, self.max_model_len, self.flags))
 
     def _samples(self, text: str) -> list[Sample]:
         try:
@@ -791,7 +792,7 @@ def run_gate(
     """Run every configured step in order; return the results or raise :class:`GateFailure`.
 
     ``params`` are the resource inputs without the key: ``endpoint`` (front URL ending in ``/v1``),
-    ``served_name``, ``max_model_len``, ``argv``, optional ``metrics_url`` and ``container_name``,
+    ``served_name``, ``max_model_len``, ``flags``, optional ``metrics_url`` and ``container_name``,
     and ``smoke`` (``SmokeConfig`` fields plus ``request_timeout_seconds``). Without
     ``served_name``/``max_model_len`` (the command line), the models step takes what is listed.
     """

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 import pulumi
 import pulumi.dynamic
 
-from components.config import ALL_SMOKE_STEPS, StackConfig
+from components.config import ALL_SMOKE_STEPS, SmokeConfig
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
-from components.vllm_server import render_env
+from components.vllm_server import ServingSpec
 
 PROVIDER_VERSION = "1"
 """Bump by hand for a behaviour change that must re-run every stack's gate."""
@@ -53,11 +53,11 @@ _FINGERPRINT_SALT = b"glm53-smoke-gate/api-key/v1\0"
 # Inputs that decide what the gate verifies: a change to any of them re-runs it. The key is compared
 # by fingerprint (see the module docstring); ``__provider`` is left out (``version`` stands for code).
 GATE_INPUTS = (
-    "argv",
     "container_id",
     "container_name",
     "endpoint",
     "env",
+    "flags",
     "front_fingerprint",
     "image_ref",
     "max_model_len",
@@ -172,8 +172,8 @@ class _SmokeGate(pulumi.dynamic.Resource):
 
 
 def gate_params(
-    config: StackConfig,
-    argv: Sequence[str],
+    serving: ServingSpec,
+    smoke: SmokeConfig,
     endpoint: pulumi.Input[str],
     image_ref: pulumi.Input[str],
     metrics_url: pulumi.Input[str] | None = None,
@@ -182,17 +182,17 @@ def gate_params(
 ) -> dict[str, Any]:
     """The gate's inputs except the key: deterministic (sorted, no timestamps or random values),
     so a ``pulumi preview`` after ``pulumi up`` shows no change."""
-    smoke = {**config.smoke.model_dump(mode="json"), "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS}
+    settings = {**smoke.model_dump(mode="json"), "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS}
     params: dict[str, Any] = {
-        "argv": list(argv),
-        "container_name": config.container.name,
+        "container_name": serving.container.name,
         "endpoint": endpoint,
-        "env": render_env(config),
+        "env": serving.env,
+        "flags": serving.flags,
         "image_ref": image_ref,
-        "max_model_len": config.serving.max_model_len,
-        "model_path": config.model.container_path,
-        "served_name": config.model.served_name,
-        "smoke": plain(smoke),
+        "max_model_len": serving.max_model_len,
+        "model_path": serving.model_path,
+        "served_name": serving.served_name,
+        "smoke": plain(settings),
         "version": VERSION,
     }
     if metrics_url is not None:
@@ -216,8 +216,8 @@ class SmokeTest(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
-        argv: Sequence[str],
+        serving: ServingSpec,
+        smoke: SmokeConfig,
         front_url: pulumi.Input[str],
         api_key: pulumi.Output[str],
         image_ref: pulumi.Input[str],
@@ -228,13 +228,15 @@ class SmokeTest(pulumi.ComponentResource):
         metrics_key: pulumi.Output[str] | None = None,
         front_fingerprint: pulumi.Input[str] | None = None,
     ) -> None:
-        """``argv``: the serving container's, as ``VllmServer`` runs it (the gate's messages quote it).
+        """``serving``: what ``VllmServer`` runs (the gate's messages quote its flags).
         ``metrics_key``: the bearer token of ``metrics_url`` (the front's route); secret.
         ``front_fingerprint``: the front's config, image and key names (``NginxFront.fingerprint``)."""
         super().__init__("glm:smoke:SmokeTest", name, None, opts)
         # Secret whatever the caller passed: Pulumi then stores this input encrypted.
         secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
-        params = gate_params(config, argv, front_url, image_ref, metrics_url, container_id, front_fingerprint)
+        params = gate_params(
+            serving, smoke, front_url, image_ref, metrics_url, container_id, front_fingerprint
+        )
         props: dict[str, Any] = {**params, "api_key": secret_key}
         if metrics_key is not None:
             props["metrics_key"] = pulumi.Output.secret(metrics_key)

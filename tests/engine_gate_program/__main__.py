@@ -20,7 +20,7 @@ import pulumi  # noqa: E402
 
 from components.config import ConfigError, build_stack_config  # noqa: E402
 from components.gate.resource import SmokeTest  # noqa: E402
-from components.vllm_server import render_argv  # noqa: E402
+from components.vllm_server import render_serving  # noqa: E402
 
 config = pulumi.Config("glm")
 raw = {"hardware": "local"}
@@ -36,8 +36,8 @@ except ConfigError as err:
 api_keys = config.require_secret_object("apiKeys")
 smoke = SmokeTest(
     "gate",
-    stack_config,
-    render_argv(stack_config),
+    render_serving(stack_config),
+    stack_config.smoke,
     front_url=config.require("frontUrl"),
     api_key=api_keys.apply(lambda keys: keys[sorted(keys)[0]]),
     image_ref=config.get("imageRef") or "glm53-vllm-sim:engine-test",

@@ -26,7 +26,7 @@ import pytest
 from components.config import StackConfig, build_stack_config
 from components.gate.checks import GateFailure, run_gate
 from components.gate.resource import gate_params
-from components.vllm_server import render_argv
+from components.vllm_server import render_argv, render_serving
 from tests.conftest import PROJECT
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
@@ -147,8 +147,8 @@ def params(
     """The provider's inputs (without the key) as they reach it: numbers as floats."""
     config = config or local_config()
     p = gate_params(
-        config,
-        render_argv(config),
+        render_serving(config),
+        config.smoke,
         endpoint,
         "glm53-vllm-sim:test",
         f"{sim.url}/metrics" if sim is not None else None,

@@ -182,7 +182,7 @@ def test_kv_pool_smaller_than_max_model_len_fails_with_the_levers(sims) -> None:
     ]
     advice = message[message.index("Levers") :]
     assert [advice.index(lever) for lever in levers] == sorted(advice.index(lever) for lever in levers)
-    assert "now 0.9" in message  # the rendered argv's --gpu-memory-utilization
+    assert "now 0.9" in message  # the serving container's --gpu-memory-utilization
 
 
 def test_silent_server_fails_the_step_instead_of_hanging(sims) -> None:

@@ -21,7 +21,7 @@ from components.gate.resource import (
     key_fingerprint,
     package_hash,
 )
-from components.vllm_server import render_argv
+from components.vllm_server import render_flags, render_serving
 from tests.conftest import (
     GATE_METRICS_TEST_KEY,
     PROJECT,
@@ -51,7 +51,7 @@ def test_create_and_update_return_full_outputs_without_the_key(sims, capsys) -> 
         assert KEY[3:20] not in serialized
         assert outs["api_key"] == key_fingerprint(KEY)
         assert outs["results"]["kv_pool_tokens"] == 4 * 32768
-        assert outs["argv"] == render_argv(local_config())
+        assert outs["flags"] == render_flags(local_config())
         assert outs["max_model_len"] == 32768  # coerced back from 32768.0
         for name in ("endpoint", "env", "image_ref", "model_path", "served_name", "smoke", "version"):
             assert name in outs
@@ -87,7 +87,7 @@ def test_diff_identical_inputs_no_changes() -> None:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        (lambda n: n["argv"].append("--max-num-batched-tokens=8192"), "argv"),
+        (lambda n: n["flags"].update({"--max-num-batched-tokens": "8192"}), "flags"),
         (lambda n: n["env"].update(VLLM_USE_BREAKABLE_CUDAGRAPH="1"), "env"),
         (lambda n: n.update(image_ref="glm53-vllm-sim:other"), "image_ref"),
         (lambda n: n.update(max_model_len=65536.0), "max_model_len"),
@@ -132,8 +132,8 @@ def test_delete_is_a_tolerant_no_op() -> None:
 
 def test_gate_params_are_deterministic() -> None:
     config = local_config()
-    first = gate_params(config, render_argv(config), "http://h:8080/v1", "img")
-    second = gate_params(config, render_argv(config), "http://h:8080/v1", "img")
+    first = gate_params(render_serving(config), config.smoke, "http://h:8080/v1", "img")
+    second = gate_params(render_serving(config), config.smoke, "http://h:8080/v1", "img")
     assert json.dumps(first) == json.dumps(second)
     assert list(first) == sorted(first)
     assert list(first["smoke"]) == sorted(first["smoke"])

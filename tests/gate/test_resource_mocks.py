@@ -17,7 +17,7 @@ from pulumi.runtime import rpc
 
 from components.config import StackConfig, build_stack_config
 from components.gate.resource import VERSION, SmokeTest, SmokeTestProvider
-from components.vllm_server import render_argv, render_env
+from components.vllm_server import render_env, render_flags, render_serving
 from tests.conftest import stack_config
 
 DYNAMIC = "pulumi-python:dynamic:Resource"
@@ -59,8 +59,8 @@ def build(
     def program() -> pulumi.Output[None]:
         smoke = SmokeTest(
             "a800-smoke",
-            a800_config(),
-            render_argv(a800_config()),
+            render_serving(a800_config()),
+            a800_config().smoke,
             front_url=pulumi.Output.from_input(FRONT_URL),
             api_key=api_key,
             image_ref=pulumi.Output.from_input(IMAGE_REF),
@@ -108,8 +108,9 @@ def test_inputs_carry_what_the_gate_verifies(secret_key_run) -> None:
     mocks, _ = secret_key_run
     inputs = gate_inputs(mocks)
     config = a800_config()
-    assert inputs["argv"] == render_argv(config)
-    assert '--speculative-config={"method":"mtp","num_speculative_tokens":5}' in inputs["argv"]
+    assert inputs["flags"] == render_flags(config)
+    assert inputs["flags"]["--speculative-config"] == '{"method":"mtp","num_speculative_tokens":5}'
+    assert inputs["flags"]["--enable-expert-parallel"] is True
     assert inputs["env"] == render_env(config)
     assert inputs["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
     assert inputs["image_ref"] == IMAGE_REF
