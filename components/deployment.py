@@ -85,7 +85,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     )
     front = NginxFront(
         f"{stack}-front",
-        config,
+        config.front,
+        config.target.host,
+        config.container,
         network_name=server.network_name,
         upstream=upstream,
         api_keys=_with_key(secrets.api_keys, probe.client_name, probe_key.key if probe_key else None)

@@ -23,7 +23,14 @@ from pathlib import Path
 import pulumi
 import pulumi_docker as docker
 
-from components.config import ConfigError, FrontConfig, StackConfig, check_api_keys, check_metrics_keys
+from components.config import (
+    ConfigError,
+    ContainerConfig,
+    FrontConfig,
+    HostConfig,
+    check_api_keys,
+    check_metrics_keys,
+)
 from components.nginx_reload import START_COMMAND, NginxReload, secrets_digest
 from components.target import docker_ssh_opts
 from components.vllm_server import upstream_hosts
@@ -378,24 +385,23 @@ def render_nginx_conf(
     )
 
 
-def public_base(config: StackConfig) -> str:
-    """``http(s)://<host>:<front.port>``: the bind address, or for a wildcard bind the target
-    host's address (``localhost`` for the local Docker engine)."""
-    front = config.front
+def public_base(front: FrontConfig, host: HostConfig) -> str:
+    """``http(s)://<host>:<front.port>``: the bind address, or for a wildcard bind the address of
+    ``host``, the one the front runs on (``localhost`` for the local Docker engine)."""
     if front.bind_address not in ("0.0.0.0", "::", ""):
-        host = front.bind_address
-    elif config.target.host.is_local:
-        host = "localhost"
+        address = front.bind_address
+    elif host.is_local:
+        address = "localhost"
     else:
-        host = config.target.host.ssh_address
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"{'https' if front.tls else 'http'}://{host}:{front.port}"
+        address = host.ssh_address
+    if ":" in address and not address.startswith("["):
+        address = f"[{address}]"
+    return f"{'https' if front.tls else 'http'}://{address}:{front.port}"
 
 
-def public_url(config: StackConfig) -> str:
+def public_url(front: FrontConfig, host: HostConfig) -> str:
     """The OpenAI base URL of the front: ``http(s)://<host>:<front.port>/v1``."""
-    return f"{public_base(config)}/v1"
+    return f"{public_base(front, host)}/v1"
 
 
 def _sha256(text: str) -> str:
@@ -429,7 +435,9 @@ class NginxFront(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
+        front: FrontConfig,
+        host: HostConfig,
+        container: ContainerConfig,
         network_name: pulumi.Input[str],
         upstream: str | Sequence[str],
         api_keys: pulumi.Output[dict[str, str]],
@@ -438,17 +446,17 @@ class NginxFront(pulumi.ComponentResource):
         *,
         metrics_keys: pulumi.Output[dict[str, str]] | None = None,
     ) -> None:
-        """``tls_files`` is (certificate PEM, key PEM); config loading refuses ``glm:front.tls``
+        """``host`` is the one the front runs on; ``container`` is the serving container's config,
+        which names the front (``<name>-nginx``), its log rotation and how it reaches vLLM.
+        ``tls_files`` is (certificate PEM, key PEM); config loading refuses ``glm:front.tls``
         without them.
 
         Nginx resolves ``upstream`` once, at start; vLLM keeps a fixed address on the private
         network (``glm:container.networkSubnet``), so a replaced vLLM does not strand the front.
         """
         super().__init__("glm:front:NginxFront", name, None, opts)
-        front = config.front
-        host = config.target.host
         child = pulumi.ResourceOptions(parent=self)
-        container_name = f"{config.container.name}-nginx"
+        container_name = f"{container.name}-nginx"
 
         image = docker.RemoteImage(f"{name}-image", name=front.image, keep_locally=True, opts=child)
 
@@ -462,7 +470,7 @@ class NginxFront(pulumi.ComponentResource):
 
         # Nothing here depends on keys, TLS material or nginx.conf: those changes reach nginx as a
         # reload (NginxReload below), never as a new container (every `uploads` change replaces one).
-        self.container = container = docker.Container(
+        self.container = nginx = docker.Container(
             f"{name}-nginx",
             name=container_name,
             image=image.image_id,
@@ -473,10 +481,10 @@ class NginxFront(pulumi.ComponentResource):
                 docker.ContainerPortArgs(internal=CONTAINER_PORT, external=front.port, ip=front.bind_address)
             ],
             labels=labels,
-            hosts=upstream_hosts(config.container),
+            hosts=upstream_hosts(container),
             restart="unless-stopped",
             log_driver="json-file",
-            log_opts=config.container.log_opts,
+            log_opts=container.log_opts,
             # docker stop sends the image's STOPSIGNAL (SIGQUIT: nginx's graceful shutdown).
             destroy_grace_seconds=STOP_GRACE_SECONDS,
             # A fixed container name and host port cannot exist twice: remove the old one first.
@@ -527,10 +535,10 @@ class NginxFront(pulumi.ComponentResource):
             {
                 "docker_host": host.docker_host,
                 "ssh": ssh,
-                "container": container.name,
+                "container": nginx.name,
                 # The releases live in the container (removed with it, keys included): a new
                 # container (image, port) waits in START_COMMAND until this delivers them again.
-                "container_id": container.id,
+                "container_id": nginx.id,
                 "nginx_conf": nginx_conf,
                 "api_key_names": key_names,
                 "metrics_key_names": metrics_names,
@@ -539,18 +547,16 @@ class NginxFront(pulumi.ComponentResource):
                 "secret_files": files,
                 "fingerprint": self.fingerprint,
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[container]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[nginx]),
         )
 
-        base = public_base(config)
+        base = public_base(front, host)
         self.url = pulumi.Output.from_input(f"{base}/v1")
         self.metrics_url = pulumi.Output.from_input(f"{base}/metrics")
         # Known at preview, so a config reload never shows as a change of what only needs the name.
         self.hostname = container_name
         # Outputs resolve once the new config is live, so dependents (the gate) see the new front.
-        self.container_name = pulumi.Output.all(container.name, self.reload.release).apply(
-            lambda a: str(a[0])
-        )
+        self.container_name = pulumi.Output.all(nginx.name, self.reload.release).apply(lambda a: str(a[0]))
         self.register_outputs(
             {
                 "url": self.url,

@@ -316,9 +316,10 @@ def test_values_that_would_break_the_conf_are_refused() -> None:
 
 
 def test_public_url() -> None:
-    assert public_url(stack("a800")) == "http://gpu01:8008/v1"
-    assert public_url(stack("local")) == "http://127.0.0.1:8080/v1"
-    assert public_url(stack("rtx5090", front={"tls": True})) == "https://gpu01:8000/v1"
+    a800, local, tls = stack("a800"), stack("local"), stack("rtx5090", front={"tls": True})
+    assert public_url(a800.front, a800.target.host) == "http://gpu01:8008/v1"
+    assert public_url(local.front, local.target.host) == "http://127.0.0.1:8080/v1"
+    assert public_url(tls.front, tls.target.host) == "https://gpu01:8000/v1"
 
 
 # ---- nginx -t on every stack -----------------------------------------------------------------
@@ -695,8 +696,11 @@ RELOAD = "pulumi-python:dynamic:Resource"
 def test_nginx_front_under_mocks(hardware: str) -> None:
     config = stack(hardware)
     mocks, outputs = construct(
-        lambda: NginxFront("front", config, "glm-net", "vllm:8000", pulumi.Output.secret(KEYS), None)
-    )
+        lambda: NginxFront(
+            "front", config.front, config.target.host, config.container, "glm-net", "vllm:8000",
+            pulumi.Output.secret(KEYS), None,
+        )
+    )  # fmt: skip
     assert {name: typ for name, (typ, _) in mocks.registered.items()} == {
         "front": "glm:front:NginxFront",
         "front-image": "docker:index/remoteImage:RemoteImage",
@@ -734,15 +738,19 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
         METRICS_KEYS_FILE: "",
     }
     assert outputs == {
-        "url": public_url(config),
+        "url": public_url(config.front, config.target.host),
         "container_name": f"{config.container.name}-nginx",
     }
 
 
 def test_ssh_targets_reload_with_the_docker_providers_host_key_check() -> None:
+    config = stack("a800")
     mocks, _ = construct(
-        lambda: NginxFront("front", stack("a800"), "net", "vllm:8000", pulumi.Output.secret(KEYS), None)
-    )
+        lambda: NginxFront(
+            "front", config.front, config.target.host, config.container, "net", "vllm:8000",
+            pulumi.Output.secret(KEYS), None,
+        )
+    )  # fmt: skip
     opts = mocks.registered["front-config"][1]["ssh"]["opts"]
     assert "StrictHostKeyChecking=yes" in opts and "UserKnownHostsFile=/dev/null" in opts
     assert f"KnownHostsCommand=/bin/echo gpu01 {TEST_HOST_KEY}" in opts
@@ -763,9 +771,13 @@ def without_secrets(value: Any) -> Any:
 def test_key_files_are_a_secret_and_keys_appear_nowhere_else(secret_keys: bool) -> None:
     keys = pulumi.Output.secret(KEYS) if secret_keys else pulumi.Output.from_input(KEYS)
     scrapers = pulumi.Output.secret(METRICS)
+    config = stack("local")
     mocks, _ = construct(
-        lambda: NginxFront("front", stack("local"), "net", "vllm:8000", keys, None, metrics_keys=scrapers)
-    )
+        lambda: NginxFront(
+            "front", config.front, config.target.host, config.container, "net", "vllm:8000", keys, None,
+            metrics_keys=scrapers,
+        )
+    )  # fmt: skip
     reload = mocks.registered["front-config"][1]
     assert rpc.is_rpc_secret(reload["secret_files"])
     files = rpc.unwrap_rpc_secret(reload["secret_files"])
@@ -783,9 +795,10 @@ def test_front_reaches_a_host_network_vllm_through_the_gateway() -> None:
     )
     mocks, _ = construct(
         lambda: NginxFront(
-            "front", config, "net", "host.docker.internal:8077", pulumi.Output.secret(KEYS), None
+            "front", config.front, config.target.host, config.container, "net",
+            "host.docker.internal:8077", pulumi.Output.secret(KEYS), None,
         )
-    )
+    )  # fmt: skip
     inputs = mocks.registered["front-nginx"][1]
     assert inputs["hosts"] == [{"host": "host.docker.internal", "ip": "host-gateway"}]
     assert "server host.docker.internal:8077;" in mocks.registered["front-config"][1]["nginx_conf"]
@@ -796,7 +809,8 @@ def test_tls_files_are_delivered_with_the_key_secret() -> None:
     cert, key = "-----BEGIN CERTIFICATE-----\nx\n", "-----BEGIN PRIVATE KEY-----\ny\n"
     mocks, outputs = construct(
         lambda: NginxFront(
-            "front", config, "net", "vllm:8000", pulumi.Output.secret(KEYS),
+            "front", config.front, config.target.host, config.container, "net", "vllm:8000",
+            pulumi.Output.secret(KEYS),
             (pulumi.Output.secret(cert), pulumi.Output.secret(key)),
         )
     )  # fmt: skip
