@@ -42,6 +42,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from components.config import GATE_METRICS_CLIENT, build_stack_config  # noqa: E402
+from components.deployment import scrape_spec  # noqa: E402
 from components.gate.checks import run_gate  # noqa: E402
 from components.gate.resource import gate_params  # noqa: E402
 from components.nginx_front import render_nginx_conf  # noqa: E402
@@ -75,7 +76,7 @@ def start_prometheus(config: Any, sim_port: int, runtime: str) -> tuple[subproce
     """A real Prometheus with the stack's rendered config, scraping the simulator; its /federate URL."""
     port = free_port()
     rules = Path(runtime, "rules.yml")
-    rules.write_text(render_alert_rules(config))
+    rules.write_text(render_alert_rules(scrape_spec(config)))
     conf = Path(runtime, "prometheus.yml")
     conf.write_text(
         render_prometheus_config(config.monitoring, f"127.0.0.1:{sim_port}", "vllm", rules_path=str(rules))

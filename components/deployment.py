@@ -16,7 +16,7 @@ from components.gate.resource import SmokeTest
 from components.model_volume import ModelVolume
 from components.nginx_front import STOP_GRACE_SECONDS, NginxFront
 from components.preflight import Preflight
-from components.prometheus_scrape import PrometheusScrape
+from components.prometheus_scrape import PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
 from components.replica_gate import ReplicaGate
 from components.secrets import GeneratedKey, Secrets
@@ -103,7 +103,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     warn_when_replaced(front.container, front_replacement_notice(STOP_GRACE_SECONDS))
     monitoring = PrometheusScrape(
         f"{stack}-monitoring",
-        config,
+        scrape_spec(config),
         network_name=server.network_name,
         target=targets,
         opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server]),
@@ -169,6 +169,21 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     if promoted is not None:
         outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
     return outputs
+
+
+def scrape_spec(config: StackConfig) -> ScrapeSpec:
+    """What Prometheus and its alert rules read of the stack (public: the tests and benchmarks
+    render the rules from a stack config)."""
+    return ScrapeSpec(
+        hardware=config.hardware,
+        monitoring=config.monitoring,
+        container=config.container,
+        host=config.target.host,
+        serving=config.serving,
+        engine_start_seconds=config.facts.known_engine_start_seconds,
+        semantic_probe=config.semantic_probe if semantic_probe_runs(config) else None,
+        smoke=config.smoke,
+    )
 
 
 @dataclass

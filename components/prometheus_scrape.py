@@ -14,6 +14,7 @@ The render functions are pure; the tests run them through the real ``promtool``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -21,7 +22,14 @@ import pulumi_docker as docker
 import yaml
 
 from components import semantic_probe
-from components.config import MonitoringConfig, StackConfig, semantic_probe_runs
+from components.config import (
+    ContainerConfig,
+    HostConfig,
+    MonitoringConfig,
+    SemanticProbeConfig,
+    ServingConfig,
+    SmokeConfig,
+)
 from components.vllm_server import upstream_hosts
 
 DEFAULT_JOB = "vllm"
@@ -39,6 +47,35 @@ PROMETHEUS_FLAGS = [
     f"--storage.tsdb.path={DATA_PATH}",
     f"--web.listen-address=:{CONTAINER_PORT}",
 ]
+
+
+@dataclass(frozen=True)
+class ScrapeSpec:
+    """The slice of the stack Prometheus is built from: its own container and the facts its alert
+    rules name or threshold on."""
+
+    hardware: str
+    """The profile: the rule group is named after it, and VllmTargetDown's text names it."""
+    monitoring: MonitoringConfig
+    """Prometheus' image, port and scrape interval; the alert thresholds (``glm:monitoring``)."""
+    container: ContainerConfig
+    """The serving container: Prometheus' and the probe's containers are named after it, and its
+    log rotation and network mode apply to Prometheus too."""
+    host: HostConfig
+    """The host Prometheus runs on (the front's): its address is the UI's when the UI binds every
+    interface."""
+    serving: ServingConfig
+    """vLLM's ``--max-model-len``, ``--block-size`` and MTP drafts: what the KV-pool and MTP rules
+    check."""
+    engine_start_seconds: float | None
+    """How long an engine start took in the seeds on this hardware (None: not measured):
+    VllmTargetDown waits 20 % longer."""
+    semantic_probe: SemanticProbeConfig | None
+    """The semantic probe when the stack deploys it (Prometheus scrapes it and adds its alerts),
+    else None."""
+    smoke: SmokeConfig
+    """The arithmetic question and answer the probe asks, which its alert quotes."""
+
 
 # vLLM's block sizes are powers of two (attention backends: 16, 64 for MLA, 128 on Ascend, 256 for
 # the RTX 5090 profile); the configured --block-size is added when it is not one of them.
@@ -85,11 +122,12 @@ def _digits(count: int) -> str:
     return {0: "", 1: "[0-9]"}.get(count, f"[0-9]{{{count}}}")
 
 
-def checked_block_sizes(config: StackConfig) -> list[int]:
-    """Block sizes the KV-pool rule can judge exactly."""
+def checked_block_sizes(block_size: int | None) -> list[int]:
+    """Block sizes the KV-pool rule can judge exactly: the powers of two, plus the configured
+    ``block_size`` (``glm:serving.blockSize``) when there is one."""
     sizes = set(POWER_OF_TWO_BLOCK_SIZES)
-    if config.serving.block_size:
-        sizes.add(config.serving.block_size)
+    if block_size:
+        sizes.add(block_size)
     return sorted(sizes)
 
 
@@ -108,13 +146,12 @@ def kv_pool_below_expr(max_model_len: int, block_sizes: list[int], job: str = DE
     return "\n  or ".join(selectors)
 
 
-def _for_target_down(config: StackConfig) -> str:
+def _for_target_down(monitoring: MonitoringConfig, engine_start_seconds: float | None) -> str:
     """Down-time that is not yet news: a restart takes as long as the seeds measured, plus 20 %
     (or ``glm:monitoring.targetDownFor``)."""
-    if config.monitoring.target_down_for is not None:
-        return config.monitoring.target_down_for
-    start = config.facts.known_engine_start_seconds
-    return f"{max(5, math.ceil((start or 0) * 1.2 / 60))}m"
+    if monitoring.target_down_for is not None:
+        return monitoring.target_down_for
+    return f"{max(5, math.ceil((engine_start_seconds or 0) * 1.2 / 60))}m"
 
 
 def _alert(
@@ -128,18 +165,16 @@ def _alert(
     return rule
 
 
-def alert_rules(
-    config: StackConfig, job: str = DEFAULT_JOB, *, by_host: bool = False
-) -> list[dict[str, Any]]:
+def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = False) -> list[dict[str, Any]]:
     """The alerting rules for this stack, as Prometheus rule dicts (see ``render_alert_rules``).
 
     ``by_host``: several replicas, each scraped with a ``host`` label; every alert names its host.
     """
-    serving = config.serving
-    thresholds = config.monitoring.thresholds
+    serving = spec.serving
+    thresholds = spec.monitoring.thresholds
     max_len = serving.max_model_len
     sel = f'job="{job}"'
-    sizes = checked_block_sizes(config)
+    sizes = checked_block_sizes(serving.block_size)
     levers = (
         "Levers, in the order the Ascend seed found them: lower glm:serving.maxNumBatchedTokens "
         "(--max-num-batched-tokens; 32768 -> 8192 took the pool from 4,584 to 9,072 tokens), raise "
@@ -228,6 +263,7 @@ def alert_rules(
                 "15m",
             )
         )
+    down_for = _for_target_down(spec.monitoring, spec.engine_start_seconds)
     rules.append(
         _alert(
             "VllmTargetDown",
@@ -235,34 +271,38 @@ def alert_rules(
             "critical",
             "vLLM /metrics is unreachable: the engine is down or still loading",
             "Prometheus cannot scrape {{ $labels.instance }}. vLLM refuses connections while the "
-            f"weights load; on {config.hardware} a start is allowed {_for_target_down(config)} "
+            f"weights load; on {spec.hardware} a start is allowed {down_for} "
             "before this fires. Check `docker logs` of the serving container (OOM, engine-ready "
             "timeout, NCCL/HCCL errors) and its restart count.",
-            _for_target_down(config),
+            down_for,
         )
     )
     if by_host:  # the semantic probe's rules are per stack: it checks through the one front
         rules = [_on_host(rule) for rule in rules]
-    if semantic_probe_runs(config):
-        rules += semantic_probe_rules(config, job)
+    if spec.semantic_probe is not None:
+        rules += semantic_probe_rules(spec.semantic_probe, spec.container.name, spec.smoke, job)
     return rules
 
 
-def semantic_probe_rules(config: StackConfig, vllm_job: str = DEFAULT_JOB) -> list[dict[str, Any]]:
+def semantic_probe_rules(
+    probe: SemanticProbeConfig, stack_container: str, smoke: SmokeConfig, vllm_job: str = DEFAULT_JOB
+) -> list[dict[str, Any]]:
     """The semantic probe's alerts (issue 18): wrong answers or broken tool calls for K runs in a
     row, a readiness or KV-pool step failing as long, and the probe itself silent.
+
+    ``stack_container``: the serving container's name, after which the probe's is named; ``smoke``:
+    the arithmetic question and answer the probe asks.
 
     While vLLM's /metrics is down, VllmTargetDown speaks (after the engine's known start time): the
     step alerts hold back, so a restart or a deploy does not page twice.
     """
-    probe = config.semantic_probe
     k = probe.failures_before_alert
     sel = f'job="{semantic_probe.SCRAPE_JOB}"'
     failures = f"{semantic_probe.METRIC_PREFIX}_step_consecutive_failures"
     engine_down = f'unless on () (up{{job="{vllm_job}"}} == 0)'
     where = (
         f"The probe's log says what came back and what to look at: docker logs "
-        f"{semantic_probe.container_name(config.container.name)}. The probe runs every "
+        f"{semantic_probe.container_name(stack_container)}. The probe runs every "
         f"{probe.interval_seconds} s (glm:semanticProbe.intervalSeconds); K = {k} "
         "(glm:semanticProbe.failuresBeforeAlert)."
     )
@@ -272,8 +312,8 @@ def semantic_probe_rules(config: StackConfig, vllm_job: str = DEFAULT_JOB) -> li
             f'{failures}{{{sel},step="arithmetic"}} >= {k}\n  {engine_down}',
             "critical",
             f"The model failed the arithmetic check {k} runs in a row: answers are wrong or missing",
-            f"Asked {config.smoke.prompt!r} through the front, the model did not answer "
-            f"{config.smoke.expected_answer!r} with its reasoning in its own field for "
+            f"Asked {smoke.prompt!r} through the front, the model did not answer "
+            f"{smoke.expected_answer!r} with its reasoning in its own field for "
             "{{ $value }} runs in a row (a wrong answer, a 5xx, a timeout or an inline reasoning). "
             "/health may well be green (vLLM #24207). " + where,
             None,
@@ -308,7 +348,7 @@ def semantic_probe_rules(config: StackConfig, vllm_job: str = DEFAULT_JOB) -> li
             "Prometheus cannot scrape the probe, or its last finished run is older than "
             f"{probe.silent_after_seconds} s (two intervals plus two request timeouts). Wrong answers "
             "would not alert. Look at: docker ps -a and docker logs "
-            f"{semantic_probe.container_name(config.container.name)}.",
+            f"{semantic_probe.container_name(stack_container)}.",
             f"{probe.interval_seconds}s",
         ),
     ]
@@ -322,10 +362,10 @@ def _on_host(rule: dict[str, Any]) -> dict[str, Any]:
     return {**rule, "expr": expr, "annotations": notes}
 
 
-def render_alert_rules(config: StackConfig, job: str = DEFAULT_JOB, *, by_host: bool = False) -> str:
+def render_alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = False) -> str:
     """The Prometheus rule file (``rules.yml``) for this stack."""
-    rules = alert_rules(config, job, by_host=by_host)
-    groups = {"groups": [{"name": f"glm-vllm-{config.hardware}", "rules": rules}]}
+    rules = alert_rules(spec, job, by_host=by_host)
+    groups = {"groups": [{"name": f"glm-vllm-{spec.hardware}", "rules": rules}]}
     return _yaml(groups)
 
 
@@ -370,15 +410,6 @@ def render_prometheus_config(
     return _yaml(config)
 
 
-def _probe_target(config: StackConfig) -> str | None:
-    probe = config.semantic_probe
-    return (
-        semantic_probe.scrape_target(config.container.name, probe.port)
-        if semantic_probe_runs(config)
-        else None
-    )
-
-
 class _Dumper(yaml.SafeDumper):
     """Multi-line strings (PromQL) as literal blocks, so the file reads like hand-written rules."""
 
@@ -406,20 +437,21 @@ class PrometheusScrape(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
+        spec: ScrapeSpec,
         network_name: pulumi.Input[str],
         target: str | dict[str, str],
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``target``: vLLM's host:port, or several replicas' by host name."""
         super().__init__("glm:monitoring:PrometheusScrape", name, None, opts)
-        monitoring = config.monitoring
+        monitoring, container, probe = spec.monitoring, spec.container, spec.semantic_probe
+        probe_target = semantic_probe.scrape_target(container.name, probe.port) if probe else None
         child = pulumi.ResourceOptions(parent=self)
 
         image = docker.RemoteImage(f"{name}-image", name=monitoring.image, keep_locally=True, opts=child)
-        container = docker.Container(
+        prometheus = docker.Container(
             f"{name}-prometheus",
-            name=f"{config.container.name}-prometheus",
+            name=f"{container.name}-prometheus",
             image=image.image_id,
             command=PROMETHEUS_FLAGS,
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
@@ -433,30 +465,30 @@ class PrometheusScrape(pulumi.ComponentResource):
                 docker.ContainerUploadArgs(
                     file=CONFIG_PATH,
                     content=render_prometheus_config(
-                        monitoring, target, DEFAULT_JOB, probe_target=_probe_target(config)
+                        monitoring, target, DEFAULT_JOB, probe_target=probe_target
                     ),
                     permissions="0644",
                 ),
                 docker.ContainerUploadArgs(
                     file=RULES_PATH,
-                    content=render_alert_rules(config, by_host=isinstance(target, dict)),
+                    content=render_alert_rules(spec, by_host=isinstance(target, dict)),
                     permissions="0644",
                 ),
             ],
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="monitoring")],
-            hosts=upstream_hosts(config.container),
+            hosts=upstream_hosts(container),
             restart="unless-stopped",
             log_driver="json-file",
-            log_opts=config.container.log_opts,
+            log_opts=container.log_opts,
             # A fixed container name and host port cannot exist twice: remove the old one first.
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
 
         host = monitoring.bind_address
         if host in ("0.0.0.0", "::"):
-            host = "localhost" if config.target.host.is_local else config.target.host.ssh_address
+            host = "localhost" if spec.host.is_local else spec.host.ssh_address
         if ":" in host:  # an IPv6 literal
             host = f"[{host}]"
         self.url = pulumi.Output.from_input(f"http://{host}:{monitoring.port}")
-        self.container_name = container.name
+        self.container_name = prometheus.name
         self.register_outputs({"url": self.url, "container_name": self.container_name})

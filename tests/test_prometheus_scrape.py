@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from components.config import StackConfig, build_stack_config
+from components.deployment import scrape_spec
 from components.profiles import PROFILES
 from components.prometheus_scrape import (
     CONFIG_PATH,
@@ -56,7 +57,7 @@ STACKS = {hw: (hw, {}) for hw in HARDWARE} | {"rtx5090-block96": ("rtx5090", {"s
 
 
 def rules_of(config: StackConfig) -> dict[str, dict[str, Any]]:
-    [group] = yaml.safe_load(render_alert_rules(config))["groups"]
+    [group] = yaml.safe_load(render_alert_rules(scrape_spec(config)))["groups"]
     return {rule["alert"]: rule for rule in group["rules"]}
 
 
@@ -108,9 +109,9 @@ def test_kv_pool_rule_is_exact_at_the_boundary_for_every_block_size(name: str) -
     config = stack(hardware, **overrides)
     length = config.serving.max_model_len
     expr = rules_of(config)["VllmKvPoolBelowMaxModelLen"]["expr"]
-    assert expr.strip() == kv_pool_below_expr(length, checked_block_sizes(config))
+    assert expr.strip() == kv_pool_below_expr(length, checked_block_sizes(config.serving.block_size))
     regexes = dict(re.findall(r'block_size="(\d+)",num_gpu_blocks=~"([^"]+)"', expr))
-    assert sorted(map(int, regexes)) == checked_block_sizes(config)
+    assert sorted(map(int, regexes)) == checked_block_sizes(config.serving.block_size)
     for size, regex in regexes.items():
         needed = math.ceil(length / int(size))  # fewest blocks that hold max_model_len
         assert (needed - 1) * int(size) < length <= needed * int(size)
@@ -119,10 +120,11 @@ def test_kv_pool_rule_is_exact_at_the_boundary_for_every_block_size(name: str) -
 
 
 def test_block_sizes_are_powers_of_two_plus_the_configured_one() -> None:
-    assert checked_block_sizes(stack("a800")) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
-    assert checked_block_sizes(stack("rtx5090")) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    for hardware in ("a800", "rtx5090"):
+        block_size = stack(hardware).serving.block_size
+        assert checked_block_sizes(block_size) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
     odd = stack("rtx5090", serving={"blockSize": 96})
-    assert 96 in checked_block_sizes(odd)
+    assert 96 in checked_block_sizes(odd.serving.block_size)
     rules = rules_of(odd)
     assert 'block_size="96",num_gpu_blocks=~"' in rules["VllmKvPoolBelowMaxModelLen"]["expr"]
     assert "|96|" in rules["VllmKvPoolUnchecked"]["expr"]
@@ -230,7 +232,7 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 
 def write_files(config: StackConfig, directory: Path) -> tuple[Path, Path]:
     rules = directory / "rules.yml"
-    rules.write_text(render_alert_rules(config))
+    rules.write_text(render_alert_rules(scrape_spec(config)))
     prometheus = directory / "prometheus.yml"
     prometheus.write_text(
         render_prometheus_config(config.monitoring, TARGET, DEFAULT_JOB, rules_path=str(rules))
@@ -252,7 +254,7 @@ def test_promtool_checks_config_and_rules(name: str, tmp_path: Path) -> None:
 
 def test_promtool_check_rejects_a_broken_rule(tmp_path: Path) -> None:
     """The checks above can fail."""
-    broken = render_alert_rules(stack("local")).replace(
+    broken = render_alert_rules(scrape_spec(stack("local"))).replace(
         "histogram_quantile(0.99, sum by", "histogram_quantile(0.99 sum by"
     )
     (tmp_path / "rules.yml").write_text(broken)
@@ -323,7 +325,7 @@ def promtool_tests(config: StackConfig) -> list[dict[str, Any]]:
     # KV pool: per block size, one block short of max_model_len fires; exactly enough does not.
     # Plus the seeds: Ascend's 8,956-token pool fires; A800's 2,004,983 tokens do not.
     pools: dict[tuple[str, str], bool] = {}
-    for size in checked_block_sizes(config):
+    for size in checked_block_sizes(config.serving.block_size):
         needed = math.ceil(length / size)
         pools[str(size), str(needed - 1)] = True
         pools[str(size), str(needed)] = False
@@ -563,7 +565,7 @@ def semantic_probe_promtool_tests(
 def run_promtool_tests(
     config: StackConfig, tests: list[dict[str, Any]], directory: Path
 ) -> subprocess.CompletedProcess[str]:
-    (directory / "rules.yml").write_text(render_alert_rules(config))
+    (directory / "rules.yml").write_text(render_alert_rules(scrape_spec(config)))
     document = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests}
     (directory / "rules_test.yml").write_text(yaml.safe_dump(document, sort_keys=False))
     return promtool("test", "rules", "rules_test.yml", cwd=directory)
@@ -612,7 +614,7 @@ def test_promtool_test_catches_a_wrong_expectation(tmp_path: Path) -> None:
 def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     config = stack(hardware)
     mocks, seen = construct(
-        lambda: PrometheusScrape("metrics", config, "glm-net", f"vllm:{config.serving.port}")
+        lambda: PrometheusScrape("metrics", scrape_spec(config), "glm-net", f"vllm:{config.serving.port}")
     )
     assert {name: typ for name, (typ, _) in mocks.registered.items()} == {
         "metrics": "glm:monitoring:PrometheusScrape",
@@ -630,7 +632,7 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     ]
     assert "volumes" not in inputs and "mounts" not in inputs  # TSDB: the image's own volume
     uploads = {u["file"]: u["content"] for u in inputs["uploads"]}
-    assert uploads[RULES_PATH] == render_alert_rules(config)
+    assert uploads[RULES_PATH] == render_alert_rules(scrape_spec(config))
     scraped = yaml.safe_load(uploads[CONFIG_PATH])
     assert scraped["scrape_configs"][0]["static_configs"] == [{"targets": [f"vllm:{config.serving.port}"]}]
     assert scraped["scrape_configs"][1]["static_configs"] == [
