@@ -20,7 +20,7 @@ from components.prometheus_scrape import PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
 from components.replica_gate import ReplicaGate
 from components.secrets import GeneratedKey, Secrets
-from components.semantic_probe.resource import SemanticProbe
+from components.semantic_probe.resource import SemanticProbe, SemanticProbeSpec
 from components.serving_image import ServingImage
 from components.target import docker_ssh_opts
 from components.vllm_server import ServingSpec, VllmServer, command_line, render_serving
@@ -128,7 +128,13 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         # Started once the gate passed: a loading engine is the gate's business, not an alert.
         semantic_probe = SemanticProbe(
             f"{stack}-semantic-probe",
-            config,
+            SemanticProbeSpec(
+                probe=config.semantic_probe,
+                smoke=config.smoke,
+                served_name=config.model.served_name,
+                max_model_len=config.serving.max_model_len,
+                container=config.container,
+            ),
             network_name=server.network_name,
             front_host=front.hostname,  # the probe starts after the gate, which waits for the front
             upstream=server.upstream,
@@ -219,7 +225,15 @@ def _replica(
         ssh_opts=docker_ssh_opts(host) if docker_host.startswith("ssh://") else None,
     )
     preflight = (
-        Preflight(f"{prefix}-preflight", config, secrets.ssh_private_key, host=host)
+        Preflight(
+            f"{prefix}-preflight",
+            config.preflight,
+            config.model,
+            config.facts.accelerator,
+            config.container.accelerators,
+            host,
+            secrets.ssh_private_key,
+        )
         if config.preflight.enabled
         else None
     )
@@ -228,7 +242,14 @@ def _replica(
     )
     # After preflight too: a host that fails its checks gets no image build or pull (tens of GB).
     image = ServingImage(f"{prefix}-image", config.serving_image, pinned=promoted, opts=after_preflight)
-    volume = ModelVolume(f"{prefix}-model", config, secrets.ssh_private_key, opts=after_preflight, host=host)
+    volume = ModelVolume(
+        f"{prefix}-model",
+        config.model,
+        config.container.name,
+        host,
+        secrets.ssh_private_key,
+        opts=after_preflight,
+    )
     publish_on = None if on_front else host.replica_address
     server = VllmServer(
         f"{prefix}-serving",

@@ -13,7 +13,7 @@ import shlex
 import pulumi
 import pulumi_docker as docker
 
-from components.config import CACHE_MOUNT_PATH, HostConfig, ModelConfig, StackConfig
+from components.config import CACHE_MOUNT_PATH, HostConfig, ModelConfig
 from components.target import host_command
 
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -61,19 +61,19 @@ class ModelVolume(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
+        model: ModelConfig,
+        container_name: str,
+        host: HostConfig,
         ssh_private_key: pulumi.Output[str] | None,
         opts: pulumi.ResourceOptions | None = None,
-        *,
-        host: HostConfig | None = None,
     ) -> None:
-        """``host``: which of ``glm:target.hosts`` downloads (default: the front's host)."""
+        """``container_name``: the serving container's (``glm:container.name``), which names the
+        cache volume; ``host``: which of ``glm:target.hosts`` holds the weights (and downloads them)."""
         super().__init__("glm:model:ModelVolume", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        model = config.model
         self.cache = docker.Volume(
             f"{name}-jit-cache",
-            name=f"{config.container.name}-jit-cache",
+            name=f"{container_name}-jit-cache",
             labels=[docker.VolumeLabelArgs(label="glm53.role", value="jit-cache")],
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
         )
@@ -81,7 +81,7 @@ class ModelVolume(pulumi.ComponentResource):
         if model.download.enabled:
             self.download = host_command(
                 f"{name}-download",
-                host or config.target.host,
+                host,
                 download_script(model),
                 ssh_private_key,
                 child,

@@ -11,23 +11,29 @@ import shlex
 
 import pulumi
 
-from components.config import HostConfig, StackConfig
+from components.config import HostConfig, ModelConfig, PreflightConfig
 from components.model_volume import verify_script
+from components.profiles import AcceleratorKind
 from components.target import host_command
 
 
-def preflight_script(config: StackConfig) -> str:
-    """The bash script run on the host; exits non-zero with a message naming the config key."""
-    want = len(config.container.accelerators)
-    model = config.model
-    need_disk = config.preflight.min_free_disk_gib
+def preflight_script(
+    preflight: PreflightConfig, model: ModelConfig, accelerator: AcceleratorKind, accelerators: list[int]
+) -> str:
+    """The bash script run on the host; exits non-zero with a message naming the config key.
+
+    ``accelerator``: the hardware's kind (which tool counts the cards); ``accelerators``: the
+    indices ``glm:container.accelerators`` gives the container (at least that many must be found).
+    """
+    want = len(accelerators)
+    need_disk = preflight.min_free_disk_gib
     if need_disk is None:
         need_disk = model.weights_gib if model.download.enabled else 0
     lines = [
         "set -eu",
         'fail() { echo "preflight: $*" >&2; exit 1; }',
     ]
-    if config.facts.accelerator == "nvidia":
+    if accelerator == "nvidia":
         lines += [
             "command -v nvidia-smi >/dev/null || fail 'nvidia-smi not found on the host: install the NVIDIA driver and container toolkit'",
             "found=$(nvidia-smi -L | grep -c '^GPU' || true)",
@@ -35,7 +41,7 @@ def preflight_script(config: StackConfig) -> str:
             "driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)",
             'echo "preflight: $found GPUs, driver $driver"',
         ]
-    elif config.facts.accelerator == "ascend":
+    elif accelerator == "ascend":
         lines += [
             "command -v npu-smi >/dev/null || fail 'npu-smi not found on the host: install the Ascend driver (/usr/local/sbin/npu-smi)'",
             # No fixed file in /tmp: another user's copy there made this fail (stand-in host).
@@ -52,9 +58,9 @@ def preflight_script(config: StackConfig) -> str:
         '[ "$free_kib" -ge "$need_kib" ] || fail "only $((free_kib / 1048576)) GiB free under $probe, '
         f'the weights need {need_disk:g} GiB (glm:model.weightsGib / glm:preflight.minFreeDiskGib)"',
         "shm_kib=$(df -Pk /dev/shm | awk 'NR==2 {print $2}')",
-        f"need_shm_kib=$(awk 'BEGIN {{printf \"%d\", {config.preflight.min_shm_gib} * 1048576}}')",
+        f"need_shm_kib=$(awk 'BEGIN {{printf \"%d\", {preflight.min_shm_gib} * 1048576}}')",
         '[ "$shm_kib" -ge "$need_shm_kib" ] || fail "/dev/shm on the host is $((shm_kib / 1024)) MiB, '
-        f'glm:preflight.minShmGib asks for {config.preflight.min_shm_gib:g} GiB"',
+        f'glm:preflight.minShmGib asks for {preflight.min_shm_gib:g} GiB"',
         'echo "preflight: $((free_kib / 1048576)) GiB free under $probe, /dev/shm $((shm_kib / 1024)) MiB"',
     ]
     script = "\n".join(lines) + "\n"
@@ -72,18 +78,20 @@ class Preflight(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
+        preflight: PreflightConfig,
+        model: ModelConfig,
+        accelerator: AcceleratorKind,
+        accelerators: list[int],
+        host: HostConfig,
         ssh_private_key: pulumi.Output[str] | None,
         opts: pulumi.ResourceOptions | None = None,
-        *,
-        host: HostConfig | None = None,
     ) -> None:
-        """``host``: which of ``glm:target.hosts`` (default: the front's host)."""
+        """What is checked as in :func:`preflight_script`; ``host``: which of ``glm:target.hosts``."""
         super().__init__("glm:preflight:Preflight", name, None, opts)
         self.check = host_command(
             f"{name}-check",
-            host or config.target.host,
-            preflight_script(config),
+            host,
+            preflight_script(preflight, model, accelerator, accelerators),
             ssh_private_key,
             pulumi.ResourceOptions(parent=self),
         )

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from components.config import StackConfig, build_stack_config
+from components.preflight import preflight_script
 from tests.conftest import TEST_HOST_KEY
 
 HOST = {
@@ -53,4 +54,11 @@ def a800(tmp_path: Path, **overrides: object) -> StackConfig:
             "front": {"allowPlainHttp": True},
             **overrides,
         }
+    )
+
+
+def preflight_of(config: StackConfig) -> str:
+    """The preflight script of ``config``'s hosts: the slices deployment.py gives ``Preflight``."""
+    return preflight_script(
+        config.preflight, config.model, config.facts.accelerator, config.container.accelerators
     )

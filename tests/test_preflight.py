@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from components.config import build_stack_config
-from components.preflight import preflight_script
 from tests.conftest import Deployment, unwrap
-from tests.host_scripts import HOST, a800, fake_tool, run, weights
+from tests.host_scripts import HOST, a800, fake_tool, preflight_of, run, weights
 
 NVIDIA_SMI = """case "$1" in
   -L) i=0; while [ $i -lt ${GPUS:-8} ]; do echo "GPU $i: NVIDIA A800-SXM4-80GB (UUID: GPU-$i)"; i=$((i+1)); done ;;
@@ -22,7 +21,7 @@ esac"""
 def test_a800_preflight_passes_with_eight_gpus(tmp_path: Path) -> None:
     weights(tmp_path)
     fake_tool(tmp_path / "bin", "nvidia-smi", NVIDIA_SMI)
-    result = run(preflight_script(a800(tmp_path)), tmp_path / "bin")
+    result = run(preflight_of(a800(tmp_path)), tmp_path / "bin")
     assert result.returncode == 0, result.stderr
     assert "preflight: 8 GPUs, driver 550.54.15" in result.stdout
     assert "weights check:" in result.stdout
@@ -31,14 +30,14 @@ def test_a800_preflight_passes_with_eight_gpus(tmp_path: Path) -> None:
 def test_a800_preflight_fails_with_four_gpus(tmp_path: Path) -> None:
     weights(tmp_path)
     fake_tool(tmp_path / "bin", "nvidia-smi", "GPUS=4\n" + NVIDIA_SMI)
-    result = run(preflight_script(a800(tmp_path)), tmp_path / "bin")
+    result = run(preflight_of(a800(tmp_path)), tmp_path / "bin")
     assert result.returncode == 1
     assert "found 4 NVIDIA GPUs, glm:container.accelerators lists 8" in result.stderr
 
 
 def test_preflight_fails_without_nvidia_smi(tmp_path: Path) -> None:
     weights(tmp_path)
-    script = preflight_script(a800(tmp_path))
+    script = preflight_of(a800(tmp_path))
     result = subprocess.run(
         ["bash", "-c", script], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
     )
@@ -57,7 +56,7 @@ def test_ascend_preflight_counts_davinci_devices(tmp_path: Path) -> None:
             "model": {"hostDir": str(tmp_path), "directory": "GLM-5.3-Flash"},
         }
     )
-    result = run(preflight_script(config), tmp_path / "bin")
+    result = run(preflight_of(config), tmp_path / "bin")
     assert result.returncode == 1, "this machine has no /dev/davinci* devices"
     assert "found 0 /dev/davinci* NPUs, glm:container.accelerators lists 8" in result.stderr
 
@@ -66,7 +65,7 @@ def test_preflight_refuses_too_little_disk(tmp_path: Path) -> None:
     weights(tmp_path)
     fake_tool(tmp_path / "bin", "nvidia-smi", NVIDIA_SMI)
     config = a800(tmp_path, preflight={"minFreeDiskGib": 10**7})
-    result = run(preflight_script(config), tmp_path / "bin")
+    result = run(preflight_of(config), tmp_path / "bin")
     assert result.returncode == 1
     assert "the weights need 1e+07 GiB (glm:model.weightsGib / glm:preflight.minFreeDiskGib)" in result.stderr
 
@@ -75,7 +74,7 @@ def test_preflight_refuses_a_small_dev_shm(tmp_path: Path) -> None:
     weights(tmp_path)
     fake_tool(tmp_path / "bin", "nvidia-smi", NVIDIA_SMI)
     config = a800(tmp_path, preflight={"minShmGib": 10**6})
-    result = run(preflight_script(config), tmp_path / "bin")
+    result = run(preflight_of(config), tmp_path / "bin")
     assert result.returncode == 1
     assert "glm:preflight.minShmGib asks for 1e+06 GiB" in result.stderr
 
@@ -84,7 +83,7 @@ def test_local_preflight_runs_on_this_machine() -> None:
     config = build_stack_config({"hardware": "local"})
     if not Path(config.model.host_path, "config.json").exists():
         pytest.skip(f"the local weights fixture {config.model.host_path} is missing (make test writes it)")
-    result = run(preflight_script(config))
+    result = run(preflight_of(config))
     assert result.returncode == 0, result.stderr
     assert "weights check:" in result.stdout and "GPUs" not in result.stdout
 
@@ -101,7 +100,7 @@ def test_ascend_preflight_writes_no_fixed_tmp_file(tmp_path: Path) -> None:
             "model": {"hostDir": str(tmp_path), "directory": "GLM-5.3-Flash"},
         }
     )
-    script = preflight_script(config)
+    script = preflight_of(config)
     assert "glm53-npu-smi.txt" not in script  # the output stays in a variable: no file in /tmp at all
     result = run(script, tmp_path / "bin")
     assert result.returncode == 1

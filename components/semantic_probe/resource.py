@@ -19,13 +19,14 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pulumi
 import pulumi.dynamic
 import pulumi_docker as docker
 
-from components.config import StackConfig
+from components.config import ContainerConfig, SemanticProbeConfig, SmokeConfig
 from components.nginx_front import CONTAINER_PORT as FRONT_PORT
 from components.semantic_probe import container_name
 from components.semantic_probe.service import ProbeSettings
@@ -121,15 +122,32 @@ def build_context() -> tuple[str, str]:
 # ---- the container ----------------------------------------------------------------------------
 
 
-def probe_settings(config: StackConfig, front_host: str, upstream: str) -> ProbeSettings:
+@dataclass(frozen=True)
+class SemanticProbeSpec:
+    """What the probe reads from the stack config."""
+
+    probe: SemanticProbeConfig
+    """``glm:semanticProbe``: the probe's schedule, limits, base image and port."""
+    smoke: SmokeConfig
+    """``glm:smoke``: the gate's prompts and expected answers, which the probe asks again."""
+    served_name: str
+    """The model name vLLM serves (``glm:model.servedName``)."""
+    max_model_len: int
+    """vLLM's ``--max-model-len`` (``glm:serving.maxModelLen``)."""
+    container: ContainerConfig
+    """``glm:container``: the probe's container is named after the serving one, rotates its logs
+    the same way and, on the host network, reaches vLLM through the same gateway entry."""
+
+
+def probe_settings(spec: SemanticProbeSpec, front_host: str, upstream: str) -> ProbeSettings:
     """What the probe runs: the gate's prompts and answers (``glm:smoke``) with the probe's own
     limits. ``front_host`` is the front's container name, ``upstream`` vLLM's ``host:port``."""
-    probe = config.semantic_probe
+    probe = spec.probe
     smoke = {
-        "prompt": config.smoke.prompt,
-        "expected_answer": config.smoke.expected_answer,
-        "tool_prompt": config.smoke.tool_prompt,
-        "chat_template_kwargs": dict(config.smoke.chat_template_kwargs),
+        "prompt": spec.smoke.prompt,
+        "expected_answer": spec.smoke.expected_answer,
+        "tool_prompt": spec.smoke.tool_prompt,
+        "chat_template_kwargs": dict(spec.smoke.chat_template_kwargs),
         "max_tokens": probe.max_tokens,
         "request_timeout_seconds": probe.timeout_seconds,
         # Readiness polls /v1/models at most this long: one request's worth, not the gate's load wait.
@@ -139,8 +157,8 @@ def probe_settings(config: StackConfig, front_host: str, upstream: str) -> Probe
     return ProbeSettings(
         endpoint=f"http://{front_host}:{FRONT_PORT}/v1",
         metrics_url=f"http://{upstream}/metrics",
-        served_name=config.model.served_name,
-        max_model_len=config.serving.max_model_len,
+        served_name=spec.served_name,
+        max_model_len=spec.max_model_len,
         smoke=smoke,
         interval_seconds=probe.interval_seconds,
         failures_before_alert=probe.failures_before_alert,
@@ -165,7 +183,7 @@ class SemanticProbe(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        config: StackConfig,
+        spec: SemanticProbeSpec,
         network_name: pulumi.Input[str],
         front_host: pulumi.Input[str],
         upstream: str,
@@ -175,7 +193,6 @@ class SemanticProbe(pulumi.ComponentResource):
         """``front_host``: the front's container name; ``upstream``: vLLM's ``host:port`` on the
         private network; ``api_key``: the probe's key (``GeneratedKey.key``)."""
         super().__init__("glm:semanticProbe:SemanticProbe", name, None, opts)
-        probe = config.semantic_probe
         child = pulumi.ResourceOptions(parent=self)
         context, tag = build_context()
         image = docker.Image(
@@ -184,18 +201,18 @@ class SemanticProbe(pulumi.ComponentResource):
             build=docker.DockerBuildArgs(
                 context=context,
                 dockerfile=f"{context}/Dockerfile",
-                args={"BASE_IMAGE": probe.base_image},
+                args={"BASE_IMAGE": spec.probe.base_image},
                 builder_version=docker.BuilderVersion.BUILDER_BUILD_KIT,
             ),
             skip_push=True,
             opts=child,
         )
         params = pulumi.Output.from_input(front_host).apply(
-            lambda host: render_params(probe_settings(config, host, upstream))
+            lambda host: render_params(probe_settings(spec, host, upstream))
         )
         container = docker.Container(
             f"{name}-container",
-            name=container_name(config.container.name),
+            name=container_name(spec.container.name),
             image=image.image_name,
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
             uploads=[
@@ -206,10 +223,10 @@ class SemanticProbe(pulumi.ComponentResource):
                 ),
             ],
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="semantic-probe")],
-            hosts=upstream_hosts(config.container),
+            hosts=upstream_hosts(spec.container),
             restart="unless-stopped",
             log_driver="json-file",
-            log_opts=config.container.log_opts,
+            log_opts=spec.container.log_opts,
             # A fixed container name cannot exist twice: remove the old one first.
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )

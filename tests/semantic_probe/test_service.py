@@ -12,7 +12,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from components.semantic_probe import PROBE_STEPS
-from components.semantic_probe.resource import probe_settings
+from components.semantic_probe.resource import SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import (
     ProbeMetrics,
     ProbeSettings,
@@ -26,10 +26,15 @@ RUNTIME = {"VLLM_SIM_RUNTIME_FAULTS": "1"}
 
 
 def settings_for(endpoint: str, sim: Sim, **probe: int) -> ProbeSettings:
-    config = local_config(**{}).model_copy(
-        update={"semantic_probe": local_config().semantic_probe.model_copy(update=probe)}
+    config = local_config()
+    spec = SemanticProbeSpec(
+        probe=config.semantic_probe.model_copy(update=probe),
+        smoke=config.smoke,
+        served_name=config.model.served_name,
+        max_model_len=config.serving.max_model_len,
+        container=config.container,
     )
-    base = probe_settings(config, "unused", f"127.0.0.1:{sim.port}")
+    base = probe_settings(spec, "unused", f"127.0.0.1:{sim.port}")
     return dataclasses.replace(base, endpoint=endpoint)
 
 
