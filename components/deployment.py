@@ -47,54 +47,26 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     # Rendered once: the serving containers run it, the gates quote it, the fingerprint hashes it.
     serving = render_serving(config)
     served = served_model(serving, config.serving_image, secrets.serving_env_names)
-    served_fingerprint = fingerprint(served)
     promoted = promoted_image(config.promote_from, served) if config.promote_from else None
     api_key = secrets.api_keys.apply(_first_key)
-    several = len(config.target.hosts) > 1
-    # The front's host keeps the one-host names; the others are named after the host. A rolling
-    # update replaces one replica at a time: each waits for the previous host's gate.
-    replicas: list[_Replica] = []
-    for host in config.target.hosts:
-        after: list[pulumi.Resource] = [replicas[-1].gate] if replicas and replicas[-1].gate else []
-        replicas.append(_replica(config, serving, secrets, stack, host, promoted, api_key, several, after))
-    front_replica = next(r for r in replicas if r.host is config.target.host)
-    server, image, volume = front_replica.server, front_replica.image, front_replica.volume
-    provider = front_replica.provider
-    upstream: str | list[str] = server.upstream
-    targets: str | dict[str, str] = server.upstream
-    if several:
-        upstream = [r.upstream for r in replicas]
-        targets = {r.host.name: r.upstream for r in replicas}
-    gates = [r.gate for r in replicas if r.gate is not None]
-    probe = config.semantic_probe
-    # Keys only once the hosts passed preflight: a refused host leaves nothing in the state.
-    after_hosts = pulumi.ResourceOptions(depends_on=[r.server for r in replicas])
-    probe_key = (
-        GeneratedKey(f"{stack}-semantic-probe-key", probe.client_name, "sk-probe-", opts=after_hosts)
-        if semantic_probe_runs(config)
-        else None
-    )
-    # The gate's own metrics key: the KV-pool check reads vLLM's /metrics through the front, on
-    # every stack, unless glm:smoke.metricsUrl names another source.
-    gate_metrics_key = (
-        None
-        if config.smoke.metrics_url
-        else GeneratedKey(
-            f"{stack}-smoke-metrics-key", GATE_METRICS_CLIENT, "sk-gate-metrics-", opts=after_hosts
-        ).key
-    )
+    replicas = _replicas(config, serving, secrets, stack, promoted, api_key)
+    home = next(r for r in replicas if r.host is config.target.host)  # the front's host
+    several = len(replicas) > 1
+    keys = _GeneratedKeys.create(config, stack, after_hosts=[r.server for r in replicas])
     front = NginxFront(
         f"{stack}-front",
         config.front,
         config.target.host,
         config.container,
-        network_name=server.network_name,
-        upstream=upstream,
-        api_keys=_with_key(secrets.api_keys, probe.client_name, probe_key.key if probe_key else None)
+        network_name=home.server.network_name,
+        upstream=[r.upstream for r in replicas] if several else home.upstream,
+        api_keys=_with_key(secrets.api_keys, config.semantic_probe.client_name, keys.probe)
         or secrets.api_keys,
         tls_files=secrets.tls_files,
-        metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, gate_metrics_key),
-        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server, *gates]),
+        metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
+        opts=pulumi.ResourceOptions(
+            providers=[home.provider], depends_on=[home.server, *[r.gate for r in replicas if r.gate]]
+        ),
     )
     for replica in replicas:
         warn_when_replaced(
@@ -104,9 +76,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     monitoring = PrometheusScrape(
         f"{stack}-monitoring",
         scrape_spec(config),
-        network_name=server.network_name,
-        target=targets,
-        opts=pulumi.ResourceOptions(providers=[provider], depends_on=[server]),
+        network_name=home.server.network_name,
+        target={r.host.name: r.upstream for r in replicas} if several else home.upstream,
+        opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[home.server]),
     )
     smoke = SmokeTest(
         f"{stack}-smoke",
@@ -114,50 +86,97 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         config.smoke,
         front_url=front.url,
         api_key=api_key,
-        image_ref=image.ref,
+        image_ref=home.image.ref,
         metrics_url=config.smoke.metrics_url or front.metrics_url,
-        metrics_key=gate_metrics_key,
+        metrics_key=keys.gate_metrics,
         front_fingerprint=front.fingerprint,
         # Several replicas: any one replaced re-runs the front's gate.
-        container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join)
-        if several
-        else server.container.id,
+        container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join),
         opts=pulumi.ResourceOptions(depends_on=[*[r.server for r in replicas], front, monitoring]),
     )
-    if probe_key is not None:
+    probe = None
+    if keys.probe is not None:
         # Started once the gate passed: a loading engine is the gate's business, not an alert.
-        semantic_probe = SemanticProbe(
+        probe = SemanticProbe(
             f"{stack}-semantic-probe",
             SemanticProbeSpec(
                 probe=config.semantic_probe,
                 smoke=config.smoke,
-                served_name=config.model.served_name,
-                max_model_len=config.serving.max_model_len,
+                served_name=serving.served_name,
+                max_model_len=serving.max_model_len,
                 container=config.container,
             ),
-            network_name=server.network_name,
+            network_name=home.server.network_name,
             front_host=front.hostname,  # the probe starts after the gate, which waits for the front
-            upstream=server.upstream,
-            api_key=probe_key.key,
-            opts=pulumi.ResourceOptions(providers=[provider], depends_on=[smoke]),
+            upstream=home.server.upstream,
+            api_key=keys.probe,
+            opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[smoke]),
         )
+    outputs = _outputs(config, serving, served, home, front, monitoring, smoke)
+    if probe is not None:
+        outputs["semanticProbe"] = probe.container_name
+    if several:
+        outputs["replicas"] = {r.host.name: r.gate.results for r in replicas if r.gate is not None}
+    if promoted is not None:
+        outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
+    return outputs
+
+
+@dataclass
+class _GeneratedKeys:
+    """Keys the stack makes for its own clients, secret, kept in the state (``GeneratedKey``)."""
+
+    probe: pulumi.Output[str] | None
+    """The semantic probe's API key, when the probe runs."""
+    gate_metrics: pulumi.Output[str] | None
+    """The gate's metrics key: the KV-pool check reads vLLM's /metrics through the front, on every
+    stack, unless glm:smoke.metricsUrl names another source."""
+
+    @classmethod
+    def create(cls, config: StackConfig, stack: str, after_hosts: list[VllmServer]) -> _GeneratedKeys:
+        # Only once the hosts passed preflight: a refused host leaves nothing in the state.
+        opts = pulumi.ResourceOptions(depends_on=after_hosts)
+        probe = config.semantic_probe
+        return cls(
+            probe=GeneratedKey(f"{stack}-semantic-probe-key", probe.client_name, "sk-probe-", opts=opts).key
+            if semantic_probe_runs(config)
+            else None,
+            gate_metrics=None
+            if config.smoke.metrics_url
+            else GeneratedKey(
+                f"{stack}-smoke-metrics-key", GATE_METRICS_CLIENT, "sk-gate-metrics-", opts=opts
+            ).key,
+        )
+
+
+def _outputs(
+    config: StackConfig,
+    serving: ServingSpec,
+    served: dict[str, Any],
+    home: _Replica,
+    front: NginxFront,
+    monitoring: PrometheusScrape,
+    smoke: SmokeTest,
+) -> dict[str, Any]:
+    """The stack outputs every stack has (``deploy`` adds those of the probe, replicas, promotion)."""
+    served_fingerprint = fingerprint(served)
     outputs: dict[str, Any] = {
         "endpoint": front.url,
         # vLLM's /metrics through the front, for glm:metricsKeys bearer tokens only.
         "metricsEndpoint": front.metrics_url,
         "frontFingerprint": front.fingerprint,
-        "servedModelName": config.model.served_name,
+        "servedModelName": serving.served_name,
         "vllmCommandLine": command_line(serving.argv),
         # The same argv as a list, for tools (the probe, make debug): nothing parses the string back.
         "vllmArgs": serving.argv,
-        "imageRef": image.ref,
-        "curl": front.url.apply(lambda url: _curl(url, config)),
+        "imageRef": home.image.ref,
+        "curl": front.url.apply(lambda url: _curl(url, serving.served_name)),
         "prometheusUrl": monitoring.url,
-        "cacheVolume": volume.cache_volume_name,
+        "cacheVolume": home.volume.cache_volume_name,
         "smoke": smoke.results,
         "fingerprint": served_fingerprint,
         # Published only by an update whose gate passed: what a promotion may take.
-        "verified": pulumi.Output.all(smoke.results, image.verified_ref).apply(
+        "verified": pulumi.Output.all(smoke.results, home.image.verified_ref).apply(
             lambda gate_and_ref: {
                 "fingerprint": served_fingerprint,
                 "servedModel": served,
@@ -165,15 +184,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
             }
         ),
     }
-    if probe_key is not None:
-        outputs["semanticProbe"] = semantic_probe.container_name
-    if several:
-        outputs["replicas"] = {r.host.name: r.gate.results for r in replicas if r.gate is not None}
     if config.rehearsing:
         # Stated in the outputs too, so that nobody mistakes this stack's gate for the model's.
         outputs["rehearsal"] = {"hardware": config.hardware, "replaced": config.rehearsal_replaced()}
-    if promoted is not None:
-        outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
     return outputs
 
 
@@ -202,6 +215,25 @@ class _Replica:
     upstream: str
     """Where the front reaches this replica: the private network alias, or the host's address."""
     gate: ReplicaGate | None
+
+
+def _replicas(
+    config: StackConfig,
+    serving: ServingSpec,
+    secrets: Secrets,
+    stack: str,
+    promoted: pulumi.Output[str] | None,
+    api_key: pulumi.Output[str],
+) -> list[_Replica]:
+    """One replica per host. The front's host keeps the one-host names; the others are named after
+    the host. A rolling update replaces one replica at a time: each waits for the previous host's
+    gate."""
+    several = len(config.target.hosts) > 1
+    replicas: list[_Replica] = []
+    for host in config.target.hosts:
+        after: list[pulumi.Resource] = [replicas[-1].gate] if replicas and replicas[-1].gate else []
+        replicas.append(_replica(config, serving, secrets, stack, host, promoted, api_key, several, after))
+    return replicas
 
 
 def _replica(
@@ -282,10 +314,10 @@ def _replica(
     return _Replica(host, provider, image, volume, server, upstream, gate)
 
 
-def _curl(url: str, config: StackConfig) -> str:
+def _curl(url: str, served_name: str) -> str:
     """A command to paste: every value shell-quoted, the body built as JSON (never by hand)."""
     body = json.dumps(
-        {"model": config.model.served_name, "messages": [{"role": "user", "content": "What is 13*17?"}]},
+        {"model": served_name, "messages": [{"role": "user", "content": "What is 13*17?"}]},
         separators=(",", ":"),
     )
     return (
