@@ -24,6 +24,17 @@ def is_secret(value: Any) -> bool:
     return isinstance(value, dict) and value.get(_SIG_KEY) == _SECRET_SIG
 
 
+def redacted(value: Any) -> Any:
+    """A registered input as a preview shows it: every secret-wrapped value is ``[secret]``."""
+    if is_secret(value):
+        return "[secret]"
+    if isinstance(value, dict):
+        return {k: redacted(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redacted(v) for v in value]
+    return value
+
+
 def unwrap(value: Any) -> Any:
     """The plain value of a registered input, secrets unwrapped (for assertions on content)."""
     if is_secret(value):

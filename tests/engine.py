@@ -54,7 +54,7 @@ def engine_missing() -> str | None:
     return None
 
 
-def without_secrets(stack_file: Path) -> str:
+def stack_file_without_secrets(stack_file: Path) -> str:
     """A stack file's text with a user's passphrase salt and encrypted values left out: the copies
     get their own secrets, under the tests' own passphrase."""
     data = yaml.safe_load(stack_file.read_text()) or {}
@@ -94,7 +94,7 @@ class PulumiProject:
             else:
                 shutil.copy2(source, into / name)
         for stack_file in PROJECT.glob("Pulumi.*.yaml"):
-            (into / stack_file.name).write_text(without_secrets(stack_file))
+            (into / stack_file.name).write_text(stack_file_without_secrets(stack_file))
         (into / ".venv").symlink_to(PROJECT / ".venv")
         (into / "state").mkdir()
         return cls(into)

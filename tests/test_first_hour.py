@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.engine import PROJECT, engine_missing, free_port, without_secrets
+from tests.engine import PROJECT, engine_missing, free_port, stack_file_without_secrets
 
 
 def apt_sources_uris() -> set[str]:
@@ -59,7 +59,7 @@ def test_test_copies_of_a_stack_file_carry_no_users_secrets(tmp_path: Path) -> N
         "config:\n  glm:hardware: local\n  glm:apiKeys:\n    local:\n      secure: v1:abc\n"
         "  glm:front:\n    port: 8081\nencryptionsalt: v1:salt\n"
     )
-    copied = yaml.safe_load(without_secrets(stack_file))
+    copied = yaml.safe_load(stack_file_without_secrets(stack_file))
     assert copied == {"config": {"glm:hardware": "local", "glm:front": {"port": 8081}}}
 
 

@@ -50,7 +50,7 @@ from components.nginx_front import (
 )
 from components.nginx_reload import START_COMMAND
 from components.profiles import PROFILES
-from tests.conftest import PROJECT, TEST_HOST_KEY, construct
+from tests.conftest import PROJECT, TEST_HOST_KEY, construct, redacted
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -757,16 +757,6 @@ def test_ssh_targets_reload_with_the_docker_providers_host_key_check() -> None:
     assert "User=deploy" in opts
 
 
-def without_secrets(value: Any) -> Any:
-    if rpc.is_rpc_secret(value):
-        return "[secret]"
-    if isinstance(value, dict):
-        return {k: without_secrets(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [without_secrets(v) for v in value]
-    return value
-
-
 @pytest.mark.parametrize("secret_keys", [True, False], ids=["secret-keys", "plain-keys"])
 def test_key_files_are_a_secret_and_keys_appear_nowhere_else(secret_keys: bool) -> None:
     keys = pulumi.Output.secret(KEYS) if secret_keys else pulumi.Output.from_input(KEYS)
@@ -785,7 +775,7 @@ def test_key_files_are_a_secret_and_keys_appear_nowhere_else(secret_keys: bool) 
     # What a reviewer sees: names and hashes, in plain.
     assert reload["api_key_names"] == ["alice", "bob"] and reload["metrics_key_names"] == ["prom"]
     assert len(reload["secrets_digest"]) == 32 and len(reload["fingerprint"]) == 64
-    visible = json.dumps(without_secrets(mocks.registered), default=str)
+    visible = json.dumps(redacted(mocks.registered), default=str)
     assert all(key not in visible for key in [*KEYS.values(), *METRICS.values()])
 
 
@@ -821,7 +811,7 @@ def test_tls_files_are_delivered_with_the_key_secret() -> None:
     assert "listen 8080 ssl;" in reload["nginx_conf"]
     assert "ssl_certificate tls.crt;" in reload["nginx_conf"]
     assert outputs["url"] == "https://gpu01:8008/v1"
-    visible = json.dumps(without_secrets(mocks.registered), default=str)
+    visible = json.dumps(redacted(mocks.registered), default=str)
     assert "PRIVATE KEY" not in visible
 
 

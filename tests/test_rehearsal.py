@@ -24,7 +24,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from tests.engine import PROJECT, PulumiProject, engine_missing, without_secrets
+from tests.engine import PROJECT, PulumiProject, engine_missing, stack_file_without_secrets
 from tests.standin_host import StandinHost, unavailable_reason
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
@@ -186,7 +186,9 @@ def init_rehearsal(
     """Stack ``name`` from ``Pulumi.<stack>.yaml``, rehearsed on ``host``, plus ``config`` (typed as
     the CLI guesses: numbers, booleans) and ``strings`` (kept strings, e.g. env values)."""
     if name != stack:  # the committed stack file, not the copy an earlier test changed
-        (project.root / f"Pulumi.{name}.yaml").write_text(without_secrets(PROJECT / f"Pulumi.{stack}.yaml"))
+        (project.root / f"Pulumi.{name}.yaml").write_text(
+            stack_file_without_secrets(PROJECT / f"Pulumi.{stack}.yaml")
+        )
     project.init_stack(
         name, config={**rehearsal_config(host, stack), **(config or {})}, secrets={"glm:apiKeys.e2e": API_KEY}
     )

@@ -18,7 +18,7 @@ from pulumi.runtime import rpc
 from components.config import StackConfig, build_stack_config
 from components.gate.resource import VERSION, SmokeTest, SmokeTestProvider
 from components.vllm_server import render_env, render_flags, render_serving
-from tests.conftest import stack_config
+from tests.conftest import redacted, stack_config
 
 DYNAMIC = "pulumi-python:dynamic:Resource"
 KEY = "sk-mock-a800-key-0123456789abcdef"
@@ -81,17 +81,6 @@ def gate_inputs(mocks: RecordingMocks) -> dict[str, Any]:
     return found[0]
 
 
-def without_secrets(value: Any) -> Any:
-    """The registered inputs with every secret-wrapped value blanked out."""
-    if rpc.is_rpc_secret(value):
-        return "[secret]"
-    if isinstance(value, dict):
-        return {k: without_secrets(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [without_secrets(v) for v in value]
-    return value
-
-
 @pytest.fixture(scope="module")
 def secret_key_run() -> tuple[RecordingMocks, dict[str, Any]]:
     return build(pulumi.Output.secret(KEY))
@@ -134,7 +123,7 @@ def test_api_key_is_a_secret_input_and_appears_nowhere_in_plain_text(secret_key_
     assert rpc.is_rpc_secret(inputs["api_key"])
     assert rpc.unwrap_rpc_secret(inputs["api_key"]) == KEY
     for _, _, registered in mocks.registered:
-        assert KEY not in json.dumps(without_secrets(registered), default=str)
+        assert KEY not in json.dumps(redacted(registered), default=str)
 
 
 def test_a_plain_key_is_made_secret_too() -> None:
@@ -164,6 +153,6 @@ def test_metrics_url_is_passed_when_given() -> None:
 
 def test_inputs_are_identical_across_runs(secret_key_run) -> None:
     """No timestamps or random values: a preview after an up shows no change."""
-    first = without_secrets(gate_inputs(secret_key_run[0]))
-    second = without_secrets(gate_inputs(build(pulumi.Output.secret(KEY))[0]))
+    first = redacted(gate_inputs(secret_key_run[0]))
+    second = redacted(gate_inputs(build(pulumi.Output.secret(KEY))[0]))
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
