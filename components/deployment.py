@@ -167,8 +167,10 @@ def _outputs(
         "frontFingerprint": front.fingerprint,
         "servedModelName": serving.served_name,
         "vllmCommandLine": command_line(serving.argv),
-        # The same argv as a list, for tools (the probe, make debug): nothing parses the string back.
+        # The same argv as a list (make debug runs it), and its flags by name (the probe reads
+        # --max-num-seqs there): nothing parses the command line back.
         "vllmArgs": serving.argv,
+        "vllmFlags": serving.flags,
         "imageRef": home.image.ref,
         "curl": front.url.apply(lambda url: _curl(url, serving.served_name)),
         "prometheusUrl": monitoring.url,

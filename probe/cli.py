@@ -118,7 +118,7 @@ def settings_from(args: argparse.Namespace, target: Target, max_num_seqs: int | 
         lag = 20.0 if target.metrics_url and "/federate" in target.metrics_url else 0.0
     source = ""
     if max_num_seqs:
-        source = "--max-num-seqs" if args.max_num_seqs else "the stack's vllmArgs"
+        source = "--max-num-seqs" if args.max_num_seqs else "the stack's vllmFlags"
     return Settings(
         request_timeout=args.request_timeout,
         min_prefill_tps=args.min_prefill_tps,

@@ -13,6 +13,7 @@ import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote
 
 FEDERATE_MATCH = '{__name__=~"vllm:.*"}'
@@ -41,18 +42,15 @@ def federate_url(prometheus_url: str) -> str:
     return f"{prometheus_url.rstrip('/')}/federate?match[]={quote(FEDERATE_MATCH, safe='')}"
 
 
-def max_num_seqs_from(vllm_args: list[str]) -> int | None:
-    """``--max-num-seqs`` of the serving container's argv (stack output ``vllmArgs``: one
-    ``--flag=value`` per element, as the program renders it).
+def max_num_seqs_from(vllm_flags: Any) -> int | None:
+    """``--max-num-seqs`` of the serving container (stack output ``vllmFlags``: each rendered flag
+    and its value).
 
-    >>> max_num_seqs_from(["/m", "--max-num-seqs=16", "--port=8000"])
-    16
+    >>> max_num_seqs_from({"--max-num-seqs": "16", "--port": "8000"}), max_num_seqs_from({})
+    (16, None)
     """
-    for arg in vllm_args:
-        if arg.startswith("--max-num-seqs="):
-            value = arg.split("=", 1)[1]
-            return int(value) if value.isdigit() else None
-    return None
+    value = vllm_flags.get("--max-num-seqs") if isinstance(vllm_flags, dict) else None
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 class PulumiStack:
@@ -85,8 +83,7 @@ class PulumiStack:
         info = StackInfo(endpoint=endpoint)
         if isinstance(outputs.get("prometheusUrl"), str):
             info.metrics_url = federate_url(outputs["prometheusUrl"])
-        if isinstance(outputs.get("vllmArgs"), list):
-            info.max_num_seqs = max_num_seqs_from([str(a) for a in outputs["vllmArgs"]])
+        info.max_num_seqs = max_num_seqs_from(outputs.get("vllmFlags"))
         try:
             info.profile = self._run("config", "get", "glm:hardware") or None
         except StackError:

@@ -187,7 +187,7 @@ def fake_pulumi(tmp_path: Path, url: str) -> Path:
     """A `pulumi` that answers the three look-ups --stack makes, like the real CLI would."""
     outputs = {
         "endpoint": f"{url}/v1",
-        "vllmArgs": ["/models/x", "--max-num-seqs=4", "--port=8000"],
+        "vllmFlags": {"--max-num-seqs": "4", "--port": "8000"},
     }
     script = tmp_path / "pulumi"
     script.write_text(
@@ -233,7 +233,7 @@ def test_cli_with_a_stack_writes_the_result_report_and_plots(sim: SimFactory, tm
     assert result["target"]["profile"] == "ascend" and result["target"]["is_simulator"] is True
     assert result["target"]["sources"]["api_key"] == "glm:apiKeys.ci of stack ascend-test"
     assert [lv["concurrency"] for lv in result["concurrency"]["levels"]] == [1, 2, 4]  # --max-num-seqs 4
-    assert result["concurrency"]["max_num_seqs_source"] == "the stack's vllmArgs"
+    assert result["concurrency"]["max_num_seqs_source"] == "the stack's vllmFlags"
     assert result["context"]["no_cliff_up_to_max_model_len"] is True
     assert result["context"]["ceiling_tokens"] > 8192 - 64
     assert result["spec_decode"]["acceptance"] == pytest.approx(0.5, abs=0.1)
@@ -322,6 +322,6 @@ def test_seed_ratios_and_stack_helpers() -> None:
     assert figures["kv_pool.tokens"]["ratio"] == 0.5 and figures["single_stream.decode_tok_s"]["ratio"] == 0.5
     assert seeds.compare("local", result)["reason"] == "no seed figures for profile 'local'"
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0 and percentile([], 99) is None
-    assert max_num_seqs_from(["/m", "--max-num-seqs=32"]) == 32
-    assert max_num_seqs_from(["/m"]) is None
+    assert max_num_seqs_from({"--max-num-seqs": "32"}) == 32
+    assert max_num_seqs_from({"--port": "8000"}) is None and max_num_seqs_from(None) is None
     assert federate_url("http://h:9090/").startswith("http://h:9090/federate?match[]=%7B__name__")

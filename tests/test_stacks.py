@@ -4,6 +4,7 @@ its components are wired (the components' own renders are in tests/test_<compone
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -23,6 +24,10 @@ def test_outputs_for_reviewers_and_operators(deployed: dict[str, Deployment], st
         assert outputs.get(key), f"stack output {key} missing"
     assert outputs["vllmCommandLine"].startswith("vllm serve ")
     assert "$GLM_API_KEY" in outputs["curl"]
+    # vllmFlags is the argv's flags by name: the same rendering, nothing parsed back.
+    flags = outputs["vllmFlags"]
+    assert sorted(outputs["vllmArgs"][1:]) == sorted(f if v is True else f"{f}={v}" for f, v in flags.items())
+    assert shlex.split(outputs["vllmCommandLine"]) == ["vllm", "serve", *outputs["vllmArgs"]]
 
 
 @pytest.mark.parametrize("stack", profile_stacks())
