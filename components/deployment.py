@@ -49,7 +49,11 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     served = served_model(serving, config.serving_image, secrets.serving_env_names)
     promoted = promoted_image(config.promote_from, served) if config.promote_from else None
     api_key = secrets.api_keys.apply(_first_key)
-    replicas = _replicas(config, serving, secrets, stack, promoted, api_key)
+    # A rolling update replaces one replica at a time: each waits for the previous host's gate.
+    replicas: list[_Replica] = []
+    for host in config.target.hosts:
+        after: list[pulumi.Resource] = [replicas[-1].gate] if replicas and replicas[-1].gate else []
+        replicas.append(_replica(config, serving, secrets, stack, host, promoted, api_key, after))
     home = next(r for r in replicas if r.host is config.target.host)  # the front's host
     several = len(replicas) > 1
     keys = _GeneratedKeys.create(config, stack, after_hosts=[r.server for r in replicas])
@@ -219,25 +223,6 @@ class _Replica:
     gate: ReplicaGate | None
 
 
-def _replicas(
-    config: StackConfig,
-    serving: ServingSpec,
-    secrets: Secrets,
-    stack: str,
-    promoted: pulumi.Output[str] | None,
-    api_key: pulumi.Output[str],
-) -> list[_Replica]:
-    """One replica per host. The front's host keeps the one-host names; the others are named after
-    the host. A rolling update replaces one replica at a time: each waits for the previous host's
-    gate."""
-    several = len(config.target.hosts) > 1
-    replicas: list[_Replica] = []
-    for host in config.target.hosts:
-        after: list[pulumi.Resource] = [replicas[-1].gate] if replicas and replicas[-1].gate else []
-        replicas.append(_replica(config, serving, secrets, stack, host, promoted, api_key, several, after))
-    return replicas
-
-
 def _replica(
     config: StackConfig,
     serving: ServingSpec,
@@ -246,10 +231,10 @@ def _replica(
     host: HostConfig,
     promoted: pulumi.Output[str] | None,
     api_key: pulumi.Output[str],
-    several: bool,
     after: list[pulumi.Resource],
 ) -> _Replica:
-    """One host's preflight, image, model volume, serving container and (with several) gate."""
+    """One host's preflight, image, model volume, serving container and (with several) gate. The
+    front's host keeps the one-host names; the others are named after the host."""
     on_front = host is config.target.host
     prefix = stack if on_front else f"{stack}-{host.name}"
     docker_host = host.docker_host
@@ -302,7 +287,7 @@ def _replica(
         address = f"[{publish_on}]" if ":" in publish_on else publish_on
         upstream = f"{address}:{config.serving.port}"
     gate = None
-    if several:
+    if len(config.target.hosts) > 1:
         gate = ReplicaGate(
             f"{prefix}-replica",
             serving,
