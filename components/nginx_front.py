@@ -417,6 +417,33 @@ def front_fingerprint(
     return _sha256(json.dumps({**parts, "secrets": secrets}, sort_keys=True))
 
 
+def _secret_files(
+    front: FrontConfig,
+    upstream: str | Sequence[str],
+    api_keys: pulumi.Output[dict[str, str]],
+    metrics_keys: pulumi.Output[dict[str, str]],
+    tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
+) -> pulumi.Output[dict[str, str]]:
+    """The front's files that hold keys or TLS material, as one secret (delivered on stdin)."""
+    tls_pair = pulumi.Output.all(*tls_files) if front.tls and tls_files is not None else None
+
+    def secret_files(args: list[object]) -> dict[str, str]:
+        keys, scrapers, *pair = args
+        files = render_front_files(
+            front,
+            upstream,
+            dict(keys),  # type: ignore[call-overload]
+            dict(scrapers),  # type: ignore[call-overload]
+            (str(pair[0][0]), str(pair[0][1])) if pair else None,  # type: ignore[index]
+        )
+        return {k: v for k, v in files.items() if k in SECRET_FILES}
+
+    inputs: list[pulumi.Input[object]] = [api_keys, metrics_keys]
+    if tls_pair is not None:
+        inputs.append(tls_pair)
+    return pulumi.Output.secret(pulumi.Output.all(*inputs).apply(secret_files))
+
+
 class NginxFront(pulumi.ComponentResource):
     """Nginx in front of vLLM: the only published port of the stack."""
 
@@ -496,25 +523,7 @@ class NginxFront(pulumi.ComponentResource):
         key_names = pulumi.Output.unsecret(pulumi.Output.from_input(api_keys).apply(sorted))
         metrics = pulumi.Output.from_input(metrics_keys if metrics_keys is not None else {})
         metrics_names = pulumi.Output.unsecret(metrics.apply(sorted))
-        tls_pair = pulumi.Output.all(*tls_files) if front.tls and tls_files is not None else None
-
-        def secret_files(args: list[object]) -> dict[str, str]:
-            keys, scrapers, *pair = args
-            files = render_front_files(
-                front,
-                upstream,
-                dict(keys),  # type: ignore[call-overload]
-                dict(scrapers),  # type: ignore[call-overload]
-                (str(pair[0][0]), str(pair[0][1])) if pair else None,  # type: ignore[index]
-            )
-            return {k: v for k, v in files.items() if k in SECRET_FILES}
-
-        inputs: list[pulumi.Input[object]] = [api_keys, metrics]
-        if tls_pair is not None:
-            inputs.append(tls_pair)
-        files: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
-            pulumi.Output.all(*inputs).apply(secret_files)
-        )
+        files = _secret_files(front, upstream, api_keys, metrics, tls_files)
         # Hashes, not values: shown in the diff and fed to the gate, so they are safe in plain.
         digest = pulumi.Output.unsecret(files.apply(secrets_digest))
         cert_sha = (
@@ -550,9 +559,8 @@ class NginxFront(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[nginx]),
         )
 
-        base = public_base(front, host)
-        self.url = pulumi.Output.from_input(f"{base}/v1")
-        self.metrics_url = pulumi.Output.from_input(f"{base}/metrics")
+        self.url = pulumi.Output.from_input(public_url(front, host))
+        self.metrics_url = pulumi.Output.from_input(f"{public_base(front, host)}/metrics")
         # Known at preview, so a config reload never shows as a change of what only needs the name.
         self.hostname = container_name
         # Outputs resolve once the new config is live, so dependents (the gate) see the new front.
