@@ -45,20 +45,15 @@ from components.config import GATE_METRICS_CLIENT, build_stack_config  # noqa: E
 from components.deployment import scrape_spec  # noqa: E402
 from components.gate.checks import run_gate  # noqa: E402
 from components.gate.resource import gate_params  # noqa: E402
-from components.nginx_front import render_nginx_conf  # noqa: E402
 from components.prometheus_scrape import render_alert_rules, render_prometheus_config  # noqa: E402
 from components.vllm_server import render_argv, render_serving  # noqa: E402
+from tests.engine import free_port  # noqa: E402
+from tests.gate.support import start_front  # noqa: E402
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 KEY = "sk-benchmark-0123456789abcdef0123"
 METRICS_KEY = "sk-gate-metrics-fedcba98765432100123"
 MAX_RUNS = 50
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_listening(port: int, timeout: float = 10.0) -> None:
@@ -130,35 +125,10 @@ def one_run(
         endpoint = f"http://127.0.0.1:{sim_port}/v1"
         steps = ["models", "arithmetic", "tool_call", "kv_pool"]
         if use_front:
-            front_port = free_port()
-            conf = render_nginx_conf(
-                config.front,
-                f"127.0.0.1:{sim_port}",
-                {"bench": KEY},
-                metrics_keys={GATE_METRICS_CLIENT: METRICS_KEY},
-                listen=f"127.0.0.1:{front_port}",
-                runtime_dir=runtime,
+            front, front_port = start_front(
+                sim_port, {"bench": KEY}, Path(runtime), metrics_keys={GATE_METRICS_CLIENT: METRICS_KEY}
             )
-            Path(runtime, "nginx.conf").write_text(conf)
-            nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-            procs.append(
-                subprocess.Popen(
-                    [
-                        nginx,
-                        "-e",
-                        "stderr",
-                        "-p",
-                        runtime,
-                        "-c",
-                        f"{runtime}/nginx.conf",
-                        "-g",
-                        "daemon off;",
-                    ],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-            wait_listening(front_port)
+            procs.append(front)
             endpoint = f"http://127.0.0.1:{front_port}/v1"
             steps = [*steps, "front_auth", "streaming"]
             if metrics == "front":

@@ -25,7 +25,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -37,10 +36,9 @@ import pytest
 import yaml
 
 from components.config import ALL_SMOKE_STEPS, build_stack_config
-from components.nginx_front import render_nginx_conf
 from tests.conftest import PROJECT
-from tests.engine import PulumiProject, free_port
-from tests.gate.support import NGINX, Sim, start_sim, stop
+from tests.engine import PulumiProject
+from tests.gate.support import NGINX, Sim, start_front, start_sim, stop
 
 PROGRAM = Path(__file__).resolve().parent / "engine_gate_program"
 VENV = PROJECT / ".venv"
@@ -109,37 +107,6 @@ class GateProject(PulumiProject):
         return json.loads(self.run("stack", "export", "-s", STACK))
 
 
-def start_front(sim: Sim, api_key: str, runtime: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """The real nginx with the rendered front config before ``sim``; returns it and its /v1 URL."""
-    port = free_port()
-    runtime.mkdir()
-    runtime.chmod(0o755)  # nginx workers run as nobody
-    conf = render_nginx_conf(
-        build_stack_config({"hardware": "local"}).front,
-        f"127.0.0.1:{sim.port}",
-        {"ci": api_key},
-        listen=f"127.0.0.1:{port}",
-        runtime_dir=str(runtime),
-    )
-    (runtime / "nginx.conf").write_text(conf)
-    proc = subprocess.Popen(
-        [NGINX, "-e", "stderr", "-p", str(runtime), "-c", str(runtime / "nginx.conf"), "-g", "daemon off;"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return proc, f"http://127.0.0.1:{port}/v1"
-        except OSError:
-            if proc.poll() is not None:
-                raise AssertionError("nginx exited at start") from None
-            time.sleep(0.05)
-    stop(proc)
-    raise AssertionError("nginx did not listen")
-
-
 @dataclass
 class Setup:
     project: GateProject
@@ -155,8 +122,9 @@ def setup(tmp_path: Path) -> Iterator[Setup]:
     procs: list[subprocess.Popen[Any]] = [sim.proc]
     try:
         sim.wait_ready()
-        front, front_url = start_front(sim, api_key, tmp_path / "nginx")
+        front, port = start_front(sim.port, {"ci": api_key}, tmp_path / "nginx")
         procs.append(front)
+        front_url = f"http://127.0.0.1:{port}/v1"
         yield Setup(GateProject.copy_of_program(tmp_path / "program"), sim, front_url, api_key)
     finally:
         for proc in procs:

@@ -51,6 +51,7 @@ from components.nginx_front import (
 from components.nginx_reload import START_COMMAND
 from components.profiles import PROFILES
 from tests.conftest import PROJECT, TEST_HOST_KEY, construct, redacted
+from tests.engine import free_port
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -72,12 +73,6 @@ def stack(hardware: str, **overrides: Any) -> StackConfig:
 
 
 # ---- processes -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> None:

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from probe.measure import Probe, Settings, Target, percentile
 from probe.metrics import Snapshot
 from probe.prompts import SENTENCES, TokenModel, UniqueText
 from probe.stack import federate_url, max_num_seqs_from
+from tests.engine import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM = ROOT / "images" / "vllm-sim" / "vllm_sim.py"
@@ -35,12 +35,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # Fast requests: a hang costs ~1 s; prefill at 1M tokens/s never looks like one.
 FAST = {"request_timeout": 1.0, "min_prefill_tps": 1_000_000.0}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 SimFactory = Callable[..., str]

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -13,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from components.config import StackConfig
-from components.nginx_front import render_nginx_conf
-from tests.gate.support import KEY, NGINX, BufferingProxy, Sim, free_port, local_config, start_sim, stop
+from tests.gate.support import KEY, BufferingProxy, Sim, local_config, start_front, start_sim, stop
 
 
 @pytest.fixture
@@ -40,43 +37,9 @@ def front(tmp_path: Path) -> Iterator[Callable[[Sim], str]]:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(sim: Sim) -> str:
-        port = free_port()
-        runtime = tmp_path / f"nginx-{port}"
-        runtime.mkdir()
-        runtime.chmod(0o755)
-        conf = render_nginx_conf(
-            local_config().front,
-            f"127.0.0.1:{sim.port}",
-            {"ci": KEY},
-            listen=f"127.0.0.1:{port}",
-            runtime_dir=str(runtime),
-        )
-        (runtime / "nginx.conf").write_text(conf)
-        proc = subprocess.Popen(
-            [
-                NGINX,
-                "-e",
-                "stderr",
-                "-p",
-                str(runtime),
-                "-c",
-                str(runtime / "nginx.conf"),
-                "-g",
-                "daemon off;",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        proc, port = start_front(sim.port, {"ci": KEY}, tmp_path / f"nginx-{len(procs)}")
         procs.append(proc)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                return f"http://127.0.0.1:{port}/v1"
-            except OSError:
-                assert proc.poll() is None, "nginx exited at start"
-                time.sleep(0.05)
-        raise AssertionError("nginx did not listen")
+        return f"http://127.0.0.1:{port}/v1"
 
     yield start
     for proc in procs:

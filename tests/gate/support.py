@@ -26,8 +26,10 @@ import pytest
 from components.config import StackConfig, build_stack_config
 from components.gate.checks import GateFailure, run_gate
 from components.gate.resource import gate_params
+from components.nginx_front import render_nginx_conf
 from components.vllm_server import render_argv, render_serving
 from tests.conftest import PROJECT
+from tests.engine import free_port
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
@@ -35,12 +37,6 @@ KEY = "sk-smoke-test-0123456789abcdef0123"
 SIM_READY_LINE = "Starting vLLM API server"
 
 needs_nginx = pytest.mark.skipif(not Path(NGINX).exists(), reason="nginx is not installed")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def local_config(**smoke: Any) -> StackConfig:
@@ -110,6 +106,44 @@ def stop(proc: subprocess.Popen[Any]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def start_front(
+    upstream_port: int,
+    api_keys: dict[str, str],
+    runtime: Path,
+    metrics_keys: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], int]:
+    """The real nginx with the local stack's rendered front config, on a free loopback port, before
+    the simulator on ``upstream_port``; returns the process and its port once it listens."""
+    port = free_port()
+    runtime.mkdir(exist_ok=True)
+    runtime.chmod(0o755)  # nginx workers run as nobody
+    conf = render_nginx_conf(
+        build_stack_config({"hardware": "local"}).front,
+        f"127.0.0.1:{upstream_port}",
+        api_keys,
+        metrics_keys=metrics_keys,
+        listen=f"127.0.0.1:{port}",
+        runtime_dir=str(runtime),
+    )
+    (runtime / "nginx.conf").write_text(conf)
+    proc = subprocess.Popen(
+        [NGINX, "-e", "stderr", "-p", str(runtime), "-c", str(runtime / "nginx.conf"), "-g", "daemon off;"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return proc, port
+        except OSError:
+            if proc.poll() is not None:
+                raise AssertionError("nginx exited at start") from None
+            time.sleep(0.05)
+    stop(proc)
+    raise AssertionError("nginx did not listen")
 
 
 class BufferingProxy(BaseHTTPRequestHandler):

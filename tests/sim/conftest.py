@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,8 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.engine import free_port
 
 SIM_DIR = Path(__file__).resolve().parents[2] / "images" / "vllm-sim"
 SIM = SIM_DIR / "vllm_sim.py"
@@ -89,12 +90,6 @@ WEATHER_TOOL = {
         },
     },
 }
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Sim:
