@@ -646,11 +646,15 @@ def test_tls_front_serves_https(sim_port: int, tls_pair: tuple[bytes, bytes], tm
             httpx.get(f"http://127.0.0.1:{tls.port}/healthz", timeout=5).raise_for_status()
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    seen: ClassVar[list[tuple[str, dict[str, str]]]] = []
+class _RecordingUpstream(BaseHTTPRequestHandler):
+    """An upstream that records every request it gets (method, path, headers) and answers 200."""
 
-    def do_GET(self) -> None:
-        self.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+    seen: ClassVar[list[tuple[str, str, dict[str, str]]]] = []
+
+    def _answer(self) -> None:
+        self.seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
         body = b'{"object":"list","data":[]}'
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -658,24 +662,32 @@ class _Recorder(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    do_GET = do_POST = do_DELETE = _answer
+
     def log_message(self, *args: Any) -> None:
         pass
 
 
-def test_key_stays_at_the_front_and_paths_are_normalized() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+@contextlib.contextmanager
+def recording_upstream() -> Iterator[int]:
+    _RecordingUpstream.seen.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RecordingUpstream)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        with nginx_front(stack("local"), f"127.0.0.1:{server.server_address[1]}") as fwd:
-            auth = {"Authorization": f"Bearer {KEYS['alice']}"}
-            for path in ["/v1/models", "/v1/chat/../models", "/metrics/../v1/models"]:
-                assert raw_get(fwd.port, path, auth)[0] == 200
+        yield server.server_address[1]
     finally:
         server.shutdown()
         server.server_close()
-    assert [path for path, _ in _Recorder.seen] == ["/v1/models"] * 3
-    for _, headers in _Recorder.seen:
+
+
+def test_key_stays_at_the_front_and_paths_are_normalized() -> None:
+    with recording_upstream() as port, nginx_front(stack("local"), f"127.0.0.1:{port}") as fwd:
+        auth = {"Authorization": f"Bearer {KEYS['alice']}"}
+        for path in ["/v1/models", "/v1/chat/../models", "/metrics/../v1/models"]:
+            assert raw_get(fwd.port, path, auth)[0] == 200
+    assert [path for _, path, _ in _RecordingUpstream.seen] == ["/v1/models"] * 3
+    for _, _, headers in _RecordingUpstream.seen:
         assert "authorization" not in headers
         assert len(headers["x-request-id"]) == 32
         assert headers["x-forwarded-for"] == "127.0.0.1"
@@ -813,41 +825,6 @@ def test_tls_files_are_delivered_with_the_key_secret() -> None:
 # ---- only the inference routes, no query strings in logs, JSON for bad requests (issue 13) -----
 
 
-class _AnyMethodRecorder(BaseHTTPRequestHandler):
-    """An upstream that records every request it gets and answers 200."""
-
-    seen: ClassVar[list[tuple[str, str]]] = []
-
-    def _answer(self) -> None:
-        self.seen.append((self.command, self.path))
-        length = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(length)
-        body = b'{"object":"list","data":[]}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = do_DELETE = _answer
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def recording_upstream() -> Iterator[int]:
-    _AnyMethodRecorder.seen.clear()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _AnyMethodRecorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 ALLOWED = [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("GET", "/v1/models"),
            ("POST", "/v1/responses")]  # fmt: skip
 REFUSED = [
@@ -872,11 +849,11 @@ def test_only_the_inference_routes_reach_vllm() -> None:
             # Without a key, the answer is the 401 as for every /v1 route.
             bare = httpx.request(method, f"{fwd.base}{path}", timeout=5)
             assert bare.status_code in (401, 404) and bare.json()["error"]
-        assert _AnyMethodRecorder.seen == []
+        assert _RecordingUpstream.seen == []
         for method, path in ALLOWED:
             reply = httpx.request(method, f"{fwd.base}{path}", headers=auth, content=b"{}", timeout=5)
             assert reply.status_code == 200, (path, reply.text)
-    assert _AnyMethodRecorder.seen == ALLOWED
+    assert [(method, path) for method, path, _ in _RecordingUpstream.seen] == ALLOWED
 
 
 def test_query_strings_never_reach_the_logs() -> None:
