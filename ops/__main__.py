@@ -32,7 +32,7 @@ from components.config import (
     build_stack_config,
 )
 from components.target import docker_ssh_opts
-from components.vllm_server import render_argv, render_devices, render_env
+from components.vllm_server import render_argv, render_serving
 
 ROOT = Path(__file__).resolve().parent.parent
 # The pulumi CLI with the project's environment; GLM_PULUMI points elsewhere (tests use a throwaway backend).
@@ -183,11 +183,14 @@ def debug_run(config: StackConfig, image: str, deployed_argv: list[str], port: i
     ``imageRef``, ``vllmArgs``), the same env and mounts; another port on loopback, ``--rm``, in the
     foreground. Secret env is passed by name from your shell."""
     argv = [a if not a.startswith("--port=") else f"--port={port}" for a in deployed_argv]
-    c = config.container
+    # The same rendering as the deployed container (devices, mounts, env; none of the accelerator's
+    # in a rehearsal).
+    serving = render_serving(config)
+    c = serving.container
     args = ["docker", "run", "--rm", "-it", "--name", f"{c.name}-debug", "-p", f"127.0.0.1:{port}:{port}"]
-    if config.facts.accelerator == "nvidia":
+    if serving.nvidia_gpus:
         args += ["--gpus", "all"]
-    for device in render_devices(config):
+    for device in serving.devices:
         args += ["--device", device]
     args += [
         "-v",
@@ -195,12 +198,12 @@ def debug_run(config: StackConfig, image: str, deployed_argv: list[str], port: i
         "-v",
         f"{c.name}-jit-cache:{CACHE_MOUNT_PATH}",
     ]
-    for m in c.mounts:
+    for m in serving.mounts:
         args += ["-v", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
     args += ["--shm-size", c.shm_size] if c.shm_size else []
     args += ["--ipc", c.ipc_mode] if c.ipc_mode else []
     args += ["--privileged"] if c.privileged else []
-    for name, value in sorted(render_env(config).items()):
+    for name, value in serving.env.items():
         args += ["-e", f"{name}={value}"]
     args += ["--entrypoint", "vllm", image, "serve", *argv]
     return shlex.join(args)

@@ -46,6 +46,19 @@ def test_debug_run_on_nvidia_asks_for_the_gpus() -> None:
     assert "VLLM_ENGINE_READY_TIMEOUT_S=3600" in args
 
 
+def test_debug_run_of_a_rehearsal_is_the_rehearsed_container() -> None:
+    """No accelerator on a rehearsal's host: neither --gpus nor the driver mounts, as deployed."""
+    for hardware in ("rtx5090", "ascend"):
+        config = build_stack_config(
+            {"hardware": hardware, "rehearsal": True, "target": HOST, "front": {"allowPlainHttp": True}}
+        )
+        args = shlex.split(debug_run(config, "glm53-vllm-sim:x", render_argv(config)))
+        assert "--gpus" not in args and "--device" not in args
+        volumes = [args[i + 1] for i, a in enumerate(args) if a == "-v"]
+        assert not [v for v in volumes if v.startswith("/usr/local/Ascend")]
+        assert f"VLLM_SIM_VERSION={config.image.vllm_version}" in args
+
+
 def test_the_seeds_start_up_milestones_are_marked() -> None:
     lines = [
         "INFO 05-12 12:58:36 Loading weights took 632.80 seconds",
