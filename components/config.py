@@ -423,6 +423,12 @@ class ModelConfig(_Model):
         return f"{self.host_dir}/{self.directory}"
 
 
+SHUTDOWN_TIMEOUT_SINCE = (0, 18)
+"""vLLM's ``--shutdown-timeout`` arrived in v0.18."""
+SHUTDOWN_MARGIN_SECONDS = 5
+"""Docker's stop grace exceeds vLLM's shutdown timeout by this much: vLLM exits before SIGKILL."""
+
+
 class ServingConfig(_Model):
     """`vllm serve` flags. Unset (null) flags are not rendered, so vLLM's default applies."""
 
@@ -455,6 +461,12 @@ class ServingConfig(_Model):
     compilation_config: dict[str, Any] | None = Field(None, description="`--compilation-config`.")
     additional_config: dict[str, Any] | None = Field(None, description="`--additional-config`.")
     api_server_count: Positive | None = Field(None, description="`--api-server-count`.")
+    shutdown_timeout: int | None = Field(
+        None,
+        ge=0,
+        description="`--shutdown-timeout`: on SIGTERM vLLM refuses new requests and lets those in "
+        "flight run this long. Unset: `glm:container.stopGraceSeconds` minus 5 (vLLM >= 0.18).",
+    )
     extra_args: list[str] = Field(
         default_factory=list, description="Appended verbatim (the seed's EXTRA_ARGS knob)."
     )
@@ -836,6 +848,17 @@ class StackConfig(_Model):
         }
 
     @property
+    def shutdown_timeout(self) -> int | None:
+        """vLLM's ``--shutdown-timeout``: set, or 5 s under Docker's stop grace where vLLM has it.
+        Defence in depth: a roll drains a replica at the front before Docker stops it."""
+        if self.serving.shutdown_timeout is not None:
+            return self.serving.shutdown_timeout
+        grace = self.container.stop_grace_seconds
+        if self.image.vllm_version_tuple < SHUTDOWN_TIMEOUT_SINCE or grace <= SHUTDOWN_MARGIN_SECONDS:
+            return None
+        return grace - SHUTDOWN_MARGIN_SECONDS
+
+    @property
     def cache_env(self) -> dict[str, str]:
         """Point every compile/JIT cache at the persistent cache volume."""
         return {
@@ -1109,6 +1132,17 @@ def floating_images(c: StackConfig) -> list[str]:
     ]
 
 
+def _check_shutdown_timeout(c: StackConfig) -> str | None:
+    timeout, grace = c.serving.shutdown_timeout, c.container.stop_grace_seconds
+    if timeout is not None and timeout >= grace:
+        return (
+            f"glm:serving.shutdownTimeout={timeout} is not below glm:container.stopGraceSeconds={grace}: "
+            "Docker would kill vLLM while it still finishes requests. Fix: stopGraceSeconds at least "
+            f"{timeout + SHUTDOWN_MARGIN_SECONDS}, or unset shutdownTimeout (then {grace} - 5)."
+        )
+    return None
+
+
 def _check_replicas_alike(c: StackConfig) -> str | None:
     """One stack renders one profile: every replica behind the front is the same server."""
     found = [
@@ -1128,6 +1162,7 @@ def _check_replicas_alike(c: StackConfig) -> str | None:
 
 _CHECKS = [
     _check_replicas_alike,
+    _check_shutdown_timeout,
     _check_weights_fit,
     _check_tp_matches_accelerators,
     _check_cudagraph_sizes,

@@ -10,19 +10,20 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
+from components import rotation
 from components.change_cost import front_replacement_notice, serving_replacement_notice, warn_when_replaced
 from components.config import GATE_METRICS_CLIENT, HostConfig, StackConfig, semantic_probe_runs
 from components.gate.resource import SmokeTest
 from components.model_volume import ModelVolume
-from components.nginx_front import STOP_GRACE_SECONDS, NginxFront
+from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, front_container_name
 from components.preflight import Preflight
 from components.prometheus_scrape import PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
-from components.replica_gate import ReplicaGate
+from components.replica_gate import Admission, ReplicaGate
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbe, SemanticProbeSpec
 from components.serving_image import ServingImage
-from components.target import docker_ssh_opts
+from components.target import docker_ssh_opts, exec_ssh
 from components.vllm_server import ServingSpec, VllmServer, command_line, render_serving
 
 
@@ -49,29 +50,39 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     served = served_model(serving, config.serving_image, secrets.serving_env_names)
     promoted = promoted_image(config.promote_from, served) if config.promote_from else None
     api_key = secrets.api_keys.apply(_first_key)
-    # A rolling update replaces one replica at a time: each waits for the previous host's gate.
-    replicas: list[_Replica] = []
-    for host in config.target.hosts:
-        after: list[pulumi.Resource] = [replicas[-1].gate] if replicas and replicas[-1].gate else []
-        replicas.append(_replica(config, serving, secrets, stack, host, promoted, api_key, after))
-    home = next(r for r in replicas if r.host is config.target.host)  # the front's host
-    several = len(replicas) > 1
-    keys = _GeneratedKeys.create(config, stack, after_hosts=[r.server for r in replicas])
-    front = NginxFront(
-        f"{stack}-front",
-        config.front,
-        config.target.host,
-        config.container,
-        network_name=home.server.network_name,
-        upstream=[r.upstream for r in replicas] if several else home.upstream,
-        api_keys=_with_key(secrets.api_keys, config.semantic_probe.client_name, keys.probe)
-        or secrets.api_keys,
-        tls_files=secrets.tls_files,
-        metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
-        opts=pulumi.ResourceOptions(
-            providers=[home.provider], depends_on=[home.server, *[r.gate for r in replicas if r.gate]]
-        ),
+    # The front's host first, then the others in list order: the order of a first load and a roll.
+    hosts = [config.target.host, *[h for h in config.target.hosts if h is not config.target.host]]
+    bases = [_host_base(config, secrets, stack, host, promoted) for host in hosts]
+    keys = _GeneratedKeys.create(config, stack, after=[b.preflight for b in bases if b.preflight])
+    front_on = rotation.front_access(
+        config.target.host.docker_host, exec_ssh(config.target.host), front_container_name(config.container)
     )
+    # Before Docker stops a replica (replaced, restarted, removed), the front stops sending it requests.
+    drain = rotation.drain_hook(front_on, config.container.stop_grace_seconds)
+    replicas: list[_Replica] = []
+    front: NginxFront | None = None
+    for base in bases:
+        # A rolling update replaces one replica at a time: each waits until the previous one is
+        # back in the front's rotation (its gate passed).
+        after: list[pulumi.Resource] = [replicas[-1].gate] if replicas else []
+        server = _server(config, serving, secrets, base, after, drain)
+        if front is None:
+            front = NginxFront(
+                f"{stack}-front",
+                config.front,
+                config.target.host,
+                config.container,
+                network_name=server.network_name,
+                api_keys=_with_key(secrets.api_keys, config.semantic_probe.client_name, keys.probe)
+                or secrets.api_keys,
+                tls_files=secrets.tls_files,
+                metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
+                opts=pulumi.ResourceOptions(providers=[base.provider]),
+            )
+        replicas.append(_gated(config, serving, base, server, front, front_on, api_key))
+    assert front is not None
+    home = replicas[0]  # the front's host
+    several = len(replicas) > 1
     for replica in replicas:
         warn_when_replaced(
             replica.server.container, serving_replacement_notice(config.hardware, config.facts)
@@ -96,7 +107,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         front_fingerprint=front.fingerprint,
         # Several replicas: any one replaced re-runs the front's gate.
         container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join),
-        opts=pulumi.ResourceOptions(depends_on=[*[r.server for r in replicas], front, monitoring]),
+        opts=pulumi.ResourceOptions(depends_on=[*[r.gate for r in replicas], front, monitoring]),
     )
     probe = None
     if keys.probe is not None:
@@ -120,7 +131,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     if probe is not None:
         outputs["semanticProbe"] = probe.container_name
     if several:
-        outputs["replicas"] = {r.host.name: r.gate.results for r in replicas if r.gate is not None}
+        outputs["replicas"] = {r.host.name: r.gate.results for r in replicas}
     if promoted is not None:
         outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
     return outputs
@@ -137,9 +148,9 @@ class _GeneratedKeys:
     stack, unless glm:smoke.metricsUrl names another source."""
 
     @classmethod
-    def create(cls, config: StackConfig, stack: str, after_hosts: list[VllmServer]) -> _GeneratedKeys:
+    def create(cls, config: StackConfig, stack: str, after: list[Preflight]) -> _GeneratedKeys:
         # Only once the hosts passed preflight: a refused host leaves nothing in the state.
-        opts = pulumi.ResourceOptions(depends_on=after_hosts)
+        opts = pulumi.ResourceOptions(depends_on=after)
         probe = config.semantic_probe
         return cls(
             probe=GeneratedKey(f"{stack}-semantic-probe-key", probe.client_name, "sk-probe-", opts=opts).key
@@ -212,6 +223,19 @@ def scrape_spec(config: StackConfig) -> ScrapeSpec:
 
 
 @dataclass
+class _HostBase:
+    """What a host needs before its serving container: Docker, preflight, image, weights."""
+
+    host: HostConfig
+    prefix: str
+    """Resource name prefix: the front's host keeps the one-host names, the others add their name."""
+    provider: docker.Provider
+    preflight: Preflight | None
+    image: ServingImage
+    volume: ModelVolume
+
+
+@dataclass
 class _Replica:
     host: HostConfig
     provider: docker.Provider
@@ -219,22 +243,17 @@ class _Replica:
     volume: ModelVolume
     server: VllmServer
     upstream: str
-    """Where the front reaches this replica: the private network alias, or the host's address."""
-    gate: ReplicaGate | None
+    """Where Prometheus reaches this replica: the private network alias, or the host's address."""
+    gate: ReplicaGate
 
 
-def _replica(
+def _host_base(
     config: StackConfig,
-    serving: ServingSpec,
     secrets: Secrets,
     stack: str,
     host: HostConfig,
     promoted: pulumi.Output[str] | None,
-    api_key: pulumi.Output[str],
-    after: list[pulumi.Resource],
-) -> _Replica:
-    """One host's preflight, image, model volume, serving container and (with several) gate. The
-    front's host keeps the one-host names; the others are named after the host."""
+) -> _HostBase:
     on_front = host is config.target.host
     prefix = stack if on_front else f"{stack}-{host.name}"
     docker_host = host.docker_host
@@ -269,36 +288,67 @@ def _replica(
         secrets.ssh_private_key,
         opts=after_preflight,
     )
-    publish_on = None if on_front else host.replica_address
-    server = VllmServer(
-        f"{prefix}-serving",
+    return _HostBase(host, prefix, provider, preflight, image, volume)
+
+
+def _server(
+    config: StackConfig,
+    serving: ServingSpec,
+    secrets: Secrets,
+    base: _HostBase,
+    after: list[pulumi.Resource],
+    drain: pulumi.ResourceHook,
+) -> VllmServer:
+    on_front = base.host is config.target.host
+    return VllmServer(
+        f"{base.prefix}-serving",
         serving,
-        image.ref,
-        volume.mounts,
+        base.image.ref,
+        base.volume.mounts,
         secret_env=secrets.serving_env,
         opts=pulumi.ResourceOptions(
-            providers=[provider],
-            depends_on=[*[d for d in (preflight, volume.download) if d is not None], *after],
+            providers=[base.provider],
+            depends_on=[*[d for d in (base.preflight, base.volume.download) if d is not None], *after],
         ),
-        publish_on=publish_on,
+        publish_on=None if on_front else base.host.replica_address,
+        replica=base.host.name,
+        drain=drain,
     )
-    upstream = server.upstream
-    if publish_on is not None:
-        address = f"[{publish_on}]" if ":" in publish_on else publish_on
-        upstream = f"{address}:{config.serving.port}"
-    gate = None
-    if len(config.target.hosts) > 1:
-        gate = ReplicaGate(
-            f"{prefix}-replica",
-            serving,
-            config.smoke,
-            host,
-            api_key,
-            image.ref,
-            server.container.id,
-            opts=pulumi.ResourceOptions(depends_on=[server]),
-        )
-    return _Replica(host, provider, image, volume, server, upstream, gate)
+
+
+def _gated(
+    config: StackConfig,
+    serving: ServingSpec,
+    base: _HostBase,
+    server: VllmServer,
+    front: NginxFront,
+    front_on: dict[str, Any],
+    api_key: pulumi.Output[str],
+) -> _Replica:
+    """The replica's gate, which admits it to the front's rotation once it passed."""
+    host = base.host
+    upstream, address = server.upstream, server.address
+    if host is not config.target.host:
+        published = host.replica_address
+        upstream = address = f"{f'[{published}]' if ':' in published else published}:{config.serving.port}"
+    gate = ReplicaGate(
+        f"{base.prefix}-replica",
+        serving,
+        config.smoke,
+        host,
+        api_key=api_key,
+        image_ref=base.image.ref,
+        container_id=server.container.id,
+        admission=Admission(
+            # Resolves once the front's config is live: the rotation it includes exists then.
+            front=front.container_name.apply(lambda name: {**front_on, "container": name}),
+            front_container_id=front.container.id,
+            address=address,
+            grace_seconds=config.container.stop_grace_seconds,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[server]),
+    )
+    return _Replica(host, base.provider, base.image, base.volume, server, upstream, gate)
 
 
 def _curl(url: str, served_name: str) -> str:

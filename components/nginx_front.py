@@ -31,8 +31,8 @@ from components.config import (
     check_api_keys,
     check_metrics_keys,
 )
-from components.nginx_reload import START_COMMAND, NginxReload, secrets_digest
-from components.target import docker_ssh_opts
+from components.nginx_reload import ROTATION_DIR, START_COMMAND, NginxReload, secrets_digest
+from components.target import exec_ssh
 from components.vllm_server import upstream_hosts
 
 CONTAINER_PORT = 8080
@@ -56,7 +56,13 @@ UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
 HEALTH_READ_TIMEOUT_SECONDS = 5
 UPSTREAM_MAX_FAILS = 2
 UPSTREAM_FAIL_TIMEOUT_SECONDS = 30
-"""Several replicas (A100 seed §6.2): one that fails twice within 30 s is left out for 30 s."""
+"""A replica in rotation that refuses connections twice within 30 s is skipped for 30 s (A100
+seed §6.2): the safety net for a crash between two probes. A roll never waits for it: the rotation
+takes a replica out before it is replaced (components/rotation.py)."""
+NEXT_UPSTREAM_TRIES = 3
+"""A request refused before an answer began is tried on at most this many replicas."""
+NO_REPLICA_PLACEHOLDER = "127.0.0.1:9"
+"""The ``down`` server that keeps ``upstream vllm`` valid while no replica is in rotation."""
 WORKER_PROCESSES = 4
 """LLM traffic is a few hundred long-lived streams; ``auto`` would start one worker per host core."""
 OLD_WORKER_GRACE_SECONDS = 900
@@ -218,35 +224,43 @@ _ROUTE = """        location = {{route}} {
 """
 
 
+def _upstream_servers(upstream: Sequence[str] | None, rotation_dir: str) -> str:
+    """The ``upstream vllm`` block's servers: ``upstream`` inline (a one-file harness), or the
+    rotation's file, which lists only replicas whose gate passed (components/rotation.py)."""
+    if upstream is None:
+        # A bracket makes the name a pattern, which may match nothing: before the first admission
+        # the placeholder alone keeps the block valid, and nginx answers the rotation's 503.
+        return (
+            f"        server {NO_REPLICA_PLACEHOLDER} down;\n        include {rotation_dir}/upstream.con[f];"
+        )
+    for server in upstream:
+        if not _UPSTREAM.fullmatch(server):
+            raise ValueError(f"upstream {server!r} is not host:port")
+    if len(upstream) == 1:
+        return f"        server {upstream[0]};"
+    return "\n".join(
+        f"        server {server} max_fails={UPSTREAM_MAX_FAILS} fail_timeout={UPSTREAM_FAIL_TIMEOUT_SECONDS}s;"
+        for server in upstream
+    )
+
+
 def _render(
     front: FrontConfig,
-    upstream: str | Sequence[str],
+    upstream: Sequence[str] | None,
     *,
     api_key_entries: str,
     metrics_key_entries: str,
     tls_paths: tuple[str, str] | None,
     listen: str,
     runtime_dir: str,
+    rotation_dir: str = ROTATION_DIR,
 ) -> str:
-    upstreams = [upstream] if isinstance(upstream, str) else list(upstream)
-    for server in upstreams:
-        if not _UPSTREAM.fullmatch(server):
-            raise ValueError(f"upstream {server!r} is not host:port")
-    servers = (
-        f"        server {upstream};"
-        if isinstance(upstream, str)
-        else "\n".join(
-            f"        server {server} max_fails={UPSTREAM_MAX_FAILS} fail_timeout={UPSTREAM_FAIL_TIMEOUT_SECONDS}s;"
-            for server in upstreams
-        )
-    )
-    # Several replicas: a request a replica refused or reset before answering (stopping, or
-    # docker-proxy while it loads) goes to the next one, POSTs included (no token was sent yet).
+    # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
+    # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
+    # `down`: never tried.
     next_upstream = (
-        ""
-        if isinstance(upstream, str)
-        else "\n        proxy_next_upstream error timeout non_idempotent;"
-        f"\n        proxy_next_upstream_tries {len(upstreams)};"
+        "\n        proxy_next_upstream error timeout non_idempotent;"
+        f"\n        proxy_next_upstream_tries {NEXT_UPSTREAM_TRIES};"
     )
     rate = front.rate_limit
     # Keyed on the client name, so one key's burst cannot starve another. Requests without a key
@@ -278,7 +292,8 @@ def _render(
         "api_keys": api_key_entries.rstrip("\n"),
         "metrics_keys": metrics_key_entries.rstrip("\n"),
         "rate_limit_zone": rate_zone,
-        "upstream_servers": servers,
+        "upstream_servers": _upstream_servers(upstream, rotation_dir),
+        "no_replica_reason": f"        include {rotation_dir}/reason.ma[p];" if upstream is None else "",
         "keepalive": str(front.keepalive),
         "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
         "listen": f"{listen} ssl" if tls_paths is not None else listen,
@@ -308,33 +323,35 @@ def _check_keys(api_keys: Mapping[str, str], metrics_keys: Mapping[str, str]) ->
 
 def render_release_conf(
     front: FrontConfig,
-    upstream: str | Sequence[str],
     tls: bool = False,
     *,
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
+    rotation_dir: str = ROTATION_DIR,
 ) -> str:
-    """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it."""
+    """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it, and
+    no replica either: the rotation (components/rotation.py) lists those that passed their gate."""
     return _render(
         front,
-        upstream,
+        None,
         api_key_entries=f"        include {API_KEYS_FILE};",
         metrics_key_entries=f"        include {METRICS_KEYS_FILE};",
         tls_paths=(TLS_CERT, TLS_KEY) if tls else None,
         listen=listen,
         runtime_dir=runtime_dir,
+        rotation_dir=rotation_dir,
     )
 
 
 def render_front_files(
     front: FrontConfig,
-    upstream: str | Sequence[str],
     api_keys: Mapping[str, str],
     metrics_keys: Mapping[str, str] | None = None,
     tls_pair: tuple[str, str] | None = None,
     *,
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
+    rotation_dir: str = ROTATION_DIR,
 ) -> dict[str, str]:
     """Every file of one front release, by name: what ``NginxReload`` delivers.
 
@@ -346,7 +363,7 @@ def render_front_files(
     _check_keys(api_keys, metrics_keys)
     files = {
         CONF_FILE: render_release_conf(
-            front, upstream, tls=tls_pair is not None, listen=listen, runtime_dir=runtime_dir
+            front, tls=tls_pair is not None, listen=listen, runtime_dir=runtime_dir, rotation_dir=rotation_dir
         ),
         API_KEYS_FILE: render_key_map(api_keys),
         METRICS_KEYS_FILE: render_key_map(metrics_keys),
@@ -376,13 +393,18 @@ def render_nginx_conf(
     _check_keys(api_keys, metrics_keys)
     return _render(
         front,
-        upstream,
+        [upstream] if isinstance(upstream, str) else list(upstream),
         api_key_entries=_indented(render_key_map(api_keys)),
         metrics_key_entries=_indented(render_key_map(metrics_keys)),
         tls_paths=(f"{tls_dir}/{TLS_CERT}", f"{tls_dir}/{TLS_KEY}") if tls else None,
         listen=listen,
         runtime_dir=runtime_dir,
     )
+
+
+def front_container_name(container: ContainerConfig) -> str:
+    """The front's Docker name, from the serving container's (``glm:container.name``)."""
+    return f"{container.name}-nginx"
 
 
 def public_base(front: FrontConfig, host: HostConfig) -> str:
@@ -419,7 +441,6 @@ def front_fingerprint(
 
 def _secret_files(
     front: FrontConfig,
-    upstream: str | Sequence[str],
     api_keys: pulumi.Output[dict[str, str]],
     metrics_keys: pulumi.Output[dict[str, str]],
     tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
@@ -431,7 +452,6 @@ def _secret_files(
         keys, scrapers, *pair = args
         files = render_front_files(
             front,
-            upstream,
             dict(keys),  # type: ignore[call-overload]
             dict(scrapers),  # type: ignore[call-overload]
             (str(pair[0][0]), str(pair[0][1])) if pair else None,  # type: ignore[index]
@@ -466,7 +486,6 @@ class NginxFront(pulumi.ComponentResource):
         host: HostConfig,
         container: ContainerConfig,
         network_name: pulumi.Input[str],
-        upstream: str | Sequence[str],
         api_keys: pulumi.Output[dict[str, str]],
         tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
         opts: pulumi.ResourceOptions | None = None,
@@ -478,12 +497,13 @@ class NginxFront(pulumi.ComponentResource):
         ``tls_files`` is (certificate PEM, key PEM); config loading refuses ``glm:front.tls``
         without them.
 
-        Nginx resolves ``upstream`` once, at start; vLLM keeps a fixed address on the private
-        network (``glm:container.networkSubnet``), so a replaced vLLM does not strand the front.
+        The front lists no replica in its config: each replica's gate puts it in the rotation
+        (components/rotation.py) by its fixed address, so the front's config loads, and a key can be
+        revoked, whether or not any engine is up.
         """
         super().__init__("glm:front:NginxFront", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        container_name = f"{container.name}-nginx"
+        container_name = front_container_name(container)
 
         image = docker.RemoteImage(f"{name}-image", name=front.image, keep_locally=True, opts=child)
 
@@ -518,12 +538,12 @@ class NginxFront(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
 
-        nginx_conf = render_release_conf(front, upstream, tls=front.tls)
+        nginx_conf = render_release_conf(front, tls=front.tls)
         # The names are config keys, not secrets: a reviewer sees which clients change.
         key_names = pulumi.Output.unsecret(pulumi.Output.from_input(api_keys).apply(sorted))
         metrics = pulumi.Output.from_input(metrics_keys if metrics_keys is not None else {})
         metrics_names = pulumi.Output.unsecret(metrics.apply(sorted))
-        files = _secret_files(front, upstream, api_keys, metrics, tls_files)
+        files = _secret_files(front, api_keys, metrics, tls_files)
         # Hashes, not values: shown in the diff and fed to the gate, so they are safe in plain.
         digest = pulumi.Output.unsecret(files.apply(secrets_digest))
         cert_sha = (
@@ -534,11 +554,7 @@ class NginxFront(pulumi.ComponentResource):
         self.fingerprint = pulumi.Output.all(image.image_id, key_names, metrics_names, digest).apply(
             lambda args: front_fingerprint(nginx_conf, str(args[0]), args[1], args[2], str(args[3]))
         )
-        ssh = (
-            None
-            if host.is_local
-            else {"address": host.ssh_address, "port": host.ssh_port, "opts": docker_ssh_opts(host)}
-        )
+        ssh = exec_ssh(host)
         self.reload = NginxReload(
             f"{name}-config",
             {

@@ -37,6 +37,8 @@ VERSION = f"{PROVIDER_VERSION}+{SOURCE_HASH}"
 CONF_ROOT = "/etc/nginx/glm"
 """Mount point of the front's config volume: ``releases/<id>/`` and the ``current`` symlink."""
 CURRENT_CONF = f"{CONF_ROOT}/current/nginx.conf"
+ROTATION_DIR = f"{CONF_ROOT}/rotation"
+"""The replicas in rotation (components/rotation.py): beside the releases, never part of one."""
 RELOAD_WAIT_SECONDS = 10
 """How long the new workers may take to replace the old ones' listeners after SIGHUP."""
 EXEC_TIMEOUT_SECONDS = 120
@@ -153,12 +155,19 @@ def bundle(files: Mapping[str, str]) -> bytes:
 
 
 def exec_argv(docker_host: str, ssh: Mapping[str, Any] | None, container: str, release: str) -> list[str]:
-    """``docker exec -i <container> sh -c RELEASE_SCRIPT sh <release>`` on the stack's Docker host.
+    """``docker exec -i <container> sh -c RELEASE_SCRIPT sh <release>`` on the stack's Docker host."""
+    return container_exec_argv(docker_host, ssh, container, RELEASE_SCRIPT, release)
+
+
+def container_exec_argv(
+    docker_host: str, ssh: Mapping[str, Any] | None, container: str, script: str, *args: str
+) -> list[str]:
+    """``docker exec -i <container> sh -c <script> sh <args…>`` on the stack's Docker host.
 
     For ``ssh://`` hosts it runs through ``ssh`` with the Docker provider's options (strict host-key
     check against ``hostKey`` only, the same user and identity; components/target.py).
     """
-    command = ["docker", "exec", "-i", container, "/bin/sh", "-c", RELEASE_SCRIPT, "sh", release]
+    command = ["docker", "exec", "-i", container, "/bin/sh", "-c", script, "sh", *args]
     if ssh is None:
         return ["docker", "-H", docker_host, *command[1:]]
     # Numbers reach a dynamic provider as floats (2222.0): ssh wants an integer port.

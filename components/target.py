@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pulumi
 from pulumi_command import local, remote
@@ -38,6 +39,14 @@ def docker_ssh_opts(host: HostConfig) -> list[str]:
     if host.identity_file:
         opts += ["-o", "IdentitiesOnly=yes", "-i", host.identity_file]
     return opts
+
+
+def exec_ssh(host: HostConfig) -> dict[str, Any] | None:
+    """How ``docker exec`` reaches ``host`` (components/nginx_reload.py): none for the local engine,
+    else ssh to its address and port with the Docker provider's options."""
+    if host.is_local:
+        return None
+    return {"address": host.ssh_address, "port": host.ssh_port, "opts": docker_ssh_opts(host)}
 
 
 def command_private_key(

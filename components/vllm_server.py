@@ -17,6 +17,8 @@ import pulumi_docker as docker
 
 from components.config import ContainerConfig, MountConfig, StackConfig
 
+REPLICA_LABEL = "glm53.replica"
+"""The serving container's label naming its replica in the front's rotation (components/rotation.py)."""
 VLLM_NETWORK_ALIAS = "vllm"
 VLLM_HOST_GATEWAY = "host.docker.internal"
 
@@ -43,6 +45,7 @@ _VALUE_FLAGS = [
     ("compilation_config", "--compilation-config"),
     ("additional_config", "--additional-config"),
     ("api_server_count", "--api-server-count"),
+    ("shutdown_timeout", "--shutdown-timeout"),
 ]
 # Switches rendered as ``--flag`` when true.
 _SWITCHES = [
@@ -71,6 +74,7 @@ def render_flags(config: StackConfig) -> dict[str, str | bool]:
     serving = config.serving
     values = {**serving.model_dump(), "served_model_name": config.model.served_name}
     values["speculative_config"] = serving.speculative_config
+    values["shutdown_timeout"] = config.shutdown_timeout
     flags: dict[str, str | bool] = {
         flag: _flag_value(values[attr]) for attr, flag in _VALUE_FLAGS if values.get(attr) is not None
     }
@@ -245,6 +249,8 @@ class VllmServer(pulumi.ComponentResource):
         *,
         secret_env: Mapping[str, pulumi.Output[str]] | None = None,
         publish_on: str | None = None,
+        replica: str | None = None,
+        drain: pulumi.ResourceHook | None = None,
     ) -> None:
         """``serving``: :func:`render_serving`'s, rendered once per deployment.
 
@@ -253,7 +259,10 @@ class VllmServer(pulumi.ComponentResource):
         stays readable in the ``verified`` output and the fingerprint).
 
         ``publish_on``: a replica's private address, where a front on another host reaches vLLM
-        (``serving.port`` on that address only, never all interfaces)."""
+        (``serving.port`` on that address only, never all interfaces).
+
+        ``replica`` names it in the front's rotation (a label, read by ``drain``: the
+        ``before_delete`` hook that takes it out of rotation before Docker stops it)."""
         super().__init__("glm:serving:VllmServer", name, None, opts)
         c = serving.container
         self.network = docker.Network(
@@ -328,13 +337,22 @@ class VllmServer(pulumi.ComponentResource):
             labels=[
                 docker.ContainerLabelArgs(label="glm53.hardware", value=serving.hardware),
                 docker.ContainerLabelArgs(label="glm53.served-model", value=serving.served_name),
+                *([docker.ContainerLabelArgs(label=REPLICA_LABEL, value=replica)] if replica else []),
             ],
             wait=False,
             # A fixed container name cannot exist twice: remove the old one first.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                delete_before_replace=True,
+                hooks=pulumi.ResourceHookBinding(before_delete=[drain]) if drain else None,
+            ),
         )
         self.container_name = self.container.name
         self.network_name = self.network.name
         host = VLLM_NETWORK_ALIAS if c.network_mode == "bridge" else VLLM_HOST_GATEWAY
         self.upstream = f"{host}:{serving.port}"
+        # The fixed address needs no DNS: the front loads its config whether or not vLLM runs.
+        near = c.vllm_address if c.network_mode == "bridge" else VLLM_HOST_GATEWAY
+        self.address = f"{near}:{serving.port}"
+        """host:port where the front on this host reaches vLLM, without a name lookup."""
         self.register_outputs({"container_name": self.container_name, "network_name": self.network_name})

@@ -152,16 +152,28 @@ def test_vllm_is_published_on_the_replica_hosts_private_address_only(three: Depl
     assert {containers[n]["destroyGraceSeconds"] for n in containers if n.endswith("serving-vllm")} == {30}
 
 
-def test_the_front_balances_across_every_replica(three: Deployment) -> None:
+def test_the_front_balances_across_the_replicas_its_rotation_admitted(three: Deployment) -> None:
     conf = unwrap(three.one(GATE, "front-config").inputs)["nginx_conf"]
+    # No replica in the front's own config: each gate admits its replica by a fixed address, so the
+    # front loads without any engine up (no DNS name to resolve).
     assert (
         "    upstream vllm {\n"
-        "        server vllm:8000 max_fails=2 fail_timeout=30s;\n"
-        "        server 10.0.0.12:8000 max_fails=2 fail_timeout=30s;\n"
-        "        server 10.0.0.13:8000 max_fails=2 fail_timeout=30s;\n"
+        "        server 127.0.0.1:9 down;\n"
+        "        include /etc/nginx/glm/rotation/upstream.con[f];\n"
         "        keepalive 32;\n"
     ) in conf
     assert "proxy_next_upstream error timeout non_idempotent;" in conf
+    gates = {r.name: unwrap(r.inputs) for r in three.of_type(GATE) if r.name.endswith("replica-gate")}
+    vllm = build_stack_config(
+        {"hardware": "a800", "target": target(*THREE), **PLAIN_HTTP}
+    ).container.vllm_address
+    assert {g["host"]: g["address"] for g in gates.values()} == {
+        "gpu01": f"{vllm}:8000",
+        "gpu02": "10.0.0.12:8000",
+        "gpu03": "10.0.0.13:8000",
+    }
+    assert {g["front"]["container"] for g in gates.values()} == {"glm53-flash-a800-8008-nginx"}
+    assert {g["grace_seconds"] for g in gates.values()} == {30}
 
 
 def test_prometheus_scrapes_every_replica_with_a_host_label(three: Deployment) -> None:
@@ -202,24 +214,40 @@ def dependencies(deployment: Deployment, name: str) -> list[str]:
     return sorted(d._name for d in (opts.depends_on or []))  # type: ignore[union-attr]
 
 
-def test_replicas_roll_one_host_after_the_other_and_the_front_waits_for_every_gate(three: Deployment) -> None:
+def test_replicas_roll_one_host_after_the_other_and_the_front_waits_for_no_engine(three: Deployment) -> None:
     assert "a800-replica" in dependencies(three, "a800-gpu02-serving")
     assert "a800-gpu02-replica" in dependencies(three, "a800-gpu03-serving")
     assert not any("replica" in d for d in dependencies(three, "a800-serving"))
+    # A key can be revoked while every engine is down: the front waits for none of them.
+    assert not any("serving" in d or "replica" in d for d in dependencies(three, "a800-front"))
+    # The gate through the front runs once every replica is back in rotation.
     assert {"a800-replica", "a800-gpu02-replica", "a800-gpu03-replica"} <= set(
-        dependencies(three, "a800-front")
+        dependencies(three, "a800-smoke")
     )
 
 
-def test_one_host_stacks_render_no_replica_gate_and_the_one_host_front(
-    deployed: dict[str, Deployment],
-) -> None:
+def test_every_serving_container_is_drained_from_the_front_before_it_goes(three: Deployment) -> None:
+    containers = {
+        r.name: unwrap(r.inputs) for r in three.of_type(CONTAINER) if r.name.endswith("serving-vllm")
+    }
+    assert {
+        name: next(item["value"] for item in c["labels"] if item["label"] == "glm53.replica")
+        for name, c in containers.items()
+    } == {
+        "a800-serving-vllm": "gpu01",
+        "a800-gpu02-serving-vllm": "gpu02",
+        "a800-gpu03-serving-vllm": "gpu03",
+    }
+    for name in containers:
+        hooks = three.options[name].hooks
+        assert hooks is not None and [h.name for h in hooks.before_delete or []] == ["glm53-drain-replica"]
+
+
+def test_one_host_stacks_gate_their_replica_before_the_front(deployed: dict[str, Deployment]) -> None:
     for deployment in deployed.values():
-        assert [r.name for r in deployment.of_type(GATE) if r.name.endswith("-gate")] == [
-            f"{deployment.one(GATE, '-smoke-gate').name}"
-        ]
-        conf = unwrap(deployment.one(GATE, "front-config").inputs)["nginx_conf"]
-        assert "max_fails" not in conf and "proxy_next_upstream" not in conf
+        gates = sorted(r.name for r in deployment.of_type(GATE) if r.name.endswith("-gate"))
+        smoke = deployment.one(GATE, "-smoke-gate").name
+        assert gates == sorted([smoke, smoke.replace("-smoke-gate", "-replica-gate")])
 
 
 # ---- the real tools ------------------------------------------------------------------------------
@@ -301,7 +329,7 @@ def annotations(config: Any, labels: dict[str, str]) -> dict[str, str]:
 
 
 def test_a_failing_replica_names_its_host() -> None:
-    from components.gate.checks import GateFailure
+    from components.provider_errors import OperatorError
     from components.replica_gate import run_replica_gate
     from tests.engine import free_port
 
@@ -315,7 +343,11 @@ def test_a_failing_replica_names_its_host() -> None:
         "host": "gpu02",
         "api_key": KEYS["ci"],
     }
-    with pytest.raises(
-        GateFailure, match=r"the replica on host 'gpu02' \(glm:target.hosts\[gpu02\]\): not ready"
-    ):
-        run_replica_gate(props, settle=False)
+    props["front"] = {"docker_host": "unix:///nonexistent.sock", "ssh": None, "container": "glm53-no-front"}
+    with pytest.raises(OperatorError) as failed:
+        run_replica_gate(props)
+    message = str(failed.value)
+    assert message.startswith("the replica on host 'gpu02' failed its gate at step 'readiness': not ready"), (
+        message
+    )
+    assert "The roll stopped here; no other host was touched" in message and "make rollback" in message

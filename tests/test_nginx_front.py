@@ -368,9 +368,7 @@ def test_nginx_accepts_a_release_directory(
     """What NginxReload delivers: nginx.conf with no secret in it, the key maps and TLS pair beside it."""
     config = stack(hardware, front={"tls": tls, "rateLimit": {"enabled": True}})
     pair = (tls_pair[0].decode(), tls_pair[1].decode()) if tls else None
-    files = render_front_files(
-        config.front, f"127.0.0.1:{config.serving.port}", KEYS, METRICS, pair, runtime_dir=str(tmp_path)
-    )
+    files = render_front_files(config.front, KEYS, METRICS, pair, runtime_dir=str(tmp_path))
     assert sorted(files) == sorted(
         [CONF_FILE, API_KEYS_FILE, METRICS_KEYS_FILE, *([TLS_CERT, TLS_KEY] if tls else [])]
     )
@@ -401,9 +399,9 @@ def test_the_template_renderer_is_strict() -> None:
 
 def test_metrics_keys_are_checked_like_api_keys_and_apart_from_them() -> None:
     with pytest.raises(ConfigError, match=r"glm:metricsKeys\.prom and glm:apiKeys\.alice hold the same key"):
-        render_front_files(stack("local").front, "vllm:8000", KEYS, {"prom": KEYS["alice"]})
+        render_front_files(stack("local").front, KEYS, {"prom": KEYS["alice"]})
     with pytest.raises(ConfigError, match=r"glm:metricsKeys\.prom is 8 characters"):
-        render_front_files(stack("local").front, "vllm:8000", KEYS, {"prom": "sk-short"})
+        render_front_files(stack("local").front, KEYS, {"prom": "sk-short"})
 
 
 # ---- a real front in front of the simulator --------------------------------------------------
@@ -704,7 +702,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
     config = stack(hardware)
     mocks, outputs = construct(
         lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "glm-net", "vllm:8000",
+            "front", config.front, config.target.host, config.container, "glm-net",
             pulumi.Output.secret(KEYS), None,
         )
     )  # fmt: skip
@@ -732,7 +730,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
     assert inputs["entrypoints"] == ["/bin/sh", "-c"] and inputs["command"] == [START_COMMAND]
     assert inputs["destroyGraceSeconds"] == 30
     reload = mocks.registered["front-config"][1]
-    assert reload["nginx_conf"] == render_release_conf(config.front, "vllm:8000")
+    assert reload["nginx_conf"] == render_release_conf(config.front)
     assert reload["api_key_names"] == ["alice", "bob"] and reload["metrics_key_names"] == []
     assert reload["container"] == f"{config.container.name}-nginx"
     if hardware == "local":
@@ -741,7 +739,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
         assert {k: reload["ssh"][k] for k in ("address", "port")} == {"address": "gpu01", "port": 22}
     files = rpc.unwrap_rpc_secret(reload["secret_files"])
     assert files == {
-        API_KEYS_FILE: render_front_files(config.front, "vllm:8000", KEYS)[API_KEYS_FILE],
+        API_KEYS_FILE: render_front_files(config.front, KEYS)[API_KEYS_FILE],
         METRICS_KEYS_FILE: "",
     }
     assert outputs == {
@@ -754,7 +752,7 @@ def test_ssh_targets_reload_with_the_docker_providers_host_key_check() -> None:
     config = stack("a800")
     mocks, _ = construct(
         lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "net", "vllm:8000",
+            "front", config.front, config.target.host, config.container, "net",
             pulumi.Output.secret(KEYS), None,
         )
     )  # fmt: skip
@@ -771,7 +769,7 @@ def test_key_files_are_a_secret_and_keys_appear_nowhere_else(secret_keys: bool) 
     config = stack("local")
     mocks, _ = construct(
         lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "net", "vllm:8000", keys, None,
+            "front", config.front, config.target.host, config.container, "net", keys, None,
             metrics_keys=scrapers,
         )
     )  # fmt: skip
@@ -793,12 +791,16 @@ def test_front_reaches_a_host_network_vllm_through_the_gateway() -> None:
     mocks, _ = construct(
         lambda: NginxFront(
             "front", config.front, config.target.host, config.container, "net",
-            "host.docker.internal:8077", pulumi.Output.secret(KEYS), None,
+            pulumi.Output.secret(KEYS), None,
         )
     )  # fmt: skip
     inputs = mocks.registered["front-nginx"][1]
     assert inputs["hosts"] == [{"host": "host.docker.internal", "ip": "host-gateway"}]
-    assert "server host.docker.internal:8077;" in mocks.registered["front-config"][1]["nginx_conf"]
+    # The release lists no replica: the rotation does, by the address each gate admitted.
+    assert (
+        "include /etc/nginx/glm/rotation/upstream.con[f];"
+        in mocks.registered["front-config"][1]["nginx_conf"]
+    )
 
 
 def test_tls_files_are_delivered_with_the_key_secret() -> None:
@@ -806,7 +808,7 @@ def test_tls_files_are_delivered_with_the_key_secret() -> None:
     cert, key = "-----BEGIN CERTIFICATE-----\nx\n", "-----BEGIN PRIVATE KEY-----\ny\n"
     mocks, outputs = construct(
         lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "net", "vllm:8000",
+            "front", config.front, config.target.host, config.container, "net",
             pulumi.Output.secret(KEYS),
             (pulumi.Output.secret(cert), pulumi.Output.secret(key)),
         )

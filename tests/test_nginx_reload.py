@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from components import rotation
 from components.nginx_front import render_front_files
 from components.nginx_reload import START_COMMAND, apply_release
 from tests.test_nginx_front import KEYS, METRICS, SERVED, free_port, self_signed, stack, vllm_sim
@@ -62,9 +63,7 @@ class LiveFront:
         tls_pair: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
         config = stack("local", front={**(front or {}), "tls": tls_pair is not None})
-        files = render_front_files(
-            config.front, self.upstream, api_keys, METRICS, tls_pair, listen=f"127.0.0.1:{self.port}"
-        )
+        files = render_front_files(config.front, api_keys, METRICS, tls_pair, listen=f"127.0.0.1:{self.port}")
         nginx_conf = files.pop("nginx.conf")
         fingerprint = hashlib.sha256(json.dumps([nginx_conf, files], sort_keys=True).encode()).hexdigest()
         return {
@@ -77,6 +76,9 @@ class LiveFront:
 
     def apply(self, props: dict[str, Any]) -> str:
         line = apply_release(props)
+        if not self.releases:
+            # The simulator passed no gate here: it is put in the front's rotation by hand.
+            rotation.admit(rotation.front_access(DOCKER_HOST, None, self.container), "sim", self.upstream)
         self.releases.append(props["fingerprint"][:16])
         return line
 

@@ -58,11 +58,16 @@ def test_gate_reruns_whenever_the_serving_container_is_replaced(deployed: dict[s
 
 
 @pytest.mark.parametrize("stack", ["a800", "local"])
-def test_gate_is_wired_after_the_container_and_the_front(deployed: dict[str, Deployment], stack: str) -> None:
+def test_gate_is_wired_after_the_replica_gate_and_the_front(
+    deployed: dict[str, Deployment], stack: str
+) -> None:
+    """The gate through the front runs once the replica passed its own gate (and is in rotation)."""
     depends_on = deployed[stack].options[f"{stack}-smoke"].depends_on
     assert isinstance(depends_on, list)
     kinds = {type(d).__name__ for d in depends_on}
-    assert {"VllmServer", "NginxFront", "PrometheusScrape"} <= kinds
+    assert {"ReplicaGate", "NginxFront", "PrometheusScrape"} <= kinds
+    replica_after = deployed[stack].options[f"{stack}-replica"].depends_on
+    assert [type(d).__name__ for d in replica_after or []] == ["VllmServer"]
 
 
 def test_glm_docker_host_points_the_provider_and_the_host_at_another_engine(
