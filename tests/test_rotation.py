@@ -2,7 +2,7 @@
 
 The front runs the production command from the local nginx image on the host network (as in
 tests/test_nginx_reload.py); two vLLM-protocol simulators on loopback ports play two replicas, one
-of them answering 13×17 wrongly. Every change goes through the same ``docker exec`` path a
+of them answering 13x17 wrongly. Every change goes through the same ``docker exec`` path a
 ``pulumi up`` uses; what clients get is read back through the front.
 """
 
@@ -27,7 +27,7 @@ KEY = KEYS["alice"]
 
 
 def ask(base: str) -> tuple[int, str]:
-    """13×17 through the front: (status, the answer's content or the error body)."""
+    """13x17 through the front: (status, the answer's content or the error body)."""
     resp = httpx.post(
         f"{base}/v1/chat/completions",
         headers={"Authorization": f"Bearer {KEY}"},
