@@ -9,11 +9,13 @@ real nginx configured with the front snippet, as the front will be. Then the com
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.client
 import json
 import shutil
 import ssl
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,9 +38,9 @@ from components.replica_guard import (
     render_front_snippet,
     render_guard_files,
 )
-from components.replica_tls import TLS_NAME, ReplicaCertificate, self_signed
+from components.replica_tls import TLS_NAME, ReplicaCertificate, _ReplicaCertificateProvider, self_signed
 from components.vllm_server import render_serving
-from tests.conftest import GATE_METRICS_TEST_KEY, TEST_HOST_KEY, RecordingMocks, redacted
+from tests.conftest import GATE_METRICS_TEST_KEY, PROJECT, TEST_HOST_KEY, RecordingMocks, redacted
 from tests.engine import free_port
 from tests.test_nginx_front import (
     NGINX,
@@ -320,3 +322,37 @@ def test_guard_under_mocks_publishes_on_one_address_with_the_key_secret(tls: boo
 def test_guard_refuses_to_publish_on_every_interface(address: str) -> None:
     with pytest.raises(Exception, match="publishes on one address"):
         build_guard(False, address)
+
+
+def test_guard_passes_the_policy_pack() -> None:
+    sys.path.insert(0, str(PROJECT / "policy"))  # the pack's modules import each other top-level
+    import glm_policies as gp
+
+    mocks, _ = build_guard(True)
+    resources = [
+        gp.Resource(r.type, r.name, gp.normalize(r.inputs), urn=f"urn:pulumi:a800::glm::{r.type}::{r.name}")
+        for r in mocks.deployment.resources
+    ]
+    assert [r.name for r in resources if r.type == gp.CONTAINER] == ["gpu02-guard-guard"]
+    rules = [r for r in gp.RULES if r.name != "volumes-retained"]
+    assert [(rule.name, m) for res in resources for rule in rules for m in rule.check(res, {})] == []
+
+
+def test_the_certificate_is_made_once_and_replaced_for_new_addresses(tmp_path: Path) -> None:
+    provider = _ReplicaCertificateProvider()
+    created = provider.create({"addresses": ["10.0.0.2"]})
+    outs = created.outs
+    assert outs["certificate_sha256"] == hashlib.sha256(outs["certificate"].encode()).hexdigest()
+    # The key belongs to the certificate: openssl derives the same public key from both.
+    (tmp_path / "c.pem").write_text(outs["certificate"])
+    (tmp_path / "k.pem").write_text(outs["private_key"])
+    public = [
+        subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        for argv in (["openssl", "x509", "-in", str(tmp_path / "c.pem"), "-noout", "-pubkey"],
+                     ["openssl", "pkey", "-in", str(tmp_path / "k.pem"), "-pubout"])
+    ]  # fmt: skip
+    assert public[0] == public[1] and "PUBLIC KEY" in public[0]
+    same = provider.diff(created.id, outs, {"addresses": ["10.0.0.2"]})
+    assert not same.changes
+    moved = provider.diff(created.id, outs, {"addresses": ["10.0.0.2", "10.0.0.3"]})
+    assert moved.changes and moved.replaces == ["addresses"]
