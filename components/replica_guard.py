@@ -27,7 +27,7 @@ import pulumi
 import pulumi.dynamic
 import pulumi_docker as docker
 
-from components.config import ConfigError, FrontConfig, HostConfig, check_api_keys
+from components.config import ConfigError, FrontConfig, HostConfig, binds_all_interfaces, check_api_keys
 from components.nginx_front import (
     CONF_FILE,
     HEALTH_READ_TIMEOUT_SECONDS,
@@ -231,11 +231,19 @@ def guard_credentials(
     return GuardCredentials(key.key, cert)
 
 
+def _one_address(name: str, address: str) -> str:
+    """The address without brackets; a wildcard (every interface) is refused."""
+    if binds_all_interfaces(address):
+        raise ValueError(f"{name}: the guard publishes on one address, not {address!r}")
+    return address.strip("[]")
+
+
 class ReplicaGuard(pulumi.ComponentResource):
     """Nginx on a replica's host: the replica's one published port, answering only the replica key."""
 
     upstream: str
-    """``address:port`` the front lists for this replica (known at preview)."""
+    """``host:port`` the front lists for this replica (known at preview): the published address, or
+    on the front's own host the guard's container name on the shared private network."""
     container: docker.Container
     reload: NginxReload
     fingerprint: pulumi.Output[str]
@@ -247,23 +255,29 @@ class ReplicaGuard(pulumi.ComponentResource):
         serving: ServingSpec,
         front: FrontConfig,
         host: HostConfig,
-        publish_address: str,
+        publish_address: str | None,
         network_name: pulumi.Input[str],
         credentials: GuardCredentials,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``host`` is the replica's (pass its Docker provider in ``opts``); ``network_name`` the
         replica's private network, where vLLM keeps ``serving.container.vllm_address``.
-        TLS follows ``front.tls``, with ``credentials.certificate``."""
+        TLS follows ``front.tls``, with ``credentials.certificate``.
+
+        ``publish_address`` None publishes nothing: the replica on the front's own host, guarded
+        all the same so that every server of the front's upstream speaks the same scheme (with TLS
+        a ``proxy_pass https://`` cannot mix in a plain-HTTP vLLM)."""
         super().__init__("glm:serving:ReplicaGuard", name, None, opts)
-        text = publish_address.strip("[]")
-        if text in ("", "0.0.0.0", "::") or text.startswith("0.0.0.0"):
-            raise ValueError(f"{name}: the guard publishes on one address, not {publish_address!r}")
+        text = None if publish_address is None else _one_address(name, publish_address)
         tls = credentials.certificate if front.tls else None
         if front.tls and tls is None:
             raise ValueError(f"{name}: glm:front.tls is on but the guard credentials carry no certificate")
         c = serving.container
-        self.upstream = f"[{text}]:{serving.port}" if ":" in text else f"{text}:{serving.port}"
+        container_name = f"{c.name}-guard"
+        if text is None:
+            self.upstream = f"{container_name}:{CONTAINER_PORT}"
+        else:
+            self.upstream = f"[{text}]:{serving.port}" if ":" in text else f"{text}:{serving.port}"
 
         image = docker.RemoteImage(
             f"{name}-image", name=front.image, keep_locally=True, opts=pulumi.ResourceOptions(parent=self)
@@ -271,12 +285,14 @@ class ReplicaGuard(pulumi.ComponentResource):
         # Nothing here depends on the key, the TLS pair or nginx.conf: those reach nginx as a reload.
         self.container = docker.Container(
             f"{name}-guard",
-            name=f"{c.name}-guard",
+            name=container_name,
             image=image.image_id,
             entrypoints=["/bin/sh", "-c"],
             command=[START_COMMAND],
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
-            ports=[docker.ContainerPortArgs(internal=CONTAINER_PORT, external=serving.port, ip=text)],
+            ports=[docker.ContainerPortArgs(internal=CONTAINER_PORT, external=serving.port, ip=text)]
+            if text is not None
+            else None,
             labels=[
                 docker.ContainerLabelArgs(label="glm53.role", value="replica-guard"),
                 docker.ContainerLabelArgs(label="glm53.tls", value="on" if tls else "off"),

@@ -269,7 +269,7 @@ class CertificateMocks(RecordingMocks):
         return name, outputs
 
 
-def build_guard(tls: bool, publish: str = "10.1.2.3") -> tuple[RecordingMocks, Any]:
+def build_guard(tls: bool, publish: str | None = "10.1.2.3") -> tuple[RecordingMocks, Any]:
     raw = {"hardware": "a800", "front": {"tls": tls, "allowPlainHttp": not tls},
            "target": {"hosts": [{"name": "gpu02", "dockerHost": "ssh://deploy@gpu02", "hostKey": TEST_HOST_KEY}]}}  # fmt: skip
     config = build_stack_config(raw)
@@ -280,7 +280,7 @@ def build_guard(tls: bool, publish: str = "10.1.2.3") -> tuple[RecordingMocks, A
     @pulumi.runtime.test
     def program() -> pulumi.Output[None]:
         key = pulumi.Output.secret(GATE_METRICS_TEST_KEY)
-        cert = ReplicaCertificate("stack-replica-tls", [publish]) if tls else None
+        cert = ReplicaCertificate("stack-replica-tls", [publish or "gpu01"]) if tls else None
         guard = ReplicaGuard(
             "gpu02-guard", render_serving(config), config.front, config.target.host, publish,
             "glm-net", GuardCredentials(key, cert),
@@ -318,10 +318,18 @@ def test_guard_under_mocks_publishes_on_one_address_with_the_key_secret(tls: boo
     assert GATE_METRICS_TEST_KEY not in visible and "PRIVATE KEY" not in visible
 
 
-@pytest.mark.parametrize("address", ["0.0.0.0", "::", "[::]", ""])
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "[::]", "", "0"])
 def test_guard_refuses_to_publish_on_every_interface(address: str) -> None:
     with pytest.raises(Exception, match="publishes on one address"):
         build_guard(False, address)
+
+
+def test_on_the_front_host_the_guard_publishes_nothing() -> None:
+    """The front reaches it on the shared private network, by container name, in the same scheme."""
+    mocks, (config, seen) = build_guard(True, None)
+    inputs = mocks.registered["gpu02-guard-guard"][1]
+    assert "ports" not in inputs or not inputs["ports"]
+    assert seen["upstream"] == f"{config.container.name}-guard:8080"
 
 
 def test_guard_passes_the_policy_pack() -> None:
