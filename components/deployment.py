@@ -248,8 +248,10 @@ def _replica(
             f"{prefix}-preflight",
             config.preflight,
             config.model,
-            config.facts.accelerator,
+            config.facts,
+            config.hardware,
             config.container.accelerators,
+            config.serving.gpu_memory_utilization,
             host,
             secrets.ssh_private_key,
         )
