@@ -25,10 +25,13 @@ from components.target import host_command
 
 PREFLIGHT_SH = Path(__file__).with_name("preflight.sh")
 
-CONTEXT_MIB = 512
-"""MiB the vLLM worker's own CUDA context takes before vLLM compares free memory with
+CONTEXT_MIB = 528
+"""MiB the vLLM worker's own CUDA context takes before vLLM compares the free memory it sees with
 ``gpuMemoryUtilization`` x total: nvidia-smi's free memory before the worker starts must cover both.
-Measured on an H200 (driver 580.159.04, PyTorch's CUDA context): see tests/fixtures/nvidia-h200/README.md."""
+Measured on the real H200 (driver 580.159.04, PyTorch): nvidia-smi free 143156 MiB before, 142629 MiB
+free seen by the process after creating its context: 527 MiB. Comparing with nvidia-smi's total
+(143771 MiB, which includes the 616 MiB the driver reserves; cudaMemGetInfo's total is 143155 MiB)
+adds GMU x 616 MiB more margin. tests/fixtures/nvidia-h200/README.md has the run."""
 
 IDLE_HBM_MIB = 3500
 """MB ``npu-smi info`` shows in use on an idle 64 GB NPU: the driver's own (3339-3414 MB in the
