@@ -4,8 +4,8 @@
 plus what this project's runs on the real host added; README there). ``tests/fixtures/npu-smi/``: a
 real 8-NPU ``npu-smi info`` from a public bug report. Larger boxes are *derived* from these rows,
 never written by hand: :func:`eight_gpus` repeats the real H200 row with the index, the UUID's last
-digits and the PCI device number stepped; a busy GPU takes the busy capture's memory columns and its
-``--query-compute-apps`` line with that GPU's UUID.
+digits and the PCI device number stepped; a busy GPU takes the real busy row's memory columns and
+the real ``--query-compute-apps`` line, with that GPU's UUID.
 """
 
 from __future__ import annotations
@@ -68,27 +68,26 @@ def idle_row() -> list[str]:
     return section(H200 / "nvidia-smi-idle.txt", "same, noheader,nounits").strip().split(", ")
 
 
-def busy_memory() -> tuple[str, str, str]:
-    """memory.total, .used, .free of the real GPU while another process held 60 GiB."""
-    _, _, total, used, free = section(H200 / "nvidia-smi-busy.txt", "busy: query-gpu").strip().split(", ")
-    return total, used, free
+def busy_row() -> list[str]:
+    """The real H200's ``--query-gpu`` row while another process held 60 GiB (this project's run)."""
+    return section(H200 / "preflight-h200-busy.txt", f"busy: nvidia-smi {GPU_QUERY}").strip().split(", ")
 
 
 def apps_header_and_busy_line() -> tuple[str, str]:
-    header, line = section(H200 / "nvidia-smi-busy.txt", "busy: query-compute-apps").strip().split("\n")
+    """``--query-compute-apps`` on that busy GPU: the header and the holder's line."""
+    header, line = section(H200 / "preflight-h200-busy.txt", f"busy: nvidia-smi {APPS_QUERY}").strip().split("\n")
     return header, line
 
 
 def eight_gpus(count: int = 8, busy: tuple[int, ...] = (), driver: str | None = None) -> NvidiaSmi:
     """``count`` H200s derived from the real one (module docstring); ``busy`` GPUs held by the real
     busy capture's process; ``driver`` replaces the real driver version (an older host)."""
-    index, name, uuid, bus, real_driver, *_, cc = idle_row()
-    idle_memory = idle_row()[5:8]
+    _, name, uuid, bus, real_driver, *_, cc = idle_row()
     header, busy_line = apps_header_and_busy_line()
     rows, apps = [], [header]
     for i in range(count):
         gpu_uuid = f"{uuid[:-2]}{i:02x}"
-        memory = busy_memory() if i in busy else idle_memory
+        memory = (busy_row() if i in busy else idle_row())[5:8]
         pci = f"{bus[:-4]}{6 + i:02X}.0"
         rows.append(", ".join([str(i), name, gpu_uuid, pci, driver or real_driver, *memory, cc]))
         if i in busy:
