@@ -1,6 +1,6 @@
 """Preflight: check the target host before the serving container is created.
 
-What a failed start would otherwise show only after a 6–12 minute load, in seconds on the box:
+What a failed start would otherwise show only after a 6-12 minute load, in seconds on the box:
 on NVIDIA, that every listed GPU exists, has the free memory ``gpuMemoryUtilization`` asks for
 (naming the processes that hold it), is the card the profile is for, has a driver new enough for the
 image's CUDA, and that Docker can hand GPUs to a container; on Ascend, the ``/dev/davinciN`` devices,

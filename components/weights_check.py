@@ -48,7 +48,9 @@ def problems(folder: str, weights_gib: float, model_type: str | None, architectu
     """Everything wrong with the weights in ``folder``, each naming the config key and the fix."""
     config_path = os.path.join(folder, "config.json")
     if not os.path.isfile(config_path):
-        return [f"{config_path} is missing (glm:model.hostDir/directory). Fix: point them at the weights folder"]
+        return [
+            f"{config_path} is missing (glm:model.hostDir/directory). Fix: point them at the weights folder"
+        ]
     found: list[str] = []
     if model_type is not None:
         with open(config_path) as file:
@@ -62,7 +64,10 @@ def problems(folder: str, weights_gib: float, model_type: str | None, architectu
             )
     index_path = os.path.join(folder, INDEX)
     if not os.path.isfile(index_path):
-        return [*found, f"{index_path} is missing. Fix: copy the whole checkpoint (or enable glm:model.download)"]
+        return [
+            *found,
+            f"{index_path} is missing. Fix: copy the whole checkpoint (or enable glm:model.download)",
+        ]
     with open(index_path) as file:
         shards = sorted(set(json.load(file)["weight_map"].values()))
     missing = [s for s in shards if not os.path.isfile(os.path.join(folder, s))]

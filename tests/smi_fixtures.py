@@ -75,7 +75,9 @@ def busy_row() -> list[str]:
 
 def apps_header_and_busy_line() -> tuple[str, str]:
     """``--query-compute-apps`` on that busy GPU: the header and the holder's line."""
-    header, line = section(H200 / "preflight-h200-busy.txt", f"busy: nvidia-smi {APPS_QUERY}").strip().split("\n")
+    header, line = (
+        section(H200 / "preflight-h200-busy.txt", f"busy: nvidia-smi {APPS_QUERY}").strip().split("\n")
+    )
     return header, line
 
 
@@ -114,7 +116,9 @@ def npu_smi_info(chip: str | None = None, idle: bool = False) -> str:
 
 H200_FACTS = replace(
     PROFILES["a800"].facts,
-    accelerator_model=AcceleratorModel("H200", "9.0", "tests/fixtures/nvidia-h200 (nvidia-smi on the real host)"),
+    accelerator_model=AcceleratorModel(
+        "H200", "9.0", "tests/fixtures/nvidia-h200 (nvidia-smi on the real host)"
+    ),
     image_cuda="13.0",
 )
 """An a800-like profile for the real H200 host (whose nvidia-smi the fixtures hold), so that the

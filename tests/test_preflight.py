@@ -36,7 +36,9 @@ def test_eight_idle_h200s_pass(tmp_path: Path) -> None:
     result = run(preflight_of(a800(tmp_path), H200_FACTS, "h200"), nvidia_box(tmp_path))
     assert result.returncode == 0, result.stderr
     listed = " ".join(f"{i}:143156/{NEED}" for i in range(8))
-    assert f"preflight: 8 GPU(s), driver 580.159.04, free/needed MiB of listed GPUs: {listed}" in result.stdout
+    assert (
+        f"preflight: 8 GPU(s), driver 580.159.04, free/needed MiB of listed GPUs: {listed}" in result.stdout
+    )
     assert "NVIDIA container runtime:" in result.stdout and "weights check:" in result.stdout
 
 
@@ -56,8 +58,9 @@ def test_an_index_the_box_lacks_is_refused(tmp_path: Path) -> None:
     config = a800(tmp_path, container={"accelerators": [0, 1, 2, 3, 4, 5, 6, 9]})
     result = run(preflight_of(config, H200_FACTS, "h200"), nvidia_box(tmp_path))
     assert result.returncode == 1
-    assert "glm:container.accelerators lists GPU 9 but nvidia-smi shows 8 GPU(s), indices 0,1,2,3,4,5,6,7" in (
-        result.stderr
+    assert (
+        "glm:container.accelerators lists GPU 9 but nvidia-smi shows 8 GPU(s), indices 0,1,2,3,4,5,6,7"
+        in (result.stderr)
     )
 
 
@@ -83,7 +86,10 @@ def test_a_driver_older_than_the_images_cuda_is_refused(tmp_path: Path) -> None:
     bin_dir = nvidia_box(tmp_path, driver="550.54.15")  # the real row with an older driver
     result = run(preflight_of(a800(tmp_path), H200_FACTS, "h200"), bin_dir)
     assert result.returncode == 1
-    assert "driver 550.54.15 is older than 580.65.06, the oldest that runs the image's CUDA 13.0" in result.stderr
+    assert (
+        "driver 550.54.15 is older than 580.65.06, the oldest that runs the image's CUDA 13.0"
+        in result.stderr
+    )
 
 
 def test_no_container_runtime_is_refused(tmp_path: Path) -> None:
@@ -108,8 +114,9 @@ def test_weights_of_another_model_are_refused(tmp_path: Path) -> None:
     weights(tmp_path, config={"model_type": "llama", "architectures": ["LlamaForCausalLM"]})
     result = run(preflight_of(a800(tmp_path), H200_FACTS, "h200"), nvidia_box(tmp_path))
     assert result.returncode == 1
-    assert "says model_type 'llama', architectures ['LlamaForCausalLM']; glm:hardware's profile serves 'glm5_next'" in (
-        result.stderr
+    assert (
+        "says model_type 'llama', architectures ['LlamaForCausalLM']; glm:hardware's profile serves 'glm5_next'"
+        in (result.stderr)
     )
 
 
@@ -148,7 +155,7 @@ def ascend_config(tmp_path: Path) -> StackConfig:
 
 
 def test_ascend_reads_the_real_npu_smi_table(tmp_path: Path) -> None:
-    """The real 8×910B2 box of vllm-ascend#5021, NPUs 1-7 busy: wrong chip and busy HBM, with pids.
+    """The real 8-NPU 910B2 box of vllm-ascend#5021, NPUs 1-7 busy: wrong chip and busy HBM, with pids.
     This machine has no /dev/davinci*, so that is reported too (all problems at once)."""
     (tmp_path / "info.txt").write_text(npu_smi_info())
     fake_tool(tmp_path / "bin", "npu-smi", f'[ "$1" = info ] && cat {tmp_path}/info.txt')
@@ -167,9 +174,11 @@ def test_ascend_idle_910b3_passes_the_npu_checks(tmp_path: Path) -> None:
     (tmp_path / "info.txt").write_text(npu_smi_info(chip="910B3", idle=True))
     fake_tool(tmp_path / "bin", "npu-smi", f'[ "$1" = info ] && cat {tmp_path}/info.txt')
     result = run(preflight_of(ascend_config(tmp_path)), tmp_path / "bin")
-    assert "preflight: 8 NPU(s), HBM in use/total MB of listed NPUs: " + " ".join(
-        f"{i}:3414/65536" for i in range(8)
-    ) in result.stdout
+    assert (
+        "preflight: 8 NPU(s), HBM in use/total MB of listed NPUs: "
+        + " ".join(f"{i}:3414/65536" for i in range(8))
+        in result.stdout
+    )
     assert "910B3" not in result.stderr and "HBM in use" not in result.stderr
 
 

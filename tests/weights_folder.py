@@ -36,7 +36,9 @@ def write_weights(
     }
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     for i, name in enumerate(names[missing:], start=missing):
-        header = json.dumps({f"model.layers.{i}.weight": {"dtype": "U8", "shape": [data], "data_offsets": [0, data]}})
+        header = json.dumps(
+            {f"model.layers.{i}.weight": {"dtype": "U8", "shape": [data], "data_offsets": [0, data]}}
+        )
         path = folder / name
         path.write_bytes(struct.pack("<Q", len(header)) + header.encode())
         last = i == shards - 1
