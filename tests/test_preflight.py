@@ -229,3 +229,11 @@ def test_preflight_runs_on_the_host_over_ssh(deployed: dict[str, Deployment], st
     assert unwrap(check["connection"])["user"] == "deploy"
     tool = "npu-smi" if stack == "ascend" else "nvidia-smi"
     assert tool in check["create"]
+
+
+@pytest.mark.parametrize("name", ["nvidia-smi-idle.txt", "nvidia-smi-busy.txt"])
+def test_the_h200_captures_are_shareds_verbatim(name: str) -> None:
+    shared = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nvidia-h200" / name
+    if not shared.exists():
+        pytest.skip(f"{shared} is not beside this checkout")
+    assert (H200 / name).read_bytes() == shared.read_bytes()
