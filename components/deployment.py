@@ -267,8 +267,10 @@ def _host_base(
             f"{prefix}-preflight",
             config.preflight,
             config.model,
-            config.facts.accelerator,
+            config.facts,
+            config.hardware,
             config.container.accelerators,
+            config.serving.gpu_memory_utilization,
             host,
             secrets.ssh_private_key,
         )

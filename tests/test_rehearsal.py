@@ -136,6 +136,7 @@ def test_rehearsal_lifecycle_on_the_standin_host(
     project: PulumiProject, host: StandinHost, stack: str
 ) -> None:
     front_port, served_name, container, (flag, value) = PROFILES[stack]
+    host.present(stack)  # the preflight checks the profile's own card
     project.init_stack(stack, config=rehearsal_config(host, stack), secrets={"glm:apiKeys.e2e": API_KEY})
     try:
         out = project.run("up", "--yes", "--skip-preview", "-s", stack, label=f"{stack} up")
