@@ -224,7 +224,7 @@ def test_one_host_stacks_render_no_replica_gate_and_the_one_host_front(
 
 # ---- the real tools ------------------------------------------------------------------------------
 
-KEYS = {"ci": "sk-test-ci-0123456789abcdef"}
+KEYS = {"ci": "sk-test-ci-0a6e93030124c2b3"}
 
 
 def test_nginx_accepts_a_front_with_three_replicas(tmp_path: Path) -> None:

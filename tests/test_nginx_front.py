@@ -58,7 +58,7 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 SERVED = "glm-5.3-flash"
 GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
 HARDWARE = list(PROFILES)
-KEYS = {"alice": "sk-alice-0123456789abcdef0123", "bob": "sk-bob.+/~_-fedcba9876543210=="}
+KEYS = {"alice": "sk-alice-1403f1510d19d5295321", "bob": "sk-bob.+/~_-0d08fac0336e7974=="}
 METRICS = {"prom": "sk-prom-metrics-4d5e6f7a8b9c0d1e"}
 ARITHMETIC = [{"role": "user", "content": "What is 13×17? Answer with the number only."}]
 

@@ -87,7 +87,7 @@ def test_ops_on_a_deployed_local_stack(tmp_path: Path) -> None:
     """status, smoke, debug and restart against a real local stack (its own backend and ports)."""
     project = PulumiProject.copy_of_repo(tmp_path / "glm")
     name = project.init_local_stack(
-        "glm53-ops", secrets={"glm:apiKeys.ops": "sk-ops-0123456789abcdef0123"}
+        "glm53-ops", secrets={"glm:apiKeys.ops": "sk-ops-82761387e35bded68634"}
     ).container
     env = {**project.env, "GLM_PULUMI": "pulumi --non-interactive", "PYTHONPATH": str(PROJECT)}
 
@@ -107,7 +107,7 @@ def test_ops_on_a_deployed_local_stack(tmp_path: Path) -> None:
         smoke = ops("smoke")
         assert smoke.returncode == 0, smoke.stderr
         assert json.loads(smoke.stdout)["kv_pool_tokens"] > 0
-        assert "sk-ops-0123456789abcdef0123" not in smoke.stdout + smoke.stderr
+        assert "sk-ops-82761387e35bded68634" not in smoke.stdout + smoke.stderr
 
         debug = ops("debug")
         assert (
