@@ -581,9 +581,26 @@ class ContainerConfig(_Model):
 
 
 class RateLimitConfig(_Model):
-    enabled: bool = Field(False, description="Per-key request rate limit at the front.")
-    requests_per_second: Positive = Field(10, description="Sustained requests per second per key.")
-    burst: Positive = Field(20, description="Requests allowed above the rate before 429.")
+    """The front's limits (docs/front-and-alerts.md "Limits"): per API key for key holders, per
+    client address for everything else (no or a wrong key, metrics keys, ``/healthz``)."""
+
+    enabled: bool = Field(True, description="Request and connection limits at the front (429 beyond them).")
+    requests_per_second: Positive = Field(10, description="Sustained requests per second per API key.")
+    burst: Positive = Field(20, description="Requests per API key allowed above the rate before 429.")
+    connections_per_key: Positive = Field(
+        64, description="Requests in flight per API key (streams included): twice a800's maxNumSeqs."
+    )
+    unauthenticated_requests_per_second: Positive = Field(
+        5,
+        description="Requests per second per client address without an API key (401s, /healthz, "
+        "/metrics, /version): key guessing and polling.",
+    )
+    unauthenticated_burst: Positive = Field(
+        20, description="Requests per address without an API key allowed above the rate before 429."
+    )
+    connections_per_address: Positive = Field(
+        16, description="Requests in flight per client address without an API key."
+    )
 
 
 class FrontConfig(_Model):
