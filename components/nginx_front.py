@@ -198,9 +198,7 @@ def _errors(front: FrontConfig) -> dict[str, str]:
         "bad_request": openai_error(
             "Bad request: malformed HTTP, or a header (such as Authorization) sent twice.", "bad_request"
         ),
-        "header_too_large": openai_error(
-            "Request header or cookie too large.", "request_header_too_large"
-        ),
+        "header_too_large": openai_error("Request header or cookie too large.", "request_header_too_large"),
     }
 
 

@@ -21,6 +21,7 @@ from components.vllm_flags import SWITCHES, TOGGLES, VALUE_FLAGS
 VLLM_NETWORK_ALIAS = "vllm"
 VLLM_HOST_GATEWAY = "host.docker.internal"
 
+
 def _flag_value(value: Any) -> str:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         # A list of words (``--allowed-media-domains``): vLLM reads them as separate arguments.

@@ -422,7 +422,9 @@ def test_docker_hosts_other_than_ssh_and_unix_are_refused(docker_host: str) -> N
     with pytest.raises(ConfigError, match=r"neither ssh:// nor unix://.*Fix: ssh://\[user@\]host"):
         make("a800", target={"hosts": [host]})
     with pytest.raises(ConfigError, match=r"neither ssh:// nor unix://"):
-        build_stack_config({"hardware": "a800", "target": HOST, **PLAIN_HTTP_ACCEPTED}, docker_host=docker_host)
+        build_stack_config(
+            {"hardware": "a800", "target": HOST, **PLAIN_HTTP_ACCEPTED}, docker_host=docker_host
+        )
 
 
 SEED_HOST_NETWORK = {
@@ -471,7 +473,9 @@ def test_config_and_policy_share_one_all_interfaces_rule() -> None:
 @pytest.mark.parametrize("where", ["env", "extraEnv"])
 @pytest.mark.parametrize("name", ["NAME=VLLM_TORCH_PROFILER_DIR", "1ST", "HF TOKEN", "A-B", ""])
 def test_env_names_that_are_not_posix_names_are_refused(where: str, name: str) -> None:
-    with pytest.raises(ConfigError, match=rf"glm:serving\.{where}\.{re.escape(repr(name))} is not an environment"):
+    with pytest.raises(
+        ConfigError, match=rf"glm:serving\.{where}\.{re.escape(repr(name))} is not an environment"
+    ):
         make("a800", serving={where: {name: "/tmp"}})
 
 
@@ -485,17 +489,23 @@ def test_prometheus_beyond_loopback_is_refused_without_the_opt_in(address: str) 
 
 def test_prometheus_on_loopback_needs_no_opt_in() -> None:
     for address in ("127.0.0.1", "localhost", "::1"):
-        assert not any("allowPublicBind" in w for w in make("a800", monitoring={"bindAddress": address}).advisories())
+        assert not any(
+            "allowPublicBind" in w for w in make("a800", monitoring={"bindAddress": address}).advisories()
+        )
 
 
 def test_image_input_needs_a_media_allow_list() -> None:
     """vLLM reads no (or an empty) --allowed-media-domains as `fetch any URL` (its docs: SSRF)."""
     for domains in (None, []):
-        with pytest.raises(ConfigError, match=r"limitMmPerPrompt=\{'image': 1\} without glm:serving\.allowedMediaDomains"):
+        with pytest.raises(
+            ConfigError, match=r"limitMmPerPrompt=\{'image': 1\} without glm:serving\.allowedMediaDomains"
+        ):
             make("ascend", serving={"allowedMediaDomains": domains})
     with pytest.raises(ConfigError, match=r"'\*' is not a host name"):
         make("ascend", serving={"allowedMediaDomains": ["*"]})
-    text_only = make("ascend", serving={"allowedMediaDomains": None, "limitMmPerPrompt": {"image": 0, "video": 0}})
+    text_only = make(
+        "ascend", serving={"allowedMediaDomains": None, "limitMmPerPrompt": {"image": 0, "video": 0}}
+    )
     assert text_only.serving.allowed_media_domains is None
 
 

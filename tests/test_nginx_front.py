@@ -653,12 +653,14 @@ def test_default_limits_bound_requests_in_flight_per_key(sim_port: int) -> None:
     with nginx_front(config, f"127.0.0.1:{sim_port}") as limited:
         body = {"model": SERVED, "messages": ARITHMETIC, "stream": True, "max_tokens": 40}
         auth = {"Authorization": f"Bearer {KEYS['alice']}"}
-        with httpx.Client(base_url=limited.base, headers=auth, timeout=30) as client:
-            with client.stream("POST", "/v1/chat/completions", json=body) as first:
-                with client.stream("POST", "/v1/chat/completions", json=body) as second:
-                    third = client.post("/v1/chat/completions", json=body)
-                    assert (first.status_code, second.status_code, third.status_code) == (200, 200, 429)
-                    assert third.json()["error"]["code"] == "rate_limit_exceeded"
+        with (
+            httpx.Client(base_url=limited.base, headers=auth, timeout=30) as client,
+            client.stream("POST", "/v1/chat/completions", json=body) as first,
+            client.stream("POST", "/v1/chat/completions", json=body) as second,
+        ):
+            third = client.post("/v1/chat/completions", json=body)
+            assert (first.status_code, second.status_code, third.status_code) == (200, 200, 429)
+            assert third.json()["error"]["code"] == "rate_limit_exceeded"
 
 
 def test_an_oversized_header_gets_the_json_error(front: Front) -> None:
