@@ -1,7 +1,8 @@
 """The Nginx front: the stack's one published port.
 
 vLLM listens only on the private Docker network; this container is the only thing clients reach.
-It checks API keys, streams SSE unbuffered, bounds request bodies and (optionally) per-key rates,
+It checks API keys, streams SSE unbuffered, bounds request bodies, rates and requests in flight
+(per key, and per client address for everything without an API key),
 answers in OpenAI's error shape, and exposes nothing of vLLM but ``/v1/`` (plus ``/healthz``, and
 ``/metrics`` for metrics keys only). The A100 seed's vLLM port was scanned within a day of being
 left open (SPEC §2, cross-cutting).
