@@ -27,7 +27,7 @@ from tests.engine import PulumiProject
 from tests.multihost import IMAGES, init_stack, load_images
 from tests.standin_host import StandinHost, link_private_network
 
-API_KEY = "sk-multihost-0123456789abcdef01"
+API_KEY = "sk-multihost-97b4f1e3ef97eef652"
 
 
 def main() -> int:

@@ -36,7 +36,7 @@ from components.config import build_stack_config
 from components.nginx_reload import CONF_ROOT
 from tests.engine import PROJECT, PulumiProject, engine_missing
 
-KEY = "sk-bench-0123456789abcdef0123"
+KEY = "sk-bench-fa1f879d51c611aa6bcd"
 STACK = "local"
 """The stack measured: its profile's defaults give the ports a cold ``make up`` needs."""
 

@@ -130,6 +130,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     outputs = _outputs(config, serving, served, home, front, monitoring, smoke)
     if probe is not None:
         outputs["semanticProbe"] = probe.container_name
+    if keys.gate_metrics is not None:
+        # Secret: `ops smoke` reads this one value, not the whole decrypted state.
+        outputs["gateMetricsKey"] = keys.gate_metrics
     if several:
         outputs["replicas"] = {r.host.name: r.gate.results for r in replicas}
     if promoted is not None:

@@ -1,7 +1,8 @@
 """The Nginx front: the stack's one published port.
 
 vLLM listens only on the private Docker network; this container is the only thing clients reach.
-It checks API keys, streams SSE unbuffered, bounds request bodies and (optionally) per-key rates,
+It checks API keys, streams SSE unbuffered, bounds request bodies, rates and requests in flight
+(per key, and per client address for everything without an API key),
 answers in OpenAI's error shape, and exposes nothing of vLLM but ``/v1/`` (plus ``/healthz``, and
 ``/metrics`` for metrics keys only). The A100 seed's vLLM port was scanned within a day of being
 left open (SPEC §2, cross-cutting).
@@ -178,8 +179,9 @@ def _errors(front: FrontConfig) -> dict[str, str]:
             "request_too_large",
         ),
         "rate_limited": openai_error(
-            f"Rate limit exceeded for this API key ({rate.requests_per_second} requests/s, "
-            f"burst {rate.burst}). Retry shortly.",
+            f"Rate limit exceeded: {rate.requests_per_second} requests/s (burst {rate.burst}) and "
+            f"{rate.connections_per_key} at once per API key; {rate.unauthenticated_requests_per_second} "
+            f"requests/s and {rate.connections_per_address} at once per address without one. Retry shortly.",
             "rate_limit_exceeded",
             "requests",
         ),
@@ -203,22 +205,38 @@ def _errors(front: FrontConfig) -> dict[str, str]:
         "bad_request": openai_error(
             "Bad request: malformed HTTP, or a header (such as Authorization) sent twice.", "bad_request"
         ),
+        "header_too_large": openai_error("Request header or cookie too large.", "request_header_too_large"),
     }
 
+
+TLS12_CIPHERS = ":".join(
+    [
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "ECDHE-RSA-CHACHA20-POLY1305",
+    ]
+)
+"""Mozilla's "intermediate" TLS 1.2 suites (ssl-config.mozilla.org, guideline 5.7) less the DHE
+ones, which need a dhparam file: forward secrecy and AEAD only, no SHA-1 or CBC suite. TLS 1.3's
+suites are all modern and not set by ``ssl_ciphers``."""
 
 _SSL = """        ssl_certificate {{certificate}};
         ssl_certificate_key {{key}};
         ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_ciphers {{ciphers}};
         ssl_prefer_server_ciphers off;
         ssl_session_cache shared:tls:10m;
         ssl_session_timeout 1d;
+        # A ticket key lives as long as the nginx master and would decrypt every session resumed
+        # with it: no forward secrecy for TLS 1.2. The session cache above resumes without one.
+        ssl_session_tickets off;
 """
 
 _ROUTE = """        location = {{route}} {
-            if ($api_client = "") {
-                return 401;
-            }
-{{rate_limit}}
+            auth_request /_glm_auth/api;
             proxy_pass http://vllm{{route}};
         }
 """
@@ -244,6 +262,34 @@ def _upstream_servers(upstream: Sequence[str] | None, rotation_dir: str) -> str:
     )
 
 
+def _rate_limits(front: FrontConfig) -> tuple[str, str]:
+    """The ``limit_*_zone`` lines (http) and the ``limit_*`` lines (server) of ``glm:front.rateLimit``.
+
+    Set once for the whole server, so every location counts: keyed requests per client name (one
+    key's burst cannot starve another), all others per client address (``$unauthenticated_address``
+    is empty for a valid API key, and a zone skips an empty key).
+    """
+    rate = front.rate_limit
+    if not rate.enabled:
+        return "", ""
+    zones = [
+        f"limit_req_zone $api_client zone=per_api_key:10m rate={rate.requests_per_second}r/s;",
+        "limit_req_zone $unauthenticated_address zone=per_address:10m "
+        f"rate={rate.unauthenticated_requests_per_second}r/s;",
+        "limit_conn_zone $api_client zone=connections_per_key:10m;",
+        "limit_conn_zone $unauthenticated_address zone=connections_per_address:10m;",
+    ]
+    limits = [
+        f"limit_req zone=per_api_key burst={rate.burst} nodelay;",
+        f"limit_req zone=per_address burst={rate.unauthenticated_burst} nodelay;",
+        "limit_req_status 429;",
+        f"limit_conn connections_per_key {rate.connections_per_key};",
+        f"limit_conn connections_per_address {rate.connections_per_address};",
+        "limit_conn_status 429;",
+    ]
+    return "\n".join(f"    {z}" for z in zones), "\n".join(f"        {line}" for line in limits)
+
+
 def _render(
     front: FrontConfig,
     upstream: Sequence[str] | None,
@@ -262,28 +308,15 @@ def _render(
         "\n        proxy_next_upstream error timeout non_idempotent;"
         f"\n        proxy_next_upstream_tries {NEXT_UPSTREAM_TRIES};"
     )
-    rate = front.rate_limit
-    # Keyed on the client name, so one key's burst cannot starve another. Requests without a key
-    # have an empty name, are not counted, and are refused with 401 before this phase.
-    rate_zone = (
-        f"    limit_req_zone $api_client zone=per_api_key:10m rate={rate.requests_per_second}r/s;"
-        if rate.enabled
-        else ""
-    )
-    rate_limit = (
-        f"            limit_req zone=per_api_key burst={rate.burst} nodelay;\n"
-        "            limit_req_status 429;"
-        if rate.enabled
-        else ""
-    )
+    zones, limits = _rate_limits(front)
     # Exact locations: with a URI in proxy_pass, vLLM receives exactly the listed path (nginx
     # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
-    routes = "".join(
-        render_template(_ROUTE, {"route": route, "rate_limit": rate_limit}) for route in INFERENCE_ROUTES
-    )
+    routes = "".join(render_template(_ROUTE, {"route": route}) for route in INFERENCE_ROUTES)
     ssl = ""
     if tls_paths is not None:
-        ssl = render_template(_SSL, {"certificate": tls_paths[0], "key": tls_paths[1]}).rstrip("\n")
+        ssl = render_template(
+            _SSL, {"certificate": tls_paths[0], "key": tls_paths[1], "ciphers": TLS12_CIPHERS}
+        ).rstrip("\n")
     values = {
         "worker_processes": str(WORKER_PROCESSES),
         "worker_shutdown_timeout": str(OLD_WORKER_GRACE_SECONDS),
@@ -291,7 +324,8 @@ def _render(
         "log_format": _log_format(),
         "api_keys": api_key_entries.rstrip("\n"),
         "metrics_keys": metrics_key_entries.rstrip("\n"),
-        "rate_limit_zone": rate_zone,
+        "rate_limit_zones": zones,
+        "rate_limits": limits,
         "upstream_servers": _upstream_servers(upstream, rotation_dir),
         "no_replica_reason": f"        include {rotation_dir}/reason.ma[p];" if upstream is None else "",
         "keepalive": str(front.keepalive),

@@ -213,6 +213,10 @@ register(
                 "enableAutoToolChoice": True,
                 "quantization": "ascend",
                 "limitMmPerPrompt": {"image": 1, "video": 0},
+                # Images only inline (data: URLs): an image URL would make vLLM fetch it, from the
+                # private network too (Prometheus, the replicas, a metadata address). `.invalid`
+                # never resolves (RFC 6761); list trusted hosts here to allow their URLs.
+                "allowedMediaDomains": ["no-remote-media.invalid"],
                 "gpuMemoryUtilization": 0.95,
                 "enablePrefixCaching": True,
                 "asyncScheduling": True,

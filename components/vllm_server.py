@@ -16,53 +16,18 @@ import pulumi
 import pulumi_docker as docker
 
 from components.config import ContainerConfig, MountConfig, StackConfig
+from components.vllm_flags import SWITCHES, TOGGLES, VALUE_FLAGS
 
 REPLICA_LABEL = "glm53.replica"
 """The serving container's label naming its replica in the front's rotation (components/rotation.py)."""
 VLLM_NETWORK_ALIAS = "vllm"
 VLLM_HOST_GATEWAY = "host.docker.internal"
 
-# (config attribute, vLLM flag) in the order they are rendered.
-_VALUE_FLAGS = [
-    ("host", "--host"),
-    ("port", "--port"),
-    ("served_model_name", "--served-model-name"),
-    ("max_model_len", "--max-model-len"),
-    ("tensor_parallel_size", "--tensor-parallel-size"),
-    ("seed", "--seed"),
-    ("safetensors_load_strategy", "--safetensors-load-strategy"),
-    ("kv_cache_dtype", "--kv-cache-dtype"),
-    ("block_size", "--block-size"),
-    ("max_num_seqs", "--max-num-seqs"),
-    ("max_num_batched_tokens", "--max-num-batched-tokens"),
-    ("gpu_memory_utilization", "--gpu-memory-utilization"),
-    ("quantization", "--quantization"),
-    ("moe_backend", "--moe-backend"),
-    ("speculative_config", "--speculative-config"),
-    ("tool_call_parser", "--tool-call-parser"),
-    ("reasoning_parser", "--reasoning-parser"),
-    ("limit_mm_per_prompt", "--limit-mm-per-prompt"),
-    ("compilation_config", "--compilation-config"),
-    ("additional_config", "--additional-config"),
-    ("api_server_count", "--api-server-count"),
-    ("shutdown_timeout", "--shutdown-timeout"),
-]
-# Switches rendered as ``--flag`` when true.
-_SWITCHES = [
-    ("enable_expert_parallel", "--enable-expert-parallel"),
-    ("trust_remote_code", "--trust-remote-code"),
-    ("enable_auto_tool_choice", "--enable-auto-tool-choice"),
-    ("async_scheduling", "--async-scheduling"),
-    ("enforce_eager", "--enforce-eager"),
-]
-# Tri-state switches: true → ``--flag``, false → ``--no-flag``, unset → vLLM's default.
-_TOGGLES = [
-    ("enable_prefix_caching", "prefix-caching"),
-    ("enable_flashinfer_autotune", "flashinfer-autotune"),
-]
-
 
 def _flag_value(value: Any) -> str:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        # A list of words (``--allowed-media-domains``): vLLM reads them as separate arguments.
+        return " ".join(value)
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"), sort_keys=False)
     return str(value)
@@ -76,18 +41,31 @@ def render_flags(config: StackConfig) -> dict[str, str | bool]:
     values["speculative_config"] = serving.speculative_config
     values["shutdown_timeout"] = config.shutdown_timeout
     flags: dict[str, str | bool] = {
-        flag: _flag_value(values[attr]) for attr, flag in _VALUE_FLAGS if values.get(attr) is not None
+        flag: _flag_value(values[attr]) for attr, flag in VALUE_FLAGS if values.get(attr) is not None
     }
-    flags.update({flag: True for attr, flag in _SWITCHES if values[attr]})
-    for attr, name in _TOGGLES:
+    flags.update({flag: True for attr, flag in SWITCHES if values[attr]})
+    for attr, name in TOGGLES:
         if values[attr] is not None:
             flags[f"--enable-{name}" if values[attr] else f"--no-enable-{name}"] = True
     return flags
 
 
+LIST_FLAGS = ("--allowed-media-domains",)
+"""Flags whose value is several arguments (argparse ``nargs="+"``): ``--flag a b``."""
+
+
 def argv_of(model_path: str, flags: Mapping[str, str | bool], extra_args: Sequence[str]) -> list[str]:
-    """The model path, one ``--flag[=value]`` element per flag, then the extra args verbatim."""
-    return [model_path, *(f if v is True else f"{f}={v}" for f, v in flags.items()), *extra_args]
+    """The model path, one ``--flag[=value]`` element per flag (a list flag: the flag, then one
+    element per word), then the extra args verbatim."""
+    argv = [model_path]
+    for flag, value in flags.items():
+        if value is True:
+            argv.append(flag)
+        elif flag in LIST_FLAGS:
+            argv += [flag, *str(value).split()]
+        else:
+            argv.append(f"{flag}={value}")
+    return [*argv, *extra_args]
 
 
 def render_argv(config: StackConfig) -> list[str]:
@@ -115,6 +93,9 @@ def render_env(config: StackConfig) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = visible
         env["NVIDIA_VISIBLE_DEVICES"] = visible
     env.update(config.cache_env)
+    if config.serving.allowed_media_domains:
+        # Without this a URL on an allowed host could redirect to any other (vLLM's docs).
+        env["VLLM_MEDIA_URL_ALLOW_REDIRECTS"] = "0"
     env.update(config.serving.extra_env)
     if config.rehearsing:
         # The simulator speaks the wire format of the profile's vLLM (e.g. 0.23.0 on ascend).

@@ -26,7 +26,6 @@ from typing import Any
 
 from components.config import (
     CACHE_MOUNT_PATH,
-    GATE_METRICS_CLIENT,
     SECRET_KEYS,
     StackConfig,
     build_stack_config,
@@ -140,7 +139,7 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
     ]  # fmt: skip
     # The same source as the gate in `pulumi up`: the front's metrics route with the stack's key.
     metrics_url = config.smoke.metrics_url or outputs.get("metricsEndpoint")
-    metrics_key = None if config.smoke.metrics_url else generated_key(stack, GATE_METRICS_CLIENT)
+    metrics_key = None if config.smoke.metrics_url else gate_metrics_key(stack)
     if metrics_url:
         cmd += ["--metrics-url", metrics_url]
     if metrics_key:
@@ -149,17 +148,14 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
     return subprocess.run(cmd, env=env).returncode
 
 
-def generated_key(stack: str, client_name: str) -> str | None:
-    """A key the stack generated (components.secrets.GeneratedKey), from its state."""
-    state = json.loads(pulumi("stack", "export", "--show-secrets", stack=stack))
-    for resource in state.get("deployment", {}).get("resources") or []:
-        outputs = resource.get("outputs") or {}
-        key = outputs.get("key")
-        if isinstance(key, dict) and "plaintext" in key:  # a secret, as --show-secrets exports it
-            key = json.loads(key["plaintext"])
-        if outputs.get("client_name") == client_name and isinstance(key, str):
-            return key
-    return None
+def gate_metrics_key(stack: str) -> str | None:
+    """The gate's metrics key (a secret stack output): this one value, not the decrypted state."""
+    result = subprocess.run(
+        [*PULUMI, "stack", "output", "gateMetricsKey", "--show-secrets", "-s", stack],
+        capture_output=True,
+        text=True,
+    )
+    return (result.stdout.strip() or None) if result.returncode == 0 else None
 
 
 def restart(config: StackConfig, stack: str) -> int:
@@ -181,7 +177,8 @@ def restart(config: StackConfig, stack: str) -> int:
 def debug_run(config: StackConfig, image: str, deployed_argv: list[str], port: int = DEBUG_PORT) -> str:
     """The serving container as the seed's run_debug.sh: the deployed image and argv (stack outputs
     ``imageRef``, ``vllmArgs``), the same env and mounts; another port on loopback, ``--rm``, in the
-    foreground. Secret env is passed by name from your shell."""
+    foreground. ``glm:servingSecretEnv`` is left out: add its variables with ``-e NAME`` (Docker then
+    takes the value from your shell)."""
     argv = [a if not a.startswith("--port=") else f"--port={port}" for a in deployed_argv]
     # The same rendering as the deployed container (devices, mounts, env; none of the accelerator's
     # in a rehearsal).

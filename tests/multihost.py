@@ -66,6 +66,9 @@ def init_stack(
             "glm:front.port": str(front_port),
             "glm:front.bindAddress": front.address,
             "glm:front.allowPlainHttp": "true",
+            # The load loop is one client at one address going as fast as it can: not what the
+            # front's default limits (docs/front-and-alerts.md "Limits") are for.
+            "glm:front.rateLimit.enabled": "false",
             # The stand-in hosts share this machine's file system: one weights folder serves all.
             "glm:model.hostDir": str(front.models_dir),
             "glm:container.name": f"glm53-multi-{stack}",

@@ -18,7 +18,7 @@ from tests.engine import PulumiProject, engine_missing
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 
-API_KEY = "sk-e2e-0123456789abcdef0123"
+API_KEY = "sk-e2e-66d14f15d7d607446fcb"
 WEIGHTS = Path("/var/lib/glm53-local/models/GLM-5.3-Flash-sim")
 
 

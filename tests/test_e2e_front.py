@@ -21,9 +21,9 @@ from tests.test_e2e import WEIGHTS
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 
-ALICE = "sk-e2e-alice-0123456789abcdef"
-BOB = "sk-e2e-bob-fedcba98765432100"
-SCRAPER = "sk-e2e-metrics-a1b2c3d4e5f60789"
+ALICE = "sk-e2e-alice-7009310eaadd6186"
+BOB = "sk-e2e-bob-cd4132411d6b2a3d1"
+SCRAPER = "sk-e2e-metrics-de21b37248bdbfc1"
 
 
 def _container_id(name: str) -> str:

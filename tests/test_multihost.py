@@ -252,7 +252,7 @@ def test_one_host_stacks_gate_their_replica_before_the_front(deployed: dict[str,
 
 # ---- the real tools ------------------------------------------------------------------------------
 
-KEYS = {"ci": "sk-test-ci-0123456789abcdef"}
+KEYS = {"ci": "sk-test-ci-0a6e93030124c2b3"}
 
 
 def test_nginx_accepts_a_front_with_three_replicas(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(
     reason=str(engine_missing() or unavailable_reason()),
 )
 
-API_KEY = "sk-multihost-0123456789abcdef01"
+API_KEY = "sk-multihost-97b4f1e3ef97eef652"
 FRONT_PORT = 18480
 LOAD_MAX_REQUESTS = 8000
 LOAD_MAX_SECONDS = 600.0

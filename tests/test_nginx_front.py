@@ -58,7 +58,7 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 SERVED = "glm-5.3-flash"
 GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
 HARDWARE = list(PROFILES)
-KEYS = {"alice": "sk-alice-0123456789abcdef0123", "bob": "sk-bob.+/~_-fedcba9876543210=="}
+KEYS = {"alice": "sk-alice-1403f1510d19d5295321", "bob": "sk-bob.+/~_-0d08fac0336e7974=="}
 METRICS = {"prom": "sk-prom-metrics-4d5e6f7a8b9c0d1e"}
 ARITHMETIC = [{"role": "user", "content": "What is 13×17? Answer with the number only."}]
 
@@ -243,7 +243,9 @@ def test_rendered_conf_has_the_seed_directives(hardware: str) -> None:
         "proxy_pass http://vllm/health;",
     ]:
         assert directive in conf, directive
-    assert "limit_req" not in conf  # off by default
+    # On by default (issue 26): keys per key, everything else per client address.
+    assert "limit_req zone=per_api_key burst=20 nodelay;" in conf
+    assert "limit_req zone=per_address burst=20 nodelay;" in conf
     assert " ssl" not in conf
     assert "$http_authorization" in conf and '$http_authorization"' not in conf
 
@@ -274,7 +276,7 @@ def test_keys_are_sorted_case_sensitive_and_never_in_the_log_format() -> None:
     assert forward == backward
     assert forward.index('"alice";') < forward.index('"bob";')
     # A `~` regex (case-sensitive); `.` and `+` made literal.
-    assert '"~^Bearer sk-bob[.][+]/~_-fedcba9876543210==$" "bob";' in forward
+    assert '"~^Bearer sk-bob[.][+]/~_-0d08fac0336e7974==$" "bob";' in forward
     log_format = next(line for line in forward.splitlines() if "log_format" in line)
     assert '"client":"$api_client$metrics_log_client"' in log_format
     assert '"upstream_response_time":"$upstream_response_time"' in log_format
@@ -413,9 +415,14 @@ def sim_port() -> Iterator[int]:
         yield port
 
 
+UNLIMITED_ADDRESS = {"rateLimit": {"unauthenticatedRequestsPerSecond": 1000, "unauthenticatedBurst": 1000}}
+"""Every test here comes from 127.0.0.1: the module's front lets that address make its many keyless
+requests; the default limits have tests of their own."""
+
+
 @pytest.fixture(scope="module")
 def front(sim_port: int) -> Iterator[Front]:
-    with nginx_front(stack("local"), f"127.0.0.1:{sim_port}") as running_front:
+    with nginx_front(stack("local", front=UNLIMITED_ADDRESS), f"127.0.0.1:{sim_port}") as running_front:
         yield running_front
 
 
@@ -622,10 +629,43 @@ def test_rate_limit_per_key_gives_json_429(sim_port: int) -> None:
         assert limited.client(KEYS["alice"]).models.list().data[0].id == SERVED
 
 
-def test_rate_limit_is_off_by_default(front: Front) -> None:
-    auth = {"Authorization": f"Bearer {KEYS['alice']}"}
-    with httpx.Client(base_url=front.base, headers=auth, timeout=5) as client:
-        assert {client.get("/v1/models").status_code for _ in range(30)} == {200}
+def test_default_limits_stop_key_guessing_per_address_but_not_key_holders(sim_port: int) -> None:
+    """Issue 26: without a key nothing was limited (the 401 came before any limit counted)."""
+    with nginx_front(stack("local"), f"127.0.0.1:{sim_port}") as limited:
+        guesses = [
+            httpx.get(f"{limited.base}/v1/models", headers={"Authorization": f"Bearer sk-guess-{i:024x}"})
+            for i in range(40)
+        ]
+        statuses = [r.status_code for r in guesses]
+        assert statuses[:21] == [401] * 21, statuses  # 1 + the default burst 20
+        refused = [r for r in guesses if r.status_code == 429]
+        assert refused and refused[0].json()["error"]["code"] == "rate_limit_exceeded"
+        # The metrics routes count per address too; a key holder keeps its own budget.
+        metrics = httpx.get(f"{limited.base}/metrics", headers={"Authorization": f"Bearer {METRICS['prom']}"})
+        assert metrics.status_code == 429
+        assert limited.client(KEYS["alice"]).models.list().data[0].id == SERVED
+
+
+def test_default_limits_bound_requests_in_flight_per_key(sim_port: int) -> None:
+    config = stack("local", front={"rateLimit": {"connectionsPerKey": 2, "burst": 50}})
+    with nginx_front(config, f"127.0.0.1:{sim_port}") as limited:
+        body = {"model": SERVED, "messages": ARITHMETIC, "stream": True, "max_tokens": 40}
+        auth = {"Authorization": f"Bearer {KEYS['alice']}"}
+        with (
+            httpx.Client(base_url=limited.base, headers=auth, timeout=30) as client,
+            client.stream("POST", "/v1/chat/completions", json=body) as first,
+            client.stream("POST", "/v1/chat/completions", json=body) as second,
+        ):
+            third = client.post("/v1/chat/completions", json=body)
+            assert (first.status_code, second.status_code, third.status_code) == (200, 200, 429)
+            assert third.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_an_oversized_header_gets_the_json_error(front: Front) -> None:
+    """nginx's own 494 page is HTML; every error of the front has OpenAI's shape."""
+    reply = httpx.get(f"{front.base}/v1/models", headers={"X-Large": "a" * 20_000}, timeout=5)
+    assert reply.status_code == 400
+    assert reply.json()["error"]["code"] == "request_header_too_large"
 
 
 def test_tls_front_serves_https(sim_port: int, tls_pair: tuple[bytes, bytes], tmp_path: Path) -> None:
@@ -642,6 +682,28 @@ def test_tls_front_serves_https(sim_port: int, tls_pair: tuple[bytes, bytes], tm
         assert reply.choices[0].message.content.strip() == "221"
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{tls.port}/healthz", timeout=5).raise_for_status()
+
+
+def test_tls_refuses_sha1_suites_and_issues_no_session_tickets(
+    sim_port: int, tls_pair: tuple[bytes, bytes]
+) -> None:
+    """Checked with the openssl client: TLS 1.2 with a SHA-1 CBC suite (the review's
+    ECDHE-ECDSA-AES128-SHA; the certificate is ECDSA) must fail, a GCM suite must not, and the
+    server must send no NewSessionTicket."""
+    with nginx_front(stack("local", front={"tls": True}), f"127.0.0.1:{sim_port}", tls_pair) as tls:
+
+        def handshake(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["openssl", "s_client", "-connect", f"127.0.0.1:{tls.port}", "-tls1_2", *args],
+                input="", capture_output=True, text=True, timeout=20,
+            )  # fmt: skip
+
+        assert handshake("-cipher", "ECDHE-ECDSA-AES128-SHA").returncode != 0
+        modern = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256", "-no_ticket")
+        assert modern.returncode == 0 and "ECDHE-ECDSA-AES128-GCM-SHA256" in modern.stdout
+        offered = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256")
+        assert offered.returncode == 0, offered.stderr
+        assert "TLS session ticket:" not in offered.stdout, "the server issued a session ticket"
 
 
 class _RecordingUpstream(BaseHTTPRequestHandler):

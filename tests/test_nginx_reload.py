@@ -274,6 +274,24 @@ def test_a_timeout_change_takes_effect_and_keeps_one_release_for_rollback(sim_po
         assert kept == sorted(front.releases[-2:]), "older releases (and their keys) are removed"
 
 
+def test_a_revoked_key_and_a_replaced_tls_key_leave_no_copy_on_disk(sim_port: int) -> None:
+    """Issue 26: the previous release stayed as a rollback target with the revoked key in it."""
+    old_tls, new_tls = self_signed(), self_signed()
+    with live_front(sim_port) as front:
+        front.scheme, front.verify = "https", False
+        front.apply(front.props(KEYS, tls_pair=(old_tls[0].decode(), old_tls[1].decode())))
+        front.apply(
+            front.props({"alice": KEYS["alice"]}, tls_pair=(new_tls[0].decode(), new_tls[1].decode()))
+        )
+        assert front.status(KEYS["bob"]) == 401
+        assert front.exec("ls", "/etc/nginx/glm/releases").split() == front.releases[-1:]
+        on_disk = front.exec("sh", "-c", "cat /etc/nginx/glm/releases/*/* /etc/nginx/glm/*/* 2>/dev/null")
+        assert KEYS["alice"].split("-")[-1] in on_disk.replace("[.]", ".")  # the live key map is read
+        assert KEYS["bob"].split("-")[-1] not in on_disk
+        old_key_body = old_tls[1].decode().splitlines()[1]
+        assert old_key_body not in on_disk and new_tls[1].decode().splitlines()[1] in on_disk
+
+
 def test_the_release_reaches_an_ssh_host_on_its_port_as_the_engine_sends_it() -> None:
     """Numbers reach a dynamic provider as floats: the port must still be ssh's integer."""
     from components.nginx_reload import exec_argv

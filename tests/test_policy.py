@@ -35,7 +35,7 @@ KEYED_CONF = """
 http {
     map $http_authorization $api_client {
         default "";
-        "~^Bearer sk-test-0123456789abcdef$" "ci";
+        "~^Bearer sk-test-889f18c11959778d$" "ci";
     }
     server {
         location /v1/ {
@@ -136,6 +136,14 @@ def test_vllm_on_the_host_network_must_listen_on_loopback() -> None:
     assert "uses the host network with vLLM listening on all interfaces" in message
     local_only = vllm(networkMode="host", command=[*argv, "--host=127.0.0.1"])
     assert check(gp.no_public_serving_port, local_only) == []
+
+
+@pytest.mark.parametrize("host", ["0", "*"])
+def test_vllm_on_the_host_network_on_short_all_interface_spellings_is_caught(host: str) -> None:
+    """The seed's bridge-gateway --host, then an extra `--host=0` (argparse keeps the last one)."""
+    argv = ["/models/GLM-5.3-Flash", "--host=172.17.0.1", f"--host={host}"]
+    [message] = check(gp.no_public_serving_port, vllm(networkMode="host", command=argv))
+    assert f"uses the host network with vLLM listening on {host}" in message
 
 
 def test_an_unknown_bind_address_is_undecidable_except_on_vllm() -> None:

@@ -29,7 +29,7 @@ from tests.standin_host import StandinHost, unavailable_reason
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 
-API_KEY = "sk-rehearsal-0123456789abcdef0123"
+API_KEY = "sk-rehearsal-511cf3d6a571098d6efa"
 LOCAL_IMAGES = {
     "base": "glm53-local/python:bookworm",
     "front": "glm53-local/nginx:bookworm",

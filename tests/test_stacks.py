@@ -8,6 +8,7 @@ import shlex
 
 import pytest
 
+from components.vllm_server import LIST_FLAGS
 from tests.conftest import TEST_API_KEYS, Deployment, profile_stacks, run_program, unwrap
 
 
@@ -26,7 +27,11 @@ def test_outputs_for_reviewers_and_operators(deployed: dict[str, Deployment], st
     assert "$GLM_API_KEY" in outputs["curl"]
     # vllmFlags is the argv's flags by name: the same rendering, nothing parsed back.
     flags = outputs["vllmFlags"]
-    assert sorted(outputs["vllmArgs"][1:]) == sorted(f if v is True else f"{f}={v}" for f, v in flags.items())
+    # A flag of several words (--allowed-media-domains a b) is the flag, then one element per word.
+    rendered = [
+        [f] if v is True else [f, *v.split()] if f in LIST_FLAGS else [f"{f}={v}"] for f, v in flags.items()
+    ]
+    assert sorted(outputs["vllmArgs"][1:]) == sorted(arg for args in rendered for arg in args)
     assert shlex.split(outputs["vllmCommandLine"]) == ["vllm", "serve", *outputs["vllmArgs"]]
 
 
