@@ -17,9 +17,11 @@ from components.gate.resource import SmokeTest
 from components.model_volume import ModelVolume
 from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, front_container_name
 from components.preflight import Preflight
-from components.prometheus_scrape import PrometheusScrape, ScrapeSpec
+from components.prometheus_scrape import GuardedScrape, PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
 from components.replica_gate import Admission, ReplicaGate
+from components.replica_guard import GuardCredentials, ReplicaGuard, guard_credentials
+from components.replica_tls import TLS_NAME
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbe, SemanticProbeSpec
 from components.serving_image import ServingImage
@@ -53,7 +55,20 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     # The front's host first, then the others in list order: the order of a first load and a roll.
     hosts = [config.target.host, *[h for h in config.target.hosts if h is not config.target.host]]
     bases = [_host_base(config, secrets, stack, host, promoted) for host in hosts]
-    keys = _GeneratedKeys.create(config, stack, after=[b.preflight for b in bases if b.preflight])
+    preflights = [b.preflight for b in bases if b.preflight]
+    keys = _GeneratedKeys.create(config, stack, after=preflights)
+    # Several hosts: each replica off the front's host answers only the stack's replica key, through
+    # its guard (with TLS, every replica does, over TLS).
+    guards = (
+        guard_credentials(
+            stack,
+            [h.replica_address for h in hosts[1:]],
+            config.front.tls,
+            opts=pulumi.ResourceOptions(depends_on=preflights),
+        )
+        if len(hosts) > 1
+        else None
+    )
     front_on = rotation.front_access(
         config.target.host.docker_host, exec_ssh(config.target.host), front_container_name(config.container)
     )
@@ -77,9 +92,11 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                 or secrets.api_keys,
                 tls_files=secrets.tls_files,
                 metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
+                replica_files=guards.front_files() if guards else None,
                 opts=pulumi.ResourceOptions(providers=[base.provider]),
             )
-        replicas.append(_gated(config, serving, base, server, front, front_on, api_key))
+        guard = _guard(config, serving, base, server, guards)
+        replicas.append(_gated(config, serving, base, server, guard, front, front_on, api_key))
     assert front is not None
     home = replicas[0]  # the front's host
     several = len(replicas) > 1
@@ -94,6 +111,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         network_name=home.server.network_name,
         target={r.host.name: r.upstream for r in replicas} if several else home.upstream,
         opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[home.server]),
+        guarded=_guarded_scrape(config, guards),
     )
     smoke = SmokeTest(
         f"{stack}-smoke",
@@ -304,7 +322,6 @@ def _server(
     after: list[pulumi.Resource],
     drain: pulumi.ResourceHook,
 ) -> VllmServer:
-    on_front = base.host is config.target.host
     return VllmServer(
         f"{base.prefix}-serving",
         serving,
@@ -315,7 +332,6 @@ def _server(
             providers=[base.provider],
             depends_on=[*[d for d in (base.preflight, base.volume.download) if d is not None], *after],
         ),
-        publish_on=None if on_front else base.host.replica_address,
         replica=base.host.name,
         drain=drain,
     )
@@ -326,21 +342,21 @@ def _gated(
     serving: ServingSpec,
     base: _HostBase,
     server: VllmServer,
+    guard: ReplicaGuard | None,
     front: NginxFront,
     front_on: dict[str, Any],
     api_key: pulumi.Output[str],
 ) -> _Replica:
-    """The replica's gate, which admits it to the front's rotation once it passed."""
-    host = base.host
+    """The replica's gate, which admits it to the front's rotation once it passed: by the fixed
+    address of its guard, else of its vLLM."""
     upstream, address = server.upstream, server.address
-    if host is not config.target.host:
-        published = host.replica_address
-        upstream = address = f"{f'[{published}]' if ':' in published else published}:{config.serving.port}"
+    if guard is not None:
+        upstream = address = guard.upstream
     gate = ReplicaGate(
         f"{base.prefix}-replica",
         serving,
         config.smoke,
-        host,
+        base.host,
         api_key=api_key,
         image_ref=base.image.ref,
         container_id=server.container.id,
@@ -351,9 +367,42 @@ def _gated(
             address=address,
             grace_seconds=config.container.stop_grace_seconds,
         ),
-        opts=pulumi.ResourceOptions(depends_on=[server]),
+        # Its guard's config is live before the replica is admitted through it.
+        opts=pulumi.ResourceOptions(depends_on=[server, *([guard] if guard else [])]),
     )
-    return _Replica(host, base.provider, base.image, base.volume, server, upstream, gate)
+    return _Replica(base.host, base.provider, base.image, base.volume, server, upstream, gate)
+
+
+def _guard(
+    config: StackConfig,
+    serving: ServingSpec,
+    base: _HostBase,
+    server: VllmServer,
+    guards: GuardCredentials | None,
+) -> ReplicaGuard | None:
+    """A replica off the front's host is published only through its guard; with TLS the front's
+    own replica too (one upstream speaks one scheme), on its private network only."""
+    on_front = base.host is config.target.host
+    if guards is None or (on_front and not config.front.tls):
+        return None
+    return ReplicaGuard(
+        f"{base.prefix}-guard",
+        serving,
+        config.front,
+        base.host,
+        publish_address=None if on_front else base.host.replica_address,
+        network_name=server.network_name,
+        credentials=guards,
+        opts=pulumi.ResourceOptions(providers=[base.provider]),
+    )
+
+
+def _guarded_scrape(config: StackConfig, guards: GuardCredentials | None) -> GuardedScrape | None:
+    if guards is None:
+        return None
+    if guards.certificate is None:
+        return GuardedScrape(key=guards.key)
+    return GuardedScrape(key=guards.key, certificate=guards.certificate.certificate, tls_name=TLS_NAME)
 
 
 def _curl(url: str, served_name: str) -> str:

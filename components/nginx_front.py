@@ -45,7 +45,11 @@ METRICS_KEYS_FILE = "metrics-keys.map"
 TLS_CERT = "tls.crt"
 TLS_KEY = "tls.key"
 """File names inside a release directory; nginx.conf refers to the others by these relative names."""
-SECRET_FILES = (API_KEYS_FILE, METRICS_KEYS_FILE, TLS_CERT, TLS_KEY)
+FRONT_SNIPPET = "replica-guard-auth.conf"
+"""With several hosts: the replica key the front sends (and, with TLS, how it verifies the guards)."""
+FRONT_TRUST = "replica-guard-ca.crt"
+"""With several hosts and TLS: the replica certificate the front pins."""
+SECRET_FILES = (API_KEYS_FILE, METRICS_KEYS_FILE, TLS_CERT, TLS_KEY, FRONT_SNIPPET, FRONT_TRUST)
 
 # vLLM binds its port while the weights load but refuses connections until the engine is up
 # (SPEC §3). On a private Docker network a healthy connect takes well under a millisecond, so a
@@ -237,7 +241,7 @@ _SSL = """        ssl_certificate {{certificate}};
 
 _ROUTE = """        location = {{route}} {
             auth_request /_glm_auth/api;
-            proxy_pass http://vllm{{route}};
+            proxy_pass {{scheme}}://vllm{{route}};
         }
 """
 
@@ -300,7 +304,10 @@ def _render(
     listen: str,
     runtime_dir: str,
     rotation_dir: str = ROTATION_DIR,
+    guarded: bool = False,
 ) -> str:
+    """``guarded``: replicas sit behind guards (several hosts): send the replica key and, with TLS,
+    speak TLS to them, pinning the stack's replica certificate."""
     # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
     # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
     # `down`: never tried.
@@ -311,7 +318,10 @@ def _render(
     zones, limits = _rate_limits(front)
     # Exact locations: with a URI in proxy_pass, vLLM receives exactly the listed path (nginx
     # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
-    routes = "".join(render_template(_ROUTE, {"route": route}) for route in INFERENCE_ROUTES)
+    scheme = "https" if guarded and tls_paths is not None else "http"
+    routes = "".join(
+        render_template(_ROUTE, {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
+    )
     ssl = ""
     if tls_paths is not None:
         ssl = render_template(
@@ -327,6 +337,10 @@ def _render(
         "rate_limit_zones": zones,
         "rate_limits": limits,
         "upstream_servers": _upstream_servers(upstream, rotation_dir),
+        "upstream_scheme": scheme,
+        "upstream_credential": f"        include {FRONT_SNIPPET};"
+        if guarded
+        else '        proxy_set_header Authorization "";',
         "no_replica_reason": f"        include {rotation_dir}/reason.ma[p];" if upstream is None else "",
         "keepalive": str(front.keepalive),
         "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
@@ -362,6 +376,7 @@ def render_release_conf(
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
     rotation_dir: str = ROTATION_DIR,
+    guarded: bool = False,
 ) -> str:
     """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it, and
     no replica either: the rotation (components/rotation.py) lists those that passed their gate."""
@@ -374,6 +389,7 @@ def render_release_conf(
         listen=listen,
         runtime_dir=runtime_dir,
         rotation_dir=rotation_dir,
+        guarded=guarded,
     )
 
 
@@ -386,6 +402,7 @@ def render_front_files(
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
     rotation_dir: str = ROTATION_DIR,
+    replica_files: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Every file of one front release, by name: what ``NginxReload`` delivers.
 
@@ -397,13 +414,19 @@ def render_front_files(
     _check_keys(api_keys, metrics_keys)
     files = {
         CONF_FILE: render_release_conf(
-            front, tls=tls_pair is not None, listen=listen, runtime_dir=runtime_dir, rotation_dir=rotation_dir
+            front,
+            tls=tls_pair is not None,
+            listen=listen,
+            runtime_dir=runtime_dir,
+            rotation_dir=rotation_dir,
+            guarded=replica_files is not None,
         ),
         API_KEYS_FILE: render_key_map(api_keys),
         METRICS_KEYS_FILE: render_key_map(metrics_keys),
     }
     if tls_pair is not None:
         files[TLS_CERT], files[TLS_KEY] = tls_pair
+    files.update(replica_files or {})
     return files
 
 
@@ -478,21 +501,23 @@ def _secret_files(
     api_keys: pulumi.Output[dict[str, str]],
     metrics_keys: pulumi.Output[dict[str, str]],
     tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
+    replica_files: pulumi.Output[dict[str, str]] | None,
 ) -> pulumi.Output[dict[str, str]]:
     """The front's files that hold keys or TLS material, as one secret (delivered on stdin)."""
     tls_pair = pulumi.Output.all(*tls_files) if front.tls and tls_files is not None else None
 
     def secret_files(args: list[object]) -> dict[str, str]:
-        keys, scrapers, *pair = args
+        keys, scrapers, guards, *pair = args
         files = render_front_files(
             front,
             dict(keys),  # type: ignore[call-overload]
             dict(scrapers),  # type: ignore[call-overload]
             (str(pair[0][0]), str(pair[0][1])) if pair else None,  # type: ignore[index]
+            replica_files=dict(guards) if guards is not None else None,  # type: ignore[call-overload]
         )
         return {k: v for k, v in files.items() if k in SECRET_FILES}
 
-    inputs: list[pulumi.Input[object]] = [api_keys, metrics_keys]
+    inputs: list[pulumi.Input[object]] = [api_keys, metrics_keys, replica_files]
     if tls_pair is not None:
         inputs.append(tls_pair)
     return pulumi.Output.secret(pulumi.Output.all(*inputs).apply(secret_files))
@@ -525,6 +550,7 @@ class NginxFront(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
         *,
         metrics_keys: pulumi.Output[dict[str, str]] | None = None,
+        replica_files: pulumi.Output[dict[str, str]] | None = None,
     ) -> None:
         """``host`` is the one the front runs on; ``container`` is the serving container's config,
         which names the front (``<name>-nginx``), its log rotation and how it reaches vLLM.
@@ -572,12 +598,12 @@ class NginxFront(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
 
-        nginx_conf = render_release_conf(front, tls=front.tls)
+        nginx_conf = render_release_conf(front, tls=front.tls, guarded=replica_files is not None)
         # The names are config keys, not secrets: a reviewer sees which clients change.
         key_names = pulumi.Output.unsecret(pulumi.Output.from_input(api_keys).apply(sorted))
         metrics = pulumi.Output.from_input(metrics_keys if metrics_keys is not None else {})
         metrics_names = pulumi.Output.unsecret(metrics.apply(sorted))
-        files = _secret_files(front, api_keys, metrics, tls_files)
+        files = _secret_files(front, api_keys, metrics, tls_files, replica_files)
         # Hashes, not values: shown in the diff and fed to the gate, so they are safe in plain.
         digest = pulumi.Output.unsecret(files.apply(secrets_digest))
         cert_sha = (

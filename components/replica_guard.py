@@ -27,9 +27,18 @@ import pulumi
 import pulumi.dynamic
 import pulumi_docker as docker
 
-from components.config import ConfigError, FrontConfig, HostConfig, binds_all_interfaces, check_api_keys
+from components.config import (
+    ConfigError,
+    ContainerConfig,
+    FrontConfig,
+    HostConfig,
+    binds_all_interfaces,
+    check_api_keys,
+)
 from components.nginx_front import (
     CONF_FILE,
+    FRONT_SNIPPET,
+    FRONT_TRUST,
     HEALTH_READ_TIMEOUT_SECONDS,
     INFERENCE_ROUTES,
     OLD_WORKER_GRACE_SECONDS,
@@ -46,7 +55,7 @@ from components.nginx_front import (
 from components.nginx_reload import START_COMMAND, NginxReload, secrets_digest
 from components.replica_tls import TLS_NAME, ReplicaCertificate
 from components.secrets import GeneratedKey
-from components.target import docker_ssh_opts
+from components.target import exec_ssh
 from components.vllm_server import ServingSpec
 
 TEMPLATE = Path(__file__).parent / "templates" / "replica-guard.conf"
@@ -60,9 +69,6 @@ CLIENT = "front"
 GUARD_ROUTES = (*INFERENCE_ROUTES, "/metrics", "/version", "/health")
 READ_ONLY_ROUTES = ("/metrics", "/version", "/health")
 WORKER_PROCESSES = 2
-FRONT_SNIPPET = "replica-guard-auth.conf"
-FRONT_TRUST = "replica-guard-ca.crt"
-"""The front's files for guarded replicas, beside its nginx.conf (relative includes resolve there)."""
 
 _LOG_FIELDS = {
     "time": "$time_iso8601",
@@ -231,6 +237,11 @@ def guard_credentials(
     return GuardCredentials(key.key, cert)
 
 
+def guard_address(container: ContainerConfig) -> str:
+    """The guard's fixed address on the replica's private network, beside vLLM's (``.10``)."""
+    return str(container.subnet.network_address + 11)
+
+
 def _one_address(name: str, address: str) -> str:
     """The address without brackets; a wildcard (every interface) is refused."""
     if binds_all_interfaces(address):
@@ -275,7 +286,8 @@ class ReplicaGuard(pulumi.ComponentResource):
         c = serving.container
         container_name = f"{c.name}-guard"
         if text is None:
-            self.upstream = f"{container_name}:{CONTAINER_PORT}"
+            # A fixed address, as vLLM's: the front loads its rotation without a name lookup.
+            self.upstream = f"{guard_address(c)}:{CONTAINER_PORT}"
         else:
             self.upstream = f"[{text}]:{serving.port}" if ":" in text else f"{text}:{serving.port}"
 
@@ -284,12 +296,14 @@ class ReplicaGuard(pulumi.ComponentResource):
         )
         # Nothing here depends on the key, the TLS pair or nginx.conf: those reach nginx as a reload.
         self.container = docker.Container(
-            f"{name}-guard",
+            f"{name}-nginx",
             name=container_name,
             image=image.image_id,
             entrypoints=["/bin/sh", "-c"],
             command=[START_COMMAND],
-            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
+            networks_advanced=[
+                docker.ContainerNetworksAdvancedArgs(name=network_name, ipv4_address=guard_address(c))
+            ],
             ports=[docker.ContainerPortArgs(internal=CONTAINER_PORT, external=serving.port, ip=text)]
             if text is not None
             else None,
@@ -321,11 +335,7 @@ class ReplicaGuard(pulumi.ComponentResource):
         self.fingerprint = pulumi.Output.all(image.image_id, digest).apply(
             lambda a: front_fingerprint(nginx_conf, str(a[0]), [CLIENT], [], str(a[1]))
         )
-        ssh = (
-            None
-            if host.is_local
-            else {"address": host.ssh_address, "port": host.ssh_port, "opts": docker_ssh_opts(host)}
-        )
+        ssh = exec_ssh(host)
         self.reload = NginxReload(
             f"{name}-config",
             {

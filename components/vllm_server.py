@@ -229,7 +229,6 @@ class VllmServer(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
         *,
         secret_env: Mapping[str, pulumi.Output[str]] | None = None,
-        publish_on: str | None = None,
         replica: str | None = None,
         drain: pulumi.ResourceHook | None = None,
     ) -> None:
@@ -239,8 +238,6 @@ class VllmServer(pulumi.ComponentResource):
         stores the whole ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env
         stays readable in the ``verified`` output and the fingerprint).
 
-        ``publish_on``: a replica's private address, where a front on another host reaches vLLM
-        (``serving.port`` on that address only, never all interfaces).
 
         ``replica`` names it in the front's rotation (a label, read by ``drain``: the
         ``before_delete`` hook that takes it out of rotation before Docker stops it)."""
@@ -297,9 +294,6 @@ class VllmServer(pulumi.ComponentResource):
                 )
             ]
             if c.network_mode == "bridge"
-            else None,
-            ports=[docker.ContainerPortArgs(internal=serving.port, external=serving.port, ip=publish_on)]
-            if publish_on
             else None,
             restart=c.restart,
             # SIGTERM first: with vLLM's --shutdown-timeout, requests in flight finish while the

@@ -122,8 +122,9 @@ def test_each_host_gets_its_own_provider_preflight_volume_and_container(three: D
     }
     # The front's host keeps the one-host names (a stack that grows replaces nothing there).
     assert names(three, CONTAINER) == [
-        "a800-front-nginx", "a800-gpu02-serving-vllm", "a800-gpu03-serving-vllm",
-        "a800-monitoring-prometheus", "a800-semantic-probe-container", "a800-serving-vllm",
+        "a800-front-nginx", "a800-gpu02-guard-nginx", "a800-gpu02-serving-vllm", "a800-gpu03-guard-nginx",
+        "a800-gpu03-serving-vllm", "a800-monitoring-prometheus", "a800-semantic-probe-container",
+        "a800-serving-vllm",
     ]  # fmt: skip
     assert names(three, "docker:index/volume:Volume") == [
         "a800-gpu02-model-jit-cache", "a800-gpu03-model-jit-cache", "a800-model-jit-cache",
@@ -138,16 +139,13 @@ def test_each_host_gets_its_own_provider_preflight_volume_and_container(three: D
     assert checks["a800-preflight-check"]["connection"]["host"] == "10.0.0.11"
 
 
-def test_vllm_is_published_on_the_replica_hosts_private_address_only(three: Deployment) -> None:
+def test_a_replica_is_published_only_through_its_guard_on_its_private_address(three: Deployment) -> None:
     containers = {r.name: unwrap(r.inputs) for r in three.of_type(CONTAINER)}
-    assert containers["a800-gpu02-serving-vllm"]["ports"] == [
-        {"internal": 8000, "external": 8000, "ip": "10.0.0.12"}
-    ]
-    assert containers["a800-gpu03-serving-vllm"]["ports"] == [
-        {"internal": 8000, "external": 8000, "ip": "10.0.0.13"}
-    ]
-    # The front host's replica stays on its private Docker network.
-    assert "ports" not in containers["a800-serving-vllm"]
+    assert containers["a800-gpu02-guard-nginx"]["ports"] == [{"internal": 8080, "external": 8000, "ip": "10.0.0.12"}]
+    assert containers["a800-gpu03-guard-nginx"]["ports"] == [{"internal": 8080, "external": 8000, "ip": "10.0.0.13"}]
+    # vLLM itself publishes nothing, on any host; without TLS the front's own replica needs no guard.
+    assert all("ports" not in c for name, c in containers.items() if name.endswith("serving-vllm"))
+    assert "a800-guard-nginx" not in containers
     # Docker stops each with a grace, so requests in flight can finish (SPEC §6: default 0 kills).
     assert {containers[n]["destroyGraceSeconds"] for n in containers if n.endswith("serving-vllm")} == {30}
 
@@ -184,6 +182,13 @@ def test_prometheus_scrapes_every_replica_with_a_host_label(three: Deployment) -
         {"targets": ["10.0.0.12:8000"], "labels": {"host": "gpu02"}},
         {"targets": ["10.0.0.13:8000"], "labels": {"host": "gpu03"}},
     ]
+    # The replicas answer only the replica key (their guards); vLLM on the front's host ignores it.
+    job = yaml.safe_load(uploads[0]["content"])["scrape_configs"][0]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": "/etc/prometheus/replica-key"}
+    assert "scheme" not in job  # plain HTTP on the private network without glm:front.tls
+    assert [u["file"] for u in uploads] == [
+        "/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml", "/etc/prometheus/replica-key",
+    ]  # fmt: skip
     rules = yaml.safe_load(uploads[1]["content"])["groups"][0]["rules"]
     vllm_rules = [r for r in rules if r["alert"].startswith("Vllm")]  # the probe's are per stack
     assert vllm_rules and all(

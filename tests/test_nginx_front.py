@@ -631,9 +631,10 @@ def test_rate_limit_per_key_gives_json_429(sim_port: int) -> None:
 
 def test_default_limits_stop_key_guessing_per_address_but_not_key_holders(sim_port: int) -> None:
     """Issue 26: without a key nothing was limited (the 401 came before any limit counted)."""
-    with nginx_front(stack("local"), f"127.0.0.1:{sim_port}") as limited:
+    with nginx_front(stack("local"), f"127.0.0.1:{sim_port}") as limited, httpx.Client(timeout=5) as client:
+        # One kept-alive client: 40 guesses well inside a second, whatever the machine's load.
         guesses = [
-            httpx.get(f"{limited.base}/v1/models", headers={"Authorization": f"Bearer sk-guess-{i:024x}"})
+            client.get(f"{limited.base}/v1/models", headers={"Authorization": f"Bearer sk-guess-{i:024x}"})
             for i in range(40)
         ]
         statuses = [r.status_code for r in guesses]
@@ -641,8 +642,11 @@ def test_default_limits_stop_key_guessing_per_address_but_not_key_holders(sim_po
         refused = [r for r in guesses if r.status_code == 429]
         assert refused and refused[0].json()["error"]["code"] == "rate_limit_exceeded"
         # The metrics routes count per address too; a key holder keeps its own budget.
-        metrics = httpx.get(f"{limited.base}/metrics", headers={"Authorization": f"Bearer {METRICS['prom']}"})
-        assert metrics.status_code == 429
+        metrics = [
+            client.get(f"{limited.base}/metrics", headers={"Authorization": f"Bearer {METRICS['prom']}"})
+            for _ in range(3)
+        ]
+        assert 429 in [m.status_code for m in metrics]
         assert limited.client(KEYS["alice"]).models.list().data[0].id == SERVED
 
 

@@ -54,7 +54,7 @@ from tests.test_nginx_front import (
     wait_for_port,
 )
 
-KEY = "sk-replica-0123456789abcdef0123456789abcdef"
+KEY = "sk-replica-7f3a9c1e5b28d4f06a9e3c71b5d2f8a4"
 FRONT = build_stack_config({"hardware": "local"}).front
 AUTH = {"Authorization": f"Bearer {KEY}"}
 
@@ -296,12 +296,14 @@ def build_guard(tls: bool, publish: str | None = "10.1.2.3") -> tuple[RecordingM
 def test_guard_under_mocks_publishes_on_one_address_with_the_key_secret(tls: bool) -> None:
     mocks, (config, seen) = build_guard(tls)
     registered = mocks.registered
-    inputs = registered["gpu02-guard-guard"][1]
+    inputs = registered["gpu02-guard-nginx"][1]
     assert inputs["name"] == f"{config.container.name}-guard"
     assert [{k: p[k] for k in ("internal", "external", "ip")} for p in inputs["ports"]] == [
         {"internal": 8080, "external": config.serving.port, "ip": "10.1.2.3"}
     ]
-    assert inputs["networksAdvanced"] == [{"name": "glm-net"}]
+    # Beside vLLM (.10) on the private network, at a fixed address: the front's rotation needs no DNS.
+    vllm = config.container.vllm_address
+    assert inputs["networksAdvanced"] == [{"name": "glm-net", "ipv4Address": vllm.rsplit(".", 1)[0] + ".11"}]
     assert inputs["command"] == [START_COMMAND] and "uploads" not in inputs
     assert {"label": "glm53.role", "value": "replica-guard"} in inputs["labels"]
     assert seen["upstream"] == f"10.1.2.3:{config.serving.port}"
@@ -325,11 +327,11 @@ def test_guard_refuses_to_publish_on_every_interface(address: str) -> None:
 
 
 def test_on_the_front_host_the_guard_publishes_nothing() -> None:
-    """The front reaches it on the shared private network, by container name, in the same scheme."""
+    """The front reaches it on the shared private network, by its fixed address, in the same scheme."""
     mocks, (config, seen) = build_guard(True, None)
-    inputs = mocks.registered["gpu02-guard-guard"][1]
+    inputs = mocks.registered["gpu02-guard-nginx"][1]
     assert "ports" not in inputs or not inputs["ports"]
-    assert seen["upstream"] == f"{config.container.name}-guard:8080"
+    assert seen["upstream"] == f"{config.container.vllm_address.rsplit('.', 1)[0]}.11:8080"
 
 
 def test_guard_passes_the_policy_pack() -> None:
@@ -341,7 +343,7 @@ def test_guard_passes_the_policy_pack() -> None:
         gp.Resource(r.type, r.name, gp.normalize(r.inputs), urn=f"urn:pulumi:a800::glm::{r.type}::{r.name}")
         for r in mocks.deployment.resources
     ]
-    assert [r.name for r in resources if r.type == gp.CONTAINER] == ["gpu02-guard-guard"]
+    assert [r.name for r in resources if r.type == gp.CONTAINER] == ["gpu02-guard-nginx"]
     rules = [r for r in gp.RULES if r.name != "volumes-retained"]
     assert [(rule.name, m) for res in resources for rule in rules for m in rule.check(res, {})] == []
 
