@@ -25,7 +25,15 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from components.key_strength import MIN_GUESSES_LOG10, guesses_log10
@@ -846,7 +854,12 @@ class RehearsalConfig(_Model):
         return data
 
 
+REPLICA_KEYS = ("hardware", "image", "model", "serving", "container")
+"""The ``glm:`` keys that make a replica what it is: what a rollback puts back (``make rollback``)."""
+
+
 class StackConfig(_Model):
+    _replica_values: dict[str, Any] = PrivateAttr(default_factory=dict)
     hardware: Hardware = Field(description=hardware_description())
     target: TargetConfig = Field(description="Where it runs (one host today).")
     image: ImageConfig = Field(description="The serving image.")
@@ -904,6 +917,12 @@ class StackConfig(_Model):
             "devices": [f"/dev/davinci{i}" for i in cards] + list(self.container.devices),
             "mounts": [m.source for m in self.container.mounts if is_driver_path(m.source)],
         }
+
+    @property
+    def replica_values(self) -> dict[str, Any]:
+        """The :data:`REPLICA_KEYS` as the stack set them (camelCase, before the profile's
+        defaults): published in ``verified`` when the gate passed, so a rollback can put them back."""
+        return dict(self._replica_values)
 
     @property
     def shutdown_timeout(self) -> int | None:
@@ -1672,6 +1691,7 @@ def build_stack_config(
         problems += floating_images(config)
     if problems:
         raise ConfigError(_report(problems))
+    config._replica_values = {k: raw[k] for k in REPLICA_KEYS if k in raw}
     return config
 
 

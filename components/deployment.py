@@ -219,6 +219,8 @@ def _outputs(
                 "fingerprint": served_fingerprint,
                 "servedModel": served,
                 "imageRef": gate_and_ref[1],
+                # What `make rollback` puts back into the stack's config.
+                "config": config.replica_values,
             }
         ),
     }

@@ -5,6 +5,7 @@
     scripts/ops.sh smoke   -s a800   # re-run the gate now, changing nothing (exit 1 on failure)
     scripts/ops.sh restart -s a800   # re-create the serving container (JIT cache kept, gate re-run)
     scripts/ops.sh debug   -s a800   # the serving container as a foreground `docker run --rm`
+    scripts/ops.sh rollback -s a800  # back to the last config whose gate passed (ops/rollback.py)
 
 Every command reads the stack's own config through the models and reaches its Docker host the way
 the program does (over SSH with the same user, key and pinned host key). Run through
@@ -32,6 +33,7 @@ from components.config import (
 )
 from components.target import docker_ssh_opts
 from components.vllm_server import render_argv, render_serving
+from ops.rollback import rollback
 
 ROOT = Path(__file__).resolve().parent.parent
 # The pulumi CLI with the project's environment; GLM_PULUMI points elsewhere (tests use a throwaway backend).
@@ -210,13 +212,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="ops", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["logs", "status", "smoke", "restart", "debug"])
+    parser.add_argument("command", choices=["logs", "status", "smoke", "restart", "debug", "rollback"])
     parser.add_argument("-s", "--stack", default="local")
     parser.add_argument("--no-follow", action="store_true", help="logs: print and exit")
     parser.add_argument(
         "--deadline", type=float, default=30, help="smoke: readiness wait in seconds (default 30)"
     )
     args = parser.parse_args(argv)
+    if args.command == "rollback":  # before reading the config: the current one may be what failed
+        # The local stack's config is the repository's Pulumi.local.yaml, unless GLM_PULUMI points
+        # the commands at another project (the tests).
+        tracked = (
+            ROOT / "Pulumi.local.yaml" if args.stack == "local" and not os.environ.get("GLM_PULUMI") else None
+        )
+        return rollback(args.stack, pulumi, PULUMI, tracked)
     config = stack_config(args.stack)
     if args.command == "logs":
         return logs(config, args.stack, follow=not args.no_follow)

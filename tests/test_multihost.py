@@ -141,8 +141,12 @@ def test_each_host_gets_its_own_provider_preflight_volume_and_container(three: D
 
 def test_a_replica_is_published_only_through_its_guard_on_its_private_address(three: Deployment) -> None:
     containers = {r.name: unwrap(r.inputs) for r in three.of_type(CONTAINER)}
-    assert containers["a800-gpu02-guard-nginx"]["ports"] == [{"internal": 8080, "external": 8000, "ip": "10.0.0.12"}]
-    assert containers["a800-gpu03-guard-nginx"]["ports"] == [{"internal": 8080, "external": 8000, "ip": "10.0.0.13"}]
+    assert containers["a800-gpu02-guard-nginx"]["ports"] == [
+        {"internal": 8080, "external": 8000, "ip": "10.0.0.12"}
+    ]
+    assert containers["a800-gpu03-guard-nginx"]["ports"] == [
+        {"internal": 8080, "external": 8000, "ip": "10.0.0.13"}
+    ]
     # vLLM itself publishes nothing, on any host; without TLS the front's own replica needs no guard.
     assert all("ports" not in c for name, c in containers.items() if name.endswith("serving-vllm"))
     assert "a800-guard-nginx" not in containers

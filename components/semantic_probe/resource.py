@@ -41,6 +41,7 @@ KEY_PATH = "/etc/semantic-probe/api-key"
 APP_FILES = (
     "components/__init__.py",
     "components/config.py",
+    "components/hardware.py",
     "components/key_strength.py",
     "components/profiles.py",
     "components/vllm_flags.py",
