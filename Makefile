@@ -15,8 +15,8 @@ test:      ## lint, type check, the whole test suite
 	scripts/test.sh
 preview:   ## pulumi preview --diff of STACK (e.g. make preview STACK=a800)
 	$(PULUMI) preview --diff -s $(STACK)
-destroy:   ## destroy STACK (the weights and the JIT cache volume stay); --run-program: the drain hook
-	$(PULUMI) destroy --yes --run-program -s $(STACK)
+destroy:   ## destroy STACK (the weights and the JIT cache volume stay)
+	$(PULUMI) destroy --yes -s $(STACK)
 logs:      ## follow the serving container's log, start-up milestones marked ==>
 	$(OPS) logs -s $(STACK)
 status:    ## container state and health, the last gate, endpoint, image

@@ -54,7 +54,7 @@ def main() -> int:
                 if n <= 2:
                     row["tok_s"] = probe(project, n, args)
             finally:
-                project.run("destroy", "--yes", "-s", "local", check=False, timeout=1800)
+                project.run("destroy", "--yes", "--run-program", "-s", "local", check=False, timeout=1800)
             figures[str(n)] = row
             print(f"{n} host(s): {row}", file=sys.stderr)
     base = figures["1"]

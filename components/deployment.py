@@ -102,7 +102,14 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     several = len(replicas) > 1
     for replica in replicas:
         warn_when_replaced(
-            replica.server.container, serving_replacement_notice(config.hardware, config.facts)
+            replica.server.container,
+            serving_replacement_notice(
+                config.hardware,
+                config.facts,
+                [r.host.name for r in replicas],
+                replica.host.name,
+                config.container.stop_grace_seconds,
+            ),
         )
     warn_when_replaced(front.container, front_replacement_notice(STOP_GRACE_SECONDS))
     monitoring = PrometheusScrape(

@@ -23,6 +23,9 @@ done
 if [ "$stack" = local ]; then
   case ${1:-} in up | preview | destroy | refresh | config | import | watch) args+=(--config-file "$GLM_LOCAL_CONFIG") ;; esac
 fi
+# `destroy` runs the program: the serving containers' drain hook (components/rotation.py) is
+# registered by it, and the engine refuses to delete a resource whose hook it cannot find.
+if [ "${1:-}" = destroy ]; then args+=(--run-program); fi
 # The SSH commands (preflight, downloads) sign with an SSH agent, never with a key in the state
 # (components/target.py). Without an agent of the user's, one lives for this run only, and the
 # program adds the stack's identityFile to it.

@@ -21,7 +21,7 @@ import yaml
 
 PROJECT = Path(__file__).resolve().parent.parent
 # policy: the program applies the pack's images-pinned rule itself (components/config.py).
-COPIED = ["Pulumi.yaml", "__main__.py", "components", "images", "policy", "requirements.txt"]
+COPIED = ["Pulumi.yaml", "__main__.py", "components", "images", "ops", "policy", "requirements.txt"]
 PROVIDERS = ("docker", "command")
 
 

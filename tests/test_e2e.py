@@ -54,7 +54,7 @@ def test_local_stack_lifecycle(project: PulumiProject) -> None:
         project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (one flag)")
         project.run("preview", "--expect-no-changes", "-s", "local")
     finally:
-        project.run("destroy", "--yes", "-s", "local", label="destroy", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "local", label="destroy", check=False)
     volume = subprocess.run(["docker", "volume", "inspect", cache_volume], capture_output=True)
     assert volume.returncode == 0, "destroy removed the JIT cache volume"
     assert (WEIGHTS / "config.json").exists(), "destroy touched the weights"

@@ -83,6 +83,6 @@ def test_front_only_changes_reload_in_place(tmp_path_factory: pytest.TempPathFac
         state = json.loads(project.run("stack", "export", "-s", "local"))
         assert all(secret not in json.dumps(state) for secret in (ALICE, BOB, SCRAPER))
     finally:
-        project.run("destroy", "--yes", "-s", "local", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "local", check=False)
         subprocess.run(["docker", "volume", "rm", f"{container}-jit-cache"], capture_output=True)
     print("e2e front timings (s):", {k: round(v, 1) for k, v in project.timings.items()})

@@ -159,6 +159,6 @@ def test_ops_on_a_deployed_local_stack(tmp_path: Path) -> None:
         failed = ops("smoke")
         assert failed.returncode != 0, "the gate passed against a stopped model"
     finally:
-        project.run("destroy", "--yes", "-s", "local", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "local", check=False)
         subprocess.run(["docker", "volume", "rm", f"{name}-jit-cache"], capture_output=True)
         os.environ.pop("GLM_PULUMI", None)
