@@ -1112,7 +1112,16 @@ def _check_vllm_not_exposed(c: StackConfig) -> str | None:
 
 def _check_plain_http(c: StackConfig) -> str | None:
     front = c.front
-    if front.tls or front.allow_plain_http or is_loopback(front.bind_address):
+    if front.tls or front.allow_plain_http:
+        return None
+    if len(c.target.hosts) > 1:
+        return (
+            f"{len(c.target.hosts)} hosts without glm:front.tls: the front would send prompts and the "
+            "replica key to the other hosts' replicas in clear. Fix: turn on TLS (glm:front.tls true "
+            'with glm:tlsCertificate and glm:tlsKey, docs/front-and-alerts.md "TLS"; the replicas then '
+            "speak TLS too), or accept it explicitly with glm:front.allowPlainHttp: true."
+        )
+    if is_loopback(front.bind_address):
         return None
     return (
         f"glm:front.bindAddress={front.bind_address} serves the API over plain HTTP: API keys and "

@@ -310,6 +310,13 @@ class ReplicaGuard(pulumi.ComponentResource):
             labels=[
                 docker.ContainerLabelArgs(label="glm53.role", value="replica-guard"),
                 docker.ContainerLabelArgs(label="glm53.tls", value="on" if tls else "off"),
+                # Plain HTTP between hosts only where the stack accepted it for its front too:
+                # the policy pack (front-tls-on-public-bind) reads this as it does on the front.
+                *(
+                    [docker.ContainerLabelArgs(label="glm53.plain-http", value="accepted")]
+                    if front.allow_plain_http and not tls
+                    else []
+                ),
             ],
             restart="unless-stopped",
             log_driver="json-file",

@@ -360,3 +360,45 @@ def test_a_failing_replica_names_its_host() -> None:
         message
     )
     assert "The roll stopped here; no other host was touched" in message and "make rollback" in message
+
+
+# ---- the policy pack ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_a_multi_host_stack_passes_the_policy_pack(tls: bool) -> None:
+    """Issue 22: every replica off the front's host published vLLM's port, so the pack's
+    no-public-serving-port refused every multi-host stack. Now only guards publish, on one address."""
+    import policy.glm_policies as gp
+    from policy.glm_policies import Resource
+    from tests.test_nginx_front import self_signed
+
+    secrets: dict[str, Any] = {}
+    front: dict[str, Any] = {"allowPlainHttp": True}
+    if tls:
+        cert, key = self_signed()
+        secrets = {"glm:tlsCertificate": cert.decode(), "glm:tlsKey": key.decode()}
+        front = {"tls": True}
+    deployment = run_program(
+        "a800", overrides={"glm:target": target(*THREE), "glm:front": front}, secrets=secrets
+    )
+    resources = [
+        Resource(r.type, r.name, gp.normalize(r.inputs), urn=f"urn:pulumi:a800::glm::{r.type}::{r.name}")
+        for r in deployment.resources
+    ]
+    rules = [r for r in gp.RULES if r.name != "volumes-retained"]
+    assert [(rule.name, m) for res in resources for rule in rules for m in rule.check(res, {})] == []
+    guards = sorted(r.name for r in deployment.of_type(CONTAINER) if r.name.endswith("guard-nginx"))
+    # With TLS the front's own replica is guarded too (one upstream, one scheme), publishing nothing.
+    assert guards == (
+        ["a800-gpu02-guard-nginx", "a800-gpu03-guard-nginx"] + (["a800-guard-nginx"] if tls else [])
+    )
+    conf = unwrap(deployment.one(GATE, "front-config").inputs)["nginx_conf"]
+    assert "include replica-guard-auth.conf;" in conf
+    assert ("proxy_pass https://vllm/v1/chat/completions;" in conf) is tls
+
+
+def test_several_hosts_without_tls_need_the_plain_http_opt_in() -> None:
+    """Between hosts the front carries prompts and the replica key: in clear only when accepted."""
+    message = refused(target(*THREE), front={"bindAddress": "127.0.0.1"})
+    assert "3 hosts without glm:front.tls" in message and "glm:front.allowPlainHttp: true" in message

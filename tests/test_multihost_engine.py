@@ -193,7 +193,9 @@ def replica_key(project: PulumiProject, stack: str) -> str:
     """The stack's generated replica key, from its state (decrypted for the test only)."""
     state = json.loads(project.run("stack", "export", "--show-secrets", "-s", stack))
     resource = next(r for r in state["deployment"]["resources"] if r["urn"].endswith("::local-replica-key"))
-    return str(resource["outputs"]["key"])
+    key = resource["outputs"]["key"]
+    # A secret in an exported state: {"<signature>": "<secret sig>", "plaintext": "<JSON of the value>"}.
+    return str(json.loads(key["plaintext"]) if isinstance(key, dict) else key)
 
 
 def engine_port_status(from_host: StandinHost, url: str, key: str | None) -> str:
