@@ -234,9 +234,10 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
         diff = project.run("preview", "--diff", "-s", stack)
         assert f"step 2 of the roll {hosts[0].name} -> {hosts[1].name}" in diff
         assert "Expected requests dropped: 0" in diff
-        figures["roll_2_hosts"] = roll_under_load(
+        figures["roll_2_hosts"], out = roll_under_load(
             project, stack, hosts[:2], container, "up (rolling, 2 hosts)"
         )
+        assert "error:" not in out, out[-3000:]
 
         # Adding a host is one list entry: only its resources, Prometheus' config (its files are
         # uploads: the container is replaced) and the front's gate; the front's config is untouched
