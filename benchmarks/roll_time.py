@@ -73,6 +73,15 @@ def main() -> int:
         for n in range(1, args.hosts + 1):
             figures[str(n)] = roll(n, hosts)
             print(f"{n} host(s): {figures[str(n)]}", file=sys.stderr)
+    # What each further host adds to the roll (the fixed cost of an `up` left out), beside what that
+    # host's drain, replacement and gate took: the difference is the per-host overhead.
+    one = figures["1"]
+    for n, row in figures.items():
+        if int(n) > 1:
+            marginal = (row["roll_s"] - one["roll_s"]) / (int(n) - 1)
+            work = row["drain_per_host_s"] + row["replace_per_host_s"] + row["gate_per_host_s"]
+            row["marginal_per_host_s"] = round(marginal, 2)
+            row["marginal_overhead_per_host_s"] = round(marginal - work, 2)
     (args.out / "roll-time.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(json.dumps(figures, indent=2))
     return 0
