@@ -82,6 +82,7 @@ def rehearsal_config(host: StandinHost, stack: str, **extra: str) -> dict[str, s
         # Prometheus on the host's address (not loopback), so the tests read its alerts from this
         # machine. The gate reads the KV pool through the front's metrics route, across the network.
         "glm:monitoring.bindAddress": host.address,
+        "glm:monitoring.allowPublicBind": "true",  # a test-only address, reachable from here alone
         "glm:monitoring.scrapeInterval": "2s",
     }
     if stack == "rtx5090":
