@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PULUMI = shlex.split(os.environ.get("GLM_PULUMI", "")) or [str(ROOT / "scripts" / "pulumi.sh")]
 DEBUG_PORT = 8007  # the seed's run_debug.sh port
 
+
 def pulumi(*args: str, stack: str) -> str:
     result = subprocess.run([*PULUMI, *args, "-s", stack], capture_output=True, text=True)
     if result.returncode != 0:
@@ -71,13 +72,18 @@ def docker(config: StackConfig) -> list[str]:
     return ["docker", "-H", host.docker_host]
 
 
+def mark(line: str) -> str:
+    """``==>`` before a start-up milestone or an error: the gate's own table
+    (``components/gate/startup.py``), so ``make logs`` and the gate's progress agree."""
+    return f"==> {line}" if milestone(line) is not None or is_error(line) else line
+
+
 def logs(config: StackConfig, stack: str, follow: bool) -> int:
     cmd = [*docker(config), "logs", "--tail", "200", *(["-f"] if follow else []), config.container.name]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
-            marked = milestone(line) is not None or is_error(line)
-            print(f"==> {line}" if marked else line, end="", flush=True)
+            print(mark(line), end="", flush=True)
     return proc.returncode
 
 

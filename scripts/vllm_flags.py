@@ -172,17 +172,12 @@ class _InertFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _kind(action: argparse.Action) -> str:
+    """``bool`` for a switch, else the name argparse puts in "invalid <name> value" (``int``,
+    ``float``, ``str``, ``human_readable_int``, ``loads``, …)."""
     if action.nargs == 0:
         return "bool"
     kind = action.type
-    if kind in (int, float, str):
-        return kind.__name__
-    name = getattr(kind, "__name__", "") or type(kind).__name__
-    if "human_readable_int" in name:
-        return "int-human"  # 128k, 1M, auto: vLLM's own parser
-    if "json" in name.lower() or "loads" in name:
-        return "json"
-    return name or "str"
+    return str(getattr(kind, "__name__", None) or type(kind).__name__) if kind is not None else "str"
 
 
 def dump(version: str) -> dict[str, Any]:
@@ -225,28 +220,32 @@ def dump(version: str) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("version", help="the vLLM version on PyPI, e.g. 0.33.0")
     parser.add_argument("--work", type=Path, help="where the throwaway venv goes (default: a temp dir)")
     parser.add_argument("--out", type=Path, help="default: components/vllm_flags/<version>.json")
     parser.add_argument("--sim", action="store_true", help="also write the simulator's copy")
-    parser.add_argument("--dump", action="store_true", help=argparse.SUPPRESS)  # inside the venv
+    parser.add_argument("--dump", type=Path, help=argparse.SUPPRESS)  # inside the venv: write here
     args = parser.parse_args()
     if args.dump:
-        json.dump(dump(args.version), sys.stdout, indent=1, sort_keys=True)
+        # A file, not stdout: some vLLM versions take stdout over while they import.
+        args.dump.write_text(json.dumps(dump(args.version), indent=1, sort_keys=True))
         return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="vllm-flags-"))
     work.mkdir(parents=True, exist_ok=True)
     venv = build_venv(args.version, work)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA", "VLLM_"))}
+    dumped = work / f"flags-{args.version}.json"
     done = subprocess.run(
-        [str(venv / "bin" / "python"), __file__, args.version, "--dump"],
+        [str(venv / "bin" / "python"), __file__, args.version, "--dump", str(dumped)],
         env=env, cwd=work, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         sys.stderr.write(done.stderr[-6000:])
         return 1
-    table = json.loads(done.stdout)
+    table = json.loads(dumped.read_text())
     wheel = sorted((work / f"wheel-{args.version}").glob("vllm-*.whl"))[0].name
     table["generated_by"] = (
         f"scripts/vllm_flags.py {args.version}: make_arg_parser of {wheel} from PyPI, "

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import tempfile
@@ -26,9 +27,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from components.gate.startup import READY, WEIGHTS, ENGINE_INIT, Diagnosis, diagnose, milestone
+from components.gate.startup import ENGINE_INIT, READY, SERVER, WEIGHTS, Diagnosis, diagnose, milestone
 
 DOCKER_TIMEOUT_SECONDS = 30.0
+# vLLM's "INFO 12-01 10:24:25 [core.py:93] " (the time is beside each progress line already).
+_LOG_PREFIX = re.compile(r"^(\(\w+ pid=\d+\) )?(INFO|WARNING|DEBUG)( \d\d-\d\d [\d:.]+)? (\[[\w.:]+\] )?|^INFO:\s+")
 TAIL_LINES = 200
 
 
@@ -94,7 +97,9 @@ class ContainerStop:
 class ContainerWatch:
     """Follows one container's log on a thread; read :meth:`status` and :attr:`stopped`."""
 
-    def __init__(self, spec: Mapping[str, Any], progress: Callable[[str], None], rendered_flags: set[str]) -> None:
+    def __init__(
+        self, spec: Mapping[str, Any], progress: Callable[[str], None], rendered_flags: set[str]
+    ) -> None:
         self.name = str(spec["name"])
         self.spec = dict(spec)
         self.progress = progress
@@ -140,7 +145,9 @@ class ContainerWatch:
         in_stage = self.now() - (self.stage_since or self.started_at)
         known = self._known_stage()
         stage = f"{self.stage} {clock(in_stage)}" + (f" of ~{clock(known)}" if known else "")
-        start = f"start-up {clock(total)}" + (f" of ~{clock(self.known['start'])}" if self.known["start"] else "")
+        start = f"start-up {clock(total)}" + (
+            f" of ~{clock(self.known['start'])}" if self.known["start"] else ""
+        )
         return f"{stage} ({start}){'; ' + self.detail if self.detail else ''}"
 
     def _known_stage(self) -> float | None:
@@ -190,7 +197,12 @@ class ContainerWatch:
             if state is None:
                 cmd = [*argv, "logs", "-f", "--timestamps", "--since", since, self.name]
                 self._proc = subprocess.Popen(
-                    cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+                    cmd,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
                 )
                 assert self._proc.stdout is not None
                 for line in self._proc.stdout:
@@ -222,8 +234,12 @@ class ContainerWatch:
             return stamp
         elapsed = at - self.started_at if self.started_at else None
         self.detail = f"last: {mark.name}"
-        known = f" (start-up known: ~{clock(self.known['start'])})" if mark.stage == READY and self.known["start"] else ""
-        self.progress(f"start-up: {mark.name} at {clock(elapsed)}{known}: {line.strip()[:200]}")
+        # The stage that just ended, beside the profile's known time for it.
+        known = self.known[WEIGHTS] if mark.stage == ENGINE_INIT and self.stage == WEIGHTS else None
+        known = self.known["start"] if mark.stage in (SERVER, READY) else known
+        beside = f" of ~{clock(float(known))}" if known else ""
+        said = _LOG_PREFIX.sub("", line.strip())[:160]
+        self.progress(f"start-up: {mark.name} at {clock(elapsed)}{beside}: {said}")
         if mark.stage != self.stage:
             self.stage, self.stage_since = mark.stage, at
         return stamp
@@ -252,9 +268,7 @@ def start_watch(
     return ContainerWatch(spec, progress, rendered_flags).start()
 
 
-def watch_params(
-    name: str, docker_host: str, ssh_opts: list[str], facts: Any | None
-) -> dict[str, Any]:
+def watch_params(name: str, docker_host: str, ssh_opts: list[str], facts: Any | None) -> dict[str, Any]:
     """The gate's ``container_watch`` parameter: deterministic (no timestamps), plain values."""
     return {
         "name": name,

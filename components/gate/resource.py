@@ -24,8 +24,8 @@ import pulumi
 import pulumi.dynamic
 
 from components.config import ALL_SMOKE_STEPS, HostConfig, SmokeConfig
-from components.gate.container import watch_params
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
+from components.gate.container import watch_params
 from components.profiles import PROFILES
 from components.target import docker_ssh_opts
 from components.vllm_server import ServingSpec

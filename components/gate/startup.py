@@ -10,6 +10,7 @@ rtx5090 §4 log). No Pulumi, no I/O: plain functions over log lines.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from pydantic.alias_generators import to_camel
@@ -28,7 +29,7 @@ WEIGHTS, ENGINE_INIT, SERVER, READY = "weights loading", "engine init", "API ser
 
 MILESTONES: tuple[Milestone, ...] = (
     # entrypoints/openai/api_server.py banner; the rtx5090 seed's 12:47:16 line.
-    Milestone("vLLM started", re.compile(r"vLLM API server version|vLLM-protocol simulator"), WEIGHTS),
+    Milestone("vLLM started", re.compile(r"vLLM API server version"), WEIGHTS),
     # model_executor/model_loader/weight_utils.py tqdm: "Loading safetensors checkpoint shards:  40% | 6/15"
     Milestone("weights shard", re.compile(r"Loading safetensors checkpoint shards:.*?(\d+)/(\d+)"), WEIGHTS),
     # default_loader.py "Loading weights took %.2f seconds" (rtx5090 seed: 632.80 s)
@@ -85,7 +86,9 @@ STARTUP_FAILURES: tuple[StartupFailure, ...] = (
     # v1/core/kv_cache_planning.py
     StartupFailure(
         "KV pool too small for max-model-len",
-        re.compile(r"To serve at least one request with the model's max seq len|larger than the available KV cache"),
+        re.compile(
+            r"To serve at least one request with the model's max seq len|larger than the available KV cache"
+        ),
         "glm:serving.maxModelLen",
         "lower maxModelLen, raise gpuMemoryUtilization, or lower maxNumBatchedTokens (Ascend seed)",
     ),
@@ -103,13 +106,18 @@ STARTUP_FAILURES: tuple[StartupFailure, ...] = (
     ),
     StartupFailure(
         "NCCL/HCCL communication failure or timeout",
-        re.compile(r"NCCL (error|timeout|WARN)|ncclInternalError|ncclSystemError|Watchdog caught collective|HCCL.*(timeout|error)", re.I),
+        re.compile(
+            r"NCCL (error|timeout|WARN)|ncclInternalError|ncclSystemError|Watchdog caught collective|HCCL.*(timeout|error)",
+            re.I,
+        ),
         "glm:container.shmSize",
         "give TP 8 a large /dev/shm (shmSize 64g or ipcMode host) and check the NCCL_*/HCCL_* env",
     ),
     StartupFailure(
         "weights missing at the model path",
-        re.compile(r"No such file or directory: .*(config\.json|safetensors)|does not appear to have a file named|Invalid repository ID or local directory|not a local folder and is not a valid model identifier"),
+        re.compile(
+            r"No such file or directory: .*(config\.json|safetensors)|does not appear to have a file named|Invalid repository ID or local directory|not a local folder and is not a valid model identifier"
+        ),
         "glm:model.hostDir",
         "point hostDir at the folder holding config.json and every shard (or enable glm:model.download)",
     ),
@@ -150,7 +158,7 @@ def is_error(line: str) -> bool:
     return failure(line) is not None or bool(ERROR_LINE.search(line))
 
 
-def flag_key(flag: str, rendered: set[str]) -> str:
+def flag_key(flag: str, rendered: Collection[str]) -> str:
     """The config key behind ``--flag``: a flag the stack renders comes from its glm:serving key
     (``--max-num-seqs`` → ``glm:serving.maxNumSeqs``); anything else from ``extraArgs``."""
     if flag in rendered:
@@ -172,10 +180,13 @@ class Diagnosis:
         return f"cause: {self.cause}. Look at: {self.key} ({self.fix}). The log says:\n    {shown}"
 
 
-def diagnose(log_lines: list[str], rendered_flags: set[str] = frozenset(), keep: int = 6) -> Diagnosis:
+def diagnose(log_lines: list[str], rendered_flags: Collection[str] = (), keep: int = 6) -> Diagnosis:
     """The last known failure in ``log_lines`` (the newest wins: a restart loop repeats it), the
     config key most likely at fault, and the last lines that carry an error."""
-    errors = [line.rstrip() for line in log_lines if line.strip() and is_error(line)]
+    errors: list[str] = []
+    for line in log_lines:  # a restart loop repeats its error: each distinct line once, newest last
+        if line.strip() and is_error(line):
+            errors = [e for e in errors if e != line.rstrip()] + [line.rstrip()]
     known = [(line, f) for line in errors if (f := failure(line)) is not None]
     if not known:
         return Diagnosis(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -36,46 +37,64 @@ MILESTONES = (
     (0.30, "Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"),
     (0.70, "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 0%"),  # gpu_model_runner.py tqdm
     (0.88, "Graph capturing finished in {graphs:.0f} secs, took 2.71 GiB"),
-    (1.0, "init engine (profile, create kv cache, warmup model) took {init:.2f} seconds"),  # v1/engine/core.py
+    (
+        1.0,
+        "init engine (profile, create kv cache, warmup model) took {init:.2f} seconds",
+    ),  # v1/engine/core.py
 )
 WEIGHTS_FRACTION = 0.10
 
-ENGINE_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore_DP0': 1}"
+ENGINE_FAILED = "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {{'EngineCore_DP0': 1}}"
 # name: (stage fraction where it strikes, vLLM's lines)
 START_FAILURES: dict[str, tuple[float, list[str]]] = {
-    "gpu-memory": (0.12, [  # v1/worker/utils.py
-        "ERROR [core.py] EngineCore failed to start.",
-        "ValueError: Free memory on device cuda:0 (12.41/79.25 GiB) on startup is less than desired GPU "
-        "memory utilization ({gmu}, {budget:.2f} GiB). Decrease GPU memory utilization or reduce GPU "
-        "memory used by other processes.",
-        ENGINE_FAILED,
-    ]),
-    "kv-too-small": (0.30, [  # v1/core/kv_cache_planning.py
-        "ERROR [core.py] EngineCore failed to start.",
-        "ValueError: To serve at least one request with the model's max seq len ({max_model_len}), "
-        "(64.00 GiB KV cache is needed, which is larger than the available KV cache memory (18.39 GiB). "
-        "Based on the available memory, the estimated maximum model length is 301056. Try increasing "
-        "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or decreasing "
-        "`max_model_len` when initializing the engine.",
-        ENGINE_FAILED,
-    ]),
-    "oom": (0.75, [
-        "ERROR [core.py] EngineCore failed to start.",
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.71 GiB. GPU 0 has a total "
-        "capacity of 79.25 GiB of which 1.02 GiB is free.",
-        ENGINE_FAILED,
-    ]),
-    "nccl": (0.05, [
-        "ERROR [multiproc_executor.py] Worker proc VllmWorker-3 died unexpectedly",
-        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3690, unhandled system "
-        "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.3 ncclSystemError: System call "
-        "(e.g. socket, malloc) or external library call failed or device error. Last error: Error while "
-        "creating shared memory segment /dev/shm/nccl-2dHp1X (size 9637888)",
-        ENGINE_FAILED,
-    ]),
-    "missing-weights": (0.01, [
-        "OSError: {model} does not appear to have a file named config.json.",
-    ]),
+    "gpu-memory": (
+        0.12,
+        [  # v1/worker/utils.py
+            "ERROR [core.py] EngineCore failed to start.",
+            "ValueError: Free memory on device cuda:0 (12.41/79.25 GiB) on startup is less than desired GPU "
+            "memory utilization ({gmu}, {budget:.2f} GiB). Decrease GPU memory utilization or reduce GPU "
+            "memory used by other processes.",
+            ENGINE_FAILED,
+        ],
+    ),
+    "kv-too-small": (
+        0.30,
+        [  # v1/core/kv_cache_planning.py
+            "ERROR [core.py] EngineCore failed to start.",
+            "ValueError: To serve at least one request with the model's max seq len ({max_model_len}), "
+            "(64.00 GiB KV cache is needed, which is larger than the available KV cache memory (18.39 GiB). "
+            "Based on the available memory, the estimated maximum model length is 301056. Try increasing "
+            "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or decreasing "
+            "`max_model_len` when initializing the engine.",
+            ENGINE_FAILED,
+        ],
+    ),
+    "oom": (
+        0.75,
+        [
+            "ERROR [core.py] EngineCore failed to start.",
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.71 GiB. GPU 0 has a total "
+            "capacity of 79.25 GiB of which 1.02 GiB is free.",
+            ENGINE_FAILED,
+        ],
+    ),
+    "nccl": (
+        0.05,
+        [
+            "ERROR [multiproc_executor.py] Worker proc VllmWorker-3 died unexpectedly",
+            "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3690, unhandled system "
+            "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.27.3 ncclSystemError: System call "
+            "(e.g. socket, malloc) or external library call failed or device error. Last error: Error while "
+            "creating shared memory segment /dev/shm/nccl-2dHp1X (size 9637888)",
+            ENGINE_FAILED,
+        ],
+    ),
+    "missing-weights": (
+        0.01,
+        [
+            "OSError: {model} does not appear to have a file named config.json.",
+        ],
+    ),
 }
 
 
@@ -135,13 +154,32 @@ def crash_after(seconds: float) -> None:
     """Exit 1 ``seconds`` after now, whatever the process is doing (a daemon timer)."""
 
     def crash() -> None:
-        sys.stderr.write("ERROR [core_client.py] Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.\n")
+        sys.stderr.write(
+            "ERROR [core_client.py] Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.\n"
+        )
         sys.stderr.flush()
         os._exit(1)
 
     timer = threading.Timer(seconds, crash)
     timer.daemon = True
     timer.start()
+
+
+def _human_int(value: str) -> int:
+    """vLLM's human_readable_int: 25k, 1M, 1.5m (the simulator's parse_human_int rules)."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", value.strip())
+    if not m:
+        raise ValueError(value)
+    return int(float(m.group(1)) * {"": 1, "k": 10**3, "K": 2**10, "m": 10**6, "M": 2**20, "g": 10**9, "G": 2**30}[m.group(2)])
+
+
+# The argparse types of the table whose refusals the simulator plays ("invalid <type> value").
+CONVERTERS = {
+    "int": int,
+    "float": float,
+    "human_readable_int": _human_int,
+    "human_readable_int_or_auto": lambda v: -1 if v.strip().lower() == "auto" else _human_int(v),
+}
 
 
 def known_flags(path: Path = FLAGS_FILE) -> dict:
@@ -159,17 +197,25 @@ def strict_check(argv: list, flags: dict) -> str | None:
             i += 1
             continue
         name, eq, value = tok.partition("=")
+        # As vLLM's parser: `_` for `-`, `--x.key` sets a key of --x, and argparse takes a unique prefix.
+        name = ("--" + name[2:].replace("_", "-")).split(".", 1)[0]
         spec = flags.get(name)
         if spec is None:
-            unknown.append(tok)
-            i += 1
-            continue
+            prefixed = sorted(f for f in flags if f.startswith(name))
+            if len(prefixed) > 1:
+                return f"ambiguous option: {name} could match {', '.join(prefixed)}"
+            if not prefixed:
+                unknown.append(tok)
+                i += 1
+                continue
+            spec = flags[prefixed[0]]
         takes = spec.get("nargs") != 0
         if takes and not eq and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
             value, i = argv[i + 1], i + 1
-        if takes and spec.get("type") in ("int", "float") and value:
+        convert = CONVERTERS.get(spec.get("type", ""))
+        if takes and convert and value:
             try:
-                (int if spec["type"] == "int" else float)(value)
+                convert(value)
             except ValueError:
                 return f"argument {'/'.join(spec.get('options') or [name])}: invalid {spec['type']} value: '{value}'"
         choices = spec.get("choices")
