@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import email
+import importlib
 import importlib.abc
 import importlib.machinery
 import json
@@ -53,6 +54,11 @@ HEAVY = re.compile(
     r"compressed-tensors|depyf|xgrammar|llguidance|outlines|lm-format|mistral|ninja|zentorch|nvtx|"
     r"ray|intel|deep|cutlass|vllm-flash|flash)",
     re.I,
+)
+PARSER_MODULES = (
+    "vllm.entrypoints.common.cli_args",
+    "vllm.entrypoints.launchers.cli_args",
+    "vllm.entrypoints.openai.cli_args",
 )
 STUBBED_ROOTS = ("torch", "torchvision", "torchaudio", "triton", "numba", "cupy", "flashinfer", "xgrammar",
                  "llguidance", "outlines_core", "lmformatenforcer", "mistral_common", "depyf", "compressed_tensors",
@@ -190,10 +196,14 @@ def dump(version: str) -> dict[str, Any]:
     platforms._current_platform = CpuPlatform()  # before anything asks which platform this is
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    try:
-        from vllm.entrypoints.common.cli_args import make_arg_parser
-    except ImportError:  # older layout
-        from vllm.entrypoints.openai.cli_args import make_arg_parser
+    # Where make_arg_parser lives: common (0.3x), launchers (0.29), openai (up to 0.28).
+    for where in PARSER_MODULES:
+        try:
+            make_arg_parser = importlib.import_module(where).make_arg_parser
+            break
+        except ModuleNotFoundError as err:
+            if not where.startswith(str(err.name)):  # a missing dependency, not the layout
+                raise
     parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
     flags: dict[str, Any] = {}
     # What argparse itself matches a command line against: hidden spellings included (vLLM keeps

@@ -104,5 +104,5 @@ def test_a_switch_the_image_adds_is_accepted_once_declared() -> None:
 def test_a_flag_the_older_ascend_vllm_lacks_is_refused() -> None:
     """--shutdown-timeout arrived in vLLM 0.18 (SPEC §7): ascend's 0.23.0 has it."""
     assert make("ascend", serving={"extraArgs": ["--shutdown-timeout=30"]})
-    with pytest.raises(ConfigError, match="--tool-parser-plugn is not a flag of vLLM 0.23.0"):
+    with pytest.raises(ConfigError, match=r"--tool-parser-plugn is not a flag of vLLM 0\.23\.0"):
         make("ascend", serving={"extraArgs": ["--tool-parser-plugn=x"]})

@@ -31,7 +31,9 @@ from components.gate.startup import ENGINE_INIT, READY, SERVER, WEIGHTS, Diagnos
 
 DOCKER_TIMEOUT_SECONDS = 30.0
 # vLLM's "INFO 12-01 10:24:25 [core.py:93] " (the time is beside each progress line already).
-_LOG_PREFIX = re.compile(r"^(\(\w+ pid=\d+\) )?(INFO|WARNING|DEBUG)( \d\d-\d\d [\d:.]+)? (\[[\w.:]+\] )?|^INFO:\s+")
+_LOG_PREFIX = re.compile(
+    r"^(\(\w+ pid=\d+\) )?(INFO|WARNING|DEBUG)( \d\d-\d\d [\d:.]+)? (\[[\w.:]+\] )?|^INFO:\s+"
+)
 TAIL_LINES = 200
 
 

@@ -170,7 +170,10 @@ def _human_int(value: str) -> int:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", value.strip())
     if not m:
         raise ValueError(value)
-    return int(float(m.group(1)) * {"": 1, "k": 10**3, "K": 2**10, "m": 10**6, "M": 2**20, "g": 10**9, "G": 2**30}[m.group(2)])
+    return int(
+        float(m.group(1))
+        * {"": 1, "k": 10**3, "K": 2**10, "m": 10**6, "M": 2**20, "g": 10**9, "G": 2**30}[m.group(2)]
+    )
 
 
 # The argparse types of the table whose refusals the simulator plays ("invalid <type> value").

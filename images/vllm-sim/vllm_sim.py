@@ -43,6 +43,9 @@ from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
+# Its companion module sits beside it; `python3 -I` (isolated, as the tests run it) leaves the
+# script's folder off sys.path.
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import sim_startup
 
 DEFAULT_VERSION = "0.33.0"

@@ -77,7 +77,12 @@ def serving(image: str) -> Iterator[Run]:
             "flags": spec.flags,
             "container_name": name,
             "smoke": {"deadline_seconds": 120, "steps": ["models"]},
-            "container_watch": {"name": name, "docker_host": "unix:///var/run/docker.sock", "ssh": [], **A800_KNOWN},
+            "container_watch": {
+                "name": name,
+                "docker_host": "unix:///var/run/docker.sock",
+                "ssh": [],
+                **A800_KNOWN,
+            },
         }
         return name, params
 
@@ -126,7 +131,8 @@ def test_a_bad_flag_value_fails_the_gate_within_seconds(serving: Run) -> None:
     failure, failed_at, _lines = gate_failure(params)
     assert failure.step == "readiness"
     assert "exit code 2" in failure.message and "restart count" in failure.message
-    assert "argument --max-num-batched-tokens: invalid int value: 'abc'" in failure.message
+    # vLLM's type for it is human_readable_int: argparse names it so.
+    assert "argument --max-num-batched-tokens: invalid human_readable_int value: 'abc'" in failure.message
     assert "Look at: glm:serving.extraArgs" in failure.message
     assert failed_at - first_exit(name, began) <= 10
 
