@@ -212,8 +212,13 @@ def dump(version: str) -> dict[str, Any]:
     for option, action in registered.items():
         if not option.startswith("--"):
             continue
-        options = sorted(o for o, a in registered.items() if a is action and o.startswith("--"))
-        entry: dict[str, Any] = {"dest": action.dest, "type": _kind(action), "options": options}
+        # As argparse names the action in its errors ("argument --a/--b: invalid …"): its visible
+        # option strings, in declaration order.
+        entry: dict[str, Any] = {
+            "dest": action.dest,
+            "type": _kind(action),
+            "options": list(action.option_strings),
+        }
         if action.choices is not None:
             entry["choices"] = sorted(str(c) for c in action.choices)
         if action.nargs is not None:
