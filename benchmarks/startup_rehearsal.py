@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.engine import PulumiProject, engine_missing  # noqa: E402
-from tests.standin_host import StandinHost, unavailable_reason  # noqa: E402
-from tests.test_rehearsal import API_KEY, LOCAL_IMAGES, rehearsal_config  # noqa: E402
+from tests.engine import PulumiProject, engine_missing
+from tests.standin_host import StandinHost, unavailable_reason
+from tests.test_rehearsal import API_KEY, LOCAL_IMAGES, rehearsal_config
 
 STACK = "a800"
 CONTAINER = "glm53-flash-a800-8008"
@@ -46,6 +46,10 @@ def up(project: PulumiProject) -> tuple[int, list[tuple[float, str]], float, flo
         lines.append((time.monotonic() - began, line.rstrip("\n")))
     code = proc.wait()
     return code, lines, began_wall, time.time()
+
+
+def set_string(project: PulumiProject, key: str, value: str) -> None:
+    project.run("config", "set", "--path", "--type", "string", key, value, "-s", STACK)
 
 
 def first_die(host: StandinHost, since: float, until: float) -> float | None:
@@ -84,18 +88,31 @@ def main() -> int:
             "glm:serving.extraEnv.VLLM_SIM_SHARDS": "12",
             "glm:serving.extraEnv.VLLM_SIM_STRICT_FLAGS": "1",
         }
-        project.init_stack(STACK, config=rehearsal_config(host, STACK, **slow), secrets={"glm:apiKeys.e2e": API_KEY})
+        project.init_stack(STACK, config=rehearsal_config(host, STACK), secrets={"glm:apiKeys.e2e": API_KEY})
+        for key, value in slow.items():
+            set_string(project, key, value)
         try:
             code, lines, began, ended = up(project)
             print(f"== slowed start-up: up exit {code} after {ended - began:.1f} s; the gate's lines:")
             for at, line in lines:
-                if "smoke-gate" in line:
+                if "smoke-gate" in line or code != 0:
                     print(f"  [{at:6.1f}] {line[:300]}")
-            project.run("config", "set", "--path", "glm:serving.extraArgs[0]", "--max-num-batched-tokens=abc", "-s", STACK)
+            if code != 0:
+                return 1
+            project.run(
+                "config",
+                "set",
+                "--path",
+                "glm:serving.extraArgs[0]",
+                "-s",
+                STACK,
+                "--",
+                "--max-num-batched-tokens=abc",
+            )
             failing_run(project, host, "bad flag value in glm:serving.extraArgs")
             project.run("config", "rm", "--path", "glm:serving.extraArgs", "-s", STACK)
-            project.run("config", "set", "--path", "glm:serving.extraEnv.VLLM_SIM_START_FAILURE", "gpu-memory", "-s", STACK)
-            project.run("config", "set", "--path", "glm:serving.extraEnv.VLLM_SIM_LOADING_SECONDS", "10", "-s", STACK)
+            set_string(project, "glm:serving.extraEnv.VLLM_SIM_START_FAILURE", "gpu-memory")
+            set_string(project, "glm:serving.extraEnv.VLLM_SIM_LOADING_SECONDS", "10")
             failing_run(project, host, "memory failure (gpu-memory)")
         finally:
             project.run("destroy", "--yes", "-s", STACK, check=False, timeout=600)
