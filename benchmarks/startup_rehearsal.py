@@ -32,12 +32,12 @@ STACK = "a800"
 CONTAINER = "glm53-flash-a800-8008"
 
 
-def up(project: PulumiProject) -> tuple[int, list[tuple[float, str]], float, float]:
+def up(project: PulumiProject, stack: str = STACK) -> tuple[int, list[tuple[float, str]], float, float]:
     """`pulumi up`, its output lines stamped (seconds since start); returns the exit code, the
     lines, the wall-clock start and the wall-clock end."""
     began_wall, began = time.time(), time.monotonic()
     proc = subprocess.Popen(
-        ["pulumi", "up", "--yes", "--skip-preview", "--non-interactive", "-s", STACK],
+        ["pulumi", "up", "--yes", "--skip-preview", "--non-interactive", "-s", stack],
         cwd=project.root, env=project.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[tuple[float, str]] = []
@@ -52,9 +52,9 @@ def set_string(project: PulumiProject, key: str, value: str) -> None:
     project.run("config", "set", "--path", "--type", "string", key, value, "-s", STACK)
 
 
-def first_die(host: StandinHost, since: float, until: float) -> float | None:
+def first_die(host: StandinHost, since: float, until: float, container: str = CONTAINER) -> float | None:
     out = host.docker(
-        "events", "--since", f"{since:.3f}", "--until", f"{until:.3f}", "--filter", f"container={CONTAINER}",
+        "events", "--since", f"{since:.3f}", "--until", f"{until:.3f}", "--filter", f"container={container}",
         "--filter", "event=die", "--format", "{{.TimeNano}}",
     ).stdout.split()  # fmt: skip
     return int(out[0]) / 1e9 if out else None
