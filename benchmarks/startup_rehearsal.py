@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.engine import PulumiProject, engine_missing
+from tests.multihost import set_config
 from tests.standin_host import StandinHost, unavailable_reason
 from tests.test_rehearsal import API_KEY, LOCAL_IMAGES, rehearsal_config
 
@@ -99,20 +100,14 @@ def main() -> int:
                     print(f"  [{at:6.1f}] {line[:300]}")
             if code != 0:
                 return 1
-            project.run(
-                "config",
-                "set",
-                "--path",
-                "glm:serving.extraArgs[0]",
-                "-s",
-                STACK,
-                "--",
-                "--max-num-batched-tokens=abc",
+            serving = {"extraEnv": {"VLLM_SIM_STRICT_FLAGS": "1", "VLLM_SIM_LOADING_SECONDS": "10"}}
+            # A value starting with `--` is a flag to `pulumi config set`: written into the stack file.
+            set_config(
+                project, STACK, "glm:serving", {**serving, "extraArgs": ["--max-num-batched-tokens=abc"]}
             )
             failing_run(project, host, "bad flag value in glm:serving.extraArgs")
-            project.run("config", "rm", "--path", "glm:serving.extraArgs", "-s", STACK)
-            set_string(project, "glm:serving.extraEnv.VLLM_SIM_START_FAILURE", "gpu-memory")
-            set_string(project, "glm:serving.extraEnv.VLLM_SIM_LOADING_SECONDS", "10")
+            memory = {"extraEnv": {**serving["extraEnv"], "VLLM_SIM_START_FAILURE": "gpu-memory"}}
+            set_config(project, STACK, "glm:serving", memory)
             failing_run(project, host, "memory failure (gpu-memory)")
         finally:
             project.run("destroy", "--yes", "-s", STACK, check=False, timeout=600)
