@@ -35,6 +35,8 @@ _LOG_PREFIX = re.compile(
     r"^(\(\w+ pid=\d+\) )?(INFO|WARNING|DEBUG)( \d\d-\d\d [\d:.]+)? (\[[\w.:]+\] )?|^INFO:\s+"
 )
 TAIL_LINES = 200
+FOLLOW_ATTEMPTS = 5
+"""How often a cut log stream of a running container is followed again before the watch gives up."""
 
 
 def clock(seconds: float | None) -> str:
@@ -194,7 +196,7 @@ class ContainerWatch:
         started = str(first.get("StartedAt", ""))
         self.started_at = _timestamp(started)
         since = started
-        while not self._done.is_set():
+        for _attempt in range(FOLLOW_ATTEMPTS):
             state = first if first.get("Restarting") or not first.get("Running") else None
             if state is None:
                 cmd = [*argv, "logs", "-f", "--timestamps", "--since", since, self.name]
@@ -207,8 +209,10 @@ class ContainerWatch:
                     errors="replace",
                 )
                 assert self._proc.stdout is not None
+                said = ""
                 for line in self._proc.stdout:
-                    since = self._line(line) or since
+                    stamp = self._line(line)
+                    since, said = (stamp, said) if stamp else (since, line.strip())
                 self._proc.wait()
                 if self._done.is_set():
                     return
@@ -216,7 +220,11 @@ class ContainerWatch:
                 if state is None:
                     return
                 if state.get("Running") and not state.get("Restarting") and state.get("StartedAt") == started:
-                    first = state  # the stream was cut, the run goes on: follow it again
+                    # The stream was cut (the network, a log driver that cannot be read), the run
+                    # goes on: follow it again, a few times.
+                    self.problem = f"the log stream ended: {said[:200] or 'no reason given'}"
+                    first = state
+                    self._done.wait(1.0)
                     continue
             self._record_stop(argv, env, state)
             return
