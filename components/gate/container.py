@@ -89,7 +89,8 @@ class ContainerStop:
     """monotonic time the watch noticed it."""
 
     def message(self, name: str) -> str:
-        state = f"{self.status}, exit code {self.exit_code}, restart count {self.restart_count}"
+        status = "exited, restarted by its restart policy" if self.status == "running" else self.status
+        state = f"{status}, exit code {self.exit_code}, restart count {self.restart_count}"
         extra = f", Docker says: {self.error}" if self.error else ""
         return (
             f"the serving container {name} stopped while the gate waited ({state}{extra}); "
@@ -258,9 +259,18 @@ class ContainerWatch:
         # The stopped run's log (the newest run's if it restarted since): the lines with the error.
         logs = self._docker(argv, env, "logs", "--tail", str(TAIL_LINES), self.name)
         lines = logs.stdout.splitlines()
+        exit_code = state.get("ExitCode")
+        if state.get("Running") and self.started_at is not None:
+            # Restarted already: the state's exit code is the new run's (0); the last `die` says it.
+            died = self._docker(
+                argv, env, "events", "--since", f"{self.started_at:.3f}", "--until", f"{self.now() + 1:.3f}",
+                "--filter", f"container={self.name}", "--filter", "event=die",
+                "--format", "{{.Actor.Attributes.exitCode}}",
+            ).stdout.split()  # fmt: skip
+            exit_code = int(died[-1]) if died and died[-1].isdigit() else None
         self.stopped = ContainerStop(
             status=str(state.get("Status", "?")),
-            exit_code=state.get("ExitCode"),
+            exit_code=exit_code,
             restart_count=int(state.get("RestartCount") or 0),
             error=str(state.get("Error") or ""),
             diagnosis=diagnose(lines, self.rendered_flags),
