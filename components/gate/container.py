@@ -62,7 +62,10 @@ def docker_cli(spec: Mapping[str, Any]) -> Iterator[tuple[list[str], dict[str, s
     with tempfile.TemporaryDirectory(prefix="glm53-docker-ssh-") as folder:
         real_ssh = next(p for p in ("/usr/bin/ssh", "/bin/ssh") if Path(p).exists())
         wrapper = Path(folder) / "ssh"
-        wrapper.write_text(f'#!/bin/sh\nexec {real_ssh} {shlex.join(ssh_opts)} "$@"\n')
+        # One SSH connection for the watch's docker commands (logs, inspect, events): each would
+        # otherwise pay a handshake, seconds on a loaded host. The master ends 5 s after the last.
+        shared = ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/cm-%C", "-o", "ControlPersist=5"]
+        wrapper.write_text(f'#!/bin/sh\nexec {real_ssh} {shlex.join([*ssh_opts, *shared])} "$@"\n')
         wrapper.chmod(0o700)
         yield argv, {**env, "PATH": f"{folder}:{env.get('PATH', '')}"}
 
