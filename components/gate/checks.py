@@ -189,8 +189,9 @@ def describe(err: BaseException) -> str:
     return f"{name}: {excerpt(str(err), 160)}" if str(err) else name
 
 
-def within(seconds: float, call: Callable[[], T]) -> T:
-    """``call()``, or :class:`Overrun` once ``seconds`` have passed, whatever the server does.
+def within(seconds: float, call: Callable[[], T], until: Callable[[], bool] | None = None) -> T:
+    """``call()``, or :class:`Overrun` once ``seconds`` have passed, whatever the server does
+    (or as soon as ``until()`` is true: the serving container stopped, say).
 
     httpx's timeouts bound each read, not the exchange: a server that trickles one byte a second
     never trips them. So the exchange runs on a daemon thread and the gate stops waiting for it at
@@ -209,7 +210,13 @@ def within(seconds: float, call: Callable[[], T]) -> T:
 
     worker = threading.Thread(target=run, daemon=True, name="smoke-gate-request")
     worker.start()
-    worker.join(max(seconds, 0.0))
+    ends = time.monotonic() + max(seconds, 0.0)
+    while worker.is_alive() and time.monotonic() < ends and not (until and until()):
+        # In slices while something may cut the wait short: a poll through an SSH tunnel to a
+        # container that is gone hangs until its timeout.
+        worker.join(
+            min(0.1, max(0.0, ends - time.monotonic())) if until else max(0.0, ends - time.monotonic())
+        )
     if worker.is_alive():
         raise Overrun(f"not done within {seconds:.3g} s")
     if "error" in box:
@@ -396,7 +403,10 @@ class _Gate:
                 raise GateFailure("readiness", watch.stopped.message(watch.name))
             limit = max(0.01, min(PROBE_READ_TIMEOUT_SECONDS, deadline - time.monotonic()))
             try:
-                status, raw = within(limit, partial(self._exchange, "GET", url, self.api_key, None, limit))
+                stopped = None if watch is None else (lambda: watch.stopped is not None)
+                status, raw = within(
+                    limit, partial(self._exchange, "GET", url, self.api_key, None, limit), until=stopped
+                )
                 if status == 200:
                     break
                 last = f"HTTP {status}: {excerpt(raw.decode(errors='replace'), 120)}"

@@ -29,3 +29,21 @@ def test_the_watch_is_not_a_gate_input() -> None:
     from components.gate.resource import GATE_INPUTS
 
     assert "container_watch" not in GATE_INPUTS
+
+
+def test_a_poll_stops_waiting_once_the_container_stopped() -> None:
+    """A readiness poll through an SSH tunnel to a container that is gone hangs until its timeout
+    (10 s); the gate stops waiting for it as soon as the watch saw the container stop."""
+    import threading
+    import time
+
+    import pytest
+
+    from components.gate.checks import Overrun, within
+
+    stopped = threading.Event()
+    threading.Timer(0.3, stopped.set).start()
+    began = time.monotonic()
+    with pytest.raises(Overrun):
+        within(10.0, lambda: time.sleep(5), until=stopped.is_set)
+    assert time.monotonic() - began < 1.0
