@@ -36,7 +36,8 @@ def failing_run(project: PulumiProject, host: StandinHost, label: str) -> None:
     failed = next((at for at, line in lines if "stopped while the gate waited" in line), None)
     print(f"\n== {label}: up exit {code} after {ended - began:.1f} s")
     for at, line in lines:
-        if "stopped while" in line or "cause:" in line or "Look at" in line or "error:" in line:
+        steps = ("serving-vllm", "replica-gate ", "stopped while", "cause:", "Look at")
+        if any(step in line for step in steps) and "Traceback" not in line:
             print(f"  [{at:6.1f}] {line[:300]}")
     if die is not None and failed is not None:
         print(
