@@ -8,7 +8,7 @@ endif
 PULUMI = scripts/pulumi.sh
 OPS = scripts/ops.sh
 
-.PHONY: up test preview diff destroy images engine lint fmt logs status smoke restart debug
+.PHONY: up test preview diff destroy images engine lint fmt logs status smoke restart debug rollback
 up:        ## local stack from scratch to a passing smoke gate; STACK=a800: pulumi up of that stack
 	@if [ "$(STACK)" = local ]; then scripts/up.sh; else $(PULUMI) up -s $(STACK); fi
 test:      ## lint, type check, the whole test suite
@@ -25,6 +25,8 @@ smoke:     ## re-run the gate against the running stack, changing nothing
 	$(OPS) smoke -s $(STACK)
 restart:   ## re-create the serving container (JIT cache kept, gate re-run)
 	$(OPS) restart -s $(STACK)
+rollback:  ## back to the last config whose gate passed (the stack's `verified` output), then up
+	$(OPS) rollback -s $(STACK)
 debug:     ## print the serving container as a foreground `docker run --rm` (the seed's run_debug.sh)
 	$(OPS) debug -s $(STACK)
 images:    ## the local stack's offline base images

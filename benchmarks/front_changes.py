@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.engine import PulumiProject, engine_missing  # noqa: E402
 
-ALICE = "sk-bench-alice-0123456789abcdef"
-BOB = "sk-bench-bob-fedcba9876543210"
+ALICE = "sk-bench-alice-4a906519e7669523"
+BOB = "sk-bench-bob-3d01db5890c94db0"
 MODEL = "glm-5.3-flash"
 SHORT_CLIENTS, SHORT_EVERY_SECONDS = 2, 0.05
 STREAM_CLIENTS, STREAM_TOKENS = 3, 300

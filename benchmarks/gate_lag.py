@@ -51,8 +51,8 @@ from tests.engine import free_port  # noqa: E402
 from tests.gate.support import start_front  # noqa: E402
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
-KEY = "sk-benchmark-0123456789abcdef0123"
-METRICS_KEY = "sk-gate-metrics-fedcba98765432100123"
+KEY = "sk-benchmark-9122ab2e080838eb9e9e"
+METRICS_KEY = "sk-gate-metrics-a98598f0b32b121c7f1d"
 MAX_RUNS = 50
 
 

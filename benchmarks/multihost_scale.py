@@ -27,7 +27,7 @@ from tests.engine import PulumiProject
 from tests.multihost import IMAGES, init_stack, load_images
 from tests.standin_host import StandinHost, link_private_network
 
-API_KEY = "sk-multihost-0123456789abcdef01"
+API_KEY = "sk-multihost-97b4f1e3ef97eef652"
 
 
 def main() -> int:
@@ -54,7 +54,7 @@ def main() -> int:
                 if n <= 2:
                     row["tok_s"] = probe(project, n, args)
             finally:
-                project.run("destroy", "--yes", "-s", "local", check=False, timeout=1800)
+                project.run("destroy", "--yes", "--run-program", "-s", "local", check=False, timeout=1800)
             figures[str(n)] = row
             print(f"{n} host(s): {row}", file=sys.stderr)
     base = figures["1"]

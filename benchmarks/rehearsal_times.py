@@ -34,10 +34,10 @@ def cold_and_warm(project: PulumiProject, stack: str) -> tuple[float, float]:
     """Seconds of a cold up and of a warm up (after destroy); destroys at the end."""
     try:
         project.run("up", "--yes", "--skip-preview", "-s", stack, label="cold")
-        project.run("destroy", "--yes", "-s", stack)
+        project.run("destroy", "--yes", "--run-program", "-s", stack)
         project.run("up", "--yes", "--skip-preview", "-s", stack, label="warm")
     finally:
-        project.run("destroy", "--yes", "-s", stack, check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", stack, check=False)
     return project.timings["cold"], project.timings["warm"]
 
 

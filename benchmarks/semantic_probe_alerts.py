@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from components.config import build_stack_config
 from tests.engine import PulumiProject, engine_missing
 
-KEY = "sk-semprobe-bench-0123456789abcdef"
+KEY = "sk-semprobe-bench-2d77f9f395203094"
 INTERVAL, K, TIMEOUT, SCRAPE = 6, 2, 3, 1
 FAULTS = {  # fault -> the alert it must fire
     "wrong-answer": "GlmModelAnswersWrong",

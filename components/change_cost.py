@@ -11,6 +11,7 @@ Front-only changes (keys, TLS, limits, timeouts) are delivered by ``NginxReload`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -19,17 +20,33 @@ from pulumi.output import contains_unknowns
 from components.profiles import HardwareFacts
 
 
-def serving_replacement_notice(hardware: str, facts: HardwareFacts) -> str:
-    """The warning for a created or replaced vLLM container.
+def serving_replacement_notice(
+    hardware: str, facts: HardwareFacts, hosts: Sequence[str], host: str, grace_seconds: int
+) -> str:
+    """The warning for a created or replaced vLLM container: what the roll does, in order.
 
     >>> from components.profiles import PROFILES
-    >>> "11-12 min" in serving_replacement_notice("rtx5090", PROFILES["rtx5090"].facts)
+    >>> notice = serving_replacement_notice("a800", PROFILES["a800"].facts, ["gpu01", "gpu02"], "gpu02", 30)
+    >>> "on host gpu02, step 2 of the roll gpu01 -> gpu02: it leaves the front's rotation first" in notice
+    True
+    >>> notice.endswith("Expected requests dropped: 0. A failed gate stops the roll here and keeps this replica out.")
+    True
+    >>> "11-12 min" in serving_replacement_notice("rtx5090", PROFILES["rtx5090"].facts, ["box"], "box", 30)
     True
     """
+    drain = f"it leaves the front's rotation first (requests in flight finish, up to {grace_seconds} s)"
+    if len(hosts) == 1:
+        return (
+            f"the serving container is created or replaced: {drain}; on this one-box stack the API then "
+            f"answers a JSON 503 until the new vLLM serves and passes its gate, {facts.time_to_serve} on "
+            f"{hardware}. Front-only changes (API keys, TLS, limits, timeouts) reload nginx instead and "
+            "drop nothing."
+        )
     return (
-        "the serving container is created or replaced: open requests are cut and, on this one-box "
-        f"stack, the API answers 503 until the new vLLM serves, {facts.time_to_serve} on {hardware}. "
-        "Front-only changes (API keys, TLS, limits, timeouts) reload nginx instead and drop nothing."
+        f"the serving container is created or replaced on host {host}, step {hosts.index(host) + 1} of "
+        f"the roll {' -> '.join(hosts)}: {drain}, is replaced and gated directly ({facts.time_to_serve}), "
+        "and only then rejoins; the other replicas serve meanwhile. Expected requests dropped: 0. A "
+        "failed gate stops the roll here and keeps this replica out."
     )
 
 

@@ -18,20 +18,28 @@ import hashlib
 import ipaddress
 import itertools
 import json
-import math
 import os
 import re
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
+from components.key_strength import MIN_GUESSES_LOG10, guesses_log10
 from components.profiles import PROFILES, HardwareFacts, spoken_list
-from policy.glm_policies import is_relaxed_stack, unpinned_reason
+from components.vllm_flags import ENV_NAME, env_name_problems, extra_args_problems
+from policy.glm_policies import binds_all_interfaces, is_relaxed_stack, unpinned_reason
 
 # vLLM's own default for VLLM_ENGINE_READY_TIMEOUT_S (vLLM >= 0.14; SPEC §3).
 VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S = 600
@@ -189,6 +197,12 @@ class HostConfig(_Model):
     @model_validator(mode="before")
     @classmethod
     def _no_ssh_port(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("dockerHost"), str):
+            # URL schemes are case-insensitive (RFC 3986 §3.1): `SSH://` is `ssh://`, and every
+            # check below (host key, user, port) must see it as such.
+            scheme, sep, rest = data["dockerHost"].partition("://")
+            if sep:
+                data = {**data, "dockerHost": f"{scheme.lower()}://{rest}"}
         if isinstance(data, dict) and "sshPort" in data:
             raise ValueError(
                 f"glm:target.hosts[].sshPort={data['sshPort']} is no longer read: Docker took the port "
@@ -199,9 +213,18 @@ class HostConfig(_Model):
 
     @model_validator(mode="after")
     def _ssh_endpoint(self) -> HostConfig:
-        if self.is_local or not self.docker_host.startswith("ssh://"):
-            return self
         key = f"glm:target.hosts[{self.name}]"
+        if self.is_local:
+            return self
+        if not self.docker_host.startswith("ssh://"):
+            # tcp:// is the Docker API in clear without authentication; a bare name or any other
+            # scheme would reach the host without the pinned host key.
+            raise ValueError(
+                f"{key}.dockerHost={self.docker_host!r} is neither ssh:// nor unix://: only those two "
+                "are accepted (tcp:// talks to the Docker API in clear with no authentication, and "
+                "anything else connects without the pinned host key). Fix: "
+                "ssh://[user@]host[:port] with hostKey, or unix:///var/run/docker.sock for this machine."
+            )
         try:
             url = urlsplit(self.docker_host)
             url.port  # noqa: B018 (parses the port; raises on garbage)
@@ -428,6 +451,26 @@ class ModelConfig(_Model):
         return f"{self.host_dir}/{self.directory}"
 
 
+SHUTDOWN_TIMEOUT_SINCE = (0, 18)
+"""vLLM's ``--shutdown-timeout`` arrived in v0.18."""
+SHUTDOWN_MARGIN_SECONDS = 5
+"""Docker's stop grace exceeds vLLM's shutdown timeout by this much: vLLM exits before SIGKILL."""
+
+
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+
+
+def _media_domain(value: str) -> str:
+    if not _HOSTNAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a host name: vLLM compares each media URL's host with these names "
+            "exactly (no scheme, path or wildcard). Fix: e.g. upload.wikimedia.org"
+        )
+    return value
+
+
 class ServingConfig(_Model):
     """`vllm serve` flags. Unset (null) flags are not rendered, so vLLM's default applies."""
 
@@ -460,8 +503,21 @@ class ServingConfig(_Model):
     compilation_config: dict[str, Any] | None = Field(None, description="`--compilation-config`.")
     additional_config: dict[str, Any] | None = Field(None, description="`--additional-config`.")
     api_server_count: Positive | None = Field(None, description="`--api-server-count`.")
+    shutdown_timeout: int | None = Field(
+        None,
+        ge=0,
+        description="`--shutdown-timeout`: on SIGTERM vLLM refuses new requests and lets those in "
+        "flight run this long. Unset: `glm:container.stopGraceSeconds` minus 5 (vLLM >= 0.18).",
+    )
+    allowed_media_domains: list[Annotated[str, AfterValidator(_media_domain)]] | None = Field(
+        None,
+        description="`--allowed-media-domains`: the only hosts whose image/video URLs vLLM fetches (with "
+        "redirects off). Required when `limitMmPerPrompt` allows media; the ascend profile's "
+        "`no-remote-media.invalid` (a name that never resolves) lets clients send images inline only.",
+    )
     extra_args: list[str] = Field(
-        default_factory=list, description="Appended verbatim (the seed's EXTRA_ARGS knob)."
+        default_factory=list,
+        description="Appended verbatim (the seed's EXTRA_ARGS knob); flags the config renders are refused.",
     )
     env: dict[str, str] = Field(default_factory=dict, description="The profile's environment.")
     extra_env: dict[str, str] = Field(default_factory=dict, description="Added to (and overriding) `env`.")
@@ -552,9 +608,26 @@ class ContainerConfig(_Model):
 
 
 class RateLimitConfig(_Model):
-    enabled: bool = Field(False, description="Per-key request rate limit at the front.")
-    requests_per_second: Positive = Field(10, description="Sustained requests per second per key.")
-    burst: Positive = Field(20, description="Requests allowed above the rate before 429.")
+    """The front's limits (docs/front-and-alerts.md "Limits"): per API key for key holders, per
+    client address for everything else (no or a wrong key, metrics keys, ``/healthz``)."""
+
+    enabled: bool = Field(True, description="Request and connection limits at the front (429 beyond them).")
+    requests_per_second: Positive = Field(10, description="Sustained requests per second per API key.")
+    burst: Positive = Field(20, description="Requests per API key allowed above the rate before 429.")
+    connections_per_key: Positive = Field(
+        64, description="Requests in flight per API key (streams included): twice a800's maxNumSeqs."
+    )
+    unauthenticated_requests_per_second: Positive = Field(
+        5,
+        description="Requests per second per client address without an API key (401s, /healthz, "
+        "/metrics, /version): key guessing and polling.",
+    )
+    unauthenticated_burst: Positive = Field(
+        20, description="Requests per address without an API key allowed above the rate before 429."
+    )
+    connections_per_address: Positive = Field(
+        16, description="Requests in flight per client address without an API key."
+    )
 
 
 class FrontConfig(_Model):
@@ -587,6 +660,11 @@ class MonitoringConfig(_Model):
     image: str = Field("prom/prometheus:v2.53.0", description="Prometheus image.")
     port: int = Field(9090, description="Host port of the Prometheus UI.")
     bind_address: str = Field("127.0.0.1", description="Host address Prometheus binds to (loopback).")
+    allow_public_bind: bool = Field(
+        False,
+        description="Accept a non-loopback `bindAddress`: Prometheus has no authentication, so anyone "
+        "who reaches it reads every metric and can query the API. Without it such a stack is refused.",
+    )
     scrape_interval: Annotated[str, AfterValidator(_nonzero_duration)] = Field(
         "15s", description="Scrape interval of vLLM /metrics."
     )
@@ -781,7 +859,12 @@ class RehearsalConfig(_Model):
         return data
 
 
+REPLICA_KEYS = ("hardware", "image", "model", "serving", "container")
+"""The ``glm:`` keys that make a replica what it is: what a rollback puts back (``make rollback``)."""
+
+
 class StackConfig(_Model):
+    _replica_values: dict[str, Any] = PrivateAttr(default_factory=dict)
     hardware: Hardware = Field(description=hardware_description())
     target: TargetConfig = Field(description="Where it runs (one host today).")
     image: ImageConfig = Field(description="The serving image.")
@@ -839,6 +922,23 @@ class StackConfig(_Model):
             "devices": [f"/dev/davinci{i}" for i in cards] + list(self.container.devices),
             "mounts": [m.source for m in self.container.mounts if is_driver_path(m.source)],
         }
+
+    @property
+    def replica_values(self) -> dict[str, Any]:
+        """The :data:`REPLICA_KEYS` as the stack set them (camelCase, before the profile's
+        defaults): published in ``verified`` when the gate passed, so a rollback can put them back."""
+        return dict(self._replica_values)
+
+    @property
+    def shutdown_timeout(self) -> int | None:
+        """vLLM's ``--shutdown-timeout``: set, or 5 s under Docker's stop grace where vLLM has it.
+        Defence in depth: a roll drains a replica at the front before Docker stops it."""
+        if self.serving.shutdown_timeout is not None:
+            return self.serving.shutdown_timeout
+        grace = self.container.stop_grace_seconds
+        if self.image.vllm_version_tuple < SHUTDOWN_TIMEOUT_SINCE or grace <= SHUTDOWN_MARGIN_SECONDS:
+            return None
+        return grace - SHUTDOWN_MARGIN_SECONDS
 
     @property
     def cache_env(self) -> dict[str, str]:
@@ -986,18 +1086,6 @@ def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
         return None
 
 
-def binds_all_interfaces(host: str | None) -> bool:
-    """Every spelling that makes a server listen on all interfaces.
-
-    >>> [binds_all_interfaces(h) for h in (None, "", "0", "::", "[::]", "0.0.0.0", "10.0.0.5")]
-    [True, True, True, True, True, True, False]
-    """
-    if host is None or host.strip() in ("", "0", "*"):
-        return True
-    address = _address(host)
-    return address is not None and address.is_unspecified
-
-
 def is_loopback(host: str) -> bool:
     address = _address(host)
     return host.strip().lower() == "localhost" or (address is not None and address.is_loopback)
@@ -1029,7 +1117,16 @@ def _check_vllm_not_exposed(c: StackConfig) -> str | None:
 
 def _check_plain_http(c: StackConfig) -> str | None:
     front = c.front
-    if front.tls or front.allow_plain_http or is_loopback(front.bind_address):
+    if front.tls or front.allow_plain_http:
+        return None
+    if len(c.target.hosts) > 1:
+        return (
+            f"{len(c.target.hosts)} hosts without glm:front.tls: the front would send prompts and the "
+            "replica key to the other hosts' replicas in clear. Fix: turn on TLS (glm:front.tls true "
+            'with glm:tlsCertificate and glm:tlsKey, docs/front-and-alerts.md "TLS"; the replicas then '
+            "speak TLS too), or accept it explicitly with glm:front.allowPlainHttp: true."
+        )
+    if is_loopback(front.bind_address):
         return None
     return (
         f"glm:front.bindAddress={front.bind_address} serves the API over plain HTTP: API keys and "
@@ -1038,6 +1135,60 @@ def _check_plain_http(c: StackConfig) -> str | None:
         "127.0.0.1 behind your own TLS proxy, or accept it explicitly with "
         "glm:front.allowPlainHttp: true (every preview then warns)."
     )
+
+
+def _check_prometheus_bind(c: StackConfig) -> str | None:
+    monitoring = c.monitoring
+    if monitoring.allow_public_bind or is_loopback(monitoring.bind_address):
+        return None
+    return (
+        f"glm:monitoring.bindAddress={monitoring.bind_address!r} publishes Prometheus beyond loopback: it "
+        "has no authentication, so anyone who reaches the port reads every metric and queries its API. "
+        "Fix: keep 127.0.0.1 and reach it over `ssh -L 9090:127.0.0.1:9090`, scrape vLLM through the "
+        "front with a glm:metricsKeys key, or accept it explicitly with "
+        "glm:monitoring.allowPublicBind: true (every preview then warns)."
+    )
+
+
+def _check_extra_args(c: StackConfig) -> str | None:
+    return "\n".join(extra_args_problems(c.serving.extra_args)) or None
+
+
+def _check_env_names(c: StackConfig) -> str | None:
+    found = env_name_problems(c.serving.env, "glm:serving.env")
+    found += env_name_problems(c.serving.extra_env, "glm:serving.extraEnv")
+    return "\n".join(found) or None
+
+
+MEDIA_DOMAINS_SINCE = (0, 22)
+"""The oldest vLLM whose documentation this project checked for ``--allowed-media-domains``."""
+
+
+def media_input_allowed(c: StackConfig) -> bool:
+    """``limitMmPerPrompt`` lets a prompt carry media, which vLLM fetches when given as a URL."""
+    return any(n > 0 for n in (c.serving.limit_mm_per_prompt or {}).values())
+
+
+def _check_media_fetching(c: StackConfig) -> str | None:
+    if not media_input_allowed(c):
+        return None
+    allowed = {k: v for k, v in (c.serving.limit_mm_per_prompt or {}).items() if v > 0}
+    if c.image.vllm_version_tuple < MEDIA_DOMAINS_SINCE:
+        return (
+            f"glm:serving.limitMmPerPrompt={allowed} on vLLM {c.image.vllm_version}: any key holder can "
+            "make vLLM fetch URLs on the private network (Prometheus, the replicas, a cloud metadata "
+            f"address), and this vLLM predates the checked --allowed-media-domains "
+            f"({'.'.join(map(str, MEDIA_DOMAINS_SINCE))}). Fix: set the media limits to 0, or a newer image."
+        )
+    if not c.serving.allowed_media_domains:
+        return (
+            f"glm:serving.limitMmPerPrompt={allowed} without glm:serving.allowedMediaDomains: any key "
+            "holder can make vLLM fetch URLs on the private network (Prometheus, the replicas, a cloud "
+            "metadata address), and vLLM reads an empty list as `any host`. Fix: list the hosts image URLs "
+            "may name, or set it to [no-remote-media.invalid] (never resolves: clients send images "
+            "inline as data: URLs), or set the media limits to 0."
+        )
+    return None
 
 
 def _dangerous_env(name: str, value: str) -> str | None:
@@ -1114,6 +1265,17 @@ def floating_images(c: StackConfig) -> list[str]:
     ]
 
 
+def _check_shutdown_timeout(c: StackConfig) -> str | None:
+    timeout, grace = c.serving.shutdown_timeout, c.container.stop_grace_seconds
+    if timeout is not None and timeout >= grace:
+        return (
+            f"glm:serving.shutdownTimeout={timeout} is not below glm:container.stopGraceSeconds={grace}: "
+            "Docker would kill vLLM while it still finishes requests. Fix: stopGraceSeconds at least "
+            f"{timeout + SHUTDOWN_MARGIN_SECONDS}, or unset shutdownTimeout (then {grace} - 5)."
+        )
+    return None
+
+
 def _check_replicas_alike(c: StackConfig) -> str | None:
     """One stack renders one profile: every replica behind the front is the same server."""
     found = [
@@ -1142,6 +1304,7 @@ def _check_known_flags(c: StackConfig) -> str | None:
 _CHECKS = [
     _check_known_flags,
     _check_replicas_alike,
+    _check_shutdown_timeout,
     _check_weights_fit,
     _check_tp_matches_accelerators,
     _check_cudagraph_sizes,
@@ -1156,6 +1319,10 @@ _CHECKS = [
     _check_plain_http,
     _check_shm,
     _check_rehearsal,
+    _check_prometheus_bind,
+    _check_extra_args,
+    _check_env_names,
+    _check_media_fetching,
 ]
 
 
@@ -1207,6 +1374,16 @@ def _warn_plain_http(c: StackConfig) -> str | None:
     )
 
 
+def _warn_prometheus_bind(c: StackConfig) -> str | None:
+    monitoring = c.monitoring
+    if not monitoring.allow_public_bind or is_loopback(monitoring.bind_address):
+        return None
+    return (
+        f"glm:monitoring.allowPublicBind=true: Prometheus on {monitoring.bind_address}:{monitoring.port} "
+        "answers anyone who reaches it, without authentication. Put it on loopback and remove the opt-in."
+    )
+
+
 def _warn_rehearsal(c: StackConfig) -> str | None:
     if not c.rehearsing:
         return None
@@ -1225,6 +1402,7 @@ def _warn_rehearsal(c: StackConfig) -> str | None:
 _ADVISORIES = [
     _warn_rehearsal,
     _warn_plain_http,
+    _warn_prometheus_bind,
     _warn_semantic_probe_tls,
     _warn_profiler,
     _warn_mtp,
@@ -1266,6 +1444,8 @@ SECRET_KEYS = {
     "`target.hosts[].identityFile` (one key for Docker and the commands) instead (secret).",
 }
 """The ``glm:*`` keys that hold secrets, read with ``get_secret*`` (components/secrets.py)."""
+PLAIN_TEXT_REFUSED = ("apiKeys", "metricsKeys", "servingSecretEnv", "tlsKey", "sshPrivateKey")
+"""Secret keys refused when set without ``--secret``; ``tlsCertificate`` is public by nature."""
 
 DOCKER_HOST_OVERRIDE = "GLM_DOCKER_HOST"
 """Environment variable that replaces ``glm:target.hosts[0].dockerHost`` (validated like it):
@@ -1303,14 +1483,10 @@ def parse_overrides(text: str) -> dict[str, Any]:
 
 
 MIN_API_KEY_LENGTH = 16
-MIN_API_KEY_BITS = 40
-"""A key's entropy as its own character frequencies estimate it (an underestimate for random keys:
-16 random hex digits score ~55, ``sk-`` + 48 hex digits ~190; ``aaaaaaaaaaaaaaaa`` scores 0)."""
 # RFC 6750 b64token: what may follow "Bearer ". It also keeps keys free of quotes, spaces, `;`, `$`
 # and `{}`, so a key can be written into nginx.conf without any escaping.
 _API_KEY = re.compile(r"[A-Za-z0-9._~+/-]+=*")
 _CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NEW_KEY = "`echo sk-$(openssl rand -hex 24)`"
 
 
@@ -1329,10 +1505,13 @@ class SecretInputs:
     tls_key: bool = False
     secret_plain_keys: tuple[str, ...] = ()
     """``glm:*`` keys of the models that hold a value set with ``--secret``."""
+    plain_secret_keys: tuple[str, ...] = ()
+    """Secret keys (``SECRET_KEYS``) set without ``--secret``: in clear in the stack file."""
 
     def problems(self) -> list[str]:
         """Rules that need no model: where secrets are, and the keys' and names' shapes."""
         found = [_secret_in_plain_key(key) for key in self.secret_plain_keys]
+        found += [_plain_secret_key(key) for key in self.plain_secret_keys]
         found += check_api_keys(self.api_keys)
         found += check_metrics_keys(self.metrics_keys, self.api_keys)
         if isinstance(self.metrics_keys, Mapping) and GATE_METRICS_CLIENT in self.metrics_keys:
@@ -1347,7 +1526,7 @@ class SecretInputs:
                 "pulumi config set --secret --path 'glm:servingSecretEnv.HF_TOKEN' <value>"
             )
         for name, value in sorted(self.serving_env_items()):
-            if not _ENV_NAME.fullmatch(name):
+            if not ENV_NAME.fullmatch(name):
                 found.append(
                     f"glm:servingSecretEnv.{name} is not an environment variable name. Fix: letters, "
                     "digits and `_`, not starting with a digit (e.g. HF_TOKEN)."
@@ -1389,6 +1568,22 @@ class SecretInputs:
         return found
 
 
+def _plain_secret_key(key: str) -> str:
+    """The mirror of ``_secret_in_plain_key``: a secret key written in clear. Never the value."""
+    path = {
+        "apiKeys": "--path 'glm:apiKeys.<client>' <key>",
+        "metricsKeys": "--path 'glm:metricsKeys.<scraper>' <key>",
+        "servingSecretEnv": "--path 'glm:servingSecretEnv.<NAME>' <value>",
+        "tlsKey": 'glm:tlsKey -- "$(cat tls.key)"',
+    }.get(key, f"glm:{key} <value>")
+    return (
+        f"glm:{key} is set in plain text: it holds a secret, and Pulumi.<stack>.yaml is a tracked file "
+        f"(anyone with the repository reads it, and git keeps it after a fix). Fix: remove it "
+        f"(pulumi config rm glm:{key}), set it again with pulumi config set --secret {path}, and "
+        "replace the value: it has been in clear."
+    )
+
+
 def _secret_in_plain_key(key: str) -> str:
     where = (
         "the vLLM argv and env, the gate's inputs and the stack outputs"
@@ -1404,12 +1599,6 @@ def _secret_in_plain_key(key: str) -> str:
         + ", ".join(f"glm:{k}" for k in SECRET_KEYS)
         + "."
     )
-
-
-def _entropy_bits(key: str) -> float:
-    """Shannon entropy of the key's characters times its length: ``aaaa...`` has 0."""
-    counts = Counter(key)
-    return -sum(n * math.log2(n / len(key)) for n in counts.values())
 
 
 def check_api_keys(api_keys: Any) -> list[str]:
@@ -1477,10 +1666,11 @@ def _check_key_map(keys: Mapping[str, Any], config_key: str) -> list[str]:
                 f"glm:{config_key}.{name} is {len(key)} characters; use at least {MIN_API_KEY_LENGTH} "
                 f"random characters (e.g. {_NEW_KEY})."
             )
-        elif (bits := _entropy_bits(key)) < MIN_API_KEY_BITS:
+        elif (guesses := guesses_log10(key)) < MIN_GUESSES_LOG10:
             found.append(
-                f"glm:{config_key}.{name} is not random enough (about {bits:.0f} bits by its character "
-                f"frequencies; at least {MIN_API_KEY_BITS} needed). Fix: generate one with {_NEW_KEY}."
+                f"glm:{config_key}.{name} is not random enough: about 10^{guesses:.0f} guesses find it "
+                f"(zxcvbn: sequences, keyboard walks, repeated or dictionary words; at least "
+                f"10^{MIN_GUESSES_LOG10:.0f} needed). Fix: generate one with {_NEW_KEY}."
             )
         if key in seen:
             found.append(
@@ -1524,6 +1714,7 @@ def build_stack_config(
         problems += floating_images(config)
     if problems:
         raise ConfigError(_report(problems))
+    config._replica_values = {k: raw[k] for k in REPLICA_KEYS if k in raw}
     return config
 
 
@@ -1570,6 +1761,11 @@ def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
         tls_key=config.get("tlsKey") is not None,
         secret_plain_keys=tuple(
             key for key in ["hardware", *STACK_KEYS] if pulumi.runtime.is_config_secret(f"glm:{key}")
+        ),
+        plain_secret_keys=tuple(
+            key
+            for key in PLAIN_TEXT_REFUSED
+            if config.get(key) is not None and not pulumi.runtime.is_config_secret(f"glm:{key}")
         ),
     )
     return build_stack_config(raw, secrets, environ.get(DOCKER_HOST_OVERRIDE) or None, pulumi.get_stack())

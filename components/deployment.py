@@ -10,19 +10,22 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
+from components import rotation
 from components.change_cost import front_replacement_notice, serving_replacement_notice, warn_when_replaced
 from components.config import GATE_METRICS_CLIENT, HostConfig, StackConfig, semantic_probe_runs
 from components.gate.resource import SmokeTest
 from components.model_volume import ModelVolume
-from components.nginx_front import STOP_GRACE_SECONDS, NginxFront
+from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, front_container_name
 from components.preflight import Preflight
-from components.prometheus_scrape import PrometheusScrape, ScrapeSpec
+from components.prometheus_scrape import GuardedScrape, PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
-from components.replica_gate import ReplicaGate
+from components.replica_gate import Admission, ReplicaGate
+from components.replica_guard import GuardCredentials, ReplicaGuard, guard_credentials
+from components.replica_tls import TLS_NAME
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbe, SemanticProbeSpec
 from components.serving_image import ServingImage
-from components.target import docker_ssh_opts
+from components.target import docker_ssh_opts, exec_ssh
 from components.vllm_server import ServingSpec, VllmServer, command_line, render_serving
 
 
@@ -49,32 +52,64 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     served = served_model(serving, config.serving_image, secrets.serving_env_names)
     promoted = promoted_image(config.promote_from, served) if config.promote_from else None
     api_key = secrets.api_keys.apply(_first_key)
-    # A rolling update replaces one replica at a time: each waits for the previous host's gate.
-    replicas: list[_Replica] = []
-    for host in config.target.hosts:
-        after: list[pulumi.Resource] = [replicas[-1].gate] if replicas and replicas[-1].gate else []
-        replicas.append(_replica(config, serving, secrets, stack, host, promoted, api_key, after))
-    home = next(r for r in replicas if r.host is config.target.host)  # the front's host
-    several = len(replicas) > 1
-    keys = _GeneratedKeys.create(config, stack, after_hosts=[r.server for r in replicas])
-    front = NginxFront(
-        f"{stack}-front",
-        config.front,
-        config.target.host,
-        config.container,
-        network_name=home.server.network_name,
-        upstream=[r.upstream for r in replicas] if several else home.upstream,
-        api_keys=_with_key(secrets.api_keys, config.semantic_probe.client_name, keys.probe)
-        or secrets.api_keys,
-        tls_files=secrets.tls_files,
-        metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
-        opts=pulumi.ResourceOptions(
-            providers=[home.provider], depends_on=[home.server, *[r.gate for r in replicas if r.gate]]
-        ),
+    # The front's host first, then the others in list order: the order of a first load and a roll.
+    hosts = [config.target.host, *[h for h in config.target.hosts if h is not config.target.host]]
+    bases = [_host_base(config, secrets, stack, host, promoted) for host in hosts]
+    preflights = [b.preflight for b in bases if b.preflight]
+    keys = _GeneratedKeys.create(config, stack, after=preflights)
+    # Several hosts: each replica off the front's host answers only the stack's replica key, through
+    # its guard (with TLS, every replica does, over TLS).
+    guards = (
+        guard_credentials(
+            stack,
+            [h.replica_address for h in hosts[1:]],
+            config.front.tls,
+            opts=pulumi.ResourceOptions(depends_on=preflights),
+        )
+        if len(hosts) > 1
+        else None
     )
+    front_on = rotation.front_access(
+        config.target.host.docker_host, exec_ssh(config.target.host), front_container_name(config.container)
+    )
+    # Before Docker stops a replica (replaced, restarted, removed), the front stops sending it requests.
+    drain = rotation.drain_hook(front_on, config.container.stop_grace_seconds)
+    replicas: list[_Replica] = []
+    front: NginxFront | None = None
+    for base in bases:
+        # A rolling update replaces one replica at a time: each waits until the previous one is
+        # back in the front's rotation (its gate passed).
+        after: list[pulumi.Resource] = [replicas[-1].gate] if replicas else []
+        server = _server(config, serving, secrets, base, after, drain)
+        if front is None:
+            front = NginxFront(
+                f"{stack}-front",
+                config.front,
+                config.target.host,
+                config.container,
+                network_name=server.network_name,
+                api_keys=_with_key(secrets.api_keys, config.semantic_probe.client_name, keys.probe)
+                or secrets.api_keys,
+                tls_files=secrets.tls_files,
+                metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
+                replica_files=guards.front_files() if guards else None,
+                opts=pulumi.ResourceOptions(providers=[base.provider]),
+            )
+        guard = _guard(config, serving, base, server, guards)
+        replicas.append(_gated(config, serving, base, server, guard, front, front_on, api_key))
+    assert front is not None
+    home = replicas[0]  # the front's host
+    several = len(replicas) > 1
     for replica in replicas:
         warn_when_replaced(
-            replica.server.container, serving_replacement_notice(config.hardware, config.facts)
+            replica.server.container,
+            serving_replacement_notice(
+                config.hardware,
+                config.facts,
+                [r.host.name for r in replicas],
+                replica.host.name,
+                config.container.stop_grace_seconds,
+            ),
         )
     warn_when_replaced(front.container, front_replacement_notice(STOP_GRACE_SECONDS))
     monitoring = PrometheusScrape(
@@ -83,6 +118,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         network_name=home.server.network_name,
         target={r.host.name: r.upstream for r in replicas} if several else home.upstream,
         opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[home.server]),
+        guarded=_guarded_scrape(config, guards),
     )
     smoke = SmokeTest(
         f"{stack}-smoke",
@@ -97,7 +133,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         host=config.target.host,  # the gate follows the front host's serving container while it waits
         # Several replicas: any one replaced re-runs the front's gate.
         container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join),
-        opts=pulumi.ResourceOptions(depends_on=[*[r.server for r in replicas], front, monitoring]),
+        opts=pulumi.ResourceOptions(depends_on=[*[r.gate for r in replicas], front, monitoring]),
     )
     probe = None
     if keys.probe is not None:
@@ -120,8 +156,11 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     outputs = _outputs(config, serving, served, home, front, monitoring, smoke)
     if probe is not None:
         outputs["semanticProbe"] = probe.container_name
+    if keys.gate_metrics is not None:
+        # Secret: `ops smoke` reads this one value, not the whole decrypted state.
+        outputs["gateMetricsKey"] = keys.gate_metrics
     if several:
-        outputs["replicas"] = {r.host.name: r.gate.results for r in replicas if r.gate is not None}
+        outputs["replicas"] = {r.host.name: r.gate.results for r in replicas}
     if promoted is not None:
         outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": config.promote_from, "imageRef": ref})
     return outputs
@@ -138,9 +177,9 @@ class _GeneratedKeys:
     stack, unless glm:smoke.metricsUrl names another source."""
 
     @classmethod
-    def create(cls, config: StackConfig, stack: str, after_hosts: list[VllmServer]) -> _GeneratedKeys:
+    def create(cls, config: StackConfig, stack: str, after: list[Preflight]) -> _GeneratedKeys:
         # Only once the hosts passed preflight: a refused host leaves nothing in the state.
-        opts = pulumi.ResourceOptions(depends_on=after_hosts)
+        opts = pulumi.ResourceOptions(depends_on=after)
         probe = config.semantic_probe
         return cls(
             probe=GeneratedKey(f"{stack}-semantic-probe-key", probe.client_name, "sk-probe-", opts=opts).key
@@ -188,6 +227,8 @@ def _outputs(
                 "fingerprint": served_fingerprint,
                 "servedModel": served,
                 "imageRef": gate_and_ref[1],
+                # What `make rollback` puts back into the stack's config.
+                "config": config.replica_values,
             }
         ),
     }
@@ -213,6 +254,19 @@ def scrape_spec(config: StackConfig) -> ScrapeSpec:
 
 
 @dataclass
+class _HostBase:
+    """What a host needs before its serving container: Docker, preflight, image, weights."""
+
+    host: HostConfig
+    prefix: str
+    """Resource name prefix: the front's host keeps the one-host names, the others add their name."""
+    provider: docker.Provider
+    preflight: Preflight | None
+    image: ServingImage
+    volume: ModelVolume
+
+
+@dataclass
 class _Replica:
     host: HostConfig
     provider: docker.Provider
@@ -220,22 +274,17 @@ class _Replica:
     volume: ModelVolume
     server: VllmServer
     upstream: str
-    """Where the front reaches this replica: the private network alias, or the host's address."""
-    gate: ReplicaGate | None
+    """Where Prometheus reaches this replica: the private network alias, or the host's address."""
+    gate: ReplicaGate
 
 
-def _replica(
+def _host_base(
     config: StackConfig,
-    serving: ServingSpec,
     secrets: Secrets,
     stack: str,
     host: HostConfig,
     promoted: pulumi.Output[str] | None,
-    api_key: pulumi.Output[str],
-    after: list[pulumi.Resource],
-) -> _Replica:
-    """One host's preflight, image, model volume, serving container and (with several) gate. The
-    front's host keeps the one-host names; the others are named after the host."""
+) -> _HostBase:
     on_front = host is config.target.host
     prefix = stack if on_front else f"{stack}-{host.name}"
     docker_host = host.docker_host
@@ -249,8 +298,10 @@ def _replica(
             f"{prefix}-preflight",
             config.preflight,
             config.model,
-            config.facts.accelerator,
+            config.facts,
+            config.hardware,
             config.container.accelerators,
+            config.serving.gpu_memory_utilization,
             host,
             secrets.ssh_private_key,
         )
@@ -270,36 +321,98 @@ def _replica(
         secrets.ssh_private_key,
         opts=after_preflight,
     )
-    publish_on = None if on_front else host.replica_address
-    server = VllmServer(
-        f"{prefix}-serving",
+    return _HostBase(host, prefix, provider, preflight, image, volume)
+
+
+def _server(
+    config: StackConfig,
+    serving: ServingSpec,
+    secrets: Secrets,
+    base: _HostBase,
+    after: list[pulumi.Resource],
+    drain: pulumi.ResourceHook,
+) -> VllmServer:
+    return VllmServer(
+        f"{base.prefix}-serving",
         serving,
-        image.ref,
-        volume.mounts,
+        base.image.ref,
+        base.volume.mounts,
         secret_env=secrets.serving_env,
         opts=pulumi.ResourceOptions(
-            providers=[provider],
-            depends_on=[*[d for d in (preflight, volume.download) if d is not None], *after],
+            providers=[base.provider],
+            depends_on=[*[d for d in (base.preflight, base.volume.download) if d is not None], *after],
         ),
-        publish_on=publish_on,
+        replica=base.host.name,
+        drain=drain,
     )
-    upstream = server.upstream
-    if publish_on is not None:
-        address = f"[{publish_on}]" if ":" in publish_on else publish_on
-        upstream = f"{address}:{config.serving.port}"
-    gate = None
-    if len(config.target.hosts) > 1:
-        gate = ReplicaGate(
-            f"{prefix}-replica",
-            serving,
-            config.smoke,
-            host,
-            api_key,
-            image.ref,
-            server.container.id,
-            opts=pulumi.ResourceOptions(depends_on=[server]),
-        )
-    return _Replica(host, provider, image, volume, server, upstream, gate)
+
+
+def _gated(
+    config: StackConfig,
+    serving: ServingSpec,
+    base: _HostBase,
+    server: VllmServer,
+    guard: ReplicaGuard | None,
+    front: NginxFront,
+    front_on: dict[str, Any],
+    api_key: pulumi.Output[str],
+) -> _Replica:
+    """The replica's gate, which admits it to the front's rotation once it passed: by the fixed
+    address of its guard, else of its vLLM."""
+    upstream, address = server.upstream, server.address
+    if guard is not None:
+        upstream = address = guard.upstream
+    gate = ReplicaGate(
+        f"{base.prefix}-replica",
+        serving,
+        config.smoke,
+        base.host,
+        api_key=api_key,
+        image_ref=base.image.ref,
+        container_id=server.container.id,
+        admission=Admission(
+            # Resolves once the front's config is live: the rotation it includes exists then.
+            front=front.container_name.apply(lambda name: {**front_on, "container": name}),
+            front_container_id=front.container.id,
+            address=address,
+            grace_seconds=config.container.stop_grace_seconds,
+        ),
+        # Its guard's config is live before the replica is admitted through it.
+        opts=pulumi.ResourceOptions(depends_on=[server, *([guard] if guard else [])]),
+    )
+    return _Replica(base.host, base.provider, base.image, base.volume, server, upstream, gate)
+
+
+def _guard(
+    config: StackConfig,
+    serving: ServingSpec,
+    base: _HostBase,
+    server: VllmServer,
+    guards: GuardCredentials | None,
+) -> ReplicaGuard | None:
+    """A replica off the front's host is published only through its guard; with TLS the front's
+    own replica too (one upstream speaks one scheme), on its private network only."""
+    on_front = base.host is config.target.host
+    if guards is None or (on_front and not config.front.tls):
+        return None
+    return ReplicaGuard(
+        f"{base.prefix}-guard",
+        serving,
+        config.front,
+        base.host,
+        publish_address=None if on_front else base.host.replica_address,
+        network_name=server.network_name,
+        credentials=guards,
+        opts=pulumi.ResourceOptions(providers=[base.provider]),
+    )
+
+
+def _guarded_scrape(config: StackConfig, guards: GuardCredentials | None) -> GuardedScrape | None:
+    if guards is None:
+        return None
+    if guards.certificate is None:
+        return GuardedScrape(key=guards.key)
+    return GuardedScrape(key=guards.key, certificate=guards.certificate.certificate, tls_name=TLS_NAME)
 
 
 def _curl(url: str, served_name: str) -> str:

@@ -9,33 +9,26 @@ it survives container replacement and ``pulumi destroy`` and restarts skip minut
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 
 import pulumi
 import pulumi_docker as docker
 
 from components.config import CACHE_MOUNT_PATH, HostConfig, ModelConfig
+from components.hardware import ServedArchitecture
 from components.target import host_command
 
-WEIGHTS_INDEX = "model.safetensors.index.json"
+WEIGHTS_CHECK = Path(__file__).with_name("weights_check.py")
 
 
-def verify_script(model: ModelConfig) -> str:
-    """Shell that fails unless the weights folder has config.json, the index and every shard."""
-    path = shlex.quote(model.host_path)
-    return f"""set -eu
-dir={path}
-test -f "$dir/config.json" || {{ echo "weights check: $dir/config.json is missing (glm:model.hostDir/directory)" >&2; exit 1; }}
-test -f "$dir/{WEIGHTS_INDEX}" || {{ echo "weights check: $dir/{WEIGHTS_INDEX} is missing" >&2; exit 1; }}
-missing=$(python3 - "$dir" <<'PY'
-import json, os, sys
-d = sys.argv[1]
-shards = sorted(set(json.load(open(os.path.join(d, "{WEIGHTS_INDEX}")))["weight_map"].values()))
-print(" ".join(s for s in shards if not os.path.isfile(os.path.join(d, s))))
-PY
-)
-test -z "$missing" || {{ echo "weights check: shards listed in the index are missing: $missing" >&2; exit 1; }}
-echo "weights check: $dir complete"
-"""
+def verify_script(model: ModelConfig, served: ServedArchitecture | None = None) -> str:
+    """Shell that fails unless the weights folder is complete: ``components/weights_check.py`` (its
+    docstring says what it checks), with ``config.json``'s identity checked against ``served``."""
+    args = [model.host_path, f"{model.weights_gib:g}"]
+    if served is not None:
+        args += [served.model_type, served.architecture]
+    program = WEIGHTS_CHECK.read_text()
+    return f"python3 - {shlex.join(args)} <<'PY'\n{program}PY\n"
 
 
 def download_script(model: ModelConfig) -> str:

@@ -1,7 +1,8 @@
 """The Nginx front: the stack's one published port.
 
 vLLM listens only on the private Docker network; this container is the only thing clients reach.
-It checks API keys, streams SSE unbuffered, bounds request bodies and (optionally) per-key rates,
+It checks API keys, streams SSE unbuffered, bounds request bodies, rates and requests in flight
+(per key, and per client address for everything without an API key),
 answers in OpenAI's error shape, and exposes nothing of vLLM but ``/v1/`` (plus ``/healthz``, and
 ``/metrics`` for metrics keys only). The A100 seed's vLLM port was scanned within a day of being
 left open (SPEC §2, cross-cutting).
@@ -31,8 +32,8 @@ from components.config import (
     check_api_keys,
     check_metrics_keys,
 )
-from components.nginx_reload import START_COMMAND, NginxReload, secrets_digest
-from components.target import docker_ssh_opts
+from components.nginx_reload import ROTATION_DIR, START_COMMAND, NginxReload, secrets_digest
+from components.target import exec_ssh
 from components.vllm_server import upstream_hosts
 
 CONTAINER_PORT = 8080
@@ -44,7 +45,11 @@ METRICS_KEYS_FILE = "metrics-keys.map"
 TLS_CERT = "tls.crt"
 TLS_KEY = "tls.key"
 """File names inside a release directory; nginx.conf refers to the others by these relative names."""
-SECRET_FILES = (API_KEYS_FILE, METRICS_KEYS_FILE, TLS_CERT, TLS_KEY)
+FRONT_SNIPPET = "replica-guard-auth.conf"
+"""With several hosts: the replica key the front sends (and, with TLS, how it verifies the guards)."""
+FRONT_TRUST = "replica-guard-ca.crt"
+"""With several hosts and TLS: the replica certificate the front pins."""
+SECRET_FILES = (API_KEYS_FILE, METRICS_KEYS_FILE, TLS_CERT, TLS_KEY, FRONT_SNIPPET, FRONT_TRUST)
 
 # vLLM binds its port while the weights load but refuses connections until the engine is up
 # (SPEC §3). On a private Docker network a healthy connect takes well under a millisecond, so a
@@ -56,7 +61,13 @@ UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
 HEALTH_READ_TIMEOUT_SECONDS = 5
 UPSTREAM_MAX_FAILS = 2
 UPSTREAM_FAIL_TIMEOUT_SECONDS = 30
-"""Several replicas (A100 seed §6.2): one that fails twice within 30 s is left out for 30 s."""
+"""A replica in rotation that refuses connections twice within 30 s is skipped for 30 s (A100
+seed §6.2): the safety net for a crash between two probes. A roll never waits for it: the rotation
+takes a replica out before it is replaced (components/rotation.py)."""
+NEXT_UPSTREAM_TRIES = 3
+"""A request refused before an answer began is tried on at most this many replicas."""
+NO_REPLICA_PLACEHOLDER = "127.0.0.1:9"
+"""The ``down`` server that keeps ``upstream vllm`` valid while no replica is in rotation."""
 WORKER_PROCESSES = 4
 """LLM traffic is a few hundred long-lived streams; ``auto`` would start one worker per host core."""
 OLD_WORKER_GRACE_SECONDS = 900
@@ -172,8 +183,9 @@ def _errors(front: FrontConfig) -> dict[str, str]:
             "request_too_large",
         ),
         "rate_limited": openai_error(
-            f"Rate limit exceeded for this API key ({rate.requests_per_second} requests/s, "
-            f"burst {rate.burst}). Retry shortly.",
+            f"Rate limit exceeded: {rate.requests_per_second} requests/s (burst {rate.burst}) and "
+            f"{rate.connections_per_key} at once per API key; {rate.unauthenticated_requests_per_second} "
+            f"requests/s and {rate.connections_per_address} at once per address without one. Retry shortly.",
             "rate_limit_exceeded",
             "requests",
         ),
@@ -197,79 +209,124 @@ def _errors(front: FrontConfig) -> dict[str, str]:
         "bad_request": openai_error(
             "Bad request: malformed HTTP, or a header (such as Authorization) sent twice.", "bad_request"
         ),
+        "header_too_large": openai_error("Request header or cookie too large.", "request_header_too_large"),
     }
 
+
+TLS12_CIPHERS = ":".join(
+    [
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "ECDHE-RSA-CHACHA20-POLY1305",
+    ]
+)
+"""Mozilla's "intermediate" TLS 1.2 suites (ssl-config.mozilla.org, guideline 5.7) less the DHE
+ones, which need a dhparam file: forward secrecy and AEAD only, no SHA-1 or CBC suite. TLS 1.3's
+suites are all modern and not set by ``ssl_ciphers``."""
 
 _SSL = """        ssl_certificate {{certificate}};
         ssl_certificate_key {{key}};
         ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_ciphers {{ciphers}};
         ssl_prefer_server_ciphers off;
         ssl_session_cache shared:tls:10m;
         ssl_session_timeout 1d;
+        # A ticket key lives as long as the nginx master and would decrypt every session resumed
+        # with it: no forward secrecy for TLS 1.2. The session cache above resumes without one.
+        ssl_session_tickets off;
 """
 
 _ROUTE = """        location = {{route}} {
-            if ($api_client = "") {
-                return 401;
-            }
-{{rate_limit}}
-            proxy_pass http://vllm{{route}};
+            auth_request /_glm_auth/api;
+            proxy_pass {{scheme}}://vllm{{route}};
         }
 """
 
 
+def _upstream_servers(upstream: Sequence[str] | None, rotation_dir: str) -> str:
+    """The ``upstream vllm`` block's servers: ``upstream`` inline (a one-file harness), or the
+    rotation's file, which lists only replicas whose gate passed (components/rotation.py)."""
+    if upstream is None:
+        # A bracket makes the name a pattern, which may match nothing: before the first admission
+        # the placeholder alone keeps the block valid, and nginx answers the rotation's 503.
+        return (
+            f"        server {NO_REPLICA_PLACEHOLDER} down;\n        include {rotation_dir}/upstream.con[f];"
+        )
+    for server in upstream:
+        if not _UPSTREAM.fullmatch(server):
+            raise ValueError(f"upstream {server!r} is not host:port")
+    if len(upstream) == 1:
+        return f"        server {upstream[0]};"
+    return "\n".join(
+        f"        server {server} max_fails={UPSTREAM_MAX_FAILS} fail_timeout={UPSTREAM_FAIL_TIMEOUT_SECONDS}s;"
+        for server in upstream
+    )
+
+
+def _rate_limits(front: FrontConfig) -> tuple[str, str]:
+    """The ``limit_*_zone`` lines (http) and the ``limit_*`` lines (server) of ``glm:front.rateLimit``.
+
+    Set once for the whole server, so every location counts: keyed requests per client name (one
+    key's burst cannot starve another), all others per client address (``$unauthenticated_address``
+    is empty for a valid API key, and a zone skips an empty key).
+    """
+    rate = front.rate_limit
+    if not rate.enabled:
+        return "", ""
+    zones = [
+        f"limit_req_zone $api_client zone=per_api_key:10m rate={rate.requests_per_second}r/s;",
+        "limit_req_zone $unauthenticated_address zone=per_address:10m "
+        f"rate={rate.unauthenticated_requests_per_second}r/s;",
+        "limit_conn_zone $api_client zone=connections_per_key:10m;",
+        "limit_conn_zone $unauthenticated_address zone=connections_per_address:10m;",
+    ]
+    limits = [
+        f"limit_req zone=per_api_key burst={rate.burst} nodelay;",
+        f"limit_req zone=per_address burst={rate.unauthenticated_burst} nodelay;",
+        "limit_req_status 429;",
+        f"limit_conn connections_per_key {rate.connections_per_key};",
+        f"limit_conn connections_per_address {rate.connections_per_address};",
+        "limit_conn_status 429;",
+    ]
+    return "\n".join(f"    {z}" for z in zones), "\n".join(f"        {line}" for line in limits)
+
+
 def _render(
     front: FrontConfig,
-    upstream: str | Sequence[str],
+    upstream: Sequence[str] | None,
     *,
     api_key_entries: str,
     metrics_key_entries: str,
     tls_paths: tuple[str, str] | None,
     listen: str,
     runtime_dir: str,
+    rotation_dir: str = ROTATION_DIR,
+    guarded: bool = False,
 ) -> str:
-    upstreams = [upstream] if isinstance(upstream, str) else list(upstream)
-    for server in upstreams:
-        if not _UPSTREAM.fullmatch(server):
-            raise ValueError(f"upstream {server!r} is not host:port")
-    servers = (
-        f"        server {upstream};"
-        if isinstance(upstream, str)
-        else "\n".join(
-            f"        server {server} max_fails={UPSTREAM_MAX_FAILS} fail_timeout={UPSTREAM_FAIL_TIMEOUT_SECONDS}s;"
-            for server in upstreams
-        )
-    )
-    # Several replicas: a request a replica refused or reset before answering (stopping, or
-    # docker-proxy while it loads) goes to the next one, POSTs included (no token was sent yet).
+    """``guarded``: replicas sit behind guards (several hosts): send the replica key and, with TLS,
+    speak TLS to them, pinning the stack's replica certificate."""
+    # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
+    # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
+    # `down`: never tried.
     next_upstream = (
-        ""
-        if isinstance(upstream, str)
-        else "\n        proxy_next_upstream error timeout non_idempotent;"
-        f"\n        proxy_next_upstream_tries {len(upstreams)};"
+        "\n        proxy_next_upstream error timeout non_idempotent;"
+        f"\n        proxy_next_upstream_tries {NEXT_UPSTREAM_TRIES};"
     )
-    rate = front.rate_limit
-    # Keyed on the client name, so one key's burst cannot starve another. Requests without a key
-    # have an empty name, are not counted, and are refused with 401 before this phase.
-    rate_zone = (
-        f"    limit_req_zone $api_client zone=per_api_key:10m rate={rate.requests_per_second}r/s;"
-        if rate.enabled
-        else ""
-    )
-    rate_limit = (
-        f"            limit_req zone=per_api_key burst={rate.burst} nodelay;\n"
-        "            limit_req_status 429;"
-        if rate.enabled
-        else ""
-    )
+    zones, limits = _rate_limits(front)
     # Exact locations: with a URI in proxy_pass, vLLM receives exactly the listed path (nginx
     # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
+    scheme = "https" if guarded and tls_paths is not None else "http"
     routes = "".join(
-        render_template(_ROUTE, {"route": route, "rate_limit": rate_limit}) for route in INFERENCE_ROUTES
+        render_template(_ROUTE, {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
     )
     ssl = ""
     if tls_paths is not None:
-        ssl = render_template(_SSL, {"certificate": tls_paths[0], "key": tls_paths[1]}).rstrip("\n")
+        ssl = render_template(
+            _SSL, {"certificate": tls_paths[0], "key": tls_paths[1], "ciphers": TLS12_CIPHERS}
+        ).rstrip("\n")
     values = {
         "worker_processes": str(WORKER_PROCESSES),
         "worker_shutdown_timeout": str(OLD_WORKER_GRACE_SECONDS),
@@ -277,8 +334,14 @@ def _render(
         "log_format": _log_format(),
         "api_keys": api_key_entries.rstrip("\n"),
         "metrics_keys": metrics_key_entries.rstrip("\n"),
-        "rate_limit_zone": rate_zone,
-        "upstream_servers": servers,
+        "rate_limit_zones": zones,
+        "rate_limits": limits,
+        "upstream_servers": _upstream_servers(upstream, rotation_dir),
+        "upstream_scheme": scheme,
+        "upstream_credential": f"        include {FRONT_SNIPPET};"
+        if guarded
+        else '        proxy_set_header Authorization "";',
+        "no_replica_reason": f"        include {rotation_dir}/reason.ma[p];" if upstream is None else "",
         "keepalive": str(front.keepalive),
         "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
         "listen": f"{listen} ssl" if tls_paths is not None else listen,
@@ -308,33 +371,38 @@ def _check_keys(api_keys: Mapping[str, str], metrics_keys: Mapping[str, str]) ->
 
 def render_release_conf(
     front: FrontConfig,
-    upstream: str | Sequence[str],
     tls: bool = False,
     *,
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
+    rotation_dir: str = ROTATION_DIR,
+    guarded: bool = False,
 ) -> str:
-    """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it."""
+    """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it, and
+    no replica either: the rotation (components/rotation.py) lists those that passed their gate."""
     return _render(
         front,
-        upstream,
+        None,
         api_key_entries=f"        include {API_KEYS_FILE};",
         metrics_key_entries=f"        include {METRICS_KEYS_FILE};",
         tls_paths=(TLS_CERT, TLS_KEY) if tls else None,
         listen=listen,
         runtime_dir=runtime_dir,
+        rotation_dir=rotation_dir,
+        guarded=guarded,
     )
 
 
 def render_front_files(
     front: FrontConfig,
-    upstream: str | Sequence[str],
     api_keys: Mapping[str, str],
     metrics_keys: Mapping[str, str] | None = None,
     tls_pair: tuple[str, str] | None = None,
     *,
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
+    rotation_dir: str = ROTATION_DIR,
+    replica_files: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Every file of one front release, by name: what ``NginxReload`` delivers.
 
@@ -346,13 +414,19 @@ def render_front_files(
     _check_keys(api_keys, metrics_keys)
     files = {
         CONF_FILE: render_release_conf(
-            front, upstream, tls=tls_pair is not None, listen=listen, runtime_dir=runtime_dir
+            front,
+            tls=tls_pair is not None,
+            listen=listen,
+            runtime_dir=runtime_dir,
+            rotation_dir=rotation_dir,
+            guarded=replica_files is not None,
         ),
         API_KEYS_FILE: render_key_map(api_keys),
         METRICS_KEYS_FILE: render_key_map(metrics_keys),
     }
     if tls_pair is not None:
         files[TLS_CERT], files[TLS_KEY] = tls_pair
+    files.update(replica_files or {})
     return files
 
 
@@ -376,13 +450,18 @@ def render_nginx_conf(
     _check_keys(api_keys, metrics_keys)
     return _render(
         front,
-        upstream,
+        [upstream] if isinstance(upstream, str) else list(upstream),
         api_key_entries=_indented(render_key_map(api_keys)),
         metrics_key_entries=_indented(render_key_map(metrics_keys)),
         tls_paths=(f"{tls_dir}/{TLS_CERT}", f"{tls_dir}/{TLS_KEY}") if tls else None,
         listen=listen,
         runtime_dir=runtime_dir,
     )
+
+
+def front_container_name(container: ContainerConfig) -> str:
+    """The front's Docker name, from the serving container's (``glm:container.name``)."""
+    return f"{container.name}-nginx"
 
 
 def public_base(front: FrontConfig, host: HostConfig) -> str:
@@ -419,26 +498,26 @@ def front_fingerprint(
 
 def _secret_files(
     front: FrontConfig,
-    upstream: str | Sequence[str],
     api_keys: pulumi.Output[dict[str, str]],
     metrics_keys: pulumi.Output[dict[str, str]],
     tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
+    replica_files: pulumi.Output[dict[str, str]] | None,
 ) -> pulumi.Output[dict[str, str]]:
     """The front's files that hold keys or TLS material, as one secret (delivered on stdin)."""
     tls_pair = pulumi.Output.all(*tls_files) if front.tls and tls_files is not None else None
 
     def secret_files(args: list[object]) -> dict[str, str]:
-        keys, scrapers, *pair = args
+        keys, scrapers, guards, *pair = args
         files = render_front_files(
             front,
-            upstream,
             dict(keys),  # type: ignore[call-overload]
             dict(scrapers),  # type: ignore[call-overload]
             (str(pair[0][0]), str(pair[0][1])) if pair else None,  # type: ignore[index]
+            replica_files=dict(guards) if guards is not None else None,  # type: ignore[call-overload]
         )
         return {k: v for k, v in files.items() if k in SECRET_FILES}
 
-    inputs: list[pulumi.Input[object]] = [api_keys, metrics_keys]
+    inputs: list[pulumi.Input[object]] = [api_keys, metrics_keys, replica_files]
     if tls_pair is not None:
         inputs.append(tls_pair)
     return pulumi.Output.secret(pulumi.Output.all(*inputs).apply(secret_files))
@@ -466,24 +545,25 @@ class NginxFront(pulumi.ComponentResource):
         host: HostConfig,
         container: ContainerConfig,
         network_name: pulumi.Input[str],
-        upstream: str | Sequence[str],
         api_keys: pulumi.Output[dict[str, str]],
         tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
         opts: pulumi.ResourceOptions | None = None,
         *,
         metrics_keys: pulumi.Output[dict[str, str]] | None = None,
+        replica_files: pulumi.Output[dict[str, str]] | None = None,
     ) -> None:
         """``host`` is the one the front runs on; ``container`` is the serving container's config,
         which names the front (``<name>-nginx``), its log rotation and how it reaches vLLM.
         ``tls_files`` is (certificate PEM, key PEM); config loading refuses ``glm:front.tls``
         without them.
 
-        Nginx resolves ``upstream`` once, at start; vLLM keeps a fixed address on the private
-        network (``glm:container.networkSubnet``), so a replaced vLLM does not strand the front.
+        The front lists no replica in its config: each replica's gate puts it in the rotation
+        (components/rotation.py) by its fixed address, so the front's config loads, and a key can be
+        revoked, whether or not any engine is up.
         """
         super().__init__("glm:front:NginxFront", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        container_name = f"{container.name}-nginx"
+        container_name = front_container_name(container)
 
         image = docker.RemoteImage(f"{name}-image", name=front.image, keep_locally=True, opts=child)
 
@@ -518,12 +598,12 @@ class NginxFront(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
 
-        nginx_conf = render_release_conf(front, upstream, tls=front.tls)
+        nginx_conf = render_release_conf(front, tls=front.tls, guarded=replica_files is not None)
         # The names are config keys, not secrets: a reviewer sees which clients change.
         key_names = pulumi.Output.unsecret(pulumi.Output.from_input(api_keys).apply(sorted))
         metrics = pulumi.Output.from_input(metrics_keys if metrics_keys is not None else {})
         metrics_names = pulumi.Output.unsecret(metrics.apply(sorted))
-        files = _secret_files(front, upstream, api_keys, metrics, tls_files)
+        files = _secret_files(front, api_keys, metrics, tls_files, replica_files)
         # Hashes, not values: shown in the diff and fed to the gate, so they are safe in plain.
         digest = pulumi.Output.unsecret(files.apply(secrets_digest))
         cert_sha = (
@@ -534,11 +614,7 @@ class NginxFront(pulumi.ComponentResource):
         self.fingerprint = pulumi.Output.all(image.image_id, key_names, metrics_names, digest).apply(
             lambda args: front_fingerprint(nginx_conf, str(args[0]), args[1], args[2], str(args[3]))
         )
-        ssh = (
-            None
-            if host.is_local
-            else {"address": host.ssh_address, "port": host.ssh_port, "opts": docker_ssh_opts(host)}
-        )
+        ssh = exec_ssh(host)
         self.reload = NginxReload(
             f"{name}-config",
             {

@@ -34,9 +34,13 @@ PROVIDER_VERSION = "1"
 SOURCE_HASH = hashlib.sha256(ast.dump(ast.parse(Path(__file__).read_text())).encode()).hexdigest()[:12]
 VERSION = f"{PROVIDER_VERSION}+{SOURCE_HASH}"
 
+DIGEST_FILE = "secrets.digest"
+"""In each release beside nginx.conf: :func:`secrets_digest` of its secret files."""
 CONF_ROOT = "/etc/nginx/glm"
 """Mount point of the front's config volume: ``releases/<id>/`` and the ``current`` symlink."""
 CURRENT_CONF = f"{CONF_ROOT}/current/nginx.conf"
+ROTATION_DIR = f"{CONF_ROOT}/rotation"
+"""The replicas in rotation (components/rotation.py): beside the releases, never part of one."""
 RELOAD_WAIT_SECONDS = 10
 """How long the new workers may take to replace the old ones' listeners after SIGHUP."""
 EXEC_TIMEOUT_SECONDS = 120
@@ -111,10 +115,16 @@ while :; do
   fi
   sleep 0.05
 done
-# Keep the live release and the one before it (a rollback target); drop older ones and their keys.
+# Keep the live release and, when it holds the same secrets (a timeout or limit change), the one
+# before it as a rollback target. A release with other secrets goes at once: a revoked key or a
+# replaced TLS key must not stay on disk. Older releases and their keys go too.
+keep=""
+if [ -n "$previous" ] && cmp -s "$root/$previous/__DIGEST__" "$dir/__DIGEST__"; then
+  keep=$previous
+fi
 for d in "$root"/releases/*; do
   name=${d##*/}
-  if [ "releases/$name" != "releases/$release" ] && [ "releases/$name" != "$previous" ]; then
+  if [ "releases/$name" != "releases/$release" ] && [ "releases/$name" != "$keep" ]; then
     rm -rf "$d"
   fi
 done
@@ -122,6 +132,7 @@ echo "front config $release is live"
 """.replace("__ROOT__", CONF_ROOT)
     .replace("__TRIES__", str(RELOAD_WAIT_SECONDS * 20))
     .replace("__WAIT__", str(RELOAD_WAIT_SECONDS))
+    .replace("__DIGEST__", DIGEST_FILE)
 )
 
 
@@ -153,12 +164,19 @@ def bundle(files: Mapping[str, str]) -> bytes:
 
 
 def exec_argv(docker_host: str, ssh: Mapping[str, Any] | None, container: str, release: str) -> list[str]:
-    """``docker exec -i <container> sh -c RELEASE_SCRIPT sh <release>`` on the stack's Docker host.
+    """``docker exec -i <container> sh -c RELEASE_SCRIPT sh <release>`` on the stack's Docker host."""
+    return container_exec_argv(docker_host, ssh, container, RELEASE_SCRIPT, release)
+
+
+def container_exec_argv(
+    docker_host: str, ssh: Mapping[str, Any] | None, container: str, script: str, *args: str
+) -> list[str]:
+    """``docker exec -i <container> sh -c <script> sh <args…>`` on the stack's Docker host.
 
     For ``ssh://`` hosts it runs through ``ssh`` with the Docker provider's options (strict host-key
     check against ``hostKey`` only, the same user and identity; components/target.py).
     """
-    command = ["docker", "exec", "-i", container, "/bin/sh", "-c", RELEASE_SCRIPT, "sh", release]
+    command = ["docker", "exec", "-i", container, "/bin/sh", "-c", script, "sh", *args]
     if ssh is None:
         return ["docker", "-H", docker_host, *command[1:]]
     # Numbers reach a dynamic provider as floats (2222.0): ssh wants an integer port.
@@ -189,7 +207,11 @@ def apply_release(props: Mapping[str, Any]) -> str:
     import subprocess
 
     release = release_id(str(props["fingerprint"]))
-    files = {**props["secret_files"], "nginx.conf": props["nginx_conf"]}
+    secret_files = props["secret_files"]
+    # Not a secret (the outputs carry it): tells the script whether the previous release holds
+    # the same keys, so that it may stay as a rollback target.
+    digest = props.get("secrets_digest") or secrets_digest(secret_files)
+    files = {**secret_files, "nginx.conf": props["nginx_conf"], DIGEST_FILE: f"{digest}\n"}
     argv = exec_argv(str(props["docker_host"]), props.get("ssh"), str(props["container"]), release)
     try:
         done = subprocess.run(

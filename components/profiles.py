@@ -3,7 +3,7 @@
 Each ``Profile`` in ``PROFILES`` is everything the project knows about one hardware kind:
 
 * ``facts`` — what the hardware and the pinned software *are* (HBM per card, how long the seed
-  measured the weights load to take, which vLLM the image carries). Stack files cannot change them;
+  measured the weights load to take, the card it is for, the image's CUDA; ``components/hardware.py``). Stack files cannot change them;
   validation measures the configuration against them.
 * ``defaults`` — the seed's production settings, in the same shape as the stack config (camelCase
   keys, one entry per ``glm:<key>``). A stack file's values are deep-merged over them, so a stack
@@ -23,30 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
-AcceleratorKind = Literal["nvidia", "ascend", "none"]
+from components.hardware import GLM53_FLASH, AcceleratorModel, HardwareFacts
 
 EIGHT_CARDS = [0, 1, 2, 3, 4, 5, 6, 7]
-
-
-@dataclass(frozen=True)
-class HardwareFacts:
-    """What a hardware kind is; never overridden by a stack file."""
-
-    accelerator: AcceleratorKind
-    """How accelerators reach the container: NVIDIA ``gpus``, Ascend ``/dev/davinci*``, or none."""
-    hbm_gib: float
-    """Memory per accelerator card in GiB (0 for the local simulator)."""
-    known_engine_start_seconds: float | None
-    """Seed-measured time from container start to an engine that answers (weights load + init)."""
-    known_weights_load_seconds: float | None
-    """Seed-measured weights load alone; vLLM's engine-ready timeout must exceed it."""
-    time_to_serve: str = "not measured in the seeds"
-    """The seed's measured start, container start to serving, as a reviewer reads it in a preview
-    (the API is down this long when the serving container is replaced on a one-box stack)."""
-    mtp_warning: str | None = None
-    """Why MTP speculative decoding is a poor trade on this hardware, when the seeds showed it."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +101,12 @@ register(
                 "~6.2 min (seed a800-sm80-production: weights ~36 s with a warm page cache, then engine "
                 "init ~5.5 min (335.5 s) including the ~66 s CUDA-graph capture at max_num_seqs 32)"
             ),
+            accelerator_model=AcceleratorModel(
+                "A800", "8.0", "a800-sm80-production.txt: 8×A800 (sm_80); the image is patched for sm_80"
+            ),
+            # SPEC §7: the a800 stack's CUDA is 12.x (the base vllm/vllm-openai image; minor not pinned).
+            image_cuda="12",
+            served=GLM53_FLASH,
         ),
         defaults={
             "image": {
@@ -190,6 +177,10 @@ register(
                 "reservation cost ~3.4x of usable context (KV pool 8,956 tokens without it); "
                 "the seed's production config runs without --speculative-config"
             ),
+            accelerator_model=AcceleratorModel(
+                "910B3", None, "ascend-910b3-six-rounds.txt: 8 × 昇腾 910B3（64GB HBM/卡）"
+            ),
+            served=GLM53_FLASH,
         ),
         defaults={
             "image": {
@@ -222,6 +213,10 @@ register(
                 "enableAutoToolChoice": True,
                 "quantization": "ascend",
                 "limitMmPerPrompt": {"image": 1, "video": 0},
+                # Images only inline (data: URLs): an image URL would make vLLM fetch it, from the
+                # private network too (Prometheus, the replicas, a metadata address). `.invalid`
+                # never resolves (RFC 6761); list trusted hosts here to allow their URLs.
+                "allowedMediaDomains": ["no-remote-media.invalid"],
                 "gpuMemoryUtilization": 0.95,
                 "enablePrefixCaching": True,
                 "asyncScheduling": True,
@@ -326,6 +321,11 @@ register(
                 "11-12 min (seed rtx5090-nvfp4-nightly: the weights alone load in 632.8 s before the "
                 "engine is ready)"
             ),
+            accelerator_model=AcceleratorModel(
+                "RTX 5090", "12.0", "rtx5090-nvfp4-nightly.txt: 8 × RTX 5090 32G, Blackwell (SM120)"
+            ),
+            image_cuda="13.0.2",  # the seed: nightly-385dce36b, CUDA 13.0.2
+            served=GLM53_FLASH,
         ),
         defaults={
             "image": {

@@ -35,6 +35,9 @@ from components.vllm_server import upstream_hosts
 DEFAULT_JOB = "vllm"
 CONFIG_PATH = "/etc/prometheus/prometheus.yml"
 RULES_PATH = "/etc/prometheus/rules.yml"
+REPLICA_KEY_PATH = "/etc/prometheus/replica-key"
+REPLICA_CA_PATH = "/etc/prometheus/replica-ca.crt"
+"""With several hosts: the replica key (and, with TLS, the pinned certificate) for their guards."""
 CONTAINER_PORT = 9090
 DATA_PATH = "/prometheus"
 """The image's TSDB ``VOLUME``: an anonymous volume that goes with the container. Series restart
@@ -376,21 +379,26 @@ def render_prometheus_config(
     *,
     rules_path: str = RULES_PATH,
     probe_target: str | None = None,
+    guarded: GuardedScrape | None = None,
 ) -> str:
     """``prometheus.yml``: scrape vLLM's ``/metrics`` at ``target`` (host:port), and the semantic
     probe's at ``probe_target`` when there is one, and load the rules.
 
     Several replicas: ``target`` maps each host's name to its ``host:port``; its series carry
-    the label ``host``."""
-    scrape_configs = [
-        {
-            "job_name": job,
-            "metrics_path": "/metrics",
-            "static_configs": [{"targets": [target]}]
-            if isinstance(target, str)
-            else [{"targets": [address], "labels": {"host": name}} for name, address in target.items()],
-        }
-    ]
+    the label ``host``. ``guarded``: the replicas answer only the replica key (their guards)."""
+    vllm: dict[str, Any] = {
+        "job_name": job,
+        "metrics_path": "/metrics",
+        "static_configs": [{"targets": [target]}]
+        if isinstance(target, str)
+        else [{"targets": [address], "labels": {"host": name}} for name, address in target.items()],
+    }
+    if guarded is not None:
+        vllm["authorization"] = {"type": "Bearer", "credentials_file": REPLICA_KEY_PATH}
+        if guarded.tls_name is not None:
+            vllm["scheme"] = "https"
+            vllm["tls_config"] = {"ca_file": REPLICA_CA_PATH, "server_name": guarded.tls_name}
+    scrape_configs = [vllm]
     if probe_target is not None:
         scrape_configs.append(
             {
@@ -410,6 +418,17 @@ def render_prometheus_config(
     return _yaml(config)
 
 
+def _credential_uploads(guarded: GuardedScrape | None) -> list[docker.ContainerUploadArgs]:
+    if guarded is None:
+        return []
+    files = [docker.ContainerUploadArgs(file=REPLICA_KEY_PATH, content=guarded.key, permissions="0644")]
+    if guarded.certificate is not None:
+        files.append(
+            docker.ContainerUploadArgs(file=REPLICA_CA_PATH, content=guarded.certificate, permissions="0644")
+        )
+    return files
+
+
 class _Dumper(yaml.SafeDumper):
     """Multi-line strings (PromQL) as literal blocks, so the file reads like hand-written rules."""
 
@@ -424,6 +443,16 @@ _Dumper.add_representer(str, _str_representer)
 
 def _yaml(data: Any) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
+
+
+@dataclass(frozen=True)
+class GuardedScrape:
+    """How Prometheus reaches replicas behind their guards (components/replica_guard.py)."""
+
+    key: pulumi.Output[str]
+    certificate: pulumi.Output[str] | None = None
+    tls_name: str | None = None
+    """The name the pinned certificate carries; None: plain HTTP to the guards."""
 
 
 class PrometheusScrape(pulumi.ComponentResource):
@@ -441,8 +470,10 @@ class PrometheusScrape(pulumi.ComponentResource):
         network_name: pulumi.Input[str],
         target: str | dict[str, str],
         opts: pulumi.ResourceOptions | None = None,
+        guarded: GuardedScrape | None = None,
     ) -> None:
-        """``target``: vLLM's host:port, or several replicas' by host name."""
+        """``target``: vLLM's host:port, or several replicas' by host name; ``guarded``: their
+        guards' credential (readable inside this container only: the image runs as ``nobody``)."""
         super().__init__("glm:monitoring:PrometheusScrape", name, None, opts)
         monitoring, container, probe = spec.monitoring, spec.container, spec.semantic_probe
         probe_target = semantic_probe.scrape_target(container.name, probe.port) if probe else None
@@ -460,12 +491,13 @@ class PrometheusScrape(pulumi.ComponentResource):
                     internal=CONTAINER_PORT, external=monitoring.port, ip=monitoring.bind_address
                 )
             ],
-            # The image runs as `nobody`: the files must be world-readable (they hold no secret).
+            # The image runs as `nobody`: the files must be world-readable (only the replica key, inside
+            # this container, is a secret; the config and the rules are not).
             uploads=[
                 docker.ContainerUploadArgs(
                     file=CONFIG_PATH,
                     content=render_prometheus_config(
-                        monitoring, target, DEFAULT_JOB, probe_target=probe_target
+                        monitoring, target, DEFAULT_JOB, probe_target=probe_target, guarded=guarded
                     ),
                     permissions="0644",
                 ),
@@ -474,6 +506,7 @@ class PrometheusScrape(pulumi.ComponentResource):
                     content=render_alert_rules(spec, by_host=isinstance(target, dict)),
                     permissions="0644",
                 ),
+                *_credential_uploads(guarded),
             ],
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="monitoring")],
             hosts=upstream_hosts(container),

@@ -1,14 +1,17 @@
-"""ReplicaGate: the smoke gate against one replica directly, before the front sends it traffic.
+"""ReplicaGate: the smoke gate against one replica directly; it alone puts the replica in rotation.
 
-With several hosts, each replica passes the gate's steps (readiness, models, arithmetic, tool call,
-KV pool, streaming; not ``front_auth``: vLLM has no key behind the front) on its own vLLM, reached
-from the machine running Pulumi through an SSH tunnel to the host (``ssh -L`` to vLLM's fixed
-address on the host's private Docker network), so the gate needs no route to the private network.
-A failure fails ``pulumi up`` and names the host.
+Each replica passes the gate's steps (readiness, models, arithmetic, tool call, KV pool, streaming;
+not ``front_auth``: vLLM has no key behind the front) on its own vLLM, reached from the machine
+running Pulumi through an SSH tunnel to the host (``ssh -L`` to vLLM's fixed address on the host's
+private Docker network), so the gate needs no route to the private network. Then:
 
-After an *update* (the replica was replaced during a rolling update) the gate waits
-``settle_seconds``: Nginx tries a replica it marked failed again only after ``fail_timeout``, and the
-next host's replica must not go while this one is still out of the front.
+- passed: the replica is admitted to the front's rotation (components/rotation.py);
+- failed: it stays out, the front's 503 names the failure while no other replica serves, and
+  ``pulumi up`` stops with one message naming the host, the step, what came back and what to do.
+  The roll goes no further: the next host's container waits for this gate.
+
+Removing the host from the stack deletes this resource: the replica leaves the rotation (drained)
+before its container goes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +28,19 @@ import pulumi.dynamic
 
 from components.config import HostConfig, SmokeConfig
 from components.gate.resource import VERSION, SmokeTestProvider, changed_inputs, gate_outputs, gate_params
-from components.nginx_front import UPSTREAM_FAIL_TIMEOUT_SECONDS
 from components.target import docker_ssh_opts
 from components.vllm_server import ServingSpec
 
-SETTLE_SECONDS = UPSTREAM_FAIL_TIMEOUT_SECONDS + 1
-REPLICA_INPUTS = ("host", "settle_seconds", "tunnel")
+REPLICA_INPUTS = ("address", "front", "front_container_id", "grace_seconds", "host", "tunnel")
+"""Besides the gate's own inputs: a new front container (its rotation is new) re-admits."""
 TUNNEL_READY_SECONDS = 60.0
-REPLICA_VERSION = f"{VERSION}+{hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]}"
-"""A change of the gate package or of this file re-runs every replica's gate."""
+_SOURCES = [
+    Path(__file__),
+    Path(__file__).with_name("rotation.py"),
+    Path(__file__).parent / "templates" / "rotation.sh",
+]
+REPLICA_VERSION = f"{VERSION}+{hashlib.sha256(b''.join(p.read_bytes() for p in _SOURCES)).hexdigest()[:12]}"
+"""A change of the gate package, of this file or of the rotation re-runs every replica's gate."""
 
 
 @contextlib.contextmanager
@@ -73,12 +81,14 @@ def ssh_tunnel(spec: dict[str, Any] | None) -> Iterator[str | None]:
             proc.wait(timeout=10)
 
 
-def run_replica_gate(props: dict[str, Any], settle: bool) -> dict[str, Any]:
-    """The gate against the replica (through its tunnel); a failure names the host."""
-    import time
-
+def run_replica_gate(props: dict[str, Any]) -> dict[str, Any]:
+    """The gate against the replica (through its tunnel), then the replica's place in the rotation:
+    admitted when it passed, kept out with the failure when it did not."""
+    from components import rotation
     from components.gate.checks import GateFailure, plain, run_gate, stderr_progress
+    from components.provider_errors import OperatorError, report_plainly
 
+    report_plainly()
     params = plain(dict(props))
     host = params["host"]
     with ssh_tunnel(params.get("tunnel")) as local:
@@ -87,13 +97,29 @@ def run_replica_gate(props: dict[str, Any], settle: bool) -> dict[str, Any]:
         try:
             results = run_gate(params, str(props["api_key"]), lambda line: stderr_progress(f"{host}: {line}"))
         except GateFailure as err:
-            raise GateFailure(
-                err.step, f"the replica on host {host!r} (glm:target.hosts[{host}]): {err.message}"
+            failure = f"the replica on host {host!r} failed its gate at step {err.step!r}: {err.message}"
+            kept = _rotation_note(lambda: rotation.keep_out(params["front"], host, failure))
+            raise OperatorError(
+                f"{failure}\n{kept}\nThe roll stopped here; no other host was touched. "
+                "To go back to the last version that passed: make rollback STACK=<stack>."
             ) from None
-    if settle and params.get("settle_seconds"):
-        stderr_progress(f"{host}: passed; {params['settle_seconds']} s for the front to take it back")
-        time.sleep(float(params["settle_seconds"]))
+    try:
+        stderr_progress(f"{host}: passed; {rotation.admit(params['front'], host, params['address'])}")
+    except rotation.RotationError as err:
+        raise OperatorError(
+            f"the replica on host {host!r} passed its gate but could not be admitted: {err}"
+        ) from None
     return {**results, "host": host}
+
+
+def _rotation_note(change: Any) -> str:
+    from components.rotation import RotationError
+
+    try:
+        change()
+    except RotationError as err:
+        return f"It could not be marked out of the front's rotation ({err}); it was drained before its replacement."
+    return "It is out of the front's rotation: clients are served by the replicas that passed."
 
 
 class ReplicaGateProvider(SmokeTestProvider):
@@ -108,12 +134,23 @@ class ReplicaGateProvider(SmokeTestProvider):
         return pulumi.dynamic.DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
-        results = run_replica_gate(props, settle=False)
+        results = run_replica_gate(props)
         ident = "replica-" + hashlib.sha256(f"{props['host']}|{props['endpoint']}".encode()).hexdigest()[:12]
         return pulumi.dynamic.CreateResult(ident, self._outputs(props, results))
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.UpdateResult:
-        return pulumi.dynamic.UpdateResult(self._outputs(news, run_replica_gate(news, settle=True)))
+        return pulumi.dynamic.UpdateResult(self._outputs(news, run_replica_gate(news)))
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        """The host left the stack: out of the front's rotation, drained, before its container goes."""
+        from components import rotation
+        from components.gate.checks import plain, stderr_progress
+
+        olds = plain(props)
+        if olds.get("front"):
+            stderr_progress(
+                f"{olds['host']}: {rotation.forget(olds['front'], olds['host'], int(olds['grace_seconds']))}"
+            )
 
     @staticmethod
     def _outputs(props: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
@@ -142,8 +179,22 @@ def tunnel_spec(host: HostConfig, target: str) -> dict[str, Any] | None:
     }
 
 
+@dataclass(frozen=True)
+class Admission:
+    """Where a replica that passed its gate is admitted: the front (components/rotation.py)."""
+
+    front: pulumi.Input[dict[str, Any]]
+    """``rotation.front_access``: the front container's Docker host, ssh options and name."""
+    front_container_id: pulumi.Input[str]
+    address: str
+    """host:port the front proxies to for this replica."""
+    grace_seconds: int
+    """How long a removed replica's requests in flight may run (``glm:container.stopGraceSeconds``)."""
+
+
 class ReplicaGate(pulumi.ComponentResource):
-    """Blocks ``pulumi up`` until this host's replica answers the gate's steps directly."""
+    """Blocks ``pulumi up`` until this host's replica answers the gate's steps directly, then admits
+    it to the front's rotation."""
 
     results: pulumi.Output[dict[str, Any]]
     """The gate's results for this replica, plus ``host``."""
@@ -154,9 +205,11 @@ class ReplicaGate(pulumi.ComponentResource):
         serving: ServingSpec,
         smoke: SmokeConfig,
         host: HostConfig,
+        *,
         api_key: pulumi.Output[str],
         image_ref: pulumi.Input[str],
         container_id: pulumi.Input[str],
+        admission: Admission,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         super().__init__("glm:smoke:ReplicaGate", name, None, opts)
@@ -172,8 +225,11 @@ class ReplicaGate(pulumi.ComponentResource):
             "smoke": {**params["smoke"], "steps": steps},
             "version": REPLICA_VERSION,
             "host": host.name,
-            "settle_seconds": SETTLE_SECONDS,
             "tunnel": tunnel_spec(host, target),
+            "front": admission.front,
+            "front_container_id": admission.front_container_id,
+            "address": admission.address,
+            "grace_seconds": admission.grace_seconds,
             "api_key": secret_key,
         }
         self.gate = _ReplicaGateResource(f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))

@@ -3,13 +3,16 @@
 Both reach the same ``user@address:port`` parsed once from ``dockerHost``, with the same key, and
 both accept only ``hostKey``: Docker's ssh through ``-o KnownHostsCommand`` (the key line comes from
 config, so no known_hosts file is written and the inputs are the same on every operator's machine),
-the commands through pulumi-command's ``hostKey`` (unset, it would accept any key).
+the commands through pulumi-command's ``hostKey`` (unset, it would accept any key). The commands
+sign with the SSH agent: no private key is ever an input, so none reaches the state.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
+from typing import Any
 
 import pulumi
 from pulumi_command import local, remote
@@ -40,14 +43,54 @@ def docker_ssh_opts(host: HostConfig) -> list[str]:
     return opts
 
 
-def command_private_key(
-    host: HostConfig, ssh_private_key: pulumi.Output[str] | None
-) -> pulumi.Output[str] | None:
-    """The commands' key: the contents of ``identityFile`` (secret), else the SSH agent.
+def exec_ssh(host: HostConfig) -> dict[str, Any] | None:
+    """How ``docker exec`` reaches ``host`` (components/nginx_reload.py): none for the local engine,
+    else ssh to its address and port with the Docker provider's options."""
+    if host.is_local:
+        return None
+    return {"address": host.ssh_address, "port": host.ssh_port, "opts": docker_ssh_opts(host)}
 
-    ``glm:sshPrivateKey`` alone would reach only the commands (Docker's ssh takes a file), so it is
-    refused rather than letting the two log in as different identities.
+
+AGENT_FOR_RUN = "GLM_SSH_AGENT_FOR_RUN"
+"""Set by ``scripts/pulumi.sh`` when it started an ssh-agent for this run only: the program may add
+``identityFile`` to that agent (never to the user's own)."""
+
+
+def _agent_keys() -> set[str] | None:
+    """``type base64`` of every key the agent at ``SSH_AUTH_SOCK`` holds; None without an agent."""
+    import subprocess
+
+    if not os.environ.get("SSH_AUTH_SOCK"):
+        return None
+    listed = subprocess.run(["ssh-add", "-L"], capture_output=True, text=True, check=False)
+    if listed.returncode not in (0, 1):  # 1: an agent with no keys
+        return None
+    return {" ".join(line.split()[:2]) for line in listed.stdout.splitlines() if line.strip()}
+
+
+def _public_key(path: Path) -> str | None:
+    """``type base64`` of the key file's public half: ``<file>.pub``, else ``ssh-keygen -y``."""
+    import subprocess
+
+    pub = path.with_name(path.name + ".pub")
+    if pub.is_file():
+        return " ".join(pub.read_text().split()[:2])
+    derived = subprocess.run(
+        ["ssh-keygen", "-y", "-P", "", "-f", str(path)], capture_output=True, text=True, check=False
+    )
+    return " ".join(derived.stdout.split()[:2]) if derived.returncode == 0 else None
+
+
+def require_agent_identity(host: HostConfig, ssh_private_key: pulumi.Output[str] | None) -> None:
+    """The commands log in through the SSH agent only: a key given to pulumi-command as
+    ``privateKey`` is copied into every Command's inputs, outputs and the backend's history.
+
+    With ``identityFile`` the agent must hold that key, so Docker's ssh (which reads the file) and
+    the commands log in as one identity; an agent started for this run (``AGENT_FOR_RUN``) gets it
+    added here. ``glm:sshPrivateKey`` is refused: only the commands could use it.
     """
+    import subprocess
+
     key = f"glm:target.hosts[{host.name}].identityFile"
     if ssh_private_key is not None:
         raise ConfigError(
@@ -56,24 +99,44 @@ def command_private_key(
             f"set {key} to its path and run `pulumi config rm glm:sshPrivateKey`."
         )
     if host.identity_file is None:
-        return None
+        return
     path = Path(host.identity_file).expanduser()
-    try:
-        return pulumi.Output.secret(path.read_text())
-    except OSError as err:
+    if not os.access(path, os.R_OK) or not path.is_file():
         raise ConfigError(
-            f"{key}={host.identity_file}: cannot read it ({err.strerror}). Fix: the path of "
-            "a private key readable by the user running pulumi."
-        ) from None
+            f"{key}={host.identity_file}: cannot read it. Fix: the path of a private key readable "
+            "by the user running pulumi."
+        )
+    public = _public_key(path)
+    held = _agent_keys()
+    if public is not None and held is not None and public in held:
+        return
+    if held is not None and os.environ.get(AGENT_FOR_RUN):
+        added = subprocess.run(
+            ["ssh-add", "-q", str(path)],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"},
+            check=False,
+        )
+        if added.returncode == 0:
+            return
+    raise ConfigError(
+        f"{key}={host.identity_file}: the SSH commands (preflight, downloads) log in through the SSH "
+        "agent, so that the key is never copied into the Pulumi state, and "
+        + ("no agent answers at SSH_AUTH_SOCK" if held is None else "the agent does not hold this key")
+        + f". Fix: `ssh-add {host.identity_file}` (start one with `eval $(ssh-agent)` if needed), or "
+        "run through scripts/pulumi.sh / make, which start an agent for the run and add the key."
+    )
 
 
 def ssh_connection(host: HostConfig, ssh_private_key: pulumi.Output[str] | None) -> remote.ConnectionArgs:
-    """pulumi-command's connection: the Docker provider's user, address, port, key and host key."""
+    """pulumi-command's connection: the Docker provider's user, address, port and host key, and no
+    key: pulumi-command signs with the agent at the provider's ``SSH_AUTH_SOCK``."""
+    require_agent_identity(host, ssh_private_key)
     return remote.ConnectionArgs(
         host=host.ssh_address,
         port=host.ssh_port,
         user=host.ssh_user,
-        private_key=command_private_key(host, ssh_private_key),
         host_key=host.host_key_line,
         per_dial_timeout=30,
     )

@@ -16,50 +16,18 @@ import pulumi
 import pulumi_docker as docker
 
 from components.config import ContainerConfig, MountConfig, StackConfig
+from components.vllm_flags import SWITCHES, TOGGLES, VALUE_FLAGS
 
+REPLICA_LABEL = "glm53.replica"
+"""The serving container's label naming its replica in the front's rotation (components/rotation.py)."""
 VLLM_NETWORK_ALIAS = "vllm"
 VLLM_HOST_GATEWAY = "host.docker.internal"
 
-# (config attribute, vLLM flag) in the order they are rendered.
-_VALUE_FLAGS = [
-    ("host", "--host"),
-    ("port", "--port"),
-    ("served_model_name", "--served-model-name"),
-    ("max_model_len", "--max-model-len"),
-    ("tensor_parallel_size", "--tensor-parallel-size"),
-    ("seed", "--seed"),
-    ("safetensors_load_strategy", "--safetensors-load-strategy"),
-    ("kv_cache_dtype", "--kv-cache-dtype"),
-    ("block_size", "--block-size"),
-    ("max_num_seqs", "--max-num-seqs"),
-    ("max_num_batched_tokens", "--max-num-batched-tokens"),
-    ("gpu_memory_utilization", "--gpu-memory-utilization"),
-    ("quantization", "--quantization"),
-    ("moe_backend", "--moe-backend"),
-    ("speculative_config", "--speculative-config"),
-    ("tool_call_parser", "--tool-call-parser"),
-    ("reasoning_parser", "--reasoning-parser"),
-    ("limit_mm_per_prompt", "--limit-mm-per-prompt"),
-    ("compilation_config", "--compilation-config"),
-    ("additional_config", "--additional-config"),
-    ("api_server_count", "--api-server-count"),
-]
-# Switches rendered as ``--flag`` when true.
-_SWITCHES = [
-    ("enable_expert_parallel", "--enable-expert-parallel"),
-    ("trust_remote_code", "--trust-remote-code"),
-    ("enable_auto_tool_choice", "--enable-auto-tool-choice"),
-    ("async_scheduling", "--async-scheduling"),
-    ("enforce_eager", "--enforce-eager"),
-]
-# Tri-state switches: true → ``--flag``, false → ``--no-flag``, unset → vLLM's default.
-_TOGGLES = [
-    ("enable_prefix_caching", "prefix-caching"),
-    ("enable_flashinfer_autotune", "flashinfer-autotune"),
-]
-
 
 def _flag_value(value: Any) -> str:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        # A list of words (``--allowed-media-domains``): vLLM reads them as separate arguments.
+        return " ".join(value)
     if isinstance(value, (dict, list)):
         return json.dumps(value, separators=(",", ":"), sort_keys=False)
     return str(value)
@@ -71,19 +39,33 @@ def render_flags(config: StackConfig) -> dict[str, str | bool]:
     serving = config.serving
     values = {**serving.model_dump(), "served_model_name": config.model.served_name}
     values["speculative_config"] = serving.speculative_config
+    values["shutdown_timeout"] = config.shutdown_timeout
     flags: dict[str, str | bool] = {
-        flag: _flag_value(values[attr]) for attr, flag in _VALUE_FLAGS if values.get(attr) is not None
+        flag: _flag_value(values[attr]) for attr, flag in VALUE_FLAGS if values.get(attr) is not None
     }
-    flags.update({flag: True for attr, flag in _SWITCHES if values[attr]})
-    for attr, name in _TOGGLES:
+    flags.update({flag: True for attr, flag in SWITCHES if values[attr]})
+    for attr, name in TOGGLES:
         if values[attr] is not None:
             flags[f"--enable-{name}" if values[attr] else f"--no-enable-{name}"] = True
     return flags
 
 
+LIST_FLAGS = ("--allowed-media-domains",)
+"""Flags whose value is several arguments (argparse ``nargs="+"``): ``--flag a b``."""
+
+
 def argv_of(model_path: str, flags: Mapping[str, str | bool], extra_args: Sequence[str]) -> list[str]:
-    """The model path, one ``--flag[=value]`` element per flag, then the extra args verbatim."""
-    return [model_path, *(f if v is True else f"{f}={v}" for f, v in flags.items()), *extra_args]
+    """The model path, one ``--flag[=value]`` element per flag (a list flag: the flag, then one
+    element per word), then the extra args verbatim."""
+    argv = [model_path]
+    for flag, value in flags.items():
+        if value is True:
+            argv.append(flag)
+        elif flag in LIST_FLAGS:
+            argv += [flag, *str(value).split()]
+        else:
+            argv.append(f"{flag}={value}")
+    return [*argv, *extra_args]
 
 
 def render_argv(config: StackConfig) -> list[str]:
@@ -111,6 +93,9 @@ def render_env(config: StackConfig) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = visible
         env["NVIDIA_VISIBLE_DEVICES"] = visible
     env.update(config.cache_env)
+    if config.serving.allowed_media_domains:
+        # Without this a URL on an allowed host could redirect to any other (vLLM's docs).
+        env["VLLM_MEDIA_URL_ALLOW_REDIRECTS"] = "0"
     env.update(config.serving.extra_env)
     if config.rehearsing:
         # The simulator speaks the wire format of the profile's vLLM (e.g. 0.23.0 on ascend).
@@ -244,7 +229,8 @@ class VllmServer(pulumi.ComponentResource):
         opts: pulumi.ResourceOptions | None = None,
         *,
         secret_env: Mapping[str, pulumi.Output[str]] | None = None,
-        publish_on: str | None = None,
+        replica: str | None = None,
+        drain: pulumi.ResourceHook | None = None,
     ) -> None:
         """``serving``: :func:`render_serving`'s, rendered once per deployment.
 
@@ -252,8 +238,9 @@ class VllmServer(pulumi.ComponentResource):
         stores the whole ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env
         stays readable in the ``verified`` output and the fingerprint).
 
-        ``publish_on``: a replica's private address, where a front on another host reaches vLLM
-        (``serving.port`` on that address only, never all interfaces)."""
+
+        ``replica`` names it in the front's rotation (a label, read by ``drain``: the
+        ``before_delete`` hook that takes it out of rotation before Docker stops it)."""
         super().__init__("glm:serving:VllmServer", name, None, opts)
         c = serving.container
         self.network = docker.Network(
@@ -308,9 +295,6 @@ class VllmServer(pulumi.ComponentResource):
             ]
             if c.network_mode == "bridge"
             else None,
-            ports=[docker.ContainerPortArgs(internal=serving.port, external=serving.port, ip=publish_on)]
-            if publish_on
-            else None,
             restart=c.restart,
             # SIGTERM first: with vLLM's --shutdown-timeout, requests in flight finish while the
             # front sends new ones to the other replicas (SPEC §6: the default 0 kills them).
@@ -328,13 +312,22 @@ class VllmServer(pulumi.ComponentResource):
             labels=[
                 docker.ContainerLabelArgs(label="glm53.hardware", value=serving.hardware),
                 docker.ContainerLabelArgs(label="glm53.served-model", value=serving.served_name),
+                *([docker.ContainerLabelArgs(label=REPLICA_LABEL, value=replica)] if replica else []),
             ],
             wait=False,
             # A fixed container name cannot exist twice: remove the old one first.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                delete_before_replace=True,
+                hooks=pulumi.ResourceHookBinding(before_delete=[drain]) if drain else None,
+            ),
         )
         self.container_name = self.container.name
         self.network_name = self.network.name
         host = VLLM_NETWORK_ALIAS if c.network_mode == "bridge" else VLLM_HOST_GATEWAY
         self.upstream = f"{host}:{serving.port}"
+        # The fixed address needs no DNS: the front loads its config whether or not vLLM runs.
+        near = c.vllm_address if c.network_mode == "bridge" else VLLM_HOST_GATEWAY
+        self.address = f"{near}:{serving.port}"
+        """host:port where the front on this host reaches vLLM, without a name lookup."""
         self.register_outputs({"container_name": self.container_name, "network_name": self.network_name})

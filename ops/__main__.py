@@ -5,6 +5,7 @@
     scripts/ops.sh smoke   -s a800   # re-run the gate now, changing nothing (exit 1 on failure)
     scripts/ops.sh restart -s a800   # re-create the serving container (JIT cache kept, gate re-run)
     scripts/ops.sh debug   -s a800   # the serving container as a foreground `docker run --rm`
+    scripts/ops.sh rollback -s a800  # back to the last config whose gate passed (ops/rollback.py)
 
 Every command reads the stack's own config through the models and reaches its Docker host the way
 the program does (over SSH with the same user, key and pinned host key). Run through
@@ -25,7 +26,6 @@ from typing import Any
 
 from components.config import (
     CACHE_MOUNT_PATH,
-    GATE_METRICS_CLIENT,
     SECRET_KEYS,
     StackConfig,
     build_stack_config,
@@ -33,6 +33,7 @@ from components.config import (
 from components.gate.startup import is_error, milestone
 from components.target import docker_ssh_opts
 from components.vllm_server import render_argv, render_serving
+from ops.rollback import rollback
 
 ROOT = Path(__file__).resolve().parent.parent
 # The pulumi CLI with the project's environment; GLM_PULUMI points elsewhere (tests use a throwaway backend).
@@ -141,7 +142,7 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
     ]  # fmt: skip
     # The same source as the gate in `pulumi up`: the front's metrics route with the stack's key.
     metrics_url = config.smoke.metrics_url or outputs.get("metricsEndpoint")
-    metrics_key = None if config.smoke.metrics_url else generated_key(stack, GATE_METRICS_CLIENT)
+    metrics_key = None if config.smoke.metrics_url else gate_metrics_key(stack)
     if metrics_url:
         cmd += ["--metrics-url", metrics_url]
     if metrics_key:
@@ -150,17 +151,14 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
     return subprocess.run(cmd, env=env).returncode
 
 
-def generated_key(stack: str, client_name: str) -> str | None:
-    """A key the stack generated (components.secrets.GeneratedKey), from its state."""
-    state = json.loads(pulumi("stack", "export", "--show-secrets", stack=stack))
-    for resource in state.get("deployment", {}).get("resources") or []:
-        outputs = resource.get("outputs") or {}
-        key = outputs.get("key")
-        if isinstance(key, dict) and "plaintext" in key:  # a secret, as --show-secrets exports it
-            key = json.loads(key["plaintext"])
-        if outputs.get("client_name") == client_name and isinstance(key, str):
-            return key
-    return None
+def gate_metrics_key(stack: str) -> str | None:
+    """The gate's metrics key (a secret stack output): this one value, not the decrypted state."""
+    result = subprocess.run(
+        [*PULUMI, "stack", "output", "gateMetricsKey", "--show-secrets", "-s", stack],
+        capture_output=True,
+        text=True,
+    )
+    return (result.stdout.strip() or None) if result.returncode == 0 else None
 
 
 def restart(config: StackConfig, stack: str) -> int:
@@ -182,7 +180,8 @@ def restart(config: StackConfig, stack: str) -> int:
 def debug_run(config: StackConfig, image: str, deployed_argv: list[str], port: int = DEBUG_PORT) -> str:
     """The serving container as the seed's run_debug.sh: the deployed image and argv (stack outputs
     ``imageRef``, ``vllmArgs``), the same env and mounts; another port on loopback, ``--rm``, in the
-    foreground. Secret env is passed by name from your shell."""
+    foreground. ``glm:servingSecretEnv`` is left out: add its variables with ``-e NAME`` (Docker then
+    takes the value from your shell)."""
     argv = [a if not a.startswith("--port=") else f"--port={port}" for a in deployed_argv]
     # The same rendering as the deployed container (devices, mounts, env; none of the accelerator's
     # in a rehearsal).
@@ -214,13 +213,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="ops", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=["logs", "status", "smoke", "restart", "debug"])
+    parser.add_argument("command", choices=["logs", "status", "smoke", "restart", "debug", "rollback"])
     parser.add_argument("-s", "--stack", default="local")
     parser.add_argument("--no-follow", action="store_true", help="logs: print and exit")
     parser.add_argument(
         "--deadline", type=float, default=30, help="smoke: readiness wait in seconds (default 30)"
     )
     args = parser.parse_args(argv)
+    if args.command == "rollback":  # before reading the config: the current one may be what failed
+        # The local stack's config is the repository's Pulumi.local.yaml, unless GLM_PULUMI points
+        # the commands at another project (the tests).
+        tracked = (
+            ROOT / "Pulumi.local.yaml" if args.stack == "local" and not os.environ.get("GLM_PULUMI") else None
+        )
+        return rollback(args.stack, pulumi, PULUMI, tracked)
     config = stack_config(args.stack)
     if args.command == "logs":
         return logs(config, args.stack, follow=not args.no_follow)

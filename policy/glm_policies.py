@@ -155,15 +155,18 @@ def is_serving(resource: Resource) -> bool:
     )
 
 
-def binds_all_interfaces(ip: Any) -> bool:
-    """Docker publishes on every interface for no ip, ``0.0.0.0`` or ``::``.
+def binds_all_interfaces(host: Any) -> bool:
+    """Every spelling that makes a server (vLLM's ``--host``) or a Docker port listen on all
+    interfaces; the config's rules use this one too (components/config.py).
 
-    >>> [binds_all_interfaces(ip) for ip in (None, "", "0.0.0.0", "[::]", "127.0.0.1", "10.0.0.5")]
-    [True, True, True, True, False, False]
+    >>> [binds_all_interfaces(h) for h in (None, "", "0", "*", "::", "[::]", "0.0.0.0", "0.0.0.0/0")]
+    [True, True, True, True, True, True, True, True]
+    >>> [binds_all_interfaces(h) for h in ("127.0.0.1", "10.0.0.5", "172.17.0.1")]
+    [False, False, False]
     """
-    if ip is None or ip == "":
+    if host is None or str(host).strip() in ("", "0", "*"):
         return True
-    text = str(ip).strip().strip("[]").split("/")[0]
+    text = str(host).strip().strip("[]").split("/")[0]
     try:
         return ipaddress.ip_address(text).is_unspecified
     except ValueError:

@@ -23,4 +23,18 @@ done
 if [ "$stack" = local ]; then
   case ${1:-} in up | preview | destroy | refresh | config | import | watch) args+=(--config-file "$GLM_LOCAL_CONFIG") ;; esac
 fi
+# `destroy` runs the program: the serving containers' drain hook (components/rotation.py) is
+# registered by it, and the engine refuses to delete a resource whose hook it cannot find.
+if [ "${1:-}" = destroy ]; then args+=(--run-program); fi
+# The SSH commands (preflight, downloads) sign with an SSH agent, never with a key in the state
+# (components/target.py). Without an agent of the user's, one lives for this run only, and the
+# program adds the stack's identityFile to it.
+if [ -z "${SSH_AUTH_SOCK:-}" ] && command -v ssh-agent >/dev/null; then
+  eval "$(ssh-agent -s)" >/dev/null
+  export GLM_SSH_AGENT_FOR_RUN=1
+  status=0
+  pulumi "${args[@]}" || status=$?
+  ssh-agent -k >/dev/null
+  exit "$status"
+fi
 exec pulumi "${args[@]}"

@@ -21,7 +21,7 @@ import yaml
 
 PROJECT = Path(__file__).resolve().parent.parent
 # policy: the program applies the pack's images-pinned rule itself (components/config.py).
-COPIED = ["Pulumi.yaml", "__main__.py", "components", "images", "policy", "requirements.txt"]
+COPIED = ["Pulumi.yaml", "__main__.py", "components", "images", "ops", "policy", "requirements.txt"]
 PROVIDERS = ("docker", "command")
 
 
@@ -69,6 +69,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@functools.cache
+def ssh_agent() -> dict[str, str]:
+    """One ssh-agent for the test session, as ``scripts/pulumi.sh`` starts one for a run: the
+    program adds each stand-in host's identityFile to it (components/target.py); the SSH commands
+    sign with it and the state never holds a key. It ends with the session."""
+    import atexit
+    import re
+
+    started = subprocess.run(["ssh-agent", "-s"], capture_output=True, text=True, check=True).stdout
+    env = dict(re.findall(r"(SSH_AUTH_SOCK|SSH_AGENT_PID)=([^;]+);", started))
+    atexit.register(lambda: subprocess.run(["kill", env["SSH_AGENT_PID"]], capture_output=True))
+    return {**env, "GLM_SSH_AGENT_FOR_RUN": "1"}
+
+
 @dataclass(frozen=True)
 class LocalStack:
     container: str
@@ -109,6 +123,8 @@ class PulumiProject:
             PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION="true",
         )
         env.pop("PULUMI_CONFIG_PASSPHRASE_FILE", None)
+        if shutil.which("ssh-agent"):
+            env.update(ssh_agent())
         return env
 
     def run(

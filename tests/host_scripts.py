@@ -3,14 +3,16 @@ download): a weights folder, fake tools on PATH, a config whose weights are in `
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from components.config import StackConfig, build_stack_config
+from components.hardware import HardwareFacts
 from components.preflight import preflight_script
 from tests.conftest import TEST_HOST_KEY
+from tests.weights_folder import write_weights
 
 HOST = {
     "hosts": [
@@ -19,16 +21,9 @@ HOST = {
 }
 
 
-def weights(root: Path, shards: int = 2, missing: int = 0) -> Path:
-    folder = root / "GLM-5.3-Flash"
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text("{}")
-    names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
-    index = {"weight_map": {f"layer{i}.weight": name for i, name in enumerate(names)}}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    for name in names[missing:]:
-        (folder / name).write_bytes(b"\0")
-    return folder
+def weights(root: Path, shards: int = 2, missing: int = 0, gib: float = 306.0, **kwargs: Any) -> Path:
+    """The a800 profile's weights folder under ``root``: ``gib`` GiB (its ``weightsGib``), sparse."""
+    return write_weights(root / "GLM-5.3-Flash", gib, shards, missing, **kwargs)
 
 
 def fake_tool(bin_dir: Path, name: str, body: str) -> None:
@@ -57,8 +52,14 @@ def a800(tmp_path: Path, **overrides: object) -> StackConfig:
     )
 
 
-def preflight_of(config: StackConfig) -> str:
-    """The preflight script of ``config``'s hosts: the slices deployment.py gives ``Preflight``."""
+def preflight_of(config: StackConfig, facts: HardwareFacts | None = None, profile: str | None = None) -> str:
+    """The preflight script of ``config``'s hosts: the slices deployment.py gives ``Preflight``
+    (``facts``/``profile`` stand in for the profile's, for a card no profile is for)."""
     return preflight_script(
-        config.preflight, config.model, config.facts.accelerator, config.container.accelerators
+        config.preflight,
+        config.model,
+        facts or config.facts,
+        profile or config.hardware,
+        config.container.accelerators,
+        config.serving.gpu_memory_utilization,
     )

@@ -13,8 +13,6 @@ from tests.engine import PulumiProject
 from tests.standin_host import StandinHost
 
 IMAGES = ("glm53-local/python:bookworm", "glm53-local/nginx:bookworm", "glm53-local/prometheus:bookworm")
-SHUTDOWN_TIMEOUT = 20
-"""vLLM's ``--shutdown-timeout`` in these stacks; Docker's stop grace is 5 s more."""
 
 
 def load_images(hosts: list[StandinHost], directory: Path) -> None:
@@ -66,14 +64,15 @@ def init_stack(
             "glm:front.port": str(front_port),
             "glm:front.bindAddress": front.address,
             "glm:front.allowPlainHttp": "true",
+            # The load loop is one client at one address going as fast as it can: not what the
+            # front's default limits (docs/front-and-alerts.md "Limits") are for.
+            "glm:front.rateLimit.enabled": "false",
             # The stand-in hosts share this machine's file system: one weights folder serves all.
             "glm:model.hostDir": str(front.models_dir),
             "glm:container.name": f"glm53-multi-{stack}",
-            "glm:container.stopGraceSeconds": str(SHUTDOWN_TIMEOUT + 5),
         },
         secrets={"glm:apiKeys.e2e": api_key},
     )
-    # vLLM's graceful stop (SPEC §6), below Docker's stop grace.
-    serving = {"extraArgs": [f"--shutdown-timeout={SHUTDOWN_TIMEOUT}"]}
-    set_config(project, stack, "glm:serving", serving)
+    # The roll's settings are the defaults: the front drains a replica before it goes, and vLLM's
+    # --shutdown-timeout (stopGraceSeconds - 5) is only the second line.
     set_hosts(project, stack, hosts)

@@ -1,7 +1,7 @@
 """A stand-in GPU host for tests: its own address, sshd, Docker engine, fake accelerators and weights.
 
     with StandinHost.create() as host:       # or the ``standin_host`` pytest fixture
-        host.ssh("nvidia-smi", "-L")          # 8 fake A800s
+        host.present("rtx5090")               # its fake nvidia-smi shows 8 RTX 5090s
         host.docker("info")                   # the host's own engine, reached only over SSH
         host.load_image("nginx:1.27")         # docker save | docker -H ssh://… load
 
@@ -16,8 +16,9 @@ What it is made of (all under names and addresses this module owns):
 - a dockerd in the namespace (``nsenter --net``; ``ip netns exec`` remounts /sys and dockerd then
   fails on the devices cgroup), listening only on ``/run/glm-standin-N/docker.sock``; sshd's
   ``SetEnv DOCKER_HOST`` points ``docker system dial-stdio`` (what ``docker -H ssh://`` runs) at it;
-- fake ``nvidia-smi`` / ``npu-smi`` (8 cards, a driver) first on the SSH user's PATH, and a
-  weights folder (config.json, index, one shard) for each hardware profile.
+- fake ``nvidia-smi`` / ``npu-smi`` (8 cards of the profile under test, ``present``; a driver) and
+  NVIDIA's runtime hook first on the SSH user's PATH, and a weights folder (config.json, index, one
+  sparse shard of the profile's ``weightsGib``) for each hardware profile.
 
 Bounded: every subprocess has a timeout; a watchdog tears the host down when the test process dies
 or the lifetime runs out; teardown kills sshd, dockerd and the engine's containers (their cgroup),
@@ -45,11 +46,14 @@ from typing import IO
 
 import pytest
 
+from components.profiles import PROFILES
+from tests import weights_folder
+from tests.smi_fixtures import NvidiaSmi, apps_header_and_busy_line, idle_row, npu_smi_info
+
 PREFIX = "glm-standin"
 USER, UID = "glm", 20053
 SSH_PORT = 2222
 CARDS = 8
-DRIVER = "550.54.15"
 MAX_INSTANCES = 16
 DEFAULT_LIFETIME_S = 3600
 BASE = Path("/var/tmp")
@@ -58,19 +62,34 @@ CGROUP = Path("/sys/fs/cgroup")
 ENGINE_BRIDGE = "172.31.250.1/24"
 WEIGHT_FOLDERS = ("GLM-5.3-Flash", "GLM-5.3-Flash-w8a8", "GLM-5.3-Flash-NVFP4", "GLM-5.3-Flash-sim")
 
-NVIDIA_SMI = f"""#!/bin/sh
-# Stand-in for nvidia-smi: {CARDS} A800s and a driver, in the formats preflight reads.
-case "$*" in
-  -L) i=0; while [ $i -lt {CARDS} ]; do echo "GPU $i: NVIDIA A800-SXM4-80GB (UUID: GPU-standin-$i)"; i=$((i+1)); done ;;
-  *--query-gpu=driver_version*) i=0; while [ $i -lt {CARDS} ]; do echo {DRIVER}; i=$((i+1)); done ;;
-  *) echo "NVIDIA-SMI {DRIVER}   Driver Version: {DRIVER}   CUDA Version: 12.4 ({CARDS} GPUs, stand-in)" ;;
-esac
-"""
-NPU_SMI = f"""#!/bin/sh
-# Stand-in for npu-smi: {CARDS} 910B3 NPUs and a driver.
-[ "$1" = info ] || {{ echo "usage: npu-smi info" >&2; exit 1; }}
-echo "| npu-smi 23.0.6 (stand-in)   Version: 23.0.6 |"
-i=0; while [ $i -lt {CARDS} ]; do echo "| $i  910B3 | OK | 93.5 W | 0 / 65536 MB |"; i=$((i+1)); done
+# The fake tools answer the preflight's queries in the formats real hosts print (tests/smi_fixtures.py):
+# nvidia-smi's --query-gpu rows and --query-compute-apps csv like the real H200's, for the card of the
+# profile under test (``present``), with the real host's driver (new enough for every profile's CUDA);
+# npu-smi info as the real 8-NPU table, idle, named 910B3.
+DRIVER = idle_row()[4]
+GPUS = {
+    # nvidia-smi's name and memory.total (MiB) of the card, and its compute capability.
+    "a800": ("NVIDIA A800-SXM4-80GB", 81920, "8.0"),
+    "rtx5090": ("NVIDIA GeForce RTX 5090", 32607, "12.0"),
+}
+RESERVED_MIB = 616  # what the real H200's driver keeps (total - free when idle)
+
+
+def fake_nvidia_smi(hardware: str) -> NvidiaSmi:
+    """``CARDS`` idle cards of ``hardware``'s profile, in the real H200 rows' format."""
+    name, total, cc = GPUS[hardware]
+    header, _ = apps_header_and_busy_line()
+    rows = [
+        f"{i}, {name}, GPU-standin-{i}, 00000000:00:{6 + i:02X}.0, {DRIVER}, {total}, 0, {total - RESERVED_MIB}, {cc}"
+        for i in range(CARDS)
+    ]
+    return NvidiaSmi("\n".join(rows) + "\n", header + "\n")
+
+
+NPU_SMI = """#!/bin/sh
+# Stand-in for npu-smi: the real 8-NPU table (tests/smi_fixtures.py), idle, 910B3.
+[ "$1" = info ] || { echo "usage: npu-smi info" >&2; exit 1; }
+cat "$(dirname "$0")/npu-smi.info"
 """
 
 # Runs as root in the namespace's new mount namespace, then becomes sshd.
@@ -197,6 +216,12 @@ class StandinHost:
     @property
     def ssh_config(self) -> Path:
         return self.root / "client" / "ssh_config"
+
+    def present(self, hardware: str) -> None:
+        """Make the fake ``nvidia-smi`` show the cards of ``hardware``'s profile (a800 at creation;
+        the fake ``npu-smi`` always shows 910B3s, the ascend profile's)."""
+        if hardware in GPUS:
+            fake_nvidia_smi(hardware).install(self.root / "bin")
 
     @property
     def models_dir(self) -> Path:
@@ -401,8 +426,11 @@ class StandinHost:
         engine = {"deprecated-key-path": str(root / "server" / "engine-key.json")}
         (root / "server" / "daemon.json").write_text(json.dumps(engine) + "\n")
 
-        (root / "bin" / "nvidia-smi").write_text(NVIDIA_SMI)
+        self.present("a800")
         (root / "bin" / "npu-smi").write_text(NPU_SMI)
+        (root / "bin" / "npu-smi.info").write_text(npu_smi_info(chip="910B3", idle=True))
+        # Docker's --gpus needs NVIDIA's hook; the preflight looks for it (a rehearsal asks for no GPU).
+        (root / "bin" / "nvidia-container-runtime-hook").write_text("#!/bin/sh\nexit 0\n")
         (root / "server" / "sshd_config").write_text(
             "\n".join([
                 f"ListenAddress {self.address}:{self.ssh_port}",
@@ -418,7 +446,7 @@ class StandinHost:
                 f"PATH={root / 'bin'}:/usr/local/bin:/usr/bin:/bin",
             ]) + "\n"
         )  # fmt: skip
-        for tool in ("nvidia-smi", "npu-smi"):
+        for tool in ("npu-smi", "nvidia-container-runtime-hook"):
             (root / "bin" / tool).chmod(0o755)
 
         client = root / "client"
@@ -483,15 +511,9 @@ def link_private_network(hosts: list[StandinHost]) -> None:
 
 
 def write_weights(folder: Path) -> None:
-    """A weights folder the project's weights check accepts: config.json, an index, one shard."""
-    folder.mkdir(parents=True, exist_ok=True)
-    shard = "model-00001-of-00001.safetensors"
-    (folder / "config.json").write_text(
-        json.dumps({"architectures": ["GlmMoeForCausalLM"], "stand_in": True})
-    )
-    index = {"metadata": {"total_size": 8}, "weight_map": {"lm_head.weight": shard}}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    (folder / shard).write_bytes(b"\0" * 8)
+    """A weights folder the project's weights check accepts: the size of the profile that reads it."""
+    sizes = {p.defaults["model"]["directory"]: p.defaults["model"]["weightsGib"] for p in PROFILES.values()}
+    weights_folder.write_weights(folder, sizes[folder.name], shards=1)
 
 
 def _keygen(path: Path, comment: str) -> str:

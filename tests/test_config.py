@@ -238,7 +238,7 @@ def test_prometheus_durations_that_promtool_accepts_are_accepted(duration: str) 
 
 # ---- secrets, checked before anything is created (issues 11 item 3, 13 items 1, 5, 9) ---------
 
-GOOD_KEYS = {"ops": "sk-test-ops-fedcba9876543210"}
+GOOD_KEYS = {"ops": "sk-test-ops-cca224104c7a268a"}
 
 
 def with_secrets(
@@ -377,3 +377,141 @@ def test_tls_or_loopback_needs_no_opt_in() -> None:
         front={"tls": True}, secrets=SecretInputs(api_keys=GOOD_KEYS, tls_certificate=True, tls_key=True)
     )
     assert not any("plain HTTP" in w for w in config.advisories())
+
+
+# ---- hardening round 2 (issue 26) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "0123456789abcdef0123456789abcdef",
+        "passwordpassword1234",
+        "qwertyuiopasdfghjkl",
+        "sk-test-ci-0123456789abcdef",  # the tests' own key before issue 26
+    ],
+)
+def test_api_keys_that_an_estimator_guesses_are_refused(key: str) -> None:
+    """Each uses many distinct characters (the old frequency check passed them) and is a sequence,
+    a repeated word or a keyboard walk."""
+    with pytest.raises(ConfigError, match=r"glm:apiKeys\.ops is not random enough.*zxcvbn") as raised:
+        with_secrets(secrets=SecretInputs(api_keys={"ops": key}))
+    assert key not in str(raised.value)
+
+
+def test_keys_the_readme_command_makes_are_accepted() -> None:
+    import secrets as stdlib_secrets
+
+    for _ in range(50):  # `echo sk-$(openssl rand -hex 24)`
+        with_secrets(secrets=SecretInputs(api_keys={"ops": "sk-" + stdlib_secrets.token_hex(24)}))
+
+
+@pytest.mark.parametrize("docker_host", ["SSH://deploy@gpu01:2222", "Ssh://deploy@gpu01", "sSh://gpu01"])
+def test_ssh_in_any_case_needs_the_host_key_and_is_normalised(docker_host: str) -> None:
+    host = {"name": "gpu01", "dockerHost": docker_host}
+    with pytest.raises(ConfigError, match=r"glm:target\.hosts\[gpu01\]\.hostKey is not set"):
+        make("a800", target={"hosts": [host]})
+    config = make("a800", target={"hosts": [{**host, "hostKey": TEST_HOST_KEY}]})
+    assert config.target.host.docker_host.startswith("ssh://")
+    assert config.target.host.host_key_line == TEST_HOST_KEY
+
+
+@pytest.mark.parametrize("docker_host", ["tcp://10.0.0.5:2375", "gpu01", "http://gpu01:2375", "TCP://gpu01"])
+def test_docker_hosts_other_than_ssh_and_unix_are_refused(docker_host: str) -> None:
+    host = {"name": "gpu01", "dockerHost": docker_host, "hostKey": TEST_HOST_KEY}
+    with pytest.raises(ConfigError, match=r"neither ssh:// nor unix://.*Fix: ssh://\[user@\]host"):
+        make("a800", target={"hosts": [host]})
+    with pytest.raises(ConfigError, match=r"neither ssh:// nor unix://"):
+        build_stack_config(
+            {"hardware": "a800", "target": HOST, **PLAIN_HTTP_ACCEPTED}, docker_host=docker_host
+        )
+
+
+SEED_HOST_NETWORK = {
+    "container": {"privileged": True, "networkMode": "host"},
+    "serving": {"host": "172.17.0.1", "port": 8000},
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        (["--host=0"], "glm:serving.host"),
+        (["--host", "0"], "glm:serving.host"),
+        (["--hos=*"], "glm:serving.host"),  # argparse expands an unambiguous prefix
+        (["--port=8001"], "glm:serving.port"),
+        (["--api-key", "sk-deliberately-in-argv"], "glm:apiKeys"),
+        (["--served_model_name=gpt-4"], "glm:model.servedName"),
+        (["--compilation-config.cudagraph_mode=NONE"], "glm:serving.compilationConfig"),
+        (["-tp", "4"], "glm:serving.tensorParallelSize"),
+        (["--no-enable-prefix-caching"], "glm:serving.enablePrefixCaching"),
+        (["--allowed-media-domains", "169.254.169.254"], "glm:serving.allowedMediaDomains"),
+    ],
+)
+def test_extra_args_cannot_override_a_rendered_flag(extra: list[str], key: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        make("ascend", **deep_merge(SEED_HOST_NETWORK, {"serving": {"extraArgs": extra}}))
+    message = str(raised.value)
+    assert "glm:serving.extraArgs[0]" in message and f"set {key}" in message
+    assert "clashes" not in message  # the only problem is the extra argument
+    assert "sk-deliberately-in-argv" not in message
+
+
+def test_extra_args_the_config_does_not_render_pass() -> None:
+    extra = ["--sparse-mla-force-mqa", "--enable-lora"]
+    assert make("a800", serving={"extraArgs": extra}).serving.extra_args == extra
+    # vLLM's graceful stop is rendered now (stopGraceSeconds - 5): its own key, not extraArgs.
+    with pytest.raises(ConfigError, match=r"set glm:serving.shutdownTimeout instead"):
+        make("a800", serving={"extraArgs": ["--shutdown-timeout=20"]})
+
+
+def test_config_and_policy_share_one_all_interfaces_rule() -> None:
+    import components.config
+    import policy.glm_policies
+
+    assert components.config.binds_all_interfaces is policy.glm_policies.binds_all_interfaces
+    assert [policy.glm_policies.binds_all_interfaces(h) for h in ("0", "*", " ", "[::]")] == [True] * 4
+
+
+@pytest.mark.parametrize("where", ["env", "extraEnv"])
+@pytest.mark.parametrize("name", ["NAME=VLLM_TORCH_PROFILER_DIR", "1ST", "HF TOKEN", "A-B", ""])
+def test_env_names_that_are_not_posix_names_are_refused(where: str, name: str) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"glm:serving\.{where}\.{re.escape(repr(name))} is not an environment"
+    ):
+        make("a800", serving={where: {name: "/tmp"}})
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "10.0.0.5", "203.0.113.7", "::"])
+def test_prometheus_beyond_loopback_is_refused_without_the_opt_in(address: str) -> None:
+    with pytest.raises(ConfigError, match=r"glm:monitoring\.bindAddress=.*allowPublicBind: true"):
+        make("a800", monitoring={"bindAddress": address})
+    config = make("a800", monitoring={"bindAddress": address, "allowPublicBind": True})
+    assert any("glm:monitoring.allowPublicBind=true" in w for w in config.advisories())
+
+
+def test_prometheus_on_loopback_needs_no_opt_in() -> None:
+    for address in ("127.0.0.1", "localhost", "::1"):
+        assert not any(
+            "allowPublicBind" in w for w in make("a800", monitoring={"bindAddress": address}).advisories()
+        )
+
+
+def test_image_input_needs_a_media_allow_list() -> None:
+    """vLLM reads no (or an empty) --allowed-media-domains as `fetch any URL` (its docs: SSRF)."""
+    for domains in (None, []):
+        with pytest.raises(
+            ConfigError, match=r"limitMmPerPrompt=\{'image': 1\} without glm:serving\.allowedMediaDomains"
+        ):
+            make("ascend", serving={"allowedMediaDomains": domains})
+    with pytest.raises(ConfigError, match=r"'\*' is not a host name"):
+        make("ascend", serving={"allowedMediaDomains": ["*"]})
+    text_only = make(
+        "ascend", serving={"allowedMediaDomains": None, "limitMmPerPrompt": {"image": 0, "video": 0}}
+    )
+    assert text_only.serving.allowed_media_domains is None
+
+
+def test_image_input_on_a_vllm_older_than_the_allow_list_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"limitMmPerPrompt=\{'image': 1\} on vLLM 0.10.2"):
+        make("ascend", image={"vllmVersion": "0.10.2"})

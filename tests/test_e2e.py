@@ -18,7 +18,7 @@ from tests.engine import PulumiProject, engine_missing
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 
-API_KEY = "sk-e2e-0123456789abcdef0123"
+API_KEY = "sk-e2e-66d14f15d7d607446fcb"
 WEIGHTS = Path("/var/lib/glm53-local/models/GLM-5.3-Flash-sim")
 
 
@@ -54,7 +54,7 @@ def test_local_stack_lifecycle(project: PulumiProject) -> None:
         project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (one flag)")
         project.run("preview", "--expect-no-changes", "-s", "local")
     finally:
-        project.run("destroy", "--yes", "-s", "local", label="destroy", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "local", label="destroy", check=False)
     volume = subprocess.run(["docker", "volume", "inspect", cache_volume], capture_output=True)
     assert volume.returncode == 0, "destroy removed the JIT cache volume"
     assert (WEIGHTS / "config.json").exists(), "destroy touched the weights"

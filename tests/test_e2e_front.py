@@ -21,9 +21,9 @@ from tests.test_e2e import WEIGHTS
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 
-ALICE = "sk-e2e-alice-0123456789abcdef"
-BOB = "sk-e2e-bob-fedcba98765432100"
-SCRAPER = "sk-e2e-metrics-a1b2c3d4e5f60789"
+ALICE = "sk-e2e-alice-7009310eaadd6186"
+BOB = "sk-e2e-bob-cd4132411d6b2a3d1"
+SCRAPER = "sk-e2e-metrics-de21b37248bdbfc1"
 
 
 def _container_id(name: str) -> str:
@@ -83,6 +83,6 @@ def test_front_only_changes_reload_in_place(tmp_path_factory: pytest.TempPathFac
         state = json.loads(project.run("stack", "export", "-s", "local"))
         assert all(secret not in json.dumps(state) for secret in (ALICE, BOB, SCRAPER))
     finally:
-        project.run("destroy", "--yes", "-s", "local", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "local", check=False)
         subprocess.run(["docker", "volume", "rm", f"{container}-jit-cache"], capture_output=True)
     print("e2e front timings (s):", {k: round(v, 1) for k, v in project.timings.items()})

@@ -16,7 +16,7 @@ from tests.engine import PulumiProject, core_engine_missing
 
 pytestmark = pytest.mark.skipif(core_engine_missing() is not None, reason=str(core_engine_missing()))
 
-KEY = "sk-engine-config-0123456789abcdef"
+KEY = "sk-engine-config-df6f703306634415"
 
 
 @pytest.fixture(scope="module")

@@ -122,8 +122,9 @@ def test_each_host_gets_its_own_provider_preflight_volume_and_container(three: D
     }
     # The front's host keeps the one-host names (a stack that grows replaces nothing there).
     assert names(three, CONTAINER) == [
-        "a800-front-nginx", "a800-gpu02-serving-vllm", "a800-gpu03-serving-vllm",
-        "a800-monitoring-prometheus", "a800-semantic-probe-container", "a800-serving-vllm",
+        "a800-front-nginx", "a800-gpu02-guard-nginx", "a800-gpu02-serving-vllm", "a800-gpu03-guard-nginx",
+        "a800-gpu03-serving-vllm", "a800-monitoring-prometheus", "a800-semantic-probe-container",
+        "a800-serving-vllm",
     ]  # fmt: skip
     assert names(three, "docker:index/volume:Volume") == [
         "a800-gpu02-model-jit-cache", "a800-gpu03-model-jit-cache", "a800-model-jit-cache",
@@ -138,30 +139,43 @@ def test_each_host_gets_its_own_provider_preflight_volume_and_container(three: D
     assert checks["a800-preflight-check"]["connection"]["host"] == "10.0.0.11"
 
 
-def test_vllm_is_published_on_the_replica_hosts_private_address_only(three: Deployment) -> None:
+def test_a_replica_is_published_only_through_its_guard_on_its_private_address(three: Deployment) -> None:
     containers = {r.name: unwrap(r.inputs) for r in three.of_type(CONTAINER)}
-    assert containers["a800-gpu02-serving-vllm"]["ports"] == [
-        {"internal": 8000, "external": 8000, "ip": "10.0.0.12"}
+    assert containers["a800-gpu02-guard-nginx"]["ports"] == [
+        {"internal": 8080, "external": 8000, "ip": "10.0.0.12"}
     ]
-    assert containers["a800-gpu03-serving-vllm"]["ports"] == [
-        {"internal": 8000, "external": 8000, "ip": "10.0.0.13"}
+    assert containers["a800-gpu03-guard-nginx"]["ports"] == [
+        {"internal": 8080, "external": 8000, "ip": "10.0.0.13"}
     ]
-    # The front host's replica stays on its private Docker network.
-    assert "ports" not in containers["a800-serving-vllm"]
+    # vLLM itself publishes nothing, on any host; without TLS the front's own replica needs no guard.
+    assert all("ports" not in c for name, c in containers.items() if name.endswith("serving-vllm"))
+    assert "a800-guard-nginx" not in containers
     # Docker stops each with a grace, so requests in flight can finish (SPEC §6: default 0 kills).
     assert {containers[n]["destroyGraceSeconds"] for n in containers if n.endswith("serving-vllm")} == {30}
 
 
-def test_the_front_balances_across_every_replica(three: Deployment) -> None:
+def test_the_front_balances_across_the_replicas_its_rotation_admitted(three: Deployment) -> None:
     conf = unwrap(three.one(GATE, "front-config").inputs)["nginx_conf"]
+    # No replica in the front's own config: each gate admits its replica by a fixed address, so the
+    # front loads without any engine up (no DNS name to resolve).
     assert (
         "    upstream vllm {\n"
-        "        server vllm:8000 max_fails=2 fail_timeout=30s;\n"
-        "        server 10.0.0.12:8000 max_fails=2 fail_timeout=30s;\n"
-        "        server 10.0.0.13:8000 max_fails=2 fail_timeout=30s;\n"
+        "        server 127.0.0.1:9 down;\n"
+        "        include /etc/nginx/glm/rotation/upstream.con[f];\n"
         "        keepalive 32;\n"
     ) in conf
     assert "proxy_next_upstream error timeout non_idempotent;" in conf
+    gates = {r.name: unwrap(r.inputs) for r in three.of_type(GATE) if r.name.endswith("replica-gate")}
+    vllm = build_stack_config(
+        {"hardware": "a800", "target": target(*THREE), **PLAIN_HTTP}
+    ).container.vllm_address
+    assert {g["host"]: g["address"] for g in gates.values()} == {
+        "gpu01": f"{vllm}:8000",
+        "gpu02": "10.0.0.12:8000",
+        "gpu03": "10.0.0.13:8000",
+    }
+    assert {g["front"]["container"] for g in gates.values()} == {"glm53-flash-a800-8008-nginx"}
+    assert {g["grace_seconds"] for g in gates.values()} == {30}
 
 
 def test_prometheus_scrapes_every_replica_with_a_host_label(three: Deployment) -> None:
@@ -172,6 +186,13 @@ def test_prometheus_scrapes_every_replica_with_a_host_label(three: Deployment) -
         {"targets": ["10.0.0.12:8000"], "labels": {"host": "gpu02"}},
         {"targets": ["10.0.0.13:8000"], "labels": {"host": "gpu03"}},
     ]
+    # The replicas answer only the replica key (their guards); vLLM on the front's host ignores it.
+    job = yaml.safe_load(uploads[0]["content"])["scrape_configs"][0]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": "/etc/prometheus/replica-key"}
+    assert "scheme" not in job  # plain HTTP on the private network without glm:front.tls
+    assert [u["file"] for u in uploads] == [
+        "/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml", "/etc/prometheus/replica-key",
+    ]  # fmt: skip
     rules = yaml.safe_load(uploads[1]["content"])["groups"][0]["rules"]
     vllm_rules = [r for r in rules if r["alert"].startswith("Vllm")]  # the probe's are per stack
     assert vllm_rules and all(
@@ -202,29 +223,45 @@ def dependencies(deployment: Deployment, name: str) -> list[str]:
     return sorted(d._name for d in (opts.depends_on or []))  # type: ignore[union-attr]
 
 
-def test_replicas_roll_one_host_after_the_other_and_the_front_waits_for_every_gate(three: Deployment) -> None:
+def test_replicas_roll_one_host_after_the_other_and_the_front_waits_for_no_engine(three: Deployment) -> None:
     assert "a800-replica" in dependencies(three, "a800-gpu02-serving")
     assert "a800-gpu02-replica" in dependencies(three, "a800-gpu03-serving")
     assert not any("replica" in d for d in dependencies(three, "a800-serving"))
+    # A key can be revoked while every engine is down: the front waits for none of them.
+    assert not any("serving" in d or "replica" in d for d in dependencies(three, "a800-front"))
+    # The gate through the front runs once every replica is back in rotation.
     assert {"a800-replica", "a800-gpu02-replica", "a800-gpu03-replica"} <= set(
-        dependencies(three, "a800-front")
+        dependencies(three, "a800-smoke")
     )
 
 
-def test_one_host_stacks_render_no_replica_gate_and_the_one_host_front(
-    deployed: dict[str, Deployment],
-) -> None:
+def test_every_serving_container_is_drained_from_the_front_before_it_goes(three: Deployment) -> None:
+    containers = {
+        r.name: unwrap(r.inputs) for r in three.of_type(CONTAINER) if r.name.endswith("serving-vllm")
+    }
+    assert {
+        name: next(item["value"] for item in c["labels"] if item["label"] == "glm53.replica")
+        for name, c in containers.items()
+    } == {
+        "a800-serving-vllm": "gpu01",
+        "a800-gpu02-serving-vllm": "gpu02",
+        "a800-gpu03-serving-vllm": "gpu03",
+    }
+    for name in containers:
+        hooks = three.options[name].hooks
+        assert hooks is not None and [h.name for h in hooks.before_delete or []] == ["glm53-drain-replica"]
+
+
+def test_one_host_stacks_gate_their_replica_before_the_front(deployed: dict[str, Deployment]) -> None:
     for deployment in deployed.values():
-        assert [r.name for r in deployment.of_type(GATE) if r.name.endswith("-gate")] == [
-            f"{deployment.one(GATE, '-smoke-gate').name}"
-        ]
-        conf = unwrap(deployment.one(GATE, "front-config").inputs)["nginx_conf"]
-        assert "max_fails" not in conf and "proxy_next_upstream" not in conf
+        gates = sorted(r.name for r in deployment.of_type(GATE) if r.name.endswith("-gate"))
+        smoke = deployment.one(GATE, "-smoke-gate").name
+        assert gates == sorted([smoke, smoke.replace("-smoke-gate", "-replica-gate")])
 
 
 # ---- the real tools ------------------------------------------------------------------------------
 
-KEYS = {"ci": "sk-test-ci-0123456789abcdef"}
+KEYS = {"ci": "sk-test-ci-0a6e93030124c2b3"}
 
 
 def test_nginx_accepts_a_front_with_three_replicas(tmp_path: Path) -> None:
@@ -301,7 +338,7 @@ def annotations(config: Any, labels: dict[str, str]) -> dict[str, str]:
 
 
 def test_a_failing_replica_names_its_host() -> None:
-    from components.gate.checks import GateFailure
+    from components.provider_errors import OperatorError
     from components.replica_gate import run_replica_gate
     from tests.engine import free_port
 
@@ -315,7 +352,53 @@ def test_a_failing_replica_names_its_host() -> None:
         "host": "gpu02",
         "api_key": KEYS["ci"],
     }
-    with pytest.raises(
-        GateFailure, match=r"the replica on host 'gpu02' \(glm:target.hosts\[gpu02\]\): not ready"
-    ):
-        run_replica_gate(props, settle=False)
+    props["front"] = {"docker_host": "unix:///nonexistent.sock", "ssh": None, "container": "glm53-no-front"}
+    with pytest.raises(OperatorError) as failed:
+        run_replica_gate(props)
+    message = str(failed.value)
+    assert message.startswith("the replica on host 'gpu02' failed its gate at step 'readiness': not ready"), (
+        message
+    )
+    assert "The roll stopped here; no other host was touched" in message and "make rollback" in message
+
+
+# ---- the policy pack ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_a_multi_host_stack_passes_the_policy_pack(tls: bool) -> None:
+    """Issue 22: every replica off the front's host published vLLM's port, so the pack's
+    no-public-serving-port refused every multi-host stack. Now only guards publish, on one address."""
+    import policy.glm_policies as gp
+    from policy.glm_policies import Resource
+    from tests.test_nginx_front import self_signed
+
+    secrets: dict[str, Any] = {}
+    front: dict[str, Any] = {"allowPlainHttp": True}
+    if tls:
+        cert, key = self_signed()
+        secrets = {"glm:tlsCertificate": cert.decode(), "glm:tlsKey": key.decode()}
+        front = {"tls": True}
+    deployment = run_program(
+        "a800", overrides={"glm:target": target(*THREE), "glm:front": front}, secrets=secrets
+    )
+    resources = [
+        Resource(r.type, r.name, gp.normalize(r.inputs), urn=f"urn:pulumi:a800::glm::{r.type}::{r.name}")
+        for r in deployment.resources
+    ]
+    rules = [r for r in gp.RULES if r.name != "volumes-retained"]
+    assert [(rule.name, m) for res in resources for rule in rules for m in rule.check(res, {})] == []
+    guards = sorted(r.name for r in deployment.of_type(CONTAINER) if r.name.endswith("guard-nginx"))
+    # With TLS the front's own replica is guarded too (one upstream, one scheme), publishing nothing.
+    assert guards == (
+        ["a800-gpu02-guard-nginx", "a800-gpu03-guard-nginx"] + (["a800-guard-nginx"] if tls else [])
+    )
+    conf = unwrap(deployment.one(GATE, "front-config").inputs)["nginx_conf"]
+    assert "include replica-guard-auth.conf;" in conf
+    assert ("proxy_pass https://vllm/v1/chat/completions;" in conf) is tls
+
+
+def test_several_hosts_without_tls_need_the_plain_http_opt_in() -> None:
+    """Between hosts the front carries prompts and the replica key: in clear only when accepted."""
+    message = refused(target(*THREE), front={"bindAddress": "127.0.0.1"})
+    assert "3 hosts without glm:front.tls" in message and "glm:front.allowPlainHttp: true" in message

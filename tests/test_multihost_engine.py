@@ -1,12 +1,16 @@
 """Several stand-in GPU hosts in one stack, on the real engine (skipped, with the reason, without it).
 
-One lifecycle, in order: ``up`` with two hosts (a gate per replica, then the front's) → no-op
-preview → a third host is one list entry: the preview plans only its resources and the front's
-(and Prometheus') config → ``up`` → one vLLM flag for every replica rolls host by host while a
-bounded load loop runs through the front (short and streaming requests): no request may fail →
-removing a host takes it out of the front before its container goes → destroy.
+The lifecycle, in order: ``up`` with two hosts (a gate per replica, then the front's) → no-op
+preview → one vLLM flag rolls over the 2 hosts under load → a third host is one list entry: the
+preview plans only its resources (and Prometheus' config) → ``up`` → one flag rolls over the 3
+hosts under load → each replica's engine port, probed from another host, answers only the
+replica key → removing a host takes it out of the front's rotation before its container goes →
+destroy. The failure path: a version that answers wrongly rolls out under load; ``up`` fails
+naming the host, no client gets a wrong answer or an error, and ``make rollback`` restores it.
 
-Figures (timings, load loop) are printed; ``GLM_MULTIHOST_REPORT=path`` also writes them as JSON.
+Every load loop checks every answer (13x17 → 221 in the short requests, ``[DONE]`` in the
+streams) with the stack's defaults for the roll (stop grace, shutdown timeout). Figures are printed;
+``GLM_MULTIHOST_REPORT=path`` also writes them as JSON.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +30,7 @@ import httpx
 import pytest
 
 from tests.engine import PulumiProject, engine_missing
-from tests.multihost import init_stack, load_images, set_hosts
+from tests.multihost import init_stack, load_images, set_config, set_hosts
 from tests.standin_host import StandinHost, link_private_network, unavailable_reason
 
 pytestmark = pytest.mark.skipif(
@@ -32,7 +38,7 @@ pytestmark = pytest.mark.skipif(
     reason=str(engine_missing() or unavailable_reason()),
 )
 
-API_KEY = "sk-multihost-0123456789abcdef01"
+API_KEY = "sk-multihost-97b4f1e3ef97eef652"
 FRONT_PORT = 18480
 LOAD_MAX_REQUESTS = 8000
 LOAD_MAX_SECONDS = 600.0
@@ -65,6 +71,9 @@ class LoadLoop:
         self.lock = threading.Lock()
         self.sent = 0
         self.failures: list[str] = []
+        self.wrong: list[str] = []
+        self.cut_streams = 0
+        self.answered = 0
         self.latencies: list[float] = []
         self.threads = [
             threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(LOAD_WORKERS)
@@ -97,10 +106,12 @@ class LoadLoop:
             while self._claim():
                 n += 1
                 stream = n % 2 == 0
+                prompt = f"Count to twenty. ({worker}-{n})" if stream else "What is 13*17?"
                 body = {
                     "model": "glm-5.3-flash",
-                    "messages": [{"role": "user", "content": f"Count to twenty. ({worker}-{n})"}],
-                    "max_tokens": 24 if stream else 4,
+                    "messages": [{"role": "user", "content": prompt}],
+                    "max_tokens": 24 if stream else 256,
+                    "temperature": 0,
                     "stream": stream,
                 }
                 started = time.monotonic()
@@ -110,9 +121,13 @@ class LoadLoop:
                     error = f"{type(err).__name__}: {err}"
                 with self.lock:
                     self.ended = time.monotonic()
-                    if error:
+                    if error and error.startswith("wrong answer"):
+                        self.wrong.append(error)
+                    elif error:
                         self.failures.append(f"{'stream' if stream else 'short'}: {error}")
+                        self.cut_streams += error == "stream ended without [DONE]"
                     else:
+                        self.answered += 1
                         self.latencies.append(time.monotonic() - started)
 
     def _one(self, client: httpx.Client, body: dict[str, Any], stream: bool) -> str | None:
@@ -120,12 +135,13 @@ class LoadLoop:
         if not stream:
             resp = client.post(url, json=body)
             if resp.status_code != 200:
-                return f"HTTP {resp.status_code} {resp.text[:120]}"
-            return None if resp.json()["choices"][0]["message"] else "no message"
+                return f"HTTP {resp.status_code} {resp.text[:160]}"
+            content = str(resp.json()["choices"][0]["message"].get("content") or "").strip()
+            return None if content == "221" else f"wrong answer {content!r}"
         with client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
                 resp.read()
-                return f"HTTP {resp.status_code} {resp.text[:120]}"
+                return f"HTTP {resp.status_code} {resp.text[:160]}"
             done = any(line.strip() == "data: [DONE]" for line in resp.iter_lines())
             return None if done else "stream ended without [DONE]"
 
@@ -135,14 +151,66 @@ class LoadLoop:
         return {
             "sent": self.sent,
             "seconds": round(self.ended - self.started, 1),
+            "answered_right": self.answered,
+            "wrong_answers": len(self.wrong),
             "failed": len(self.failures),
+            "cut_streams": self.cut_streams,
             "p50_ms": round(ordered[len(ordered) // 2] * 1000, 1) if ordered else None,
             "p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
             "first_failures": self.failures[:5],
+            "first_wrong": self.wrong[:3],
         }
 
 
 # ---- the lifecycle --------------------------------------------------------------------------------
+
+
+def roll_under_load(
+    project: PulumiProject, stack: str, hosts: list[StandinHost], container: str, label: str
+) -> tuple[dict[str, Any], str]:
+    """``up`` while the load loop runs (from 3 s before to 3 s after); the figures, the order in
+    which the replicas were replaced and when each replacement began."""
+    replicas = {h.name: (h, container) for h in hosts}
+    with ContainerWatch(replicas) as watch, LoadLoop(project.outputs(stack)["endpoint"]) as load:
+        time.sleep(3)
+        out = project.run(
+            "up", "--yes", "--skip-preview", "-s", stack, label=label, timeout=1800, check=False
+        )
+        time.sleep(3)
+    figures = load.figures()
+    # The loop ran from 3 s before the up to 3 s after it (not cut short by its request bound).
+    assert figures["seconds"] >= project.timings[label] + 5, figures
+    figures["replaced_in_order"] = watch.order()
+    if watch.changes:
+        first = watch.first_change(watch.order()[0])
+        figures["replacement_started_s"] = [round(watch.first_change(n) - first, 1) for n in watch.order()]
+    figures["up_s"] = round(project.timings[label], 1)
+    print(f"{label} under load:", json.dumps(figures))
+    return figures, out
+
+
+def replica_key(project: PulumiProject, stack: str) -> str:
+    """The stack's generated replica key, from its state (decrypted for the test only)."""
+    state = json.loads(project.run("stack", "export", "--show-secrets", "-s", stack))
+    resource = next(r for r in state["deployment"]["resources"] if r["urn"].endswith("::local-replica-key"))
+    key = resource["outputs"]["key"]
+    # A secret in an exported state: {"<signature>": "<secret sig>", "plaintext": "<JSON of the value>"}.
+    return str(json.loads(key["plaintext"]) if isinstance(key, dict) else key)
+
+
+def engine_port_status(from_host: StandinHost, url: str, key: str | None) -> str:
+    """GET ``url`` from inside ``from_host``'s namespace (another machine of the private network)."""
+    code = (
+        "import sys, urllib.request, urllib.error\n"
+        "req = urllib.request.Request(sys.argv[1])\n"
+        "if len(sys.argv) > 2: req.add_header('Authorization', 'Bearer ' + sys.argv[2])\n"
+        "try:\n    print(urllib.request.urlopen(req, timeout=5).status)\n"
+        "except urllib.error.HTTPError as err:\n    print(err.code)\n"
+        "except OSError as err:\n    print(type(err).__name__)\n"
+    )
+    argv = ["nsenter", f"--net=/var/run/netns/{from_host.name}", sys.executable, "-c", code, url]
+    done = subprocess.run([*argv, *([key] if key else [])], capture_output=True, text=True, timeout=30)
+    return done.stdout.strip() or done.stderr.strip()[-200:]
 
 
 def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> None:
@@ -150,6 +218,7 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
     stack = "local"
     figures: dict[str, Any] = {}
     init_stack(project, stack, hosts[:2], API_KEY, FRONT_PORT)
+    container = f"glm53-multi-{stack}"
     try:
         project.run("up", "--yes", "--skip-preview", "-s", stack, label="up (2 hosts, cold)", timeout=1800)
         outputs = project.outputs(stack)
@@ -158,60 +227,77 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
             assert results["host"] == name and results["kv_pool_tokens"] >= 32768, results
             assert "front_auth" not in results["steps_run"] and "streaming" in results["steps_run"]
         assert "front_auth" in outputs["smoke"]["steps_run"]
-        endpoint = outputs["endpoint"]
-        container = f"glm53-multi-{stack}"
         project.run("preview", "--expect-no-changes", "-s", stack, label="preview (2 hosts, no-op)")
 
-        # Adding a host is one list entry: only its resources, the front's config (a graceful
-        # reload), Prometheus' config (its files are uploads: the container is replaced) and the
-        # front's gate.
+        # One vLLM flag over 2 hosts, under load, with the roll's default settings.
+        project.run("config", "set", "--path", "glm:serving.maxNumSeqs", "6", "-s", stack)
+        diff = project.run("preview", "--diff", "-s", stack)
+        assert f"step 2 of the roll {hosts[0].name} -> {hosts[1].name}" in diff
+        assert "Expected requests dropped: 0" in diff
+        figures["roll_2_hosts"], out = roll_under_load(
+            project, stack, hosts[:2], container, "up (rolling, 2 hosts)"
+        )
+        assert "error:" not in out, out[-3000:]
+
+        # Adding a host is one list entry: only its resources, Prometheus' config (its files are
+        # uploads: the container is replaced) and the front's gate; the front's config is untouched
+        # (the new replica joins its rotation once its gate passed).
         set_hosts(project, stack, hosts)
         plan = changed(project, stack)
         new = hosts[2].name
         others = {k: v for k, v in plan.items() if new not in k and k != f"{new}-docker"}
-        assert others == {
-            "local-front-config": "update",
-            "local-monitoring-prometheus": "replace",
-            "local-smoke-gate": "update",
-        }, plan
+        assert others == {"local-monitoring-prometheus": "replace", "local-smoke-gate": "update"}, plan
         assert all(op == "create" for k, op in plan.items() if k not in others), plan
         project.run("up", "--yes", "--skip-preview", "-s", stack, label="up (add 3rd host)", timeout=1800)
         project.run("preview", "--expect-no-changes", "-s", stack, label="preview (3 hosts, no-op)")
 
         # One vLLM flag for every replica: they roll one host at a time under load.
-        project.run("config", "set", "--path", "glm:serving.maxNumSeqs", "6", "-s", stack)
+        project.run("config", "set", "--path", "glm:serving.maxNumSeqs", "5", "-s", stack)
         plan = changed(project, stack)
         assert {k for k, op in plan.items() if op == "replace"} == {
             "local-serving-vllm",
             f"local-{hosts[1].name}-serving-vllm",
             f"local-{new}-serving-vllm",
         }, plan
-        replicas = {h.name: (h, container) for h in hosts}
-        with ContainerWatch(replicas) as watch, LoadLoop(endpoint) as load:
-            time.sleep(3)
-            project.run(
-                "up", "--yes", "--skip-preview", "-s", stack, label="up (rolling, 3 hosts)", timeout=1800
-            )
-            time.sleep(3)
-        figures["rolling"] = load.figures()
-        # The loop ran from 3 s before the up to 3 s after it (not cut short by its request bound).
-        assert figures["rolling"]["seconds"] >= project.timings["up (rolling, 3 hosts)"] + 5, figures
-        figures["rolling"]["replaced_in_order"] = watch.order()
-        starts = [round(watch.first_change(h.name) - watch.first_change(hosts[0].name), 1) for h in hosts]
-        figures["rolling"]["replacement_started_s"] = starts
-        print("rolling update under load:", json.dumps(figures["rolling"]))
-        assert watch.order() == [h.name for h in hosts], watch.changes
+        figures["roll_3_hosts"], out = roll_under_load(
+            project, stack, hosts, container, "up (rolling, 3 hosts)"
+        )
+        assert "error:" not in out, out[-3000:]
+        project.run("preview", "--expect-no-changes", "-s", stack)
 
-        # Removing a host: the front's live config drops it first (a graceful reload, the front
-        # container stays), then the host's container goes.
+        # Each replica's engine port, from another host of the private network: the guard answers
+        # only the stack's replica key.
+        key = replica_key(project, stack)
+        ports = {}
+        for target in hosts[1:]:
+            url = f"http://{target.address}:8000/v1/models"
+            ports[target.name] = {
+                "no key": engine_port_status(hosts[0], url, None),
+                "an API key": engine_port_status(hosts[0], url, API_KEY),
+                "the replica key": engine_port_status(hosts[0], url, key),
+                "/tokenize with it": engine_port_status(
+                    hosts[0], f"http://{target.address}:8000/tokenize", key
+                ),
+            }
+        figures["engine_ports"] = ports
+        print("engine ports from another host:", json.dumps(ports))
+        assert all(
+            p == {"no key": "401", "an API key": "401", "the replica key": "200", "/tokenize with it": "404"}
+            for p in ports.values()
+        ), ports
+
+        # Removing a host: it leaves the front's rotation first (drained; the front's container and
+        # config stay), then the host's container goes.
         set_hosts(project, stack, hosts[:2])
         front_id = (
             hosts[0].docker("ps", "-q", "--no-trunc", "--filter", f"name=^{container}-nginx$").stdout.strip()
         )
 
         def front_lists_the_leaving_host() -> str:
-            conf = hosts[0].docker("exec", f"{container}-nginx", "cat", "/etc/nginx/glm/current/nginx.conf")
-            return "listed" if f"server {hosts[2].address}:" in conf.stdout else "unlisted"
+            rotation = hosts[0].docker(
+                "exec", f"{container}-nginx", "cat", "/etc/nginx/glm/rotation/upstream.conf"
+            )
+            return "listed" if f"server {hosts[2].address}:" in rotation.stdout else "unlisted"
 
         leaving = {"front": front_lists_the_leaving_host, "leaving": (hosts[2], container)}
         with ContainerWatch(leaving) as watch:
@@ -224,13 +310,64 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
             == front_id
         )
         project.run("preview", "--expect-no-changes", "-s", stack)
-        assert figures["rolling"]["failed"] == 0, figures["rolling"]
+        for roll in ("roll_2_hosts", "roll_3_hosts"):
+            got = figures[roll]
+            assert got["replaced_in_order"] == [
+                h.name for h in hosts[: 2 if roll == "roll_2_hosts" else 3]
+            ], got
+            assert (got["failed"], got["cut_streams"], got["wrong_answers"]) == (0, 0, 0), got
     finally:
-        project.run("destroy", "--yes", "-s", stack, label="destroy", check=False, timeout=1800)
+        project.run(
+            "destroy", "--yes", "--run-program", "-s", stack, label="destroy", check=False, timeout=1800
+        )
         figures["timings_s"] = {k: round(v, 1) for k, v in project.timings.items()}
         print("multihost figures:", json.dumps(figures))
         if os.environ.get("GLM_MULTIHOST_REPORT"):
             Path(os.environ["GLM_MULTIHOST_REPORT"]).write_text(json.dumps(figures, indent=2))
+
+
+def test_a_version_that_answers_wrongly_never_serves_and_rollback_restores(
+    hosts: list[StandinHost], tmp_path: Path
+) -> None:
+    project = PulumiProject.copy_of_repo(tmp_path / "glm")
+    stack = "local"
+    init_stack(project, stack, hosts[:2], API_KEY, FRONT_PORT)
+    container = f"glm53-multi-{stack}"
+    figures: dict[str, Any] = {}
+    try:
+        project.run("up", "--yes", "--skip-preview", "-s", stack, label="up (2 hosts, cold)", timeout=1800)
+        # The simulator's wrong-answer fault: 13x17 comes back 222 from the new version.
+        set_config(project, stack, "glm:serving", {"extraEnv": {"VLLM_SIM_FAULT": "wrong-answer"}})
+        figures["bad_roll"], out = roll_under_load(project, stack, hosts[:2], container, "up (wrong answers)")
+        # Named: the host, the step, what came back, what to do; and no Python traceback.
+        assert f"the replica on host '{hosts[0].name}' failed its gate at step 'arithmetic'" in out, out[
+            -3000:
+        ]
+        assert "got '222'" in out and "make rollback" in out and "Traceback" not in out, out[-3000:]
+        got = figures["bad_roll"]
+        # The roll stopped at the first host; the second was never touched.
+        assert got["replaced_in_order"] == [hosts[0].name], got
+        assert (got["wrong_answers"], got["failed"], got["cut_streams"]) == (0, 0, 0), got
+
+        # The way back, in one command, timed.
+        started = time.monotonic()
+        back = subprocess.run(
+            [sys.executable, "-m", "ops", "rollback", "-s", stack],
+            cwd=project.root, env={**project.env, "GLM_PULUMI": "pulumi --non-interactive"},
+            capture_output=True, text=True, timeout=1800,
+        )  # fmt: skip
+        figures["rollback_s"] = round(time.monotonic() - started, 1)
+        assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+        assert "glm:serving back to the last version that passed its gate: removed" in back.stdout
+        with LoadLoop(project.outputs(stack)["endpoint"]) as load:
+            time.sleep(5)
+        figures["after_rollback"] = load.figures()
+        assert figures["after_rollback"]["answered_right"] > 0, figures
+        assert (figures["after_rollback"]["wrong_answers"], figures["after_rollback"]["failed"]) == (0, 0)
+        project.run("preview", "--expect-no-changes", "-s", stack)
+    finally:
+        project.run("destroy", "--yes", "--run-program", "-s", stack, check=False, timeout=1800)
+        print("wrong-answer roll figures:", json.dumps(figures))
 
 
 class ContainerWatch:

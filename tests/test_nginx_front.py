@@ -58,7 +58,7 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 SERVED = "glm-5.3-flash"
 GPU_HOST = {"hosts": [{"name": "gpu01", "dockerHost": "ssh://deploy@gpu01", "hostKey": TEST_HOST_KEY}]}
 HARDWARE = list(PROFILES)
-KEYS = {"alice": "sk-alice-0123456789abcdef0123", "bob": "sk-bob.+/~_-fedcba9876543210=="}
+KEYS = {"alice": "sk-alice-1403f1510d19d5295321", "bob": "sk-bob.+/~_-0d08fac0336e7974=="}
 METRICS = {"prom": "sk-prom-metrics-4d5e6f7a8b9c0d1e"}
 ARITHMETIC = [{"role": "user", "content": "What is 13×17? Answer with the number only."}]
 
@@ -243,7 +243,9 @@ def test_rendered_conf_has_the_seed_directives(hardware: str) -> None:
         "proxy_pass http://vllm/health;",
     ]:
         assert directive in conf, directive
-    assert "limit_req" not in conf  # off by default
+    # On by default (issue 26): keys per key, everything else per client address.
+    assert "limit_req zone=per_api_key burst=20 nodelay;" in conf
+    assert "limit_req zone=per_address burst=20 nodelay;" in conf
     assert " ssl" not in conf
     assert "$http_authorization" in conf and '$http_authorization"' not in conf
 
@@ -274,7 +276,7 @@ def test_keys_are_sorted_case_sensitive_and_never_in_the_log_format() -> None:
     assert forward == backward
     assert forward.index('"alice";') < forward.index('"bob";')
     # A `~` regex (case-sensitive); `.` and `+` made literal.
-    assert '"~^Bearer sk-bob[.][+]/~_-fedcba9876543210==$" "bob";' in forward
+    assert '"~^Bearer sk-bob[.][+]/~_-0d08fac0336e7974==$" "bob";' in forward
     log_format = next(line for line in forward.splitlines() if "log_format" in line)
     assert '"client":"$api_client$metrics_log_client"' in log_format
     assert '"upstream_response_time":"$upstream_response_time"' in log_format
@@ -368,9 +370,7 @@ def test_nginx_accepts_a_release_directory(
     """What NginxReload delivers: nginx.conf with no secret in it, the key maps and TLS pair beside it."""
     config = stack(hardware, front={"tls": tls, "rateLimit": {"enabled": True}})
     pair = (tls_pair[0].decode(), tls_pair[1].decode()) if tls else None
-    files = render_front_files(
-        config.front, f"127.0.0.1:{config.serving.port}", KEYS, METRICS, pair, runtime_dir=str(tmp_path)
-    )
+    files = render_front_files(config.front, KEYS, METRICS, pair, runtime_dir=str(tmp_path))
     assert sorted(files) == sorted(
         [CONF_FILE, API_KEYS_FILE, METRICS_KEYS_FILE, *([TLS_CERT, TLS_KEY] if tls else [])]
     )
@@ -401,9 +401,9 @@ def test_the_template_renderer_is_strict() -> None:
 
 def test_metrics_keys_are_checked_like_api_keys_and_apart_from_them() -> None:
     with pytest.raises(ConfigError, match=r"glm:metricsKeys\.prom and glm:apiKeys\.alice hold the same key"):
-        render_front_files(stack("local").front, "vllm:8000", KEYS, {"prom": KEYS["alice"]})
+        render_front_files(stack("local").front, KEYS, {"prom": KEYS["alice"]})
     with pytest.raises(ConfigError, match=r"glm:metricsKeys\.prom is 8 characters"):
-        render_front_files(stack("local").front, "vllm:8000", KEYS, {"prom": "sk-short"})
+        render_front_files(stack("local").front, KEYS, {"prom": "sk-short"})
 
 
 # ---- a real front in front of the simulator --------------------------------------------------
@@ -415,9 +415,14 @@ def sim_port() -> Iterator[int]:
         yield port
 
 
+UNLIMITED_ADDRESS = {"rateLimit": {"unauthenticatedRequestsPerSecond": 1000, "unauthenticatedBurst": 1000}}
+"""Every test here comes from 127.0.0.1: the module's front lets that address make its many keyless
+requests; the default limits have tests of their own."""
+
+
 @pytest.fixture(scope="module")
 def front(sim_port: int) -> Iterator[Front]:
-    with nginx_front(stack("local"), f"127.0.0.1:{sim_port}") as running_front:
+    with nginx_front(stack("local", front=UNLIMITED_ADDRESS), f"127.0.0.1:{sim_port}") as running_front:
         yield running_front
 
 
@@ -624,10 +629,47 @@ def test_rate_limit_per_key_gives_json_429(sim_port: int) -> None:
         assert limited.client(KEYS["alice"]).models.list().data[0].id == SERVED
 
 
-def test_rate_limit_is_off_by_default(front: Front) -> None:
-    auth = {"Authorization": f"Bearer {KEYS['alice']}"}
-    with httpx.Client(base_url=front.base, headers=auth, timeout=5) as client:
-        assert {client.get("/v1/models").status_code for _ in range(30)} == {200}
+def test_default_limits_stop_key_guessing_per_address_but_not_key_holders(sim_port: int) -> None:
+    """Issue 26: without a key nothing was limited (the 401 came before any limit counted)."""
+    with nginx_front(stack("local"), f"127.0.0.1:{sim_port}") as limited, httpx.Client(timeout=5) as client:
+        # One kept-alive client: 40 guesses well inside a second, whatever the machine's load.
+        guesses = [
+            client.get(f"{limited.base}/v1/models", headers={"Authorization": f"Bearer sk-guess-{i:024x}"})
+            for i in range(40)
+        ]
+        statuses = [r.status_code for r in guesses]
+        assert statuses[:21] == [401] * 21, statuses  # 1 + the default burst 20
+        refused = [r for r in guesses if r.status_code == 429]
+        assert refused and refused[0].json()["error"]["code"] == "rate_limit_exceeded"
+        # The metrics routes count per address too; a key holder keeps its own budget.
+        metrics = [
+            client.get(f"{limited.base}/metrics", headers={"Authorization": f"Bearer {METRICS['prom']}"})
+            for _ in range(3)
+        ]
+        assert 429 in [m.status_code for m in metrics]
+        assert limited.client(KEYS["alice"]).models.list().data[0].id == SERVED
+
+
+def test_default_limits_bound_requests_in_flight_per_key(sim_port: int) -> None:
+    config = stack("local", front={"rateLimit": {"connectionsPerKey": 2, "burst": 50}})
+    with nginx_front(config, f"127.0.0.1:{sim_port}") as limited:
+        body = {"model": SERVED, "messages": ARITHMETIC, "stream": True, "max_tokens": 40}
+        auth = {"Authorization": f"Bearer {KEYS['alice']}"}
+        with (
+            httpx.Client(base_url=limited.base, headers=auth, timeout=30) as client,
+            client.stream("POST", "/v1/chat/completions", json=body) as first,
+            client.stream("POST", "/v1/chat/completions", json=body) as second,
+        ):
+            third = client.post("/v1/chat/completions", json=body)
+            assert (first.status_code, second.status_code, third.status_code) == (200, 200, 429)
+            assert third.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_an_oversized_header_gets_the_json_error(front: Front) -> None:
+    """nginx's own 494 page is HTML; every error of the front has OpenAI's shape."""
+    reply = httpx.get(f"{front.base}/v1/models", headers={"X-Large": "a" * 20_000}, timeout=5)
+    assert reply.status_code == 400
+    assert reply.json()["error"]["code"] == "request_header_too_large"
 
 
 def test_tls_front_serves_https(sim_port: int, tls_pair: tuple[bytes, bytes], tmp_path: Path) -> None:
@@ -644,6 +686,28 @@ def test_tls_front_serves_https(sim_port: int, tls_pair: tuple[bytes, bytes], tm
         assert reply.choices[0].message.content.strip() == "221"
         with pytest.raises(httpx.HTTPError):
             httpx.get(f"http://127.0.0.1:{tls.port}/healthz", timeout=5).raise_for_status()
+
+
+def test_tls_refuses_sha1_suites_and_issues_no_session_tickets(
+    sim_port: int, tls_pair: tuple[bytes, bytes]
+) -> None:
+    """Checked with the openssl client: TLS 1.2 with a SHA-1 CBC suite (the review's
+    ECDHE-ECDSA-AES128-SHA; the certificate is ECDSA) must fail, a GCM suite must not, and the
+    server must send no NewSessionTicket."""
+    with nginx_front(stack("local", front={"tls": True}), f"127.0.0.1:{sim_port}", tls_pair) as tls:
+
+        def handshake(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["openssl", "s_client", "-connect", f"127.0.0.1:{tls.port}", "-tls1_2", *args],
+                input="", capture_output=True, text=True, timeout=20,
+            )  # fmt: skip
+
+        assert handshake("-cipher", "ECDHE-ECDSA-AES128-SHA").returncode != 0
+        modern = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256", "-no_ticket")
+        assert modern.returncode == 0 and "ECDHE-ECDSA-AES128-GCM-SHA256" in modern.stdout
+        offered = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256")
+        assert offered.returncode == 0, offered.stderr
+        assert "TLS session ticket:" not in offered.stdout, "the server issued a session ticket"
 
 
 class _RecordingUpstream(BaseHTTPRequestHandler):
@@ -704,7 +768,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
     config = stack(hardware)
     mocks, outputs = construct(
         lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "glm-net", "vllm:8000",
+            "front", config.front, config.target.host, config.container, "glm-net",
             pulumi.Output.secret(KEYS), None,
         )
     )  # fmt: skip
@@ -732,7 +796,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
     assert inputs["entrypoints"] == ["/bin/sh", "-c"] and inputs["command"] == [START_COMMAND]
     assert inputs["destroyGraceSeconds"] == 30
     reload = mocks.registered["front-config"][1]
-    assert reload["nginx_conf"] == render_release_conf(config.front, "vllm:8000")
+    assert reload["nginx_conf"] == render_release_conf(config.front)
     assert reload["api_key_names"] == ["alice", "bob"] and reload["metrics_key_names"] == []
     assert reload["container"] == f"{config.container.name}-nginx"
     if hardware == "local":
@@ -741,7 +805,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
         assert {k: reload["ssh"][k] for k in ("address", "port")} == {"address": "gpu01", "port": 22}
     files = rpc.unwrap_rpc_secret(reload["secret_files"])
     assert files == {
-        API_KEYS_FILE: render_front_files(config.front, "vllm:8000", KEYS)[API_KEYS_FILE],
+        API_KEYS_FILE: render_front_files(config.front, KEYS)[API_KEYS_FILE],
         METRICS_KEYS_FILE: "",
     }
     assert outputs == {
@@ -754,7 +818,7 @@ def test_ssh_targets_reload_with_the_docker_providers_host_key_check() -> None:
     config = stack("a800")
     mocks, _ = construct(
         lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "net", "vllm:8000",
+            "front", config.front, config.target.host, config.container, "net",
             pulumi.Output.secret(KEYS), None,
         )
     )  # fmt: skip
@@ -771,7 +835,7 @@ def test_key_files_are_a_secret_and_keys_appear_nowhere_else(secret_keys: bool) 
     config = stack("local")
     mocks, _ = construct(
         lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "net", "vllm:8000", keys, None,
+            "front", config.front, config.target.host, config.container, "net", keys, None,
             metrics_keys=scrapers,
         )
     )  # fmt: skip
@@ -793,12 +857,16 @@ def test_front_reaches_a_host_network_vllm_through_the_gateway() -> None:
     mocks, _ = construct(
         lambda: NginxFront(
             "front", config.front, config.target.host, config.container, "net",
-            "host.docker.internal:8077", pulumi.Output.secret(KEYS), None,
+            pulumi.Output.secret(KEYS), None,
         )
     )  # fmt: skip
     inputs = mocks.registered["front-nginx"][1]
     assert inputs["hosts"] == [{"host": "host.docker.internal", "ip": "host-gateway"}]
-    assert "server host.docker.internal:8077;" in mocks.registered["front-config"][1]["nginx_conf"]
+    # The release lists no replica: the rotation does, by the address each gate admitted.
+    assert (
+        "include /etc/nginx/glm/rotation/upstream.con[f];"
+        in mocks.registered["front-config"][1]["nginx_conf"]
+    )
 
 
 def test_tls_files_are_delivered_with_the_key_secret() -> None:
@@ -806,7 +874,7 @@ def test_tls_files_are_delivered_with_the_key_secret() -> None:
     cert, key = "-----BEGIN CERTIFICATE-----\nx\n", "-----BEGIN PRIVATE KEY-----\ny\n"
     mocks, outputs = construct(
         lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "net", "vllm:8000",
+            "front", config.front, config.target.host, config.container, "net",
             pulumi.Output.secret(KEYS),
             (pulumi.Output.secret(cert), pulumi.Output.secret(key)),
         )

@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
+from components import rotation
 from components.nginx_front import render_front_files
 from components.nginx_reload import START_COMMAND, apply_release
 from tests.test_nginx_front import KEYS, METRICS, SERVED, free_port, self_signed, stack, vllm_sim
@@ -62,9 +63,7 @@ class LiveFront:
         tls_pair: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
         config = stack("local", front={**(front or {}), "tls": tls_pair is not None})
-        files = render_front_files(
-            config.front, self.upstream, api_keys, METRICS, tls_pair, listen=f"127.0.0.1:{self.port}"
-        )
+        files = render_front_files(config.front, api_keys, METRICS, tls_pair, listen=f"127.0.0.1:{self.port}")
         nginx_conf = files.pop("nginx.conf")
         fingerprint = hashlib.sha256(json.dumps([nginx_conf, files], sort_keys=True).encode()).hexdigest()
         return {
@@ -77,6 +76,9 @@ class LiveFront:
 
     def apply(self, props: dict[str, Any]) -> str:
         line = apply_release(props)
+        if not self.releases:
+            # The simulator passed no gate here: it is put in the front's rotation by hand.
+            rotation.admit(rotation.front_access(DOCKER_HOST, None, self.container), "sim", self.upstream)
         self.releases.append(props["fingerprint"][:16])
         return line
 
@@ -270,6 +272,24 @@ def test_a_timeout_change_takes_effect_and_keeps_one_release_for_rollback(sim_po
         assert "proxy_read_timeout 300s;" in conf
         kept = sorted(front.exec("ls", "/etc/nginx/glm/releases").split())
         assert kept == sorted(front.releases[-2:]), "older releases (and their keys) are removed"
+
+
+def test_a_revoked_key_and_a_replaced_tls_key_leave_no_copy_on_disk(sim_port: int) -> None:
+    """Issue 26: the previous release stayed as a rollback target with the revoked key in it."""
+    old_tls, new_tls = self_signed(), self_signed()
+    with live_front(sim_port) as front:
+        front.scheme, front.verify = "https", False
+        front.apply(front.props(KEYS, tls_pair=(old_tls[0].decode(), old_tls[1].decode())))
+        front.apply(
+            front.props({"alice": KEYS["alice"]}, tls_pair=(new_tls[0].decode(), new_tls[1].decode()))
+        )
+        assert front.status(KEYS["bob"]) == 401
+        assert front.exec("ls", "/etc/nginx/glm/releases").split() == front.releases[-1:]
+        on_disk = front.exec("sh", "-c", "cat /etc/nginx/glm/releases/*/* /etc/nginx/glm/*/* 2>/dev/null")
+        assert KEYS["alice"].split("-")[-1] in on_disk.replace("[.]", ".")  # the live key map is read
+        assert KEYS["bob"].split("-")[-1] not in on_disk
+        old_key_body = old_tls[1].decode().splitlines()[1]
+        assert old_key_body not in on_disk and new_tls[1].decode().splitlines()[1] in on_disk
 
 
 def test_the_release_reaches_an_ssh_host_on_its_port_as_the_engine_sends_it() -> None:

@@ -85,12 +85,34 @@ def test_overrides_for_one_run_go_through_the_models() -> None:
         build_stack_config({"hardware": "local", **parse_overrides("serving.maxModelLen=-5")})
 
 
+def test_smoke_reads_the_gate_metrics_key_alone_not_the_decrypted_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26: `ops smoke` ran `stack export --show-secrets` (every key, the TLS key) for one key."""
+    import ops.__main__ as ops
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "pulumi"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\necho sk-gate-metrics-5f0c2a9e7b1d4c8a\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(ops, "PULUMI", [str(fake)])
+    assert ops.gate_metrics_key("a800") == "sk-gate-metrics-5f0c2a9e7b1d4c8a"
+    assert calls.read_text().splitlines() == ["stack output gateMetricsKey --show-secrets -s a800"]
+
+
+def test_the_gate_metrics_key_is_a_secret_stack_output() -> None:
+    from tests.conftest import GATE_METRICS_TEST_KEY, is_secret, run_program
+
+    outputs = run_program("a800").outputs
+    assert outputs["gateMetricsKey"] == GATE_METRICS_TEST_KEY or is_secret(outputs["gateMetricsKey"])
+
+
 @pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 def test_ops_on_a_deployed_local_stack(tmp_path: Path) -> None:
     """status, smoke, debug and restart against a real local stack (its own backend and ports)."""
     project = PulumiProject.copy_of_repo(tmp_path / "glm")
     name = project.init_local_stack(
-        "glm53-ops", secrets={"glm:apiKeys.ops": "sk-ops-0123456789abcdef0123"}
+        "glm53-ops", secrets={"glm:apiKeys.ops": "sk-ops-82761387e35bded68634"}
     ).container
     env = {**project.env, "GLM_PULUMI": "pulumi --non-interactive", "PYTHONPATH": str(PROJECT)}
 
@@ -110,7 +132,7 @@ def test_ops_on_a_deployed_local_stack(tmp_path: Path) -> None:
         smoke = ops("smoke")
         assert smoke.returncode == 0, smoke.stderr
         assert json.loads(smoke.stdout)["kv_pool_tokens"] > 0
-        assert "sk-ops-0123456789abcdef0123" not in smoke.stdout + smoke.stderr
+        assert "sk-ops-82761387e35bded68634" not in smoke.stdout + smoke.stderr
 
         debug = ops("debug")
         assert (
@@ -140,6 +162,6 @@ def test_ops_on_a_deployed_local_stack(tmp_path: Path) -> None:
         failed = ops("smoke")
         assert failed.returncode != 0, "the gate passed against a stopped model"
     finally:
-        project.run("destroy", "--yes", "-s", "local", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "local", check=False)
         subprocess.run(["docker", "volume", "rm", f"{name}-jit-cache"], capture_output=True)
         os.environ.pop("GLM_PULUMI", None)

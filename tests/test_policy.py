@@ -35,7 +35,7 @@ KEYED_CONF = """
 http {
     map $http_authorization $api_client {
         default "";
-        "~^Bearer sk-test-0123456789abcdef$" "ci";
+        "~^Bearer sk-test-889f18c11959778d$" "ci";
     }
     server {
         location /v1/ {
@@ -138,6 +138,14 @@ def test_vllm_on_the_host_network_must_listen_on_loopback() -> None:
     assert check(gp.no_public_serving_port, local_only) == []
 
 
+@pytest.mark.parametrize("host", ["0", "*"])
+def test_vllm_on_the_host_network_on_short_all_interface_spellings_is_caught(host: str) -> None:
+    """The seed's bridge-gateway --host, then an extra `--host=0` (argparse keeps the last one)."""
+    argv = ["/models/GLM-5.3-Flash", "--host=172.17.0.1", f"--host={host}"]
+    [message] = check(gp.no_public_serving_port, vllm(networkMode="host", command=argv))
+    assert f"uses the host network with vLLM listening on {host}" in message
+
+
 def test_an_unknown_bind_address_is_undecidable_except_on_vllm() -> None:
     pending = [{"internal": 80.0, "external": 80.0, "ip": UNKNOWN_STRING}]
     with pytest.raises(Undecidable, match="the address of port 80 is not known yet"):
@@ -199,7 +207,7 @@ def test_a_front_delivered_by_nginx_reload_is_checked_on_its_nginx_conf() -> Non
 
     container = front(uploads=[], entrypoints=["/bin/sh", "-c"], command=[START_COMMAND])
     assert check(gp.front_requires_api_key, container) == []
-    conf = render_release_conf(stack("a800").front, "vllm:8000")
+    conf = render_release_conf(stack("a800").front)
     reload = resource(gp.DYNAMIC, "a800-front-config", nginx_conf=conf, api_key_names=["ci"])
     assert check(gp.front_requires_api_key, reload) == []
     keyless = resource(gp.DYNAMIC, "a800-front-config", nginx_conf=conf.replace("return 401", "return 200"))

@@ -30,7 +30,7 @@ from tests.engine import free_port
 ROOT = Path(__file__).resolve().parent.parent
 SIM = ROOT / "images" / "vllm-sim" / "vllm_sim.py"
 MODEL = "zai-org/GLM-5.3-Flash"
-API_KEY = "sk-probe-test-0123456789abcdef"
+API_KEY = "sk-probe-test-fcf6d883f2be7843"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 # Fast requests: a hang costs ~1 s; prefill at 1M tokens/s never looks like one.

@@ -29,7 +29,7 @@ from tests.standin_host import StandinHost, unavailable_reason
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 
-API_KEY = "sk-rehearsal-0123456789abcdef0123"
+API_KEY = "sk-rehearsal-511cf3d6a571098d6efa"
 LOCAL_IMAGES = {
     "base": "glm53-local/python:bookworm",
     "front": "glm53-local/nginx:bookworm",
@@ -136,6 +136,7 @@ def test_rehearsal_lifecycle_on_the_standin_host(
     project: PulumiProject, host: StandinHost, stack: str
 ) -> None:
     front_port, served_name, container, (flag, value) = PROFILES[stack]
+    host.present(stack)  # the preflight checks the profile's own card
     project.init_stack(stack, config=rehearsal_config(host, stack), secrets={"glm:apiKeys.e2e": API_KEY})
     try:
         out = project.run("up", "--yes", "--skip-preview", "-s", stack, label=f"{stack} up")
@@ -165,7 +166,7 @@ def test_rehearsal_lifecycle_on_the_standin_host(
         changed = sorted({s["urn"].rsplit("::", 1)[1] for s in steps})
         assert changed == [f"{stack}-serving-vllm", f"{stack}-smoke-gate"], steps
     finally:
-        project.run("destroy", "--yes", "-s", stack, label=f"{stack} destroy", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", stack, label=f"{stack} destroy", check=False)
     volume = host.docker("volume", "inspect", f"{container}-jit-cache")
     assert volume.returncode == 0, "destroy removed the JIT cache volume"
     left = host.docker("ps", "-a", "--format", "{{.Names}}").stdout.split()
@@ -253,8 +254,8 @@ def test_promotion_between_two_rehearsal_stacks(project: PulumiProject, host: St
         assert "the source is a rehearsal (glm:rehearsal)" in refused, refused[-3000:]
     finally:
         project.run("config", "set", "--path", "glm:rehearsal.enabled", "true", "-s", "a800-promoted")
-        project.run("destroy", "--yes", "-s", "a800-promoted", check=False)
-        project.run("destroy", "--yes", "-s", "a800-staging", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "a800-promoted", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "a800-staging", check=False)
 
 
 # ---- faults (Deliver 6) -------------------------------------------------------------------------
@@ -277,7 +278,7 @@ def test_weights_missing_preflight_refuses_before_anything_is_created(
     assert f"{name}-jit-cache" not in volumes
     networks = host.docker("network", "ls", "--format", "{{.Name}}").stdout.split()
     assert f"{name}-net" not in networks
-    project.run("destroy", "--yes", "-s", "a800-noweights", check=False)
+    project.run("destroy", "--yes", "--run-program", "-s", "a800-noweights", check=False)
 
 
 def test_sshd_stopped_mid_up_fails_naming_the_host_and_a_rerun_completes(
@@ -319,7 +320,7 @@ def test_sshd_stopped_mid_up_fails_naming_the_host_and_a_rerun_completes(
         assert (host.models_dir / "GLM-5.3-Flash" / "config.json").exists()
         project.run("preview", "--expect-no-changes", "-s", "a800-sshfault")
     finally:
-        project.run("destroy", "--yes", "-s", "a800-sshfault", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "a800-sshfault", check=False)
 
 
 def test_docker_engine_restarted_containers_come_back_and_refresh_changes_nothing(
@@ -350,7 +351,7 @@ def test_docker_engine_restarted_containers_come_back_and_refresh_changes_nothin
         project.run("preview", "--expect-no-changes", "-s", "a800-restart")
         ask_221(project.outputs("a800-restart")["endpoint"])
     finally:
-        project.run("destroy", "--yes", "-s", "a800-restart", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "a800-restart", check=False)
 
 
 def test_vllm_killed_docker_restarts_it_front_answers_503_and_target_down_fires(
@@ -396,7 +397,7 @@ def test_vllm_killed_docker_restarts_it_front_answers_503_and_target_down_fires(
             time.sleep(1)
         ask_221(endpoint)
     finally:
-        project.run("destroy", "--yes", "-s", "a800-killed", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "a800-killed", check=False)
 
 
 def summary(out: str) -> list[str]:

@@ -102,8 +102,9 @@ def test_only_what_the_hardware_forces_is_replaced(
     real, rehearsal = by_name(deployed[stack]), by_name(rehearsed[stack])
     assert real.keys() - rehearsal.keys() == (set() if stack == "a800" else {f"{stack}-image-pull"})
     changed = sorted(n for n in real.keys() & rehearsal.keys() if real[n] != rehearsal[n])
-    # The serving container; the gate (its image_ref); the image build (a800: the simulator's context).
-    assert set(changed) <= {f"{stack}-serving-vllm", f"{stack}-smoke-gate", f"{stack}-image-build"}, changed
+    # The serving container; the gates (their image_ref); the image build (a800: the simulator's context).
+    gates = {f"{stack}-smoke-gate", f"{stack}-replica-gate"}
+    assert set(changed) <= {f"{stack}-serving-vllm", *gates, f"{stack}-image-build"}, changed
     before, after = real[f"{stack}-serving-vllm"], rehearsal[f"{stack}-serving-vllm"]
     assert after["command"] == before["command"], "the profile's own argv"
     assert after["entrypoints"] == ["vllm", "serve"]

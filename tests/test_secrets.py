@@ -82,3 +82,26 @@ def test_bad_secret_env_names_are_refused_without_the_value() -> None:
     assert "glm:servingSecretEnv.HF TOKEN" in message
     assert "glm:servingSecretEnv.NCCL_P2P_LEVEL" in message and "glm:serving.env" in message
     assert HF_TOKEN not in message
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fix"),
+    [
+        ("glm:apiKeys", {"ops": "sk-plain-8c1f0e2b7a9d4c3e5f6a"}, "--path 'glm:apiKeys.<client>'"),
+        ("glm:metricsKeys", {"prom": "sk-plain-1b2e7f9c0d4a8e6f3c5b"}, "--path 'glm:metricsKeys.<scraper>'"),
+        ("glm:servingSecretEnv", {"HF_TOKEN": HF_TOKEN}, "--path 'glm:servingSecretEnv.<NAME>'"),
+        ("glm:tlsKey", "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIDeliberate\n", "glm:tlsKey --"),
+    ],
+)
+def test_a_secret_key_in_plain_text_is_refused_naming_the_secret_command(
+    key: str, value: Any, fix: str
+) -> None:
+    """The mirror of the rule above: Pulumi.<stack>.yaml is tracked, so a key set without --secret
+    is in clear in the repository."""
+    with pytest.raises(Exception) as raised:
+        run_program("rtx5090", overrides={key: value})
+    message = str(raised.value)
+    assert f"{key} is set in plain text" in message
+    assert f"pulumi config set --secret {fix}" in message
+    for secret in value.values() if isinstance(value, dict) else [value]:
+        assert secret not in message

@@ -8,6 +8,7 @@ import shlex
 
 import pytest
 
+from components.vllm_server import LIST_FLAGS
 from tests.conftest import TEST_API_KEYS, Deployment, profile_stacks, run_program, unwrap
 
 
@@ -26,7 +27,11 @@ def test_outputs_for_reviewers_and_operators(deployed: dict[str, Deployment], st
     assert "$GLM_API_KEY" in outputs["curl"]
     # vllmFlags is the argv's flags by name: the same rendering, nothing parsed back.
     flags = outputs["vllmFlags"]
-    assert sorted(outputs["vllmArgs"][1:]) == sorted(f if v is True else f"{f}={v}" for f, v in flags.items())
+    # A flag of several words (--allowed-media-domains a b) is the flag, then one element per word.
+    rendered = [
+        [f] if v is True else [f, *v.split()] if f in LIST_FLAGS else [f"{f}={v}"] for f, v in flags.items()
+    ]
+    assert sorted(outputs["vllmArgs"][1:]) == sorted(arg for args in rendered for arg in args)
     assert shlex.split(outputs["vllmCommandLine"]) == ["vllm", "serve", *outputs["vllmArgs"]]
 
 
@@ -58,11 +63,16 @@ def test_gate_reruns_whenever_the_serving_container_is_replaced(deployed: dict[s
 
 
 @pytest.mark.parametrize("stack", ["a800", "local"])
-def test_gate_is_wired_after_the_container_and_the_front(deployed: dict[str, Deployment], stack: str) -> None:
+def test_gate_is_wired_after_the_replica_gate_and_the_front(
+    deployed: dict[str, Deployment], stack: str
+) -> None:
+    """The gate through the front runs once the replica passed its own gate (and is in rotation)."""
     depends_on = deployed[stack].options[f"{stack}-smoke"].depends_on
     assert isinstance(depends_on, list)
     kinds = {type(d).__name__ for d in depends_on}
-    assert {"VllmServer", "NginxFront", "PrometheusScrape"} <= kinds
+    assert {"ReplicaGate", "NginxFront", "PrometheusScrape"} <= kinds
+    replica_after = deployed[stack].options[f"{stack}-replica"].depends_on
+    assert [type(d).__name__ for d in replica_after or []] == ["VllmServer"]
 
 
 def test_glm_docker_host_points_the_provider_and_the_host_at_another_engine(

@@ -134,8 +134,8 @@ def test_a_published_port_answers_on_the_hosts_address(standin_host: StandinHost
 
 @pytest.mark.parametrize(
     ("hardware", "found"),
-    [("a800", "preflight: 8 GPUs, driver 550.54.15"), ("rtx5090", "preflight: 8 GPUs, driver 550.54.15"),
-     ("ascend", "preflight: 8 NPUs")],
+    [("a800", "preflight: 8 GPU(s), driver 580.159.04"), ("rtx5090", "preflight: 8 GPU(s), driver 580.159.04"),
+     ("ascend", "preflight: 8 NPU(s)")],
 )  # fmt: skip
 def test_preflight_passes_over_ssh_on_the_fake_accelerators(
     standin_host: StandinHost, hardware: str, found: str
@@ -149,6 +149,7 @@ def test_preflight_passes_over_ssh_on_the_fake_accelerators(
             "front": {"allowPlainHttp": True},  # the hardware stacks' opt-in (their stack files carry it)
         }
     )  # fmt: skip
+    standin_host.present(hardware)
     # What components/target.py sends: bash -c '<script>' over SSH, as the deploy user.
     result = standin_host.ssh(f"bash -c {shlex.quote(preflight_of(config))}")
     assert result.returncode == 0, result.stderr

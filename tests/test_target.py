@@ -5,6 +5,12 @@ rendered resources under mocks)."""
 from __future__ import annotations
 
 import getpass
+import json
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +18,8 @@ import pulumi
 import pytest
 
 from components.config import ConfigError, HostConfig, build_stack_config
-from components.target import docker_ssh_opts, host_command
-from tests.conftest import TEST_HOST_KEY, construct, is_secret, run_program, unwrap
+from components.target import AGENT_FOR_RUN, docker_ssh_opts, host_command
+from tests.conftest import TEST_HOST_KEY, construct, run_program, unwrap
 
 KEYSCAN_LINE = f"[2001:db8::1]:2222 {TEST_HOST_KEY}"
 
@@ -128,20 +134,56 @@ def _command(config_host: HostConfig, ssh_private_key: pulumi.Output[str] | None
     return inputs
 
 
-def test_the_commands_use_the_same_endpoint_user_key_and_host_key(tmp_path: Path) -> None:
+@pytest.fixture
+def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A real ssh-agent of the test's own, and a real key pair (ssh-keygen) it does not hold yet."""
     key_file = tmp_path / "id_ed25519"
-    key_file.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nstand-in\n-----END OPENSSH PRIVATE KEY-----\n")
-    inputs = _command(host("ssh://deploy@[2001:db8::1]:2222", identityFile=str(key_file)))
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_file)], check=True)
+    started = subprocess.run(["ssh-agent", "-s", "-a", str(tmp_path / "agent.sock")], capture_output=True,
+                             text=True, check=True)  # fmt: skip
+    pid = re.search(r"SSH_AGENT_PID=(\d+)", started.stdout)
+    assert pid
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(tmp_path / "agent.sock"))
+    monkeypatch.delenv(AGENT_FOR_RUN, raising=False)
+    try:
+        yield key_file
+    finally:
+        os.kill(int(pid[1]), signal.SIGTERM)
+
+
+def test_the_commands_use_the_same_endpoint_user_and_host_key_and_no_key_in_the_state(agent: Path) -> None:
+    """Issue 26: identityFile's contents were every Command's `connection.privateKey`."""
+    subprocess.run(["ssh-add", "-q", str(agent)], check=True, capture_output=True)
+    inputs = _command(host("ssh://deploy@[2001:db8::1]:2222", identityFile=str(agent)))
     connection = unwrap(inputs["connection"])
     assert connection["host"] == "2001:db8::1"
     assert connection["port"] == 2222
     assert connection["user"] == "deploy"
     assert connection["hostKey"] == TEST_HOST_KEY
-    assert connection["privateKey"] == key_file.read_text()
+    assert "privateKey" not in connection
+    assert "PRIVATE KEY" not in json.dumps(unwrap(inputs), default=str)
     # The first line names the host: pulumi-command quotes the command in its errors.
     assert inputs["create"] == "bash -c '# on deploy@[2001:db8::1]:2222 (glm:target.hosts[gpu01])\necho hi'"
-    # The key is secret: the engine stores it encrypted and never prints it.
-    assert is_secret(inputs["connection"]) or is_secret(inputs["connection"]["privateKey"])
+
+
+def test_an_identity_the_agent_lacks_is_refused_with_ssh_add(agent: Path) -> None:
+    with pytest.raises(ConfigError, match=r"identityFile=.*the agent does not hold this key.*ssh-add"):
+        _command(host("ssh://deploy@gpu01", identityFile=str(agent)))
+
+
+def test_an_agent_started_for_the_run_gets_the_identity_added(
+    agent: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(AGENT_FOR_RUN, "1")
+    _command(host("ssh://deploy@gpu01", identityFile=str(agent)))
+    held = subprocess.run(["ssh-add", "-L"], capture_output=True, text=True, check=True).stdout
+    assert agent.with_name("id_ed25519.pub").read_text().split()[1] in held
+
+
+def test_no_agent_at_all_is_refused_naming_the_fix(agent: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SSH_AUTH_SOCK")
+    with pytest.raises(ConfigError, match=r"no agent answers at SSH_AUTH_SOCK.*eval \$\(ssh-agent\)"):
+        _command(host("ssh://deploy@gpu01", identityFile=str(agent)))
 
 
 def test_without_an_identity_file_the_commands_use_the_agent_as_docker_does() -> None:

@@ -52,6 +52,14 @@ SEED_ARGS = {
     """,
 }
 
+# What the program adds to a seed's argv and env, and why.
+HARDENING_ARGS = {
+    # Image input: vLLM fetches image URLs, from the private network too (issue 26, item 8); only
+    # inline images, through a name that never resolves (RFC 6761), and no redirects.
+    "ascend": ["--allowed-media-domains", "no-remote-media.invalid"],
+}
+HARDENING_ENV = {"ascend": ["VLLM_MEDIA_URL_ALLOW_REDIRECTS=0"]}
+
 SEED_MODEL_PATH = {
     "a800": "/models/GLM-5.3-Flash",
     "ascend": "/root/.cache/GLM-5.3-Flash-w8a8",
@@ -148,14 +156,17 @@ def test_argv_is_the_seeds(deployed: dict[str, Deployment], stack: str) -> None:
     assert inputs["entrypoints"] == ["vllm", "serve"]
     command = inputs["command"]
     assert command[0] == SEED_MODEL_PATH[stack]
-    assert sorted(command[1:]) == sorted(seed_flags(SEED_ARGS[stack]))
+    # Besides the hardening: vLLM's graceful stop (v0.18+), 5 s inside Docker's stop grace
+    # (glm:container.stopGraceSeconds, 30): defence in depth behind the front's drain.
+    rendered = [*seed_flags(SEED_ARGS[stack]), *HARDENING_ARGS.get(stack, []), "--shutdown-timeout=25"]
+    assert sorted(command[1:]) == sorted(rendered)
     assert len(set(command)) == len(command), "a flag is rendered twice"
 
 
 @pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
 def test_env_is_the_seeds_plus_the_cache_dirs(deployed: dict[str, Deployment], stack: str) -> None:
     envs = serving_container(deployed[stack])["envs"]
-    assert sorted(envs) == sorted(SEED_ENV[stack] + CACHE_ENV)
+    assert sorted(envs) == sorted(SEED_ENV[stack] + CACHE_ENV + HARDENING_ENV.get(stack, []))
     assert envs == sorted(envs), "env must render in a stable (sorted) order"
 
 

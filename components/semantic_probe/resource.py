@@ -41,7 +41,10 @@ KEY_PATH = "/etc/semantic-probe/api-key"
 APP_FILES = (
     "components/__init__.py",
     "components/config.py",
+    "components/hardware.py",
+    "components/key_strength.py",
     "components/profiles.py",
+    "components/vllm_flags.py",
     "components/gate/__init__.py",
     "components/gate/checks.py",
     "components/gate/container.py",
@@ -54,7 +57,7 @@ APP_FILES = (
     "policy/glm_policies.py",  # components.config takes the images-pinned rule from the pack
 )
 """The project modules the probe imports: the gate's checks themselves, not a copy of their logic."""
-ROOT_DISTRIBUTIONS = ("httpx", "prometheus_client", "pydantic")
+ROOT_DISTRIBUTIONS = ("httpx", "prometheus_client", "pydantic", "zxcvbn")
 """What those modules import from outside the standard library; their requirements come along."""
 
 

@@ -33,7 +33,7 @@ from tests.engine import free_port
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-KEY = "sk-smoke-test-0123456789abcdef0123"
+KEY = "sk-smoke-test-c819d9fc61e85744b0bf"
 SIM_READY_LINE = "Starting vLLM API server"
 
 needs_nginx = pytest.mark.skipif(not Path(NGINX).exists(), reason="nginx is not installed")

@@ -93,7 +93,7 @@ def test_diff_identical_inputs_no_changes() -> None:
         (lambda n: n.update(max_model_len=65536.0), "max_model_len"),
         (lambda n: n["smoke"].update(expected_answer="222"), "smoke"),
         (lambda n: n.update(version="2+abc"), "version"),
-        (lambda n: n.update(api_key="sk-rotated-key-0123456789abcdef"), "api_key"),
+        (lambda n: n.update(api_key="sk-rotated-key-35bbacf89dadf998"), "api_key"),
         (lambda n: n.update(endpoint="http://127.0.0.1:9090/v1"), "endpoint"),
     ],
 )
@@ -199,7 +199,7 @@ def test_a_configured_metrics_url_wins_and_gets_no_generated_key() -> None:
 
 def test_a_user_metrics_key_may_not_take_the_gates_name() -> None:
     secrets = SecretInputs(
-        api_keys=TEST_API_KEYS, metrics_keys={GATE_METRICS_CLIENT: "sk-prom-0123456789abcdef0123"}
+        api_keys=TEST_API_KEYS, metrics_keys={GATE_METRICS_CLIENT: "sk-prom-c8ffb91bc8576f622b46"}
     )
     with pytest.raises(ConfigError, match=f"glm:metricsKeys.{GATE_METRICS_CLIENT} is the smoke gate's own"):
         build_stack_config({"hardware": "local"}, secrets)

@@ -21,7 +21,7 @@ from components.vllm_server import render_env, render_flags, render_serving
 from tests.conftest import redacted, stack_config
 
 DYNAMIC = "pulumi-python:dynamic:Resource"
-KEY = "sk-mock-a800-key-0123456789abcdef"
+KEY = "sk-mock-a800-key-b741bd2407ff543c"
 FRONT_URL = "http://a800-01.example.internal:8008/v1"
 IMAGE_REF = "glm53-flash-sm80:0123456789ab"
 FAKE_RESULTS = {"served_name": "zai-org/GLM-5.3-Flash", "kv_pool_tokens": 2004983, "pass_seconds": 412.5}

@@ -21,7 +21,7 @@ from components.semantic_probe.resource import (
 )
 from tests.conftest import PROBE_TEST_KEY, TEST_API_KEYS, Deployment, is_secret, run_program, unwrap
 
-KEYS = {"ops": "sk-test-ops-fedcba9876543210"}
+KEYS = {"ops": "sk-test-ops-cca224104c7a268a"}
 
 
 # ---- config: refused before anything is created -----------------------------------------------
@@ -49,7 +49,7 @@ def test_bad_probe_config_is_refused(probe: dict[str, Any], message: str) -> Non
 
 
 def test_a_user_key_named_like_the_probe_is_refused_with_the_fix() -> None:
-    keys = {**KEYS, "semantic-probe": "sk-test-probe-00112233445566778899"}
+    keys = {**KEYS, "semantic-probe": "sk-test-probe-c9f2e194bfbb0ad00b5b"}
     with pytest.raises(ConfigError) as info:
         build_stack_config({"hardware": "local"}, SecretInputs(api_keys=keys))
     assert "glm:apiKeys.semantic-probe is the semantic probe's client name" in str(info.value)

@@ -1,0 +1,110 @@
+"""ReplicaCertificate: the TLS pair every replica guard of a stack serves and the front pins.
+
+Generated once with the ``openssl`` CLI (no new Python dependency in the program) and kept in the
+state, the private key as a secret output, like ``GeneratedKey``: a certificate made in the program
+would differ on every preview. Rotation is ``pulumi up --replace <urn>``; new replica addresses
+replace it too (the subjectAltName lists them).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi.dynamic
+
+TLS_NAME = "glm-replica-guard.invalid"
+"""The name the front verifies (``proxy_ssl_name``): one name for every replica, in the certificate
+beside the replica addresses. ``.invalid`` never resolves (RFC 6761), so it names nothing else."""
+CERT_DAYS = 3650
+"""The certificate is pinned, not issued by a CA: it lives until ``pulumi up --replace`` rotates it."""
+
+
+def subject_alt_names(addresses: Sequence[str]) -> str:
+    """OpenSSL's ``subjectAltName`` value: the fixed name, then each address as IP or DNS.
+
+    >>> subject_alt_names(["10.0.0.2", "gpu02", "fd00::2"])
+    'DNS:glm-replica-guard.invalid,IP:10.0.0.2,DNS:gpu02,IP:fd00::2'
+    """
+    names = [f"DNS:{TLS_NAME}"]
+    for address in addresses:
+        bare = address.strip("[]")
+        try:
+            names.append(f"IP:{ipaddress.ip_address(bare)}")
+        except ValueError:
+            names.append(f"DNS:{bare}")
+    return ",".join(names)
+
+
+def self_signed(addresses: Sequence[str], days: int = CERT_DAYS) -> tuple[str, str]:
+    """(certificate PEM, key PEM) made by the ``openssl`` CLI: a P-256 key and a self-signed
+    server certificate for :data:`TLS_NAME` and ``addresses``. No config file of the host is read."""
+    import subprocess
+    import tempfile
+
+    config = (
+        "[req]\ndistinguished_name = dn\nx509_extensions = ext\nprompt = no\n"
+        f"[dn]\nCN = {TLS_NAME}\n"
+        f"[ext]\nsubjectAltName = {subject_alt_names(addresses)}\n"
+        "basicConstraints = critical, CA:FALSE\nkeyUsage = critical, digitalSignature\n"
+        "extendedKeyUsage = serverAuth\nsubjectKeyIdentifier = hash\n"
+    )
+    with tempfile.TemporaryDirectory(prefix="glm-replica-tls-") as tmp:
+        Path(tmp, "req.cnf").write_text(config)
+        subprocess.run(
+            ["openssl", "req", "-x509", "-config", "req.cnf", "-newkey", "ec", "-pkeyopt",
+             "ec_paramgen_curve:P-256", "-nodes", "-keyout", "key.pem", "-out", "cert.pem",
+             "-days", str(days)],
+            cwd=tmp, capture_output=True, check=True, timeout=60,
+        )  # fmt: skip
+        return Path(tmp, "cert.pem").read_text(), Path(tmp, "key.pem").read_text()
+
+
+class _ReplicaCertificateProvider(pulumi.dynamic.ResourceProvider):
+    """Generates the pair on create and never again; new addresses replace it (a new SAN list)."""
+
+    def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:
+        import hashlib
+        import uuid
+
+        certificate, key = self_signed(props["addresses"])
+        sha = hashlib.sha256(certificate.encode()).hexdigest()
+        outs = {**props, "certificate": certificate, "certificate_sha256": sha, "private_key": key}
+        return pulumi.dynamic.CreateResult(f"replica-tls-{uuid.uuid4().hex[:12]}", outs)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
+        changed = list(olds.get("addresses") or []) != list(news.get("addresses") or [])
+        return pulumi.dynamic.DiffResult(
+            changes=changed, replaces=["addresses"] if changed else [], delete_before_replace=False
+        )
+
+    def delete(self, _id: str, _props: dict[str, Any]) -> None:
+        """Nothing to remove: the pair lives only in the state and the guards' and front's files."""
+
+
+class ReplicaCertificate(pulumi.dynamic.Resource):
+    """The guards' TLS pair, one per stack: ``private_key`` is a secret output; the certificate is
+    public (the front pins it) and its sha256 is safe to show in a diff."""
+
+    certificate: pulumi.Output[str]
+    certificate_sha256: pulumi.Output[str]
+    private_key: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, addresses: Sequence[str], opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        secret = pulumi.ResourceOptions(additional_secret_outputs=["private_key"])
+        super().__init__(
+            _ReplicaCertificateProvider(),
+            name,
+            {
+                "addresses": sorted(addresses),
+                "certificate": None,
+                "certificate_sha256": None,
+                "private_key": None,
+            },
+            pulumi.ResourceOptions.merge(opts, secret),
+        )

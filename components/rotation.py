@@ -1,0 +1,154 @@
+"""The front's rotation: a replica receives client traffic only while its current container has
+passed its gate.
+
+The front's nginx.conf lists no replica. Its ``upstream`` includes ``rotation/upstream.conf``, which
+``templates/rotation.sh`` writes inside the front container from one small state per replica (its
+address, ``in`` or ``out``, and why), then checks with ``nginx -t`` and loads with a graceful reload.
+Three moments of a replica's life change it:
+
+- **before its container is deleted** (replaced by ``pulumi up``, ``make restart``, or removed): a
+  ``before_delete`` hook on the serving container drains it: out of rotation, then wait until every
+  request nginx began before the reload has finished, bounded by ``glm:container.stopGraceSeconds``;
+- **after its gate passed** (components/replica_gate.py): admitted, by its fixed address;
+- **when its gate failed**: kept out, with the failure as the reason. While no replica is in
+  rotation the front answers a JSON 503 carrying that reason instead of a generic "unavailable".
+
+The state lives in the front's config volume beside the releases, so a key revoked while an engine
+is down, or a front release for any other reason, neither needs an engine nor changes the rotation.
+Every change runs through ``docker exec`` on the front's host, as the front's releases do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from components.nginx_front import (
+    UPSTREAM_FAIL_TIMEOUT_SECONDS,
+    UPSTREAM_MAX_FAILS,
+    openai_error,
+)
+from components.nginx_reload import CURRENT_CONF, ROTATION_DIR, container_exec_argv
+from components.vllm_server import REPLICA_LABEL
+
+SCRIPT = (
+    (Path(__file__).parent / "templates" / "rotation.sh")
+    .read_text()
+    .replace("__ROOT__", ROTATION_DIR)
+    .replace("__CURRENT_CONF__", CURRENT_CONF)
+    .replace("__MAX_FAILS__", str(UPSTREAM_MAX_FAILS))
+    .replace("__FAIL_TIMEOUT__", str(UPSTREAM_FAIL_TIMEOUT_SECONDS))
+)
+EXEC_TIMEOUT_SECONDS = 90
+"""A rotation change is a file write, ``nginx -t`` and a reload: seconds, plus the drain's grace."""
+DRAIN_HOOK = "glm53-drain-replica"
+"""The serving containers' ``before_delete`` hook. One name for every replica, registered on every
+run, so that a host removed from the stack is still drained; ``pulumi destroy`` needs
+``--run-program`` to find it (``make destroy`` passes it)."""
+
+
+class RotationError(RuntimeError):
+    """The front refused or could not apply a rotation change."""
+
+
+def front_access(docker_host: str, ssh: Mapping[str, Any] | None, container: str) -> dict[str, Any]:
+    """How to reach the front container: its Docker host, the ssh options for it, its name."""
+    return {"docker_host": docker_host, "ssh": dict(ssh) if ssh else None, "container": container}
+
+
+def no_replica_body(reason: str) -> str:
+    """The JSON 503 the front answers while no replica is in rotation, naming why.
+
+    >>> no_replica_body("box1 failed its gate (arithmetic): got 222")
+    '{"error":{"message":"No model replica is serving: box1 failed its gate (arithmetic): got 222","type":"server_error","param":null,"code":"no_replica_in_rotation"}}'
+    """
+    # The body sits in a single-quoted nginx string: no quote, backslash or `$` may reach it.
+    text = reason.replace("'", "\u2019").replace("\\", "/").replace("$", "＄").replace("\n", " ")
+    return openai_error(f"No model replica is serving: {text}", "no_replica_in_rotation", "server_error")
+
+
+def run(front: Mapping[str, Any], command: str, *args: str, timeout: float = EXEC_TIMEOUT_SECONDS) -> str:
+    """One rotation command in the front container; its last line. Raises :class:`RotationError`."""
+    argv = container_exec_argv(
+        str(front["docker_host"]),
+        front.get("ssh"),
+        str(front["container"]),
+        SCRIPT,
+        command,
+        *args,
+    )
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise RotationError(
+            f"the front's rotation did not answer within {timeout:.0f} s ({command})"
+        ) from None
+    if done.returncode != 0:
+        raise RotationError(
+            f"the front's rotation refused {command} (exit {done.returncode}): {done.stderr.strip()}"
+        )
+    lines = done.stdout.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def front_absent(err: RotationError) -> bool:
+    """The front container does not exist or is not running: it routes nothing, so nothing to drain."""
+    text = str(err)
+    return "No such container" in text or "is not running" in text
+
+
+def admit(front: Mapping[str, Any], replica: str, address: str) -> str:
+    return run(front, "admit", replica, address)
+
+
+def keep_out(front: Mapping[str, Any], replica: str, reason: str) -> str:
+    return run(front, "fail", replica, no_replica_body(reason))
+
+
+def drain(front: Mapping[str, Any], replica: str, reason: str, grace_seconds: int) -> str:
+    """Out of rotation, then wait for the requests in flight (at most ``grace_seconds``); nothing to
+    do while the front does not run (the first deploy)."""
+    try:
+        return run(
+            front,
+            "drain",
+            replica,
+            no_replica_body(reason),
+            str(grace_seconds),
+            timeout=EXEC_TIMEOUT_SECONDS + grace_seconds,
+        )
+    except RotationError as err:
+        if front_absent(err):
+            return "no front running: nothing to drain"
+        raise
+
+
+def forget(front: Mapping[str, Any], replica: str, grace_seconds: int) -> str:
+    try:
+        return run(front, "forget", replica, str(grace_seconds), timeout=EXEC_TIMEOUT_SECONDS + grace_seconds)
+    except RotationError as err:
+        if front_absent(err):
+            return "no front running"
+        raise
+
+
+def drain_hook(front: Mapping[str, Any], grace_seconds: int) -> pulumi.ResourceHook:
+    """The serving containers' ``before_delete`` hook: drains the replica named by the container's
+    :data:`REPLICA_LABEL` before Docker stops it."""
+
+    async def before_delete(args: pulumi.ResourceHookArgs) -> None:
+        labels = (args.old_inputs or {}).get("labels") or []
+        replica = next((str(item["value"]) for item in labels if item.get("label") == REPLICA_LABEL), None)
+        if replica is None:
+            return  # a container from before the rotation existed: nothing routes to it by name
+        reason = f"the replica on host {replica!r} is being replaced by pulumi up; retry shortly"
+        # In a thread: the drain waits for requests in flight, and the program's loop must go on.
+        done = await asyncio.to_thread(drain, front, replica, reason, grace_seconds)
+        pulumi.log.info(f"replica {replica!r} left the front's rotation before its container: {done}")
+
+    return pulumi.ResourceHook(DRAIN_HOOK, before_delete)

@@ -1,0 +1,153 @@
+# The front's rotation: which replicas nginx sends requests to. Run inside the front container by
+# components/rotation.py, as `sh -c "<this file>" sh COMMAND REPLICA [ARGS]`:
+#
+#   admit  REPLICA ADDRESS        REPLICA (vLLM at ADDRESS, host:port) is in rotation: its gate passed
+#   drain  REPLICA REASON GRACE   out of rotation; returns once every request nginx began before is
+#                                 finished, or after GRACE seconds
+#   fail   REPLICA REASON         out of rotation at once (its gate failed)
+#   forget REPLICA GRACE          drained, then no longer listed (the host left the stack)
+#   show                          the state, one line per replica
+#
+# REASON is the JSON body the front answers (503) while no replica is in rotation. The state lives
+# beside the front's releases, so a config release (keys, TLS, limits) never changes it:
+#   __ROOT__/<replica>.address   host:port      __ROOT__/<replica>.state   in | out
+#   __ROOT__/<replica>.reason    the JSON body  __ROOT__/upstream.conf     what nginx.conf includes
+#   __ROOT__/reason.map          the body of the 503 when no replica is in rotation
+set -eu
+root=__ROOT__
+conf=__CURRENT_CONF__
+command=$1
+replica=${2:-}
+mkdir -p "$root"
+umask 077
+
+# One change at a time: pulumi may drain one replica while it admits another.
+lock=$root/.lock
+tries=0
+until mkdir "$lock" 2>/dev/null; do
+  tries=$((tries + 1))
+  if [ "$tries" -gt 1200 ]; then
+    echo "the front's rotation is locked by another change for 60 s ($lock); remove it if no pulumi up is running" >&2
+    exit 5
+  fi
+  sleep 0.05
+done
+trap 'rmdir "$lock"' EXIT
+
+title() { tr -d '\000' < "/proc/$1/cmdline" 2>/dev/null || true; }
+is_master() { case "$(title 1)" in "nginx: master process"*) return 0 ;; esac; return 1; }
+workers() {
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    if [ "$(title "$p")" = "nginx: worker process" ]; then echo "$p"; fi
+  done
+}
+alive() { for p in $1; do if [ -d "/proc/$p" ]; then echo "$p"; fi; done; }
+
+# upstream.conf and reason.map from the per-replica files; nginx -t; then a graceful reload.
+# Sets $old to the workers that served before the reload.
+render() {
+  : > "$root/upstream.conf.new"
+  reason=""
+  latest=""
+  serving=0
+  for f in "$root"/*.address; do
+    [ -e "$f" ] || continue
+    name=${f##*/}
+    name=${name%.address}
+    if [ "$(cat "$root/$name.state" 2>/dev/null)" = in ]; then
+      echo "server $(cat "$f") max_fails=__MAX_FAILS__ fail_timeout=__FAIL_TIMEOUT__s;" >> "$root/upstream.conf.new"
+      serving=$((serving + 1))
+    else
+      echo "server $(cat "$f") down;" >> "$root/upstream.conf.new"
+      # The latest reason: the replica whose failure or drain came last.
+      if [ -s "$root/$name.reason" ] && { [ -z "$reason" ] || [ "$root/$name.reason" -nt "$latest" ]; }; then
+        reason=$(cat "$root/$name.reason")
+        latest=$root/$name.reason
+      fi
+    fi
+  done
+  : > "$root/reason.map.new"
+  if [ "$serving" = 0 ] && [ -n "$reason" ]; then
+    printf "glm '%s';\n" "$reason" > "$root/reason.map.new"
+  fi
+  for f in upstream.conf reason.map; do
+    if [ -e "$root/$f" ]; then cp "$root/$f" "$root/$f.previous"; else : > "$root/$f.previous"; fi
+    mv -f "$root/$f.new" "$root/$f"
+  done
+  old=""
+  if [ ! -e "$conf" ] || ! is_master; then
+    echo "rotation: $serving replica(s) in; nginx not started yet"
+    return 0
+  fi
+  if ! out=$(nginx -t -q -e stderr -c "$conf" 2>&1); then
+    for f in upstream.conf reason.map; do mv -f "$root/$f.previous" "$root/$f"; done
+    printf 'nginx -t refused the new rotation, so it was not loaded; the front keeps its current one.\n%s\n' "$out" >&2
+    exit 3
+  fi
+  old=$(workers)
+  kill -HUP 1
+  tries=0
+  while :; do
+    now=$(workers)
+    stale=0
+    for p in $old; do
+      for q in $now; do if [ "$p" = "$q" ]; then stale=1; fi; done
+    done
+    if [ -n "$now" ] && [ "$stale" = 0 ]; then break; fi
+    tries=$((tries + 1))
+    if [ "$tries" -gt 200 ]; then
+      echo "nginx did not load the new rotation within 10 s; see the front's log (docker logs)" >&2
+      exit 4
+    fi
+    sleep 0.05
+  done
+  echo "rotation: $serving replica(s) in"
+}
+
+# Old workers exit once the requests they began are finished (streams included).
+wait_for() {
+  grace=$1
+  started=$(date +%s)
+  while [ -n "$(alive "$old")" ]; do
+    if [ $(($(date +%s) - started)) -ge "$grace" ]; then
+      echo "drained after ${grace} s with requests still open (bounded by glm:container.stopGraceSeconds)"
+      return 0
+    fi
+    sleep 0.05
+  done
+  echo "drained: every request begun before is finished ($(($(date +%s) - started)) s)"
+}
+
+case "$command" in
+  admit)
+    printf '%s\n' "$3" > "$root/$replica.address"
+    echo in > "$root/$replica.state"
+    rm -f "$root/$replica.reason"
+    render
+    ;;
+  drain | fail)
+    printf '%s\n' "$3" > "$root/$replica.reason"
+    was=$(cat "$root/$replica.state" 2>/dev/null || true)
+    echo out > "$root/$replica.state"
+    render
+    if [ "$command" = drain ] && [ "$was" = in ]; then wait_for "$4"; fi
+    ;;
+  forget)
+    was=$(cat "$root/$replica.state" 2>/dev/null || true)
+    rm -f "$root/$replica.address" "$root/$replica.state" "$root/$replica.reason"
+    render
+    if [ "$was" = in ]; then wait_for "$3"; fi
+    ;;
+  show)
+    for f in "$root"/*.state; do
+      [ -e "$f" ] || continue
+      name=${f##*/}
+      echo "${name%.state} $(cat "$f") $(cat "$root/${name%.state}.address" 2>/dev/null || echo -)"
+    done
+    ;;
+  *)
+    echo "rotation: unknown command $command" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,104 @@
+"""The way back after a failed roll: put the last config whose gate passed back, then ``pulumi up``.
+
+``make rollback STACK=a800`` (``scripts/ops.sh rollback -s a800``). The stack output ``verified`` is
+published only by an update whose gate passed, and a failed ``up`` leaves it as it was; its
+``config`` holds the keys that make a replica (``components.config.REPLICA_KEYS``) as the stack set
+them then. This writes those keys back into the stack's config (so the next plain ``up`` does not
+roll the bad version out again), says which changed, and runs ``pulumi up``: the replica that
+failed is replaced by the version that passed, gated, and admitted to the front's rotation again.
+Secrets are neither read nor written. Other keys (keys, front, monitoring) stay as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from components.config import REPLICA_KEYS
+
+
+def changes(current: Mapping[str, Any], verified: Mapping[str, Any]) -> dict[str, Any | None]:
+    """``glm:<key>`` → the verified value, or None to remove it, for each replica key that differs.
+
+    ``current`` is ``pulumi config --json``; ``verified`` the ``config`` of the ``verified`` output.
+
+    >>> now = {"glm:serving": {"objectValue": {"extraEnv": {"F": "wrong-answer"}}, "secret": False}}
+    >>> changes(now, {"serving": {}})
+    {'glm:serving': {}}
+    >>> changes(now, {})
+    {'glm:serving': None}
+    """
+    found: dict[str, Any | None] = {}
+    for key in REPLICA_KEYS:
+        entry = current.get(f"glm:{key}") or {}
+        if entry.get("secret"):
+            continue  # never a replica key; and nothing secret is read here
+        now = entry.get("objectValue", entry.get("value"))
+        if now in ({}, "", None):
+            now = None  # Pulumi.yaml's empty default means "not set"
+        want = verified.get(key)
+        if want != now and not (want in ({}, None) and now is None):
+            found[f"glm:{key}"] = want if want is not None else None
+    return found
+
+
+def write_tracked(path: Path, todo: Mapping[str, Any | None]) -> None:
+    """The local stack's config is the repository's ``Pulumi.local.yaml`` (scripts/env.sh copies it
+    over the user's own on every run): the rollback is written there."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text()) or {}
+    config = data.setdefault("config", {})
+    for key, value in todo.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    head = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
+    path.write_text(head + yaml.safe_dump(data, sort_keys=False))
+
+
+def rollback(
+    stack: str, pulumi: Callable[..., str], pulumi_cli: list[str], tracked: Path | None = None
+) -> int:
+    """Put the verified replica config back and run ``pulumi up``; returns its exit status.
+    ``tracked``: the stack's config lives in this repository file (the local stack)."""
+    verified = json.loads(pulumi("stack", "output", "verified", "--json", stack=stack) or "null")
+    if not isinstance(verified, dict) or not isinstance(verified.get("config"), dict):
+        sys.exit(
+            f"ops: stack {stack} has no verified config to go back to (its `verified` output comes from "
+            "an update whose gate passed, made by this version of the program). Fix the config by hand "
+            "and run `make up`."
+        )
+    todo = changes(json.loads(pulumi("config", "--json", stack=stack)), verified["config"])
+    if not todo:
+        print(f"ops: {stack}'s replica config already is the verified one; running `pulumi up` to reach it")
+    for key, value in todo.items():
+        shown = "removed" if value is None else json.dumps(value, separators=(",", ":"))
+        print(f"ops: {key} back to the last version that passed its gate: {shown}")
+    if tracked is not None and todo:
+        write_tracked(tracked, todo)
+        print(f"ops: written to {tracked.name}: review and commit it")
+        todo = {}
+    for key, value in todo.items():
+        if value is None:
+            pulumi("config", "rm", key, stack=stack)
+    to_set = {key: value for key, value in todo.items() if value is not None}
+    if to_set:
+        entries = {
+            key: {"value": value if isinstance(value, str) else json.dumps(value), "secret": False}
+            | ({} if isinstance(value, str) else {"objectValue": value})
+            for key, value in to_set.items()
+        }
+        pulumi("config", "set-all", "--json", json.dumps(entries), stack=stack)
+    started = time.monotonic()
+    done = subprocess.run([*pulumi_cli, "up", "--yes", "--skip-preview", "-s", stack]).returncode
+    took = time.monotonic() - started
+    verdict = "passed its gates" if done == 0 else f"failed (exit {done})"
+    print(f"ops: rollback of {stack} {verdict} in {took:.0f} s", file=sys.stderr)
+    return done

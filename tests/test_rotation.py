@@ -1,0 +1,147 @@
+"""The front's rotation (components/rotation.py, templates/rotation.sh) in a real nginx container.
+
+The front runs the production command from the local nginx image on the host network (as in
+tests/test_nginx_reload.py); two vLLM-protocol simulators on loopback ports play two replicas, one
+of them answering 13x17 wrongly. Every change goes through the same ``docker exec`` path a
+``pulumi up`` uses; what clients get is read back through the front.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+
+import httpx
+import pytest
+
+from components import rotation
+from components.nginx_reload import apply_release
+from tests.test_nginx_front import KEYS, SERVED, vllm_sim
+from tests.test_nginx_reload import DOCKER_HOST, _docker_ready, live_front
+
+pytestmark = pytest.mark.skipif(_docker_ready() is not None, reason=str(_docker_ready()))
+
+KEY = KEYS["alice"]
+
+
+def ask(base: str) -> tuple[int, str]:
+    """13x17 through the front: (status, the answer's content or the error body)."""
+    resp = httpx.post(
+        f"{base}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={
+            "model": SERVED,
+            "messages": [{"role": "user", "content": "What is 13*17?"}],
+            "max_tokens": 256,
+            "temperature": 0,
+        },
+        timeout=30,
+    )
+    if resp.status_code != 200:
+        return resp.status_code, resp.text
+    return 200, str(resp.json()["choices"][0]["message"]["content"]).strip()
+
+
+def answers(base: str, n: int = 12) -> Counter[str]:
+    got: Counter[str] = Counter()
+    for _ in range(n):
+        status, answer = ask(base)
+        got[answer if status == 200 else f"HTTP {status}"] += 1
+    return got
+
+
+def test_only_admitted_replicas_answer_and_a_failed_one_is_named() -> None:
+    with (
+        vllm_sim() as good,
+        vllm_sim({"VLLM_SIM_FAULT": "wrong-answer"}) as bad,
+        live_front(good) as front,
+    ):
+        apply_release(front.props(KEYS))  # no replica admitted by hand: the rotation starts empty
+        access = rotation.front_access(DOCKER_HOST, None, front.container)
+
+        # Before any replica passed a gate, nothing is served: the generic JSON 503.
+        status, body = ask(front.base)
+        assert status == 503 and json.loads(body)["error"]["code"] == "upstream_unavailable", body
+
+        rotation.admit(access, "box1", f"127.0.0.1:{good}")
+        assert answers(front.base) == Counter({"221": 12})
+
+        # The wrong-answering replica is never admitted: its failure keeps it out.
+        rotation.keep_out(access, "box2", "the replica on host 'box2' failed its gate at step 'arithmetic'")
+        assert answers(front.base) == Counter({"221": 12})
+
+        # Admitted, both answer (round robin): the rotation, not the config, decides who serves.
+        rotation.admit(access, "box2", f"127.0.0.1:{bad}")
+        both = answers(front.base, 20)
+        assert set(both) == {"221", "222"}, both
+
+        # Drained, box2 gets no new request at once.
+        rotation.drain(access, "box2", "being replaced", grace_seconds=10)
+        assert answers(front.base, 20) == Counter({"221": 20})
+
+        # The last replica out: the 503 names why, in OpenAI's error shape.
+        rotation.keep_out(
+            access, "box1", "the replica on host 'box1' failed its gate at step 'tool_call': no tool call"
+        )
+        status, body = ask(front.base)
+        error = json.loads(body)["error"]
+        assert status == 503 and error["code"] == "no_replica_in_rotation", body
+        assert "box1" in error["message"] and "tool_call" in error["message"], error
+
+        # A config release (a revoked key) keeps the rotation as it is.
+        rotation.admit(access, "box1", f"127.0.0.1:{good}")
+        apply_release(front.props({"alice": KEY}))
+        assert answers(front.base) == Counter({"221": 12})
+        shown = rotation.run(access, "show")
+        assert shown  # one line per replica; the last is box2's
+        assert rotation.forget(access, "box2", grace_seconds=5)
+        assert "box2" not in rotation.run(access, "show")
+
+
+def test_a_drain_waits_for_streams_in_flight_and_cuts_none() -> None:
+    """Streams begun before a drain finish through the old workers; the drain returns after them."""
+    with vllm_sim({"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.1"}) as sim, live_front(sim) as front:
+        apply_release(front.props(KEYS))  # no replica admitted by hand: the rotation starts empty
+        access = rotation.front_access(DOCKER_HOST, None, front.container)
+        rotation.admit(access, "box1", f"127.0.0.1:{sim}")
+        finished: list[bool] = []
+
+        def stream() -> None:
+            body = {
+                "model": SERVED,
+                "messages": [{"role": "user", "content": "Count."}],
+                "max_tokens": 30,
+                "stream": True,
+            }
+            with httpx.stream(
+                "POST",
+                f"{front.base}/v1/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {KEY}"},
+                timeout=60,
+            ) as resp:
+                finished.append(any(line.strip() == "data: [DONE]" for line in resp.iter_lines()))
+
+        threads = [threading.Thread(target=stream) for _ in range(3)]
+        for t in threads:
+            t.start()
+        time.sleep(0.8)  # the streams are under way (30 tokens at 0.1 s)
+        started = time.monotonic()
+        done = rotation.drain(access, "box1", "being replaced", grace_seconds=20)
+        waited = time.monotonic() - started
+        for t in threads:
+            t.join(timeout=30)
+        assert finished == [True, True, True]
+        assert done.startswith("drained: every request"), done
+        assert 1.0 < waited < 20, waited  # it waited for the streams (~2 s left), not the grace
+        # Nothing is in rotation now: a new request gets the 503 naming the drain.
+        status, body = ask(front.base)
+        assert status == 503 and "being replaced" in json.loads(body)["error"]["message"]
+
+
+def test_draining_without_a_front_is_a_no_op() -> None:
+    """The first deploy: the serving container is replaced before any front exists."""
+    access = rotation.front_access(DOCKER_HOST, None, "glm53-test-no-such-front")
+    assert rotation.drain(access, "box1", "x", grace_seconds=1) == "no front running: nothing to drain"
