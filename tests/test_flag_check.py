@@ -86,7 +86,13 @@ def test_an_abbreviation_is_refused_though_argparse_takes_it() -> None:
 
 
 def test_the_parsers_own_spellings_pass() -> None:
-    args = ["--max_num_batched_tokens=4096", "--compilation-config.mode", "3", "--shutdown-timeout=25"]
+    # Flags the config does not render (those it renders are refused in extraArgs on their own).
+    args = [
+        "--max_logprobs=10",
+        "--override-generation-config.temperature",
+        "0.6",
+        "--enable-chunked-prefill",
+    ]
     assert make("a800", serving={"extraArgs": args}).serving.extra_args == args
 
 
@@ -102,7 +108,9 @@ def test_a_switch_the_image_adds_is_accepted_once_declared() -> None:
 
 
 def test_a_flag_the_older_ascend_vllm_lacks_is_refused() -> None:
-    """--shutdown-timeout arrived in vLLM 0.18 (SPEC §7): ascend's 0.23.0 has it."""
-    assert make("ascend", serving={"extraArgs": ["--shutdown-timeout=30"]})
+    """--max-num-partial-prefills is in 0.23.0's parser and gone from 0.33.0's."""
+    assert make("ascend", serving={"extraArgs": ["--max-num-partial-prefills=2"]})
+    with pytest.raises(ConfigError, match=r"--max-num-partial-prefills is not a flag of vLLM 0\.33\.0"):
+        make("a800", serving={"extraArgs": ["--max-num-partial-prefills=2"]})
     with pytest.raises(ConfigError, match=r"--tool-parser-plugn is not a flag of vLLM 0\.23\.0"):
         make("ascend", serving={"extraArgs": ["--tool-parser-plugn=x"]})
