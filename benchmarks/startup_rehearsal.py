@@ -54,8 +54,10 @@ def set_string(project: PulumiProject, key: str, value: str) -> None:
 
 
 def first_die(host: StandinHost, since: float, until: float, container: str = CONTAINER) -> float | None:
+    """The first exit of the container that is there now (by ID: the replaced one died too)."""
+    ident = host.docker("inspect", "-f", "{{.Id}}", container).stdout.strip()
     out = host.docker(
-        "events", "--since", f"{since:.3f}", "--until", f"{until:.3f}", "--filter", f"container={container}",
+        "events", "--since", f"{since:.3f}", "--until", f"{until:.3f}", "--filter", f"container={ident}",
         "--filter", "event=die", "--format", "{{.TimeNano}}",
     ).stdout.split()  # fmt: skip
     return int(out[0]) / 1e9 if out else None
