@@ -94,7 +94,7 @@ def check_known_flags(
     problems = []
     for where, tokens in (("glm:serving.extraArgs", list(extra_args)), ("a rendered flag", list(rendered))):
         for name, hint in unknown_flags(tokens, flags):
-            problems.append(f"{where}: {name} is not a flag of {source}: {hint}")
+            problems.append(f"{where}: {name} is not a flag of {source} ({hint})")
     if not problems:
         return None
     return (
