@@ -91,7 +91,9 @@ def main() -> int:
             "glm:serving.extraEnv.VLLM_SIM_SHARDS": "12",
             "glm:serving.extraEnv.VLLM_SIM_STRICT_FLAGS": "1",
         }
-        project.init_stack(STACK, config=rehearsal_config(host, STACK), secrets={"glm:apiKeys.e2e": API_KEY})
+        # Prometheus on the host's address, as tests/test_rehearsal.py has it: an opt-in since the hardening.
+        config = {**rehearsal_config(host, STACK), "glm:monitoring.allowPublicBind": "true"}
+        project.init_stack(STACK, config=config, secrets={"glm:apiKeys.e2e": API_KEY})
         for key, value in slow.items():
             set_string(project, key, value)
         try:
