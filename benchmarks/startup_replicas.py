@@ -13,6 +13,7 @@ project root::
 from __future__ import annotations
 
 import contextlib
+import secrets
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +26,7 @@ from tests.multihost import init_stack, load_images, set_config
 from tests.standin_host import StandinHost, link_private_network, unavailable_reason
 
 STACK = "local"
-API_KEY = "sk-replicas-0123456789abcdef0123"
+API_KEY = "sk-" + secrets.token_hex(24)  # random: the config refuses a guessable key
 STRICT = {"VLLM_SIM_STRICT_FLAGS": "1", "VLLM_SIM_LOADING_SECONDS": "5"}
 
 
