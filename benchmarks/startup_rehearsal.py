@@ -106,9 +106,7 @@ def main() -> int:
                 return 1
             serving = {"extraEnv": {"VLLM_SIM_STRICT_FLAGS": "1", "VLLM_SIM_LOADING_SECONDS": "10"}}
             # A value starting with `--` is a flag to `pulumi config set`: written into the stack file.
-            set_config(
-                project, STACK, "glm:serving", {**serving, "extraArgs": ["--max-num-batched-tokens=abc"]}
-            )
+            set_config(project, STACK, "glm:serving", {**serving, "extraArgs": ["--max-logprobs=abc"]})
             failing_run(project, host, "bad flag value in glm:serving.extraArgs")
             memory = {"extraEnv": {**serving["extraEnv"], "VLLM_SIM_START_FAILURE": "gpu-memory"}}
             set_config(project, STACK, "glm:serving", memory)

@@ -66,7 +66,7 @@ def main() -> int:
             if code != 0:
                 print("\n".join(line for _at, line in _lines[-60:]))
                 return 1
-            bad = {"extraEnv": STRICT, "extraArgs": ["--max-num-batched-tokens=abc"]}
+            bad = {"extraEnv": STRICT, "extraArgs": ["--max-logprobs=abc"]}
             set_config(project, STACK, "glm:serving", bad)
             failing_run(project, hosts[0], "bad flag value, replica on the first host")
             memory = {"extraEnv": {**STRICT, "VLLM_SIM_START_FAILURE": "gpu-memory"}}

@@ -125,6 +125,8 @@ class ContainerWatch:
         self.problem: str | None = None
         self._done = threading.Event()
         self._proc: subprocess.Popen[str] | None = None
+        self._events: subprocess.Popen[str] | None = None
+        self._died = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.name}", daemon=True)
 
     # -- control --
@@ -135,8 +137,9 @@ class ContainerWatch:
 
     def close(self) -> None:
         self._done.set()
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
+        for proc in (self._proc, self._events):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
         self._thread.join(timeout=5)
 
     # -- what the gate reads --
@@ -177,13 +180,13 @@ class ContainerWatch:
 
     def _inspect(self, argv: list[str], env: dict[str, str]) -> dict[str, Any] | None:
         # Only the state and the restart count: the whole inspect would carry the container's env.
-        fmt = '{"State":{{json .State}},"RestartCount":{{.RestartCount}}}'
+        fmt = '{"Id":"{{.Id}}","State":{{json .State}},"RestartCount":{{.RestartCount}}}'
         done = self._docker(argv, env, "inspect", "--format", fmt, self.name)
         if done.returncode != 0:
             self.problem = f"docker inspect failed: {done.stdout.strip()[:300]}"
             return None
         found = json.loads(done.stdout)
-        state: dict[str, Any] = {**found["State"], "RestartCount": found["RestartCount"]}
+        state: dict[str, Any] = {**found["State"], "RestartCount": found["RestartCount"], "Id": found["Id"]}
         return state
 
     def _run(self) -> None:
@@ -200,6 +203,14 @@ class ContainerWatch:
         started = str(first.get("StartedAt", ""))
         self.started_at = _timestamp(started)
         since = started
+        # `docker logs -f` may follow the restarted run (it did on Docker 20.10 when the restart
+        # came at once): Docker's own `die` event ends the stream the moment the engine exits.
+        self._events = subprocess.Popen(
+            [*argv, "events", "--since", started, "--filter", f"container={first['Id']}", "--filter", "event=die",
+             "--format", "{{.Actor.Attributes.exitCode}}"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        threading.Thread(target=self._on_die, name=f"die-{self.name}", daemon=True).start()
         for _attempt in range(FOLLOW_ATTEMPTS):
             state = first if first.get("Restarting") or not first.get("Running") else None
             if state is None:
@@ -223,7 +234,8 @@ class ContainerWatch:
                 state = self._inspect(argv, env)
                 if state is None:
                     return
-                if state.get("Running") and not state.get("Restarting") and state.get("StartedAt") == started:
+                same_run = state.get("StartedAt") == started and not self._died.is_set()
+                if state.get("Running") and not state.get("Restarting") and same_run:
                     # The stream was cut (the network, a log driver that cannot be read), the run
                     # goes on: follow it again, a few times.
                     self.problem = f"the log stream ended: {said[:200] or 'no reason given'}"
@@ -232,6 +244,14 @@ class ContainerWatch:
                     continue
             self._record_stop(argv, env, state)
             return
+
+    def _on_die(self) -> None:
+        """The first `die` of the watched container ends the log stream (and so the wait)."""
+        assert self._events is not None and self._events.stdout is not None
+        if self._events.stdout.readline():
+            self._died.set()
+            if self._proc is not None and self._proc.poll() is None:
+                self._proc.kill()
 
     def _line(self, raw: str) -> str | None:
         stamp, _, line = raw.rstrip("\n").partition(" ")
