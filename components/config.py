@@ -389,6 +389,11 @@ class ImageConfig(_Model):
     )
     build: ImageBuildConfig | None = Field(None, description="Build the image from this context.")
     vllm_version: str = Field(description="vLLM version inside the image; flags are checked against it.")
+    added_flags: list[str] = Field(
+        default_factory=list,
+        description="Flags the image adds to `vllm serve` beyond its vLLM version's (a patched image's "
+        "own switches, e.g. `--sparse-mla-force-mqa`): the flag check accepts them.",
+    )
     keep_locally: bool = Field(True, description="Keep the pulled image on the host at destroy.")
 
     @model_validator(mode="after")
@@ -1288,7 +1293,16 @@ def _check_replicas_alike(c: StackConfig) -> str | None:
     return "\n".join(found) or None
 
 
+def _check_known_flags(c: StackConfig) -> str | None:
+    """Every flag exists in the profile's vLLM version (the real parser's table)."""
+    from components.flag_check import check_known_flags  # both import this module
+    from components.vllm_server import render_flags
+
+    return check_known_flags(c.image.vllm_version, render_flags(c), c.serving.extra_args, c.image.added_flags)
+
+
 _CHECKS = [
+    _check_known_flags,
     _check_replicas_alike,
     _check_shutdown_timeout,
     _check_weights_fit,

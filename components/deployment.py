@@ -130,6 +130,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         metrics_url=config.smoke.metrics_url or front.metrics_url,
         metrics_key=keys.gate_metrics,
         front_fingerprint=front.fingerprint,
+        host=config.target.host,  # the gate follows the front host's serving container while it waits
         # Several replicas: any one replaced re-runs the front's gate.
         container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join),
         opts=pulumi.ResourceOptions(depends_on=[*[r.gate for r in replicas], front, monitoring]),

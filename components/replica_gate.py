@@ -216,8 +216,9 @@ class ReplicaGate(pulumi.ComponentResource):
         secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
         target = f"{serving.container.vllm_address}:{serving.port}"
         params = gate_params(
-            serving, smoke, f"http://{target}/v1", image_ref, f"http://{target}/metrics", container_id
-        )
+            serving, smoke, f"http://{target}/v1", image_ref, f"http://{target}/metrics", container_id,
+            host=host,
+        )  # fmt: skip
         steps = [s for s in params["smoke"]["steps"] if s != "front_auth"]
         props = {
             **params,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -31,6 +30,7 @@ from components.config import (
     StackConfig,
     build_stack_config,
 )
+from components.gate.startup import is_error, milestone
 from components.target import docker_ssh_opts
 from components.vllm_server import render_argv, render_serving
 from ops.rollback import rollback
@@ -39,11 +39,6 @@ ROOT = Path(__file__).resolve().parent.parent
 # The pulumi CLI with the project's environment; GLM_PULUMI points elsewhere (tests use a throwaway backend).
 PULUMI = shlex.split(os.environ.get("GLM_PULUMI", "")) or [str(ROOT / "scripts" / "pulumi.sh")]
 DEBUG_PORT = 8007  # the seed's run_debug.sh port
-# Start-up milestones in vLLM's log (A800 seed §4 table, RTX 5090 seed's log).
-MILESTONES = re.compile(
-    r"Loading weights took|Model loading took|init engine|Graph capturing finished|"
-    r"Capturing CUDA graphs?|Application startup complete|Starting vLLM API server|ERROR|Traceback"
-)
 
 
 def pulumi(*args: str, stack: str) -> str:
@@ -78,12 +73,18 @@ def docker(config: StackConfig) -> list[str]:
     return ["docker", "-H", host.docker_host]
 
 
+def mark(line: str) -> str:
+    """``==>`` before a start-up milestone or an error: the gate's own table
+    (``components/gate/startup.py``), so ``make logs`` and the gate's progress agree."""
+    return f"==> {line}" if milestone(line) is not None or is_error(line) else line
+
+
 def logs(config: StackConfig, stack: str, follow: bool) -> int:
     cmd = [*docker(config), "logs", "--tail", "200", *(["-f"] if follow else []), config.container.name]
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
-            print(f"==> {line}" if MILESTONES.search(line) else line, end="", flush=True)
+            print(mark(line), end="", flush=True)
     return proc.returncode
 
 

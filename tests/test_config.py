@@ -459,7 +459,9 @@ def test_extra_args_cannot_override_a_rendered_flag(extra: list[str], key: str) 
 
 def test_extra_args_the_config_does_not_render_pass() -> None:
     extra = ["--sparse-mla-force-mqa", "--enable-lora"]
-    assert make("a800", serving={"extraArgs": extra}).serving.extra_args == extra
+    # The patch set's switch is the image's own, declared as such (the flag check, issue 25).
+    added = {"addedFlags": ["--sparse-mla-force-mqa"]}
+    assert make("a800", serving={"extraArgs": extra}, image=added).serving.extra_args == extra
     # vLLM's graceful stop is rendered now (stopGraceSeconds - 5): its own key, not extraArgs.
     with pytest.raises(ConfigError, match=r"set glm:serving.shutdownTimeout instead"):
         make("a800", serving={"extraArgs": ["--shutdown-timeout=20"]})

@@ -13,7 +13,7 @@ import pytest
 
 from components.config import ConfigError, build_stack_config, parse_overrides
 from components.vllm_server import render_argv, render_env
-from ops.__main__ import MILESTONES, debug_run
+from ops.__main__ import debug_run, mark
 from tests.conftest import TEST_HOST_KEY
 from tests.engine import PROJECT, PulumiProject, engine_missing
 
@@ -67,8 +67,11 @@ def test_the_seeds_start_up_milestones_are_marked() -> None:
         "INFO Graph capturing finished in 66 secs, took 2.71 GiB",
         "INFO:     Application startup complete.",
     ]
-    assert all(MILESTONES.search(line) for line in lines)
-    assert not MILESTONES.search('INFO:     127.0.0.1:46508 - "GET /health HTTP/1.1" 200 OK')
+    assert all(mark(line) == f"==> {line}" for line in lines)
+    request = 'INFO:     127.0.0.1:46508 - "GET /health HTTP/1.1" 200 OK'
+    assert mark(request) == request
+    error = "vllm serve: error: unrecognized arguments: --enable-prefix-cacheing"
+    assert mark(error) == f"==> {error}"
 
 
 def test_overrides_for_one_run_go_through_the_models() -> None:

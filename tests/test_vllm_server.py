@@ -237,7 +237,9 @@ def test_extra_args_and_env_pass_through() -> None:
             "glm:serving": {
                 "extraArgs": ["--sparse-mla-force-mqa"],
                 "extraEnv": {"TZ": "Asia/Shanghai"},
-            }
+            },
+            # The patch set's own switch: not in vLLM 0.33.0's parser, declared as the image's.
+            "glm:image": {"addedFlags": ["--sparse-mla-force-mqa"]},
         },
     )
     inputs = serving_container(deployment)

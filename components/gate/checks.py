@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from components.config import ALL_SMOKE_STEPS, SmokeConfig
+from components.gate.container import ContainerWatch, start_watch
 from components.gate.metrics import Sample, kv_pools, parse_samples, total
 from components.gate.sse import DONE, MalformedChunk, chunk_deltas, chunk_error, delta_text, sse_events
 
@@ -188,8 +189,9 @@ def describe(err: BaseException) -> str:
     return f"{name}: {excerpt(str(err), 160)}" if str(err) else name
 
 
-def within(seconds: float, call: Callable[[], T]) -> T:
-    """``call()``, or :class:`Overrun` once ``seconds`` have passed, whatever the server does.
+def within(seconds: float, call: Callable[[], T], until: Callable[[], bool] | None = None) -> T:
+    """``call()``, or :class:`Overrun` once ``seconds`` have passed, whatever the server does
+    (or as soon as ``until()`` is true: the serving container stopped, say).
 
     httpx's timeouts bound each read, not the exchange: a server that trickles one byte a second
     never trips them. So the exchange runs on a daemon thread and the gate stops waiting for it at
@@ -208,7 +210,13 @@ def within(seconds: float, call: Callable[[], T]) -> T:
 
     worker = threading.Thread(target=run, daemon=True, name="smoke-gate-request")
     worker.start()
-    worker.join(max(seconds, 0.0))
+    ends = time.monotonic() + max(seconds, 0.0)
+    while worker.is_alive() and time.monotonic() < ends and not (until and until()):
+        # In slices while something may cut the wait short: a poll through an SSH tunnel to a
+        # container that is gone hangs until its timeout.
+        worker.join(
+            min(0.1, max(0.0, ends - time.monotonic())) if until else max(0.0, ends - time.monotonic())
+        )
     if worker.is_alive():
         raise Overrun(f"not done within {seconds:.3g} s")
     if "error" in box:
@@ -239,6 +247,8 @@ class _Gate:
             str(k): v if v is True else str(v) for k, v in (p.get("flags") or {}).items()
         }
         self.container = p.get("container_name") or "the serving container"
+        # Where the serving container runs (components/gate/container.py): its log while loading.
+        self.watch_spec: dict[str, Any] | None = p.get("container_watch") or None
         self.prompt = str(smoke["prompt"])
         self.expected = str(smoke["expected_answer"])
         self.tool_prompt = str(smoke["tool_prompt"])
@@ -369,20 +379,34 @@ class _Gate:
         Every poll, body included, ends by the gate's deadline (:func:`within`): a front that
         trickles bytes cannot hold the gate past ``deadlineSeconds``.
         """
-        import httpx
-
         url = f"{self.endpoint}/models"
         deadline = self.start + self.deadline
-        last_report = self.start
-        last = "no answer yet"
-        interval = min(FIRST_POLL_SECONDS, self.poll)
         self.progress(
             f"readiness: waiting up to {self.deadline:g} s for {url} (polling every {self.poll:g} s)"
         )
+        watch = start_watch(self.watch_spec, self.progress, set(self.flags))
+        try:
+            self._poll_ready(url, deadline, watch)
+        finally:
+            if watch is not None:
+                watch.close()
+        self.results["ready_seconds"] = round(time.monotonic() - self.start, 3)
+
+    def _poll_ready(self, url: str, deadline: float, watch: ContainerWatch | None) -> None:
+        import httpx
+
+        last_report = self.start
+        last = "no answer yet"
+        interval = min(FIRST_POLL_SECONDS, self.poll)
         while True:
+            if watch is not None and watch.stopped is not None:
+                raise GateFailure("readiness", watch.stopped.message(watch.name))
             limit = max(0.01, min(PROBE_READ_TIMEOUT_SECONDS, deadline - time.monotonic()))
             try:
-                status, raw = within(limit, partial(self._exchange, "GET", url, self.api_key, None, limit))
+                stopped = None if watch is None else (lambda: watch.stopped is not None)
+                status, raw = within(
+                    limit, partial(self._exchange, "GET", url, self.api_key, None, limit), until=stopped
+                )
                 if status == 200:
                     break
                 last = f"HTTP {status}: {excerpt(raw.decode(errors='replace'), 120)}"
@@ -411,17 +435,18 @@ class _Gate:
                     "while the weights load and the engine starts (normal: 632 s load on rtx5090, "
                     f"5.5 min init on a800). Look at: docker logs {self.container} (still loading, or "
                     "crashed?), VLLM_ENGINE_READY_TIMEOUT_S, and raise glm:smoke.deadlineSeconds if "
-                    "the load is simply slow.",
+                    "the load is simply slow."
+                    + (f" The container's log was at: {watch.status()}." if watch and watch.status() else ""),
                 )
             if now - last_report >= PROGRESS_EVERY_SECONDS:
                 last_report = now
+                startup = watch.status() if watch is not None else None
                 self.progress(
-                    f"readiness: {now - self.start:.0f} s elapsed of {self.deadline:g} s, waiting for "
-                    f"{url} to answer 200; last: {last}"
+                    f"readiness: {now - self.start:.0f} s elapsed of {self.deadline:g} s"
+                    + (f"; {startup}" if startup else f", waiting for {url} to answer 200; last: {last}")
                 )
             time.sleep(max(0.0, min(interval, deadline - now)))
             interval = min(self.poll, interval * POLL_BACKOFF)
-        self.results["ready_seconds"] = round(time.monotonic() - self.start, 3)
 
     def check_models(self) -> None:
         url = f"{self.endpoint}/models"

@@ -43,6 +43,11 @@ from fractions import Fraction
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
+# Its companion module sits beside it; `python3 -I` (isolated, as the tests run it) leaves the
+# script's folder off sys.path.
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import sim_startup
+
 DEFAULT_VERSION = "0.33.0"
 DEFAULT_MODEL = "vllm-sim/model"
 DEFAULT_MAX_MODEL_LEN = 131072
@@ -116,6 +121,9 @@ class Config:
     reject_fields: frozenset = frozenset({"thinking_budget"})
     prefix_block_tokens: int = 0
     quiet: bool = False
+    shards: int = 0
+    start_failure: str | None = None
+    crash_after_seconds: float = 0.0
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -365,6 +373,13 @@ def parse_config(argv: list, env: dict | None = None) -> Config:
         )
     cfg.prefix_block_tokens = _env_int(env, "VLLM_SIM_PREFIX_BLOCK_TOKENS", cfg.block_size, minimum=1)
     cfg.quiet = _env_bool(env, "VLLM_SIM_QUIET")
+    cfg.shards = _env_int(env, "VLLM_SIM_SHARDS", 0)
+    cfg.start_failure = env.get("VLLM_SIM_START_FAILURE", "").strip() or None
+    if cfg.start_failure and cfg.start_failure not in sim_startup.START_FAILURES:
+        raise UsageError(
+            f"VLLM_SIM_START_FAILURE={cfg.start_failure!r}; known: {sorted(sim_startup.START_FAILURES)}"
+        )
+    cfg.crash_after_seconds = _env_float(env, "VLLM_SIM_CRASH_AFTER_SECONDS", 0.0)
     return cfg
 
 
@@ -1996,11 +2011,19 @@ def log(cfg: Config | None, message: str) -> None:
 
 def main(argv: list | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if _env_bool(dict(os.environ), "VLLM_SIM_STRICT_FLAGS"):
+        # The real parser's table (scripts/vllm_flags.py): vLLM refuses what it does not know.
+        refused = sim_startup.strict_check(list(argv), sim_startup.known_flags())
+        if refused:
+            sys.stderr.write(f"{sim_startup.USAGE}\nvllm serve: error: {refused}\n")
+            return 2
     try:
         cfg = parse_config(argv)
     except UsageError as exc:
         sys.stderr.write(f"vllm serve: error: {exc}\n")
         return 2
+    if cfg.crash_after_seconds > 0:
+        sim_startup.crash_after(cfg.crash_after_seconds)
 
     stop = threading.Event()
     holder: dict = {}
@@ -2036,11 +2059,15 @@ def main(argv: list | None = None) -> int:
             f"loading weights (simulated) for {cfg.loading_seconds:g} s; "
             f"port {cfg.port} refuses connections meanwhile",
         )
-        if stop.wait(cfg.loading_seconds):
-            return 0
-    log(cfg, f"GPU KV cache size: {cfg.pool_tokens:,} tokens")
-    concurrency = cfg.pool_tokens / cfg.max_model_len if cfg.max_model_len else 0
-    log(cfg, f"Maximum concurrency for {cfg.max_model_len:,} tokens per request: {concurrency:.2f}x")
+    # vLLM's start-up milestones over the load (all at once without one); a start-up failure
+    # strikes at its stage and exits 1, as the engine does.
+    loaded = sim_startup.play_startup(
+        cfg, cfg.loading_seconds, cfg.shards, cfg.start_failure, stop, quiet=cfg.quiet
+    )
+    if cfg.start_failure and not stop.is_set():
+        return 1
+    if not loaded:
+        return 0
 
     engine = Engine(cfg, stop)
     try:

@@ -1,0 +1,202 @@
+"""The serving container's start-up as its own log tells it: milestones, and the failures we know.
+
+One table for the gate (which prints the milestones while it waits for readiness, and names the
+cause when the engine exits: ``components/gate/container.py``) and for ``make logs``
+(``ops/__main__.py`` marks the same lines). The patterns are vLLM's own log messages, checked in
+the vLLM 0.33.0 source (file noted beside each) and in the seeds' logs (a800 §4 milestone table,
+rtx5090 §4 log). No Pulumi, no I/O: plain functions over log lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from pydantic.alias_generators import to_camel
+
+
+@dataclass(frozen=True)
+class Milestone:
+    """A line that marks a start-up stage. ``stage`` is the stage the engine is in *after* it."""
+
+    name: str
+    pattern: re.Pattern[str]
+    stage: str
+
+
+WEIGHTS, ENGINE_INIT, SERVER, READY = "weights loading", "engine init", "API server start", "ready"
+
+MILESTONES: tuple[Milestone, ...] = (
+    # entrypoints/openai/api_server.py banner; the rtx5090 seed's 12:47:16 line.
+    Milestone("vLLM started", re.compile(r"vLLM API server version"), WEIGHTS),
+    # model_executor/model_loader/weight_utils.py tqdm: "Loading safetensors checkpoint shards:  40% | 6/15"
+    Milestone("weights shard", re.compile(r"Loading safetensors checkpoint shards:.*?(\d+)/(\d+)"), WEIGHTS),
+    # default_loader.py "Loading weights took %.2f seconds" (rtx5090 seed: 632.80 s)
+    Milestone("weights loaded", re.compile(r"Loading weights took [\d.]+ ?s"), ENGINE_INIT),
+    # v1/worker/gpu_model_runner.py "Model loading took %s GiB memory and %.6f seconds" (a800 seed)
+    Milestone("model loaded", re.compile(r"Model loading took [\d.]+ ?GiB"), ENGINE_INIT),
+    # v1/core/kv_cache_utils.py "GPU KV cache size: 149,796 tokens" (rtx5090 seed)
+    Milestone("KV cache sized", re.compile(r"KV cache size: [\d,]+ tokens"), ENGINE_INIT),
+    # v1/worker/gpu_model_runner.py tqdm "Capturing CUDA graphs (...)" then "Graph capturing finished in 66 secs"
+    Milestone("CUDA graph capture", re.compile(r"Capturing CUDA graphs?"), ENGINE_INIT),
+    Milestone("CUDA graphs captured", re.compile(r"Graph capturing finished in \d+"), ENGINE_INIT),
+    # v1/engine/core.py "init engine (profile, create kv cache, warmup model) took %.2f s" (a800 seed)
+    Milestone("engine initialised", re.compile(r"init engine \(.*\) took [\d.]+"), SERVER),
+    Milestone("API server starting", re.compile(r"Starting vLLM API server"), SERVER),
+    # uvicorn: "INFO:     Application startup complete." (a800 seed)
+    Milestone("startup complete", re.compile(r"Application startup complete"), READY),
+)
+
+
+@dataclass(frozen=True)
+class StartupFailure:
+    """A known start-up failure: how the log says it, what it means, and the key to change."""
+
+    cause: str
+    pattern: re.Pattern[str]
+    key: str
+    fix: str
+
+
+FLAG_KEY = "glm:serving.extraArgs, or the glm:serving key that renders the flag"
+
+STARTUP_FAILURES: tuple[StartupFailure, ...] = (
+    # argparse, as `vllm serve` words it (FlexibleArgumentParser): "vllm serve: error: unrecognized arguments: --x"
+    StartupFailure(
+        "a flag this vLLM does not have",
+        re.compile(r"unrecognized arguments?:"),
+        "glm:serving.extraArgs",
+        "spell the flag as `vllm serve --help` of the image's version does (preview checks it "
+        "against components/vllm_flags/<version>.json)",
+    ),
+    StartupFailure(
+        "a flag value vLLM refuses",
+        re.compile(r"error: argument [-\w/ ]+: (invalid|expected)|invalid (numeric|choice|\w+ value)"),
+        FLAG_KEY,
+        "give the flag a value of the type and choices vLLM lists for it",
+    ),
+    # v1/worker/utils.py
+    StartupFailure(
+        "GPU memory utilization above the free memory",
+        re.compile(r"is less than desired GPU memory utilization"),
+        "glm:serving.gpuMemoryUtilization",
+        "lower it, or stop what else holds the accelerators (nvidia-smi / npu-smi info)",
+    ),
+    # v1/core/kv_cache_planning.py
+    StartupFailure(
+        "KV pool too small for max-model-len",
+        re.compile(
+            r"To serve at least one request with the model's max seq len|larger than the available KV cache"
+        ),
+        "glm:serving.maxModelLen",
+        "lower maxModelLen, raise gpuMemoryUtilization, or lower maxNumBatchedTokens (Ascend seed)",
+    ),
+    StartupFailure(
+        "no memory left for the KV cache",
+        re.compile(r"No available memory for the cache blocks"),
+        "glm:serving.gpuMemoryUtilization",
+        "raise it, or drop MTP (numSpeculativeTokens) / CUDA graphs (enforceEager) to free memory",
+    ),
+    StartupFailure(
+        "out of accelerator memory",
+        re.compile(r"CUDA out of memory|OutOfMemoryError|NPU out of memory"),
+        "glm:serving.gpuMemoryUtilization",
+        "lower gpuMemoryUtilization or maxNumSeqs (CUDA graph memory grows with it, a800 seed)",
+    ),
+    StartupFailure(
+        "NCCL/HCCL communication failure or timeout",
+        re.compile(
+            r"NCCL (error|timeout|WARN)|ncclInternalError|ncclSystemError|Watchdog caught collective|HCCL.*(timeout|error)",
+            re.I,
+        ),
+        "glm:container.shmSize",
+        "give TP 8 a large /dev/shm (shmSize 64g or ipcMode host) and check the NCCL_*/HCCL_* env",
+    ),
+    StartupFailure(
+        "weights missing at the model path",
+        re.compile(
+            r"No such file or directory: .*(config\.json|safetensors)|does not appear to have a file named|Invalid repository ID or local directory|not a local folder and is not a valid model identifier"
+        ),
+        "glm:model.hostDir",
+        "point hostDir at the folder holding config.json and every shard (or enable glm:model.download)",
+    ),
+    StartupFailure(
+        "tool-call parser not found",
+        re.compile(r"Tool parser '.*' not found|invalid tool call parser", re.I),
+        "glm:serving.toolCallParser",
+        "use a parser this vLLM registers (GLM-5.3: glm47, vLLM >= 0.14)",
+    ),
+    StartupFailure(
+        "reasoning parser not found",
+        re.compile(r"Reasoning parser '.*' not found|invalid reasoning parser", re.I),
+        "glm:serving.reasoningParser",
+        "use a parser this vLLM registers (GLM-5.3: glm45)",
+    ),
+    StartupFailure(
+        "the port is taken",
+        re.compile(r"Address already in use|cannot bind"),
+        "glm:serving.port",
+        "pick a free port, or stop what listens on it",
+    ),
+)
+ERROR_LINE = re.compile(r"\b(ERROR|CRITICAL|Error|Exception|Traceback)\b|error:")
+_ARGUMENT = re.compile(r"argument (--[\w-]+)")
+
+
+def milestone(line: str) -> Milestone | None:
+    """The milestone a log line marks, if any."""
+    return next((m for m in MILESTONES if m.pattern.search(line)), None)
+
+
+def failure(line: str) -> StartupFailure | None:
+    """The known start-up failure a log line reports, if any."""
+    return next((f for f in STARTUP_FAILURES if f.pattern.search(line)), None)
+
+
+def is_error(line: str) -> bool:
+    return failure(line) is not None or bool(ERROR_LINE.search(line))
+
+
+def flag_key(flag: str, rendered: Collection[str]) -> str:
+    """The config key behind ``--flag``: a flag the stack renders comes from its glm:serving key
+    (``--max-num-seqs`` → ``glm:serving.maxNumSeqs``); anything else from ``extraArgs``."""
+    if flag in rendered:
+        return f"glm:serving.{to_camel(flag.removeprefix('--').removeprefix('no-').replace('-', '_'))}"
+    return "glm:serving.extraArgs"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Why the engine stopped, as far as its log says."""
+
+    cause: str
+    key: str
+    fix: str
+    lines: tuple[str, ...]
+
+    def describe(self) -> str:
+        shown = "\n    ".join(self.lines) if self.lines else "(no error line in the log)"
+        return f"cause: {self.cause}. Look at: {self.key} ({self.fix}). The log says:\n    {shown}"
+
+
+def diagnose(log_lines: list[str], rendered_flags: Collection[str] = (), keep: int = 6) -> Diagnosis:
+    """The last known failure in ``log_lines`` (the newest wins: a restart loop repeats it), the
+    config key most likely at fault, and the last lines that carry an error."""
+    errors: list[str] = []
+    for line in log_lines:  # a restart loop repeats its error: each distinct line once, newest last
+        if line.strip() and is_error(line):
+            errors = [e for e in errors if e != line.rstrip()] + [line.rstrip()]
+    known = [(line, f) for line in errors if (f := failure(line)) is not None]
+    if not known:
+        return Diagnosis(
+            "not one of the known start-up failures", "the lines below", "read them in full with `make logs`",
+            tuple(errors[-keep:]),
+        )  # fmt: skip
+    line, found = known[-1]
+    key = found.key
+    if found.key in (FLAG_KEY, "glm:serving.extraArgs"):
+        flag = _ARGUMENT.search(line) or re.search(r"arguments?: (--[\w-]+)", line)
+        if flag:
+            key = flag_key(flag.group(1), set(rendered_flags))
+    return Diagnosis(found.cause, key, found.fix, tuple(errors[-keep:]))
