@@ -371,14 +371,15 @@ def _gated(
         image_ref=base.image.ref,
         container_id=server.container.id,
         admission=Admission(
-            # Resolves once the front's config is live: the rotation it includes exists then.
-            front=front.container_name.apply(lambda name: {**front_on, "container": name}),
+            # Known at preview: a front release (a key revoked) is not a change of the gate's.
+            front=front_on,
             front_container_id=front.container.id,
             address=address,
             grace_seconds=config.container.stop_grace_seconds,
         ),
-        # Its guard's config is live before the replica is admitted through it.
-        opts=pulumi.ResourceOptions(depends_on=[server, *([guard] if guard else [])]),
+        # The front's config (which includes the rotation) and the guard's are live before the
+        # replica is admitted through them.
+        opts=pulumi.ResourceOptions(depends_on=[server, front, *([guard] if guard else [])]),
     )
     return _Replica(base.host, base.provider, base.image, base.volume, server, upstream, gate)
 

@@ -72,7 +72,8 @@ def test_gate_is_wired_after_the_replica_gate_and_the_front(
     kinds = {type(d).__name__ for d in depends_on}
     assert {"ReplicaGate", "NginxFront", "PrometheusScrape"} <= kinds
     replica_after = deployed[stack].options[f"{stack}-replica"].depends_on
-    assert [type(d).__name__ for d in replica_after or []] == ["VllmServer"]
+    # The replica gate admits into the front's rotation: after its container and the front's config.
+    assert [type(d).__name__ for d in replica_after or []] == ["VllmServer", "NginxFront"]
 
 
 def test_glm_docker_host_points_the_provider_and_the_host_at_another_engine(
