@@ -38,6 +38,8 @@ REPOSITORY = "glm53-semantic-probe"
 BUILD_DIR = ".build"
 PARAMS_PATH = "/etc/semantic-probe/params.json"
 KEY_PATH = "/etc/semantic-probe/api-key"
+REPLICA_KEY_PATH = "/etc/semantic-probe/replica-key"
+"""The stack's replica key (several hosts): the probe asks each guarded replica directly with it."""
 APP_FILES = (
     "components/__init__.py",
     "components/config.py",
@@ -142,9 +144,25 @@ class SemanticProbeSpec:
     the same way and, on the host network, reaches vLLM through the same gateway entry."""
 
 
-def probe_settings(spec: SemanticProbeSpec, front_host: str, upstream: str) -> ProbeSettings:
+@dataclass(frozen=True)
+class ProbeReplica:
+    """One replica the probe asks directly."""
+
+    host: str
+    """Its host's name (``glm:target.hosts[].name``): the ``host`` label of its results."""
+    address: str
+    """``host:port`` where the probe reaches it: the front host's vLLM on the private network, or a
+    replica's guard."""
+    guarded: bool
+    """Behind a guard: asked with the stack's replica key."""
+
+
+def probe_settings(
+    spec: SemanticProbeSpec, front_host: str, upstream: str, replicas: tuple[ProbeReplica, ...] = ()
+) -> ProbeSettings:
     """What the probe runs: the gate's prompts and answers (``glm:smoke``) with the probe's own
-    limits. ``front_host`` is the front's container name, ``upstream`` vLLM's ``host:port``."""
+    limits. ``front_host`` is the front's container name, ``upstream`` vLLM's ``host:port``,
+    ``replicas`` those asked directly besides the front path."""
     probe = spec.probe
     smoke = {
         "prompt": spec.smoke.prompt,
@@ -166,6 +184,16 @@ def probe_settings(spec: SemanticProbeSpec, front_host: str, upstream: str) -> P
         interval_seconds=probe.interval_seconds,
         failures_before_alert=probe.failures_before_alert,
         port=probe.port,
+        replicas=tuple(
+            {
+                "host": r.host,
+                "endpoint": f"http://{r.address}/v1",
+                "metrics_url": f"http://{r.address}/metrics",
+                "replica_key": r.guarded,
+            }
+            for r in replicas
+        ),
+        replica_key_file=REPLICA_KEY_PATH if any(r.guarded for r in replicas) else None,
     )
 
 
@@ -191,10 +219,15 @@ class SemanticProbe(pulumi.ComponentResource):
         front_host: pulumi.Input[str],
         upstream: str,
         api_key: pulumi.Output[str],
+        replicas: tuple[ProbeReplica, ...] = (),
+        replica_key: pulumi.Output[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``front_host``: the front's container name; ``upstream``: vLLM's ``host:port`` on the
-        private network; ``api_key``: the probe's key (``GeneratedKey.key``)."""
+        private network; ``api_key``: the probe's key (``GeneratedKey.key``); ``replicas``: each
+        asked directly; ``replica_key``: the stack's replica key, when one of them is guarded."""
+        if any(r.guarded for r in replicas) and replica_key is None:
+            raise ValueError("a guarded replica needs the stack's replica key")
         super().__init__("glm:semanticProbe:SemanticProbe", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         context, tag = build_context()
@@ -211,7 +244,7 @@ class SemanticProbe(pulumi.ComponentResource):
             opts=child,
         )
         params = pulumi.Output.from_input(front_host).apply(
-            lambda host: render_params(probe_settings(spec, host, upstream))
+            lambda host: render_params(probe_settings(spec, host, upstream, replicas))
         )
         container = docker.Container(
             f"{name}-container",
@@ -223,6 +256,17 @@ class SemanticProbe(pulumi.ComponentResource):
                 # The probe runs as nobody in a container of its own: the key file is its only reader.
                 docker.ContainerUploadArgs(
                     file=KEY_PATH, content=pulumi.Output.secret(api_key), permissions="0444"
+                ),
+                *(
+                    [
+                        docker.ContainerUploadArgs(
+                            file=REPLICA_KEY_PATH,
+                            content=pulumi.Output.secret(replica_key),
+                            permissions="0444",
+                        )
+                    ]
+                    if replica_key is not None and any(r.guarded for r in replicas)
+                    else []
                 ),
             ],
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="semantic-probe")],

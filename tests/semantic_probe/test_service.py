@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from components.semantic_probe import PROBE_STEPS
-from components.semantic_probe.resource import SemanticProbeSpec, probe_settings
+from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import (
     ProbeMetrics,
     ProbeSettings,
@@ -146,3 +147,63 @@ def test_runs_at_a_fixed_rate_and_serves_metrics(
     assert runs["failed"] == 0 and 3 <= runs["ok"] <= 5, runs
     assert "glm_semantic_probe_interval_seconds 0.5" in text
     assert "glm_semantic_probe_failures_before_alert 3.0" in text
+
+
+def test_each_replica_is_asked_directly_and_its_results_name_its_host(
+    sims: Callable[..., Sim], front: Callable[[Sim], str]
+) -> None:
+    """Issue 23: box2 switched to wrong answers at runtime fails under host="box2" only; box1 and
+    the front path (here in front of box1) keep passing."""
+    box1, box2 = sims(**RUNTIME), sims(**RUNTIME)
+    config = local_config()
+    spec = SemanticProbeSpec(
+        probe=config.semantic_probe,
+        smoke=config.smoke,
+        served_name=config.model.served_name,
+        max_model_len=config.serving.max_model_len,
+        container=config.container,
+    )
+    replicas = (
+        ProbeReplica("box1", f"127.0.0.1:{box1.port}", guarded=False),
+        ProbeReplica("box2", f"127.0.0.1:{box2.port}", guarded=False),
+    )
+    settings = dataclasses.replace(
+        probe_settings(spec, "unused", f"127.0.0.1:{box1.port}", replicas), endpoint=front(box1)
+    )
+    assert [(t.host, t.path) for t in settings.targets] == [
+        ("front", "front"),
+        ("box1", "replica"),
+        ("box2", "replica"),
+    ]
+    metrics = ProbeMetrics(settings)
+    set_faults(box2, "wrong-answer")
+    failed = {
+        t.host: sorted(o.step for o in run_once(settings, KEY, metrics, t) if not o.ok)
+        for t in settings.targets
+    }
+    assert failed == {"front": [], "box1": [], "box2": ["arithmetic"]}
+    from prometheus_client import generate_latest
+
+    text = generate_latest(metrics.registry).decode()
+    consecutive = {
+        (s.labels["host"], s.labels["path"]): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "glm_semantic_probe_step_consecutive_failures" and s.labels["step"] == "arithmetic"
+    }
+    assert consecutive == {("front", "front"): 0, ("box1", "replica"): 0, ("box2", "replica"): 1}
+
+
+def test_a_guarded_replica_without_the_replica_key_is_refused_before_asking() -> None:
+    config = local_config()
+    spec = SemanticProbeSpec(
+        probe=config.semantic_probe,
+        smoke=config.smoke,
+        served_name=config.model.served_name,
+        max_model_len=config.serving.max_model_len,
+        container=config.container,
+    )
+    settings = probe_settings(spec, "f", "v:8000", (ProbeReplica("box2", "10.0.0.2:8000", guarded=True),))
+    assert settings.replica_key_file == "/etc/semantic-probe/replica-key"
+    with pytest.raises(ValueError, match="replica 'box2' is guarded but the probe has no replica key"):
+        run_once(settings, KEY, ProbeMetrics(settings), settings.targets[1])
