@@ -7,6 +7,14 @@
 #   fail   REPLICA REASON         out of rotation at once (its gate failed)
 #   forget REPLICA GRACE          drained, then no longer listed (the host left the stack)
 #   show                          the state, one line per replica
+#   eject  REPLICA TEXT           out of rotation at once, by the semantic probe (only a replica in
+#                                 rotation; TEXT is the 503's message, from a small safe alphabet)
+#   readmit REPLICA               back in at its address, only if the probe ejected it and nothing
+#                                 (a gate, a drain) changed it since
+#
+# eject and readmit are what the front's request loop runs for the probe (rotation-requests.sh);
+# every other command is pulumi's and clears the probe's mark (__ROOT__/<replica>.ejected-by), so
+# the probe can never re-admit a replica that a failed gate or a drain keeps out.
 #
 # REASON is the JSON body the front answers (503) while no replica is in rotation. The state lives
 # beside the front's releases, so a config release (keys, TLS, limits) never changes it:
@@ -119,7 +127,40 @@ wait_for() {
   echo "drained: every request begun before is finished ($(($(date +%s) - started)) s)"
 }
 
+known() {
+  if [ ! -e "$root/$replica.address" ]; then
+    echo "rotation: no replica named $replica in this front's rotation" >&2
+    exit 6
+  fi
+}
+
 case "$command" in
+  admit | drain | fail | forget) rm -f "$root/$replica.ejected-by" ;;
+esac
+
+case "$command" in
+  eject)
+    known
+    if [ "$(cat "$root/$replica.state" 2>/dev/null)" != in ]; then
+      echo "rotation: $replica is not in rotation; nothing to eject"
+      exit 0
+    fi
+    text=$(printf '%s' "$3" | tr -cd 'A-Za-z0-9 ._:,()=/+-' | cut -c1-400)
+    printf '{"error":{"message":"No model replica is serving: %s","type":"server_error","param":null,"code":"no_replica_in_rotation"}}\n' "$text" > "$root/$replica.reason"
+    echo semantic-probe > "$root/$replica.ejected-by"
+    echo out > "$root/$replica.state"
+    render
+    ;;
+  readmit)
+    known
+    if [ ! -e "$root/$replica.ejected-by" ]; then
+      echo "rotation: $replica was not ejected by the probe (or a gate or drain changed it since); not re-admitted"
+      exit 0
+    fi
+    rm -f "$root/$replica.ejected-by" "$root/$replica.reason"
+    echo in > "$root/$replica.state"
+    render
+    ;;
   admit)
     printf '%s\n' "$3" > "$root/$replica.address"
     echo in > "$root/$replica.state"
