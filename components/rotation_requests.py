@@ -23,7 +23,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from components.nginx_reload import CONF_ROOT, CURRENT_CONF
+from components.nginx_reload import CONF_ROOT, START_COMMAND
 from components.rotation import SCRIPT as ROTATION_SCRIPT
 
 FRONT_REQUESTS_DIR = f"{CONF_ROOT}/rotation-requests"
@@ -58,9 +58,7 @@ def _install(path: str, text: str) -> str:
 
 FRONT_COMMAND = (
     f"mkdir -p {RUNTIME_DIR}; {_install(_SCRIPT_PATH, ROTATION_SCRIPT)}; {_install(_LOOP_PATH, LOOP)}; "
-    f"sh {_LOOP_PATH} & "
-    f"while [ ! -e {CURRENT_CONF} ]; do sleep 0.1; done; "
-    f"exec nginx -c {CURRENT_CONF} -e stderr -g 'daemon off;'"
+    f"sh {_LOOP_PATH} & {START_COMMAND}"
 )
 """The front container's command: the request loop in the background, then (after the first
 release) nginx as PID 1, exactly as ``nginx_reload.START_COMMAND`` (so ``kill -HUP 1`` still reloads

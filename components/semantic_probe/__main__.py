@@ -57,7 +57,13 @@ def main(argv: list[str] | None = None) -> int:
         settings.failures_before_alert,
         settings.port,
     )
-    run_forever(settings, api_key, metrics, stop, replica_key=replica_key)
+    observe = None
+    if settings.requests_dir:
+        from components.semantic_probe.ejection import Ejector
+
+        k = settings.failures_before_alert
+        observe = Ejector(Path(settings.requests_dir), failures_to_eject=k, passes_to_readmit=k)
+    run_forever(settings, api_key, metrics, stop, replica_key=replica_key, observe=observe)
     return 0
 
 

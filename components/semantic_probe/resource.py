@@ -12,6 +12,7 @@ network: it reaches the front by its container name and vLLM's ``/metrics`` by i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -28,6 +29,7 @@ import pulumi_docker as docker
 
 from components.config import ContainerConfig, SemanticProbeConfig, SmokeConfig
 from components.nginx_front import CONTAINER_PORT as FRONT_PORT
+from components.rotation_requests import PROBE_REQUESTS_DIR
 from components.semantic_probe import container_name
 from components.semantic_probe.service import ProbeSettings
 from components.vllm_server import upstream_hosts
@@ -54,6 +56,7 @@ APP_FILES = (
     "components/semantic_probe/__init__.py",
     "components/semantic_probe/__main__.py",
     "components/semantic_probe/service.py",
+    "components/semantic_probe/ejection.py",
     "policy/glm_policies.py",  # components.config takes the images-pinned rule from the pack
 )
 """The project modules the probe imports: the gate's checks themselves, not a copy of their logic."""
@@ -221,11 +224,14 @@ class SemanticProbe(pulumi.ComponentResource):
         api_key: pulumi.Output[str],
         replicas: tuple[ProbeReplica, ...] = (),
         replica_key: pulumi.Output[str] | None = None,
+        requests_volume: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``front_host``: the front's container name; ``upstream``: vLLM's ``host:port`` on the
         private network; ``api_key``: the probe's key (``GeneratedKey.key``); ``replicas``: each
-        asked directly; ``replica_key``: the stack's replica key, when one of them is guarded."""
+        asked directly; ``replica_key``: the stack's replica key, when one of them is guarded;
+        ``requests_volume``: the front's requests volume (components/rotation_requests.py), the one
+        thing of the front the probe mounts: it ejects and re-admits replicas through it."""
         if any(r.guarded for r in replicas) and replica_key is None:
             raise ValueError("a guarded replica needs the stack's replica key")
         super().__init__("glm:semanticProbe:SemanticProbe", name, None, opts)
@@ -244,7 +250,12 @@ class SemanticProbe(pulumi.ComponentResource):
             opts=child,
         )
         params = pulumi.Output.from_input(front_host).apply(
-            lambda host: render_params(probe_settings(spec, host, upstream, replicas))
+            lambda host: render_params(
+                dataclasses.replace(
+                    probe_settings(spec, host, upstream, replicas),
+                    requests_dir=PROBE_REQUESTS_DIR if requests_volume is not None else None,
+                )
+            )
         )
         container = docker.Container(
             f"{name}-container",
@@ -269,6 +280,12 @@ class SemanticProbe(pulumi.ComponentResource):
                     else []
                 ),
             ],
+            # Nothing else is mounted: no Docker socket, no host path, none of the front's config.
+            volumes=[
+                docker.ContainerVolumeArgs(volume_name=requests_volume, container_path=PROBE_REQUESTS_DIR)
+            ]
+            if requests_volume is not None
+            else None,
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="semantic-probe")],
             hosts=upstream_hosts(spec.container),
             restart="unless-stopped",

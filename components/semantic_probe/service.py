@@ -70,6 +70,9 @@ class ProbeSettings:
     (:class:`ProbeTarget`'s fields)."""
     replica_key_file: str | None = None
     """Where the stack's replica key is, when a replica is guarded."""
+    requests_dir: str | None = None
+    """The front's requests volume: set, the probe ejects a replica after ``failures_before_alert``
+    failed runs in a row and re-admits it after as many passed ones (``ejection.py``)."""
 
     @classmethod
     def from_json(cls, text: str) -> ProbeSettings:
