@@ -153,7 +153,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
             # Every replica directly too, by the address the front uses: so a result names its host.
             replicas=tuple(ProbeReplica(r.host.name, r.upstream, r is not home) for r in replicas),
             replica_key=guards.key if guards else None,
-            requests_volume=front.requests_volume,
+            requests_volume=front.requests_volume if config.semantic_probe.eject_replicas else None,
             opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[smoke]),
         )
     outputs = _outputs(config, serving, served, home, front, monitoring, smoke)

@@ -222,3 +222,10 @@ def test_the_probe_mounts_nothing_of_the_front_but_the_requests_volume(
         ("localhost", False)
     ]  # the local stack's one host (glm:target)
     assert params["replica_key_file"] is None
+
+
+def test_eject_replicas_false_means_alerts_only_and_no_mount() -> None:
+    alerts_only = run_program("local", overrides={"glm:semanticProbe": {"ejectReplicas": False}})
+    probe = container(alerts_only, "-semantic-probe-container")
+    assert "volumes" not in probe
+    assert json.loads(uploads(probe)[PARAMS_PATH])["requests_dir"] is None
