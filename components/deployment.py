@@ -144,6 +144,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                 smoke=config.smoke,
                 served_name=serving.served_name,
                 max_model_len=serving.max_model_len,
+                max_num_seqs=config.serving.max_num_seqs,
                 container=config.container,
             ),
             network_name=home.server.network_name,

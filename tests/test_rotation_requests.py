@@ -81,6 +81,7 @@ def settings_for(front: LiveFront, box1: int, box2: int):  # type: ignore[no-unt
         smoke=config.smoke,
         served_name=SERVED,
         max_model_len=32768,
+        max_num_seqs=256,  # the simulator's default (tests.test_nginx_front.vllm_sim passes none)
         container=config.container,
     )
     replicas = (

@@ -142,6 +142,9 @@ class SemanticProbeSpec:
     """The model name vLLM serves (``glm:model.servedName``)."""
     max_model_len: int
     """vLLM's ``--max-model-len`` (``glm:serving.maxModelLen``)."""
+    max_num_seqs: int
+    """vLLM's ``--max-num-seqs`` (``glm:serving.maxNumSeqs``): running that many, a replica is
+    saturated and the probe skips it."""
     container: ContainerConfig
     """``glm:container``: the probe's container is named after the serving one, rotates its logs
     the same way and, on the host network, reaches vLLM through the same gateway entry."""
@@ -183,6 +186,7 @@ def probe_settings(
         metrics_url=f"http://{upstream}/metrics",
         served_name=spec.served_name,
         max_model_len=spec.max_model_len,
+        max_num_seqs=spec.max_num_seqs,
         smoke=smoke,
         interval_seconds=probe.interval_seconds,
         failures_before_alert=probe.failures_before_alert,

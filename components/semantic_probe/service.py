@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -70,6 +71,9 @@ class ProbeSettings:
     (:class:`ProbeTarget`'s fields)."""
     replica_key_file: str | None = None
     """Where the stack's replica key is, when a replica is guarded."""
+    max_num_seqs: int = 0
+    """vLLM's ``--max-num-seqs``: a replica running that many requests is saturated (0: unknown,
+    only a queue counts)."""
     requests_dir: str | None = None
     """The front's requests volume: set, the probe ejects a replica after ``failures_before_alert``
     failed runs in a row and re-admits it after as many passed ones (``ejection.py``)."""
@@ -149,7 +153,10 @@ class ProbeMetrics:
             registry=r,
         )
         self.runs = Counter(
-            f"{p}_runs", "Finished runs by result (ok, failed).", [*where, "result"], registry=r
+            f"{p}_runs",
+            "Runs by result: ok, failed, or skipped (the replica was saturated: not asked).",
+            [*where, "result"],
+            registry=r,
         )
         Gauge(f"{p}_interval_seconds", "Configured seconds between runs.", registry=r).set(
             settings.interval_seconds
@@ -162,7 +169,7 @@ class ProbeMetrics:
                 self.last_failure.labels(*at, step).set(0)
                 for result in ("ok", "failed"):
                     self.step_runs.labels(*at, step, result)
-            for result in ("ok", "failed"):
+            for result in ("ok", "failed", "skipped"):
                 self.runs.labels(*at, result)
             self.last_run_time.labels(*at).set(time.time())
 
@@ -186,6 +193,37 @@ class ProbeMetrics:
         if ok:
             self.last_success_time.labels(*at).set(now)
 
+    def skip(self, target: ProbeTarget) -> None:
+        """A run not made: neither a pass nor a failure, and not a finished run (so a replica
+        skipped for too long shows as unprobed)."""
+        self.runs.labels(target.host, target.path, "skipped").inc()
+
+
+_QUEUE = re.compile(r"^vllm:num_requests_(waiting|running)(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.MULTILINE)
+
+
+def saturation(settings: ProbeSettings, target: ProbeTarget, key: str | None) -> str | None:
+    """Why the target's vLLM is too busy to be probed now (requests waiting, or running at
+    ``--max-num-seqs``), read from its ``/metrics``; None when it is not, or when the metrics cannot
+    be read (the run then goes ahead, and its kv_pool step says why)."""
+    import httpx
+
+    try:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        resp = httpx.get(target.metrics_url, headers=headers, timeout=5.0, trust_env=False)
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    totals = {"waiting": 0.0, "running": 0.0}
+    for kind, value in _QUEUE.findall(resp.text):
+        totals[kind] += float(value)
+    if totals["waiting"] > 0:
+        return f"{totals['waiting']:.0f} request(s) waiting"
+    if settings.max_num_seqs and totals["running"] >= settings.max_num_seqs:
+        return f"{totals['running']:.0f} running = --max-num-seqs"
+    return None
+
 
 def run_once(
     settings: ProbeSettings,
@@ -195,12 +233,23 @@ def run_once(
     replica_key: str | None = None,
 ) -> list[StepOutcome]:
     """One run against ``target`` (default: the front path): every step, each recorded as it ends;
-    failures logged with the gate's message. ``replica_key``: for a guarded replica."""
+    failures logged with the gate's message. ``replica_key``: for a guarded replica. Skipped (no
+    outcome, counted as ``skipped``) while the target's vLLM is saturated (:func:`saturation`)."""
     target = target or settings.targets[0]
     if target.replica_key and not replica_key:
         raise ValueError(f"replica {target.host!r} is guarded but the probe has no replica key")
     key = replica_key if target.replica_key and replica_key else api_key
     metrics_key = key if target.replica_key else None
+    busy = saturation(settings, target, metrics_key)
+    if busy is not None:
+        metrics.skip(target)
+        log.info(
+            "%s %s run skipped: %s (the probe never competes with users at peak)",
+            target.path,
+            target.host,
+            busy,
+        )
+        return []
     outcomes = []
     steps = check_steps(
         settings.gate_params(target), key, PROBE_STEPS, progress=lambda _line: None, metrics_key=metrics_key
@@ -275,7 +324,7 @@ def _loop(
     next_start = clock()
     while not stop.is_set():
         outcomes = run_once(settings, api_key, metrics, target, replica_key)
-        if observe is not None:
+        if observe is not None and outcomes:  # a skipped run is no evidence either way
             try:
                 observe(target, outcomes)
             except Exception:  # an observer's bug must not stop the probe

@@ -33,6 +33,7 @@ def settings_for(endpoint: str, sim: Sim, **probe: int) -> ProbeSettings:
         smoke=config.smoke,
         served_name=config.model.served_name,
         max_model_len=config.serving.max_model_len,
+        max_num_seqs=config.serving.max_num_seqs,
         container=config.container,
     )
     base = probe_settings(spec, "unused", f"127.0.0.1:{sim.port}")
@@ -161,6 +162,7 @@ def test_each_replica_is_asked_directly_and_its_results_name_its_host(
         smoke=config.smoke,
         served_name=config.model.served_name,
         max_model_len=config.serving.max_model_len,
+        max_num_seqs=config.serving.max_num_seqs,
         container=config.container,
     )
     replicas = (
@@ -201,9 +203,75 @@ def test_a_guarded_replica_without_the_replica_key_is_refused_before_asking() ->
         smoke=config.smoke,
         served_name=config.model.served_name,
         max_model_len=config.serving.max_model_len,
+        max_num_seqs=config.serving.max_num_seqs,
         container=config.container,
     )
     settings = probe_settings(spec, "f", "v:8000", (ProbeReplica("box2", "10.0.0.2:8000", guarded=True),))
     assert settings.replica_key_file == "/etc/semantic-probe/replica-key"
     with pytest.raises(ValueError, match="replica 'box2' is guarded but the probe has no replica key"):
         run_once(settings, KEY, ProbeMetrics(settings), settings.targets[1])
+
+
+def test_a_saturated_replica_is_skipped_not_failed(sims: Callable[..., Sim]) -> None:
+    """Issue 23: while the replica runs --max-num-seqs requests, or has one waiting, the probe does
+    not ask it: the run counts as skipped, the failure counts stay, nothing is ejected."""
+    from components.config import build_stack_config
+
+    config = build_stack_config(
+        {
+            "hardware": "local",
+            "serving": {"maxNumSeqs": 2},
+            "smoke": {"chatTemplateKwargs": {"reasoning_effort": "low"}},
+        }
+    )
+    sim = sims(config=config, VLLM_SIM_DECODE_TOKEN_SECONDS="0.05")
+    spec = SemanticProbeSpec(
+        probe=config.semantic_probe,
+        smoke=config.smoke,
+        served_name=config.model.served_name,
+        max_model_len=config.serving.max_model_len,
+        max_num_seqs=config.serving.max_num_seqs,
+        container=config.container,
+    )
+    settings = probe_settings(
+        spec,
+        "unused",
+        f"127.0.0.1:{sim.port}",
+        (ProbeReplica("box1", f"127.0.0.1:{sim.port}", guarded=False),),
+    )
+    assert settings.max_num_seqs == 2
+    replica = settings.targets[1]
+    metrics = ProbeMetrics(settings)
+
+    def user(tokens: int) -> None:
+        body = {
+            "model": config.model.served_name,
+            "messages": [{"role": "user", "content": "Tell me a story."}],
+            "max_tokens": tokens,
+            "ignore_eos": True,
+        }
+        httpx.post(f"{sim.url}/v1/chat/completions", json=body, timeout=60)
+
+    def runs() -> dict[str, float]:
+        from prometheus_client import generate_latest
+
+        text = generate_latest(metrics.registry).decode()
+        return {
+            s.labels["result"]: s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "glm_semantic_probe_runs_total" and s.labels["host"] == "box1"
+        }
+
+    for users in (2, 3):  # at --max-num-seqs, then with one waiting
+        threads = [threading.Thread(target=user, args=(120,)) for _ in range(users)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        assert run_once(settings, KEY, metrics, replica) == [], f"{users} users: not skipped"
+        for t in threads:
+            t.join(timeout=60)
+    assert runs() == {"ok": 0, "failed": 0, "skipped": 2}
+    # Idle again: asked, and it passes.
+    assert all(o.ok for o in run_once(settings, KEY, metrics, replica))
+    assert runs() == {"ok": 1, "failed": 0, "skipped": 2}
