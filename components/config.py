@@ -791,6 +791,12 @@ class SemanticProbeConfig(_Model):
         a run that stalled on every chat step."""
         return 2 * self.interval_seconds + SEMANTIC_PROBE_CHAT_STEPS * self.timeout_seconds
 
+    @property
+    def unprobed_after_seconds(self) -> int:
+        """How long a replica skipped as saturated may go unprobed before it alerts: ten intervals
+        (10 min with the defaults), and never sooner than the probe counts as silent."""
+        return max(10 * self.interval_seconds, self.silent_after_seconds)
+
 
 def semantic_probe_runs(c: StackConfig) -> bool:
     """Whether the stack deploys the probe: enabled, and not behind a TLS front (not built yet)."""

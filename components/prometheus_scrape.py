@@ -324,6 +324,13 @@ def semantic_probe_rules(
         )
 
     on = "On host {{ $labels.host }} ({{ $labels.path }} path): "
+    last_run = f"{semantic_probe.METRIC_PREFIX}_last_run_timestamp_seconds"
+
+    def skipping(seconds: int) -> str:
+        return (
+            f'increase({semantic_probe.METRIC_PREFIX}_runs_total{{{sel},result="skipped"}}[{seconds}s]) > 0'
+        )
+
     where = (
         f"The probe's log says what came back and what to look at: docker logs "
         f"{semantic_probe.container_name(stack_container)}. The probe runs every "
@@ -365,14 +372,27 @@ def semantic_probe_rules(
         _alert(
             "GlmSemanticProbeSilent",
             f"up{{{sel}}} == 0\n  or\n"
-            f"time() - {semantic_probe.METRIC_PREFIX}_last_run_timestamp_seconds{{{sel}}} "
-            f"> {probe.silent_after_seconds}",
+            f"(time() - {last_run}{{{sel}}} > {probe.silent_after_seconds}\n"
+            f"  unless on (host, path) {skipping(probe.silent_after_seconds)})",
             "warning",
             "The semantic probe is silent: nobody checks the model's answers",
             "Prometheus cannot scrape the probe, or its last finished run is older than "
             f"{probe.silent_after_seconds} s (two intervals plus two request timeouts). Wrong answers "
             "would not alert. Look at: docker ps -a and docker logs "
             f"{semantic_probe.container_name(stack_container)}.",
+            f"{probe.interval_seconds}s",
+        ),
+        _alert(
+            "GlmReplicaUnprobed",
+            f"time() - {last_run}{{{sel}}} > {probe.unprobed_after_seconds}\n"
+            f"  and on (host, path) {skipping(probe.unprobed_after_seconds)}",
+            "warning",
+            on + f"not probed for over {probe.unprobed_after_seconds} s: saturated at every run",
+            "The probe skips a replica whose vLLM has requests waiting or runs --max-num-seqs "
+            "(it never competes with users at peak); this one was skipped at every run for "
+            f"{probe.unprobed_after_seconds} s (ten intervals), so nobody checked its answers. "
+            "Look at its load (vllm:num_requests_waiting) and capacity: a replica that is always "
+            "saturated needs more replicas or a lower glm:front.rateLimit.",
             f"{probe.interval_seconds}s",
         ),
     ]

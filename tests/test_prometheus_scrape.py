@@ -564,6 +564,21 @@ def semantic_probe_promtool_tests(
             "alert_rule_test": [
                 expect.check(quiet_until, silent),
                 expect.check(quiet_until + 1 + hold, silent, expect.alert(silent, at)),
+                expect.check(quiet_until + 1 + hold, "GlmReplicaUnprobed"),
+            ],
+        }
+    )
+    # Skipped at every run (saturated): not silent, but unprobed once ten intervals have passed.
+    unprobed = "GlmReplicaUnprobed"
+    unprobed_after = max(10 * probe_config.interval_seconds, probe_config.silent_after_seconds) // 60
+    skipped = series("glm_semantic_probe_runs_total", {**at, "result": "skipped"}, "0+1x60")
+    tests.append(
+        {
+            "input_series": [series("up", probe, "1x60"), series(last_run, at, "0x60"), skipped],
+            "alert_rule_test": [
+                expect.check(unprobed_after, unprobed),
+                expect.check(unprobed_after + 1 + hold, unprobed, expect.alert(unprobed, at)),
+                expect.check(unprobed_after + 1 + hold, silent),
             ],
         }
     )
