@@ -106,10 +106,11 @@ def test_a_wrong_answering_replica_is_ejected_and_readmitted_by_the_probe(tmp_pa
         rotation.admit(access, "box2", f"127.0.0.1:{box2}")
         settings = settings_for(front, box1, box2)
         stop = threading.Event()
-        ejector = Ejector(requests, failures_to_eject=K, passes_to_readmit=M)
+        metrics = ProbeMetrics(settings)
+        ejector = Ejector(requests, failures_to_eject=K, passes_to_readmit=M, metrics=metrics)
         probe = threading.Thread(
             target=run_forever,
-            args=(settings, KEY, ProbeMetrics(settings), stop),
+            args=(settings, KEY, metrics, stop),
             kwargs={"observe": ejector},
             daemon=True,
         )
@@ -130,6 +131,8 @@ def test_a_wrong_answering_replica_is_ejected_and_readmitted_by_the_probe(tmp_pa
         fault = time.monotonic()
         set_faults(box2, "wrong-answer")
         ejected = wait_for(access, "box2", "out", INTERVAL * K + 10)
+        assert metrics.ejected.labels("box2")._value.get() == 1  # the dashboard's rotation panel
+        assert metrics.ejected.labels("box1")._value.get() == 0
         time.sleep(4)
         heal = time.monotonic()
         set_faults(box2)

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         from components.semantic_probe.ejection import Ejector
 
         k = settings.failures_before_alert
-        observe = Ejector(Path(settings.requests_dir), failures_to_eject=k, passes_to_readmit=k)
+        observe = Ejector(Path(settings.requests_dir), k, k, metrics)
     run_forever(settings, api_key, metrics, stop, replica_key=replica_key, observe=observe)
     return 0
 

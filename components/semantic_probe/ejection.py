@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.gate.checks import StepOutcome
-from components.semantic_probe.service import REPLICA_PATH, ProbeTarget
+from components.semantic_probe.service import REPLICA_PATH, ProbeMetrics, ProbeTarget
 
 log = logging.getLogger("semantic-probe")
 _UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,()=/+-]")
@@ -32,6 +32,8 @@ class Ejector:
     """K: failed runs in a row before the replica leaves the rotation."""
     passes_to_readmit: int
     """M: passed runs in a row before it comes back."""
+    metrics: ProbeMetrics | None = None
+    """Where ``glm_semantic_probe_replica_ejected{host}`` is set (the dashboard's rotation panel)."""
     failed: dict[str, int] = field(default_factory=dict)
     passed: dict[str, int] = field(default_factory=dict)
 
@@ -50,11 +52,15 @@ class Ejector:
                     f"{self.failed[host]} runs in a row: {first.failure or ''}"
                 )
                 self.request(host, f"eject {host} {_UNSAFE.sub(' ', text)[:400]}")
+                if self.metrics is not None:
+                    self.metrics.ejected.labels(host).set(1)
             return
         self.failed[host] = 0
         self.passed[host] = self.passed.get(host, 0) + 1
         if self.passed[host] == self.passes_to_readmit:
             self.request(host, f"readmit {host}")
+            if self.metrics is not None:
+                self.metrics.ejected.labels(host).set(0)
 
     def request(self, host: str, line: str) -> None:
         staging = self.directory / f".{host}.tmp"

@@ -158,6 +158,13 @@ class ProbeMetrics:
             [*where, "result"],
             registry=r,
         )
+        self.ejected = Gauge(
+            f"{p}_replica_ejected",
+            "1 once the probe asked the front to take the replica out of rotation, 0 once it asked "
+            "to re-admit it (the front applies neither to a replica a gate keeps out).",
+            ["host"],
+            registry=r,
+        )
         Gauge(f"{p}_interval_seconds", "Configured seconds between runs.", registry=r).set(
             settings.interval_seconds
         )
@@ -172,6 +179,8 @@ class ProbeMetrics:
             for result in ("ok", "failed", "skipped"):
                 self.runs.labels(*at, result)
             self.last_run_time.labels(*at).set(time.time())
+            if target.path == REPLICA_PATH:
+                self.ejected.labels(target.host).set(0)
 
     def record(self, target: ProbeTarget, outcome: StepOutcome) -> None:
         at, step = (target.host, target.path), outcome.step
