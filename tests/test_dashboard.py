@@ -17,7 +17,10 @@ from pathlib import Path
 import httpx
 import yaml
 
+from components.config import build_stack_config
 from components.dashboard import PANELS, RATE, panel_queries, render_json
+from components.deployment import scrape_spec
+from components.prometheus_scrape import render_alert_rules
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
@@ -49,9 +52,11 @@ def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
 
 
 @contextlib.contextmanager
-def prometheus(tmp: Path, vllm: dict[str, int], probe_port: int) -> Iterator[str]:
+def prometheus(tmp: Path, vllm: dict[str, int], probe_port: int, rules: str) -> Iterator[str]:
+    (tmp / "rules.yml").write_text(rules)
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(tmp / "rules.yml")],
         "scrape_configs": [
             {
                 "job_name": "vllm",
@@ -130,7 +135,10 @@ def test_every_panel_returns_data_from_a_real_prometheus(tmp_path: Path) -> None
         for t in traffic:
             t.start()
         try:
-            with prometheus(tmp_path, {"box1": box1, "box2": box2}, settings.port) as base:
+            # The stack's own alert rules for several hosts (K = 2), as its Prometheus loads them.
+            stack = build_stack_config({"hardware": "local", "semanticProbe": {"failuresBeforeAlert": 2}})
+            rules = render_alert_rules(scrape_spec(stack), by_host=True)
+            with prometheus(tmp_path, {"box1": box1, "box2": box2}, settings.port, rules) as base:
                 time.sleep(8)  # eight scrapes of each target
                 results = {}
                 for title, expr in panel_queries():
@@ -144,10 +152,19 @@ def test_every_panel_returns_data_from_a_real_prometheus(tmp_path: Path) -> None
                         for r in body["data"]["result"]
                     }
                     assert results[query], f"no data for {title!r}: {query}"
+                alerts = httpx.get(f"{base}/api/v1/alerts", timeout=10).json()["data"]["alerts"]
         finally:
             stop.set()
             for t in traffic:
                 t.join(timeout=30)
+    # box2's wrong answers fire the alert naming box2 (and only box2: box1 and the front path passed).
+    wrong = [a["labels"] for a in alerts if a["labels"]["alertname"] == "GlmModelAnswersWrong"]
+    print(
+        f"\nfiring: {[(a['state'], a['labels']) for a in alerts if a['labels']['alertname'].startswith('Glm')]}"
+    )
+    assert [(w["host"], w["path"], w["step"], w["severity"]) for w in wrong] == [
+        ("box2", "replica", "arithmetic", "critical")
+    ]
     by_query = dict(zip((e for _t, e in panel_queries()), results.values(), strict=True))
     ejected = next(v for q, v in by_query.items() if "replica_ejected" in q)
     assert ejected == {("box1", None, None): 0.0, ("box2", None, None): 1.0}
