@@ -3,12 +3,13 @@
 The probe container and the front share ONE named Docker volume, ``<container>-rotation-requests``:
 at :data:`FRONT_REQUESTS_DIR` in the front, at :data:`PROBE_REQUESTS_DIR` in the probe, and nothing
 else of the front is mounted in the probe. The probe writes ``<replica>.req`` files there
-(``eject <replica> <text>`` after K failed runs in a row, ``readmit <replica>`` after M passed
+(``eject <replica> <since> <text>`` after K failed runs in a row, ``readmit <replica>`` after M passed
 ones); a small loop in the front container (``templates/rotation-requests.sh``, started by the
 front's command beside nginx, which stays PID 1) applies them with the rotation script itself:
 
 - only ``eject`` and ``readmit``, only for a replica the rotation knows (its ``.address`` file);
-- ``eject`` only takes out a replica that is in; ``readmit`` only brings back one the probe ejected
+- ``eject`` only takes out a replica that is in, and was admitted before the failures began (a
+  failure of the container a roll replaced is no evidence against the new one); ``readmit`` only brings back one the probe ejected
   (``<replica>.ejected-by``), which every pulumi change (admit, fail, drain, forget) clears: a
   replica a failed gate or a drain keeps out stays out;
 - the 503's text is cut to a small safe alphabet and 400 characters, then wrapped in JSON by the

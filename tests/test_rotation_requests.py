@@ -190,15 +190,18 @@ def test_the_request_loop_does_nothing_but_eject_and_readmit_known_replicas(tmp_
                 time.sleep(0.1)
 
         send("box2.req", "readmit box2")  # kept out by its gate, not by the probe
-        send("box3.req", "eject box3 x")  # unknown to the rotation
-        send("box1.req", "eject box2 x")  # a name that is not its file's
+        later = int(time.time()) + 1  # failures that began after box1's admission
+        send("box3.req", f"eject box3 {later} x")  # unknown to the rotation
+        send("box1.req", f"eject box2 {later} x")  # a name that is not its file's
+        send("box1.req", "eject box1 x")  # no time the failures began
+        send("box1.req", f"eject box1 {later - 60} x")  # failures from before its admission (a roll)
         send("box1.req", "restart box1")  # another verb
         send("-rf.req", "eject -rf x")
         time.sleep(1)
         assert show(access) == {"box1": "in", "box2": "out"}
         assert ask(front.base) == (200, "221")
         # Quotes and $ cannot reach nginx's config: the 503's text is filtered, nginx -t passes.
-        send("box1.req", 'eject box1 \'; return 200 "x"; $host')
+        send("box1.req", f'eject box1 {later} \'; return 200 "x"; $host')
         wait_for(access, "box1", "out", 10)
         status, body = ask(front.base)
         assert status == 503 and json.loads(body)["error"]["code"] == "no_replica_in_rotation", body
@@ -210,3 +213,5 @@ def test_the_request_loop_does_nothing_but_eject_and_readmit_known_replicas(tmp_
         assert "no replica named box3" in logs and "refused: box1.req names box2" in logs, logs[-2000:]
         assert "refused an unknown request 'restart'" in logs, logs[-2000:]
         assert "refused a request naming '-rf'" in logs, logs[-2000:]
+        assert "eject needs SINCE in epoch seconds, got 'x'" in logs, logs[-2000:]
+        assert f"not before the failures began ({later - 60}); not ejected" in logs, logs[-2000:]

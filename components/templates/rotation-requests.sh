@@ -3,7 +3,8 @@
 # replaces that shell as PID 1. The probe writes one file per replica into __REQUESTS__ (a volume
 # shared with the probe and nothing else of the front), `<replica>.req`, holding one line:
 #
-#   eject REPLICA TEXT     out of rotation (rotation.sh eject: only a replica in rotation)
+#   eject REPLICA SINCE TEXT   out of rotation (rotation.sh eject: only a replica in rotation
+#                              since before SINCE, when the failures began, in epoch seconds)
 #   readmit REPLICA        back in (rotation.sh readmit: only one the probe ejected)
 #
 # Anything else is refused and logged. The loop never restarts, never reads or writes anything but
@@ -33,8 +34,9 @@ while :; do
     fi
     case "$verb" in
       eject)
-        shift 2
-        sh "$script" eject "$name" "$*" >&2 || log "eject $name failed"
+        since=${3:-}
+        if [ $# -ge 3 ]; then shift 3; else set --; fi
+        sh "$script" eject "$name" "$since" "$*" >&2 || log "eject $name failed"
         ;;
       readmit)
         sh "$script" readmit "$name" >&2 || log "readmit $name failed"

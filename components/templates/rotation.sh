@@ -7,8 +7,9 @@
 #   fail   REPLICA REASON         out of rotation at once (its gate failed)
 #   forget REPLICA GRACE          drained, then no longer listed (the host left the stack)
 #   show                          the state, one line per replica
-#   eject  REPLICA TEXT           out of rotation at once, by the semantic probe (only a replica in
-#                                 rotation; TEXT is the 503's message, from a small safe alphabet)
+#   eject  REPLICA SINCE TEXT     out of rotation at once, by the semantic probe: only a replica in
+#                                 rotation since before SINCE (epoch seconds: when the failures it
+#                                 saw began); TEXT is the 503's message, from a small safe alphabet
 #   readmit REPLICA               back in at its address, only if the probe ejected it and nothing
 #                                 (a gate, a drain) changed it since
 #
@@ -145,7 +146,16 @@ case "$command" in
       echo "rotation: $replica is not in rotation; nothing to eject"
       exit 0
     fi
-    text=$(printf '%s' "$3" | tr -cd 'A-Za-z0-9 ._:,()=/+-' | cut -c1-400)
+    case "$3" in
+      "" | *[!0-9]*) echo "rotation: eject needs SINCE in epoch seconds, got '$3'" >&2; exit 2 ;;
+    esac
+    admitted=$(date -r "$root/$replica.state" +%s)
+    if [ "$admitted" -ge "$3" ]; then
+      # A failure seen before the admission (the old container, during a roll) is no evidence.
+      echo "rotation: $replica was admitted at $admitted, not before the failures began ($3); not ejected"
+      exit 0
+    fi
+    text=$(printf '%s' "$4" | tr -cd 'A-Za-z0-9 ._:,()=/+-' | cut -c1-400)
     printf '{"error":{"message":"No model replica is serving: %s","type":"server_error","param":null,"code":"no_replica_in_rotation"}}\n' "$text" > "$root/$replica.reason"
     echo semantic-probe > "$root/$replica.ejected-by"
     echo out > "$root/$replica.state"
