@@ -43,7 +43,7 @@ until mkdir "$lock" 2>/dev/null; do
 done
 trap 'rmdir "$lock"' EXIT
 
-title() { tr -d '\000' < "/proc/$1/cmdline" 2>/dev/null || true; }
+title() { { tr -d '\000' < "/proc/$1/cmdline"; } 2>/dev/null || true; }
 is_master() { case "$(title 1)" in "nginx: master process"*) return 0 ;; esac; return 1; }
 workers() {
   for p in /proc/[0-9]*; do
