@@ -744,7 +744,16 @@ class SemanticProbeConfig(_Model):
         "the users' `maxNumSeqs` slots while it runs: shorter alerts sooner and costs more.",
     )
     failures_before_alert: Annotated[int, AfterValidator(_probe_failures)] = Field(
-        3, description="K: consecutive failed runs of a step before its alert fires."
+        3,
+        description="K: consecutive failed runs of a step before its alert fires; with `ejectReplicas`, "
+        "a replica asked directly also leaves the front's rotation after K failed runs and comes back "
+        "after K passed ones.",
+    )
+    eject_replicas: bool = Field(
+        True,
+        description="Take a replica that fails a probe step K runs in a row out of the front's "
+        "rotation, and put it back after K passes (docs/semantic-probe.md). With every replica out, the "
+        "front answers a JSON 503 naming the failing check. False: alerts only.",
     )
     max_tokens: Positive = Field(
         256, description="`max_tokens` of the probe's chats: room for low-effort reasoning and the answer."
@@ -786,6 +795,12 @@ class SemanticProbeConfig(_Model):
         """How long without a finished run means the probe itself is silent: two intervals plus
         a run that stalled on every chat step."""
         return 2 * self.interval_seconds + SEMANTIC_PROBE_CHAT_STEPS * self.timeout_seconds
+
+    @property
+    def unprobed_after_seconds(self) -> int:
+        """How long a replica skipped as saturated may go unprobed before it alerts: ten intervals
+        (10 min with the defaults), and never sooner than the probe counts as silent."""
+        return max(10 * self.interval_seconds, self.silent_after_seconds)
 
 
 def semantic_probe_runs(c: StackConfig) -> bool:

@@ -23,7 +23,7 @@ from components.replica_gate import Admission, ReplicaGate
 from components.replica_guard import GuardCredentials, ReplicaGuard, guard_credentials
 from components.replica_tls import TLS_NAME
 from components.secrets import GeneratedKey, Secrets
-from components.semantic_probe.resource import SemanticProbe, SemanticProbeSpec
+from components.semantic_probe.resource import ProbeReplica, SemanticProbe, SemanticProbeSpec
 from components.serving_image import ServingImage
 from components.target import docker_ssh_opts, exec_ssh
 from components.vllm_server import ServingSpec, VllmServer, command_line, render_serving
@@ -145,12 +145,17 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                 smoke=config.smoke,
                 served_name=serving.served_name,
                 max_model_len=serving.max_model_len,
+                max_num_seqs=config.serving.max_num_seqs,
                 container=config.container,
             ),
             network_name=home.server.network_name,
             front_host=front.hostname,  # the probe starts after the gate, which waits for the front
             upstream=home.server.upstream,
             api_key=keys.probe,
+            # Every replica directly too, by the address the front uses: so a result names its host.
+            replicas=tuple(ProbeReplica(r.host.name, r.upstream, r is not home) for r in replicas),
+            replica_key=guards.key if guards else None,
+            requests_volume=front.requests_volume if config.semantic_probe.eject_replicas else None,
             opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[smoke]),
         )
     outputs = _outputs(config, serving, served, home, front, monitoring, smoke)

@@ -32,7 +32,7 @@ from components.config import (
     check_api_keys,
     check_metrics_keys,
 )
-from components.nginx_reload import ROTATION_DIR, START_COMMAND, NginxReload, secrets_digest
+from components.nginx_reload import ROTATION_DIR, NginxReload, secrets_digest
 from components.target import exec_ssh
 from components.vllm_server import upstream_hosts
 
@@ -577,12 +577,23 @@ class NginxFront(pulumi.ComponentResource):
 
         # Nothing here depends on keys, TLS material or nginx.conf: those changes reach nginx as a
         # reload (NginxReload below), never as a new container (every `uploads` change replaces one).
+        # Imported here: rotation_requests reads the rotation script, whose module imports this one.
+        from components.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DIR, volume_name
+
+        # The probe's only way into the front: eject/readmit requests (components/rotation_requests.py).
+        requests = docker.Volume(f"{name}-rotation-requests", name=volume_name(container.name), opts=child)
+        self.requests_volume = requests.name
+        """The volume the semantic probe writes its eject/readmit requests to."""
         self.container = nginx = docker.Container(
             f"{name}-nginx",
             name=container_name,
             image=image.image_id,
             entrypoints=["/bin/sh", "-c"],
-            command=[START_COMMAND],
+            # START_COMMAND (nginx as PID 1) with the request loop started before it.
+            command=[FRONT_COMMAND],
+            volumes=[
+                docker.ContainerVolumeArgs(volume_name=requests.name, container_path=FRONT_REQUESTS_DIR)
+            ],
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
             ports=[
                 docker.ContainerPortArgs(internal=CONTAINER_PORT, external=front.port, ip=front.bind_address)

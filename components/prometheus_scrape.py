@@ -280,15 +280,22 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
             down_for,
         )
     )
-    if by_host:  # the semantic probe's rules are per stack: it checks through the one front
+    if by_host:
         rules = [_on_host(rule) for rule in rules]
     if spec.semantic_probe is not None:
-        rules += semantic_probe_rules(spec.semantic_probe, spec.container.name, spec.smoke, job)
+        rules += semantic_probe_rules(
+            spec.semantic_probe, spec.container.name, spec.smoke, job, by_host=by_host
+        )
     return rules
 
 
 def semantic_probe_rules(
-    probe: SemanticProbeConfig, stack_container: str, smoke: SmokeConfig, vllm_job: str = DEFAULT_JOB
+    probe: SemanticProbeConfig,
+    stack_container: str,
+    smoke: SmokeConfig,
+    vllm_job: str = DEFAULT_JOB,
+    *,
+    by_host: bool = False,
 ) -> list[dict[str, Any]]:
     """The semantic probe's alerts (issue 18): wrong answers or broken tool calls for K runs in a
     row, a readiness or KV-pool step failing as long, and the probe itself silent.
@@ -296,13 +303,34 @@ def semantic_probe_rules(
     ``stack_container``: the serving container's name, after which the probe's is named; ``smoke``:
     the arithmetic question and answer the probe asks.
 
-    While vLLM's /metrics is down, VllmTargetDown speaks (after the engine's known start time): the
-    step alerts hold back, so a restart or a deploy does not page twice.
+    Every series names its target (issue 23): ``host`` (a replica's host name, or ``front``) and
+    ``path`` (``replica``: asked directly; ``front``: through the front), and so does every alert's
+    summary. While vLLM's /metrics is down, VllmTargetDown speaks (after the engine's known start
+    time): the step alerts hold back, so a restart or a deploy does not page twice; with several
+    hosts a replica's own alerts hold back only while its own engine is down (``by_host``).
     """
     k = probe.failures_before_alert
     sel = f'job="{semantic_probe.SCRAPE_JOB}"'
     failures = f"{semantic_probe.METRIC_PREFIX}_step_consecutive_failures"
-    engine_down = f'unless on () (up{{job="{vllm_job}"}} == 0)'
+    up = f'(up{{job="{vllm_job}"}} == 0)'
+
+    def failing(steps: str) -> str:
+        """Failed K runs in a row, unless the engine it reached is down."""
+        if not by_host:  # one engine: its /metrics down silences both paths
+            return f"{failures}{{{sel},{steps}}} >= {k}\n  unless on () {up}"
+        return (
+            f'({failures}{{{sel},path="replica",{steps}}} >= {k}\n  unless on (host) {up})\n'
+            f'or\n({failures}{{{sel},path="front",{steps}}} >= {k}\n  unless on () {up})'
+        )
+
+    on = "On host {{ $labels.host }} ({{ $labels.path }} path): "
+    last_run = f"{semantic_probe.METRIC_PREFIX}_last_run_timestamp_seconds"
+
+    def skipping(seconds: int) -> str:
+        return (
+            f'increase({semantic_probe.METRIC_PREFIX}_runs_total{{{sel},result="skipped"}}[{seconds}s]) > 0'
+        )
+
     where = (
         f"The probe's log says what came back and what to look at: docker logs "
         f"{semantic_probe.container_name(stack_container)}. The probe runs every "
@@ -312,10 +340,10 @@ def semantic_probe_rules(
     return [
         _alert(
             "GlmModelAnswersWrong",
-            f'{failures}{{{sel},step="arithmetic"}} >= {k}\n  {engine_down}',
+            failing('step="arithmetic"'),
             "critical",
-            f"The model failed the arithmetic check {k} runs in a row: answers are wrong or missing",
-            f"Asked {smoke.prompt!r} through the front, the model did not answer "
+            on + f"the model failed the arithmetic check {k} runs in a row: answers are wrong or missing",
+            f"Asked {smoke.prompt!r} (through the front, or the replica directly), the model did not answer "
             f"{smoke.expected_answer!r} with its reasoning in its own field for "
             "{{ $value }} runs in a row (a wrong answer, a 5xx, a timeout or an inline reasoning). "
             "/health may well be green (vLLM #24207). " + where,
@@ -323,9 +351,9 @@ def semantic_probe_rules(
         ),
         _alert(
             "GlmToolCallsBroken",
-            f'{failures}{{{sel},step="tool_call"}} >= {k}\n  {engine_down}',
+            failing('step="tool_call"'),
             "critical",
-            f"Tool calls failed {k} probe runs in a row",
+            on + f"tool calls failed {k} probe runs in a row",
             "Asked for the weather with a get_weather tool, the model returned no well-formed "
             "get_weather call for {{ $value }} runs in a row (no tool_calls, bad arguments, a 5xx "
             "or a timeout). Look at --tool-call-parser and --enable-auto-tool-choice. " + where,
@@ -333,9 +361,9 @@ def semantic_probe_rules(
         ),
         _alert(
             "GlmSemanticProbeStepFailing",
-            f'{failures}{{{sel},step=~"readiness|kv_pool"}} >= {k}\n  {engine_down}',
+            failing('step=~"readiness|kv_pool"'),
             "warning",
-            "The probe's {{ $labels.step }} step failed " + f"{k} runs in a row",
+            on + "the probe's {{ $labels.step }} step failed " + f"{k} runs in a row",
             "readiness: the front did not list the model through the probe's key; kv_pool: vLLM's "
             "KV pool is below --max-model-len or its metrics are unreadable. {{ $value }} runs in a "
             "row. " + where,
@@ -344,14 +372,27 @@ def semantic_probe_rules(
         _alert(
             "GlmSemanticProbeSilent",
             f"up{{{sel}}} == 0\n  or\n"
-            f"time() - {semantic_probe.METRIC_PREFIX}_last_run_timestamp_seconds{{{sel}}} "
-            f"> {probe.silent_after_seconds}",
+            f"(time() - {last_run}{{{sel}}} > {probe.silent_after_seconds}\n"
+            f"  unless on (host, path) {skipping(probe.silent_after_seconds)})",
             "warning",
             "The semantic probe is silent: nobody checks the model's answers",
             "Prometheus cannot scrape the probe, or its last finished run is older than "
             f"{probe.silent_after_seconds} s (two intervals plus two request timeouts). Wrong answers "
             "would not alert. Look at: docker ps -a and docker logs "
             f"{semantic_probe.container_name(stack_container)}.",
+            f"{probe.interval_seconds}s",
+        ),
+        _alert(
+            "GlmReplicaUnprobed",
+            f"time() - {last_run}{{{sel}}} > {probe.unprobed_after_seconds}\n"
+            f"  and on (host, path) {skipping(probe.unprobed_after_seconds)}",
+            "warning",
+            on + f"not probed for over {probe.unprobed_after_seconds} s: saturated at every run",
+            "The probe skips a replica whose vLLM has requests waiting or runs --max-num-seqs "
+            "(it never competes with users at peak); this one was skipped at every run for "
+            f"{probe.unprobed_after_seconds} s (ten intervals), so nobody checked its answers. "
+            "Look at its load (vllm:num_requests_waiting) and capacity: a replica that is always "
+            "saturated needs more replicas or a lower glm:front.rateLimit.",
             f"{probe.interval_seconds}s",
         ),
     ]

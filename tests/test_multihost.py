@@ -127,7 +127,7 @@ def test_each_host_gets_its_own_provider_preflight_volume_and_container(three: D
         "a800-serving-vllm",
     ]  # fmt: skip
     assert names(three, "docker:index/volume:Volume") == [
-        "a800-gpu02-model-jit-cache", "a800-gpu03-model-jit-cache", "a800-model-jit-cache",
+        "a800-front-rotation-requests", "a800-gpu02-model-jit-cache", "a800-gpu03-model-jit-cache", "a800-model-jit-cache",
     ]  # fmt: skip
     checks = {r.name: unwrap(r.inputs) for r in three.of_type("command:remote:Command")}
     assert sorted(checks) == [

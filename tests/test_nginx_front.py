@@ -777,6 +777,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
         "front-image": "docker:index/remoteImage:RemoteImage",
         "front-nginx": "docker:index/container:Container",
         "front-config": RELOAD,
+        "front-rotation-requests": "docker:index/volume:Volume",
     }
     assert mocks.registered["front-image"][1]["name"] == "nginx:1.27"
     assert mocks.registered["front-image"][1]["keepLocally"] is True
@@ -791,9 +792,20 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
     assert inputs["logDriver"] == "json-file" and inputs["logOpts"]["max-size"] == "100m"
     assert {"label": "glm53.role", "value": "front"} in inputs["labels"]  # what the policy pack looks for
     assert "hosts" not in inputs  # vLLM is on the private network, by its alias
-    # The container does not depend on the config: no uploads (each change would replace it).
-    assert "uploads" not in inputs and "volumes" not in inputs
-    assert inputs["entrypoints"] == ["/bin/sh", "-c"] and inputs["command"] == [START_COMMAND]
+    # The container does not depend on the config: no uploads (each change would replace it); its
+    # one volume is the semantic probe's requests directory (components/rotation_requests.py).
+    assert "uploads" not in inputs
+    assert inputs["volumes"] == [
+        {
+            "volumeName": f"{config.container.name}-rotation-requests",
+            "containerPath": "/etc/nginx/glm/rotation-requests",
+        }
+    ]
+    # The request loop in the background, then the same nginx as PID 1.
+    [command] = inputs["command"]
+    assert inputs["entrypoints"] == ["/bin/sh", "-c"] and command.endswith(
+        f"rotation-requests.sh & {START_COMMAND}"
+    )
     assert inputs["destroyGraceSeconds"] == 30
     reload = mocks.registered["front-config"][1]
     assert reload["nginx_conf"] == render_release_conf(config.front)

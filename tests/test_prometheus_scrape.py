@@ -29,6 +29,7 @@ from components.prometheus_scrape import (
     PROMETHEUS_FLAGS,
     RULES_PATH,
     PrometheusScrape,
+    alert_rules,
     checked_block_sizes,
     integers_below,
     kv_pool_below_expr,
@@ -207,6 +208,7 @@ def test_semantic_probe_rules_follow_the_stack_config() -> None:
         'glm_semantic_probe_step_consecutive_failures{job="semantic-probe",step="arithmetic"} >= 5'
     )
     assert 'unless on () (up{job="vllm"} == 0)' in wrong["expr"]
+    assert wrong["annotations"]["summary"].startswith("On host {{ $labels.host }} ({{ $labels.path }} path)")
     assert "'221'" in wrong["annotations"]["description"]
     assert rules["GlmSemanticProbeSilent"]["for"] == "30s"
     assert "> 90" in rules["GlmSemanticProbeSilent"]["expr"]  # 2 x 30 s + 2 x 15 s
@@ -509,9 +511,11 @@ def semantic_probe_promtool_tests(
     k = probe_config.failures_before_alert
     probe = {"job": "semantic-probe", "instance": f"{config.container.name}-semantic-probe:9101"}
     failures = "glm_semantic_probe_step_consecutive_failures"
+    # The replica asked directly (issue 23): its series name it.
+    at = {**probe, "host": "local", "path": "replica"}
 
     def runs(step: str, values: str) -> dict[str, str]:
-        return series(failures, {**probe, "step": step}, values)
+        return series(failures, {**at, "step": step}, values)
 
     # One more failed run every minute for the failing steps; kv_pool keeps passing.
     counting = [runs(s, "0+1x30") for s in ("readiness", "arithmetic", "tool_call")]
@@ -522,7 +526,7 @@ def semantic_probe_promtool_tests(
     for name, step in step_alerts.items():
         if k > 1:
             checks.append(expect.check(k - 1, name))
-        checks.append(expect.check(k, name, expect.alert(name, {**probe, "step": step}, k)))
+        checks.append(expect.check(k, name, expect.alert(name, {**at, "step": step}, k)))
     tests = [{"input_series": [*counting, series("up", vllm, "1x30")], "alert_rule_test": checks}]
     # The same failures while vLLM's /metrics is down: the step alerts hold back.
     tests.append(
@@ -538,7 +542,7 @@ def semantic_probe_promtool_tests(
     # Running: scraped, and the last run keeps up with the clock.
     tests.append(
         {
-            "input_series": [series("up", probe, "1x30"), series(last_run, probe, "0+60x30")],
+            "input_series": [series("up", probe, "1x30"), series(last_run, at, "0+60x30")],
             "alert_rule_test": [expect.check(20, silent)],
         }
     )
@@ -556,10 +560,25 @@ def semantic_probe_promtool_tests(
     quiet_until = probe_config.silent_after_seconds // 60
     tests.append(
         {
-            "input_series": [series("up", probe, "1x30"), series(last_run, probe, "0x30")],
+            "input_series": [series("up", probe, "1x30"), series(last_run, at, "0x30")],
             "alert_rule_test": [
                 expect.check(quiet_until, silent),
-                expect.check(quiet_until + 1 + hold, silent, expect.alert(silent, probe)),
+                expect.check(quiet_until + 1 + hold, silent, expect.alert(silent, at)),
+                expect.check(quiet_until + 1 + hold, "GlmReplicaUnprobed"),
+            ],
+        }
+    )
+    # Skipped at every run (saturated): not silent, but unprobed once ten intervals have passed.
+    unprobed = "GlmReplicaUnprobed"
+    unprobed_after = max(10 * probe_config.interval_seconds, probe_config.silent_after_seconds) // 60
+    skipped = series("glm_semantic_probe_runs_total", {**at, "result": "skipped"}, "0+1x60")
+    tests.append(
+        {
+            "input_series": [series("up", probe, "1x60"), series(last_run, at, "0x60"), skipped],
+            "alert_rule_test": [
+                expect.check(unprobed_after, unprobed),
+                expect.check(unprobed_after + 1 + hold, unprobed, expect.alert(unprobed, at)),
+                expect.check(unprobed_after + 1 + hold, silent),
             ],
         }
     )
@@ -587,6 +606,62 @@ def test_promtool_every_alert_fires_and_stays_quiet(name: str, tmp_path: Path) -
     result = run_promtool_tests(config, tests, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
+
+
+def test_promtool_several_hosts_each_replica_alerts_under_its_own_host(tmp_path: Path) -> None:
+    """Issue 23: box2 answering wrong K runs in a row fires naming box2 while box1's engine is down;
+    it holds back only while box2's own engine is down; the front path holds back while any is."""
+    config = stack("local", semanticProbe={"failuresBeforeAlert": 2})
+    rules = {r["alert"]: r for r in alert_rules(scrape_spec(config), by_host=True)}
+    expect = Expect(rules)
+    probe = {"job": "semantic-probe", "instance": "p:9101"}
+    box2 = {**probe, "host": "box2", "path": "replica", "step": "arithmetic"}
+    front = {**probe, "host": "front", "path": "front", "step": "arithmetic"}
+    failures = "glm_semantic_probe_step_consecutive_failures"
+    up = {"job": DEFAULT_JOB, "instance": "10.0.0.1:8000", "host": "box1"}
+    up2 = {"job": DEFAULT_JOB, "instance": "10.0.0.2:8000", "host": "box2"}
+    name = "GlmModelAnswersWrong"
+    tests = [
+        {  # box1's engine down: box2's own wrong answers still fire, and name box2
+            "input_series": [
+                series(failures, box2, "0+1x10"),
+                series(failures, front, "0+1x10"),
+                series("up", up, "0x10"),
+                series("up", up2, "1x10"),
+            ],
+            "alert_rule_test": [expect.check(1, name), expect.check(2, name, expect.alert(name, box2, 2))],
+        },
+        {  # box2's engine down: VllmTargetDown's business, box2's probe alert holds back
+            "input_series": [
+                series(failures, box2, "0+1x10"),
+                series("up", up, "1x10"),
+                series("up", up2, "0x10"),
+            ],
+            "alert_rule_test": [expect.check(5, name)],
+        },
+        {  # every engine up: the front path fires too, as host "front"
+            "input_series": [
+                series(failures, box2, "0+1x10"),
+                series(failures, front, "0+1x10"),
+                series("up", up, "1x10"),
+                series("up", up2, "1x10"),
+            ],
+            "alert_rule_test": [
+                expect.check(2, name, expect.alert(name, box2, 2), expect.alert(name, front, 2))
+            ],
+        },
+    ]
+    for test in tests:
+        test["interval"] = "1m"
+    (tmp_path / "rules.yml").write_text(
+        yaml.safe_dump({"groups": [{"name": "g", "rules": list(rules.values())}]})
+    )
+    document = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests}
+    (tmp_path / "rules_test.yml").write_text(yaml.safe_dump(document, sort_keys=False))
+    result = promtool("test", "rules", "rules_test.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = expect.alert(name, box2, 2)["exp_annotations"]["summary"]
+    assert summary.startswith("On host box2 (replica path): the model failed the arithmetic check 2 runs")
 
 
 def test_promtool_test_catches_a_wrong_expectation(tmp_path: Path) -> None:

@@ -838,15 +838,19 @@ class StepOutcome:
 
 
 def check_steps(
-    params: Mapping[str, Any], api_key: str, steps: Sequence[str], progress: Progress = stderr_progress
+    params: Mapping[str, Any],
+    api_key: str,
+    steps: Sequence[str],
+    progress: Progress = stderr_progress,
+    metrics_key: str | None = None,
 ) -> Iterator[StepOutcome]:
     """The gate's steps one by one, each yielded as soon as it ends, a failure recorded instead of
     raised: what the semantic probe runs (``components/semantic_probe``). A wrong answer does not
     hide a broken tool call, and each step is bounded like the gate's (``request_timeout_seconds``;
     readiness by ``deadline_seconds``). ``params`` as for :func:`run_gate`; ``smoke.max_tokens``
-    caps the chats.
+    caps the chats. ``metrics_key``: sent to ``metrics_url`` (a replica's guard wants its key there).
     """
-    gate = _Gate(params, api_key, progress)
+    gate = _Gate(params, api_key, progress, metrics_key)
     methods: dict[str, Callable[[], None]] = {
         "readiness": gate.wait_ready,
         "models": gate.check_models,

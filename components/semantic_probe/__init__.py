@@ -4,9 +4,14 @@ vLLM's ``/health`` stayed 200 while CUDA errors broke every answer (vLLM #24207)
 answered while the engine was dead (#39863). So a container of the stack asks the model, through
 the front and under its own API key, what the gate asked it at deploy time (readiness, 13x17 with
 the reasoning in its own field, a tool call, the KV pool), one request at a time, and exports the
-verdicts to the stack's Prometheus, whose rules alert after K failed runs in a row.
+verdicts to the stack's Prometheus, whose rules alert after K failed runs in a row. It asks every
+replica directly as well (issue 23), labels each result with its ``host``, skips a saturated
+replica, and takes one that fails K runs in a row out of the front's rotation (and back after K
+passes) through the front's requests volume (components/rotation_requests.py), never the Docker
+socket.
 
-- ``service.py``: the loop and its metrics, plain Python (runs in the probe container);
+- ``service.py``: the loops and their metrics, plain Python (runs in the probe container);
+- ``ejection.py``: the eject/readmit requests (runs in the probe container);
 - ``__main__.py``: ``python -m components.semantic_probe`` (the container's entrypoint);
 - ``resource.py``: the Pulumi side (the stack-generated key, the image, the container).
 

@@ -3,8 +3,9 @@
     python -m components.semantic_probe --params params.json --api-key-file key          # serve
     python -m components.semantic_probe --params params.json --api-key-file key --once   # one run
 
-Serving: ``/metrics`` on the params' port and a run every ``interval_seconds`` until SIGTERM.
-``--once``: one run, its steps as JSON on stdout; exit 0 when every step passed, else 1.
+Serving: ``/metrics`` on the params' port and, for each target (the front path, every replica), a
+run every ``interval_seconds`` until SIGTERM.
+``--once``: one run per target, its steps as JSON on stdout; exit 0 when every step passed, else 1.
 """
 
 from __future__ import annotations
@@ -37,22 +38,32 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per run is enough
     settings = ProbeSettings.from_json(args.params.read_text())
     api_key = args.api_key_file.read_text().strip()
+    replica_key = Path(settings.replica_key_file).read_text().strip() if settings.replica_key_file else None
     metrics = ProbeMetrics(settings)
     if args.once:
-        outcomes = run_once(settings, api_key, metrics)
-        print(json.dumps([dataclasses.asdict(o) for o in outcomes], indent=2))
-        return 0 if all(o.ok for o in outcomes) else 1
+        results = {}
+        for target in settings.targets:
+            outcomes = run_once(settings, api_key, metrics, target, replica_key)
+            results[f"{target.path}:{target.host}"] = [dataclasses.asdict(o) for o in outcomes]
+        print(json.dumps(results, indent=2))
+        return 0 if all(o["ok"] for run in results.values() for o in run) else 1
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     serve_metrics(metrics, settings.port)
     logging.info(
         "probing %s every %g s (K=%d), /metrics on :%d",
-        settings.endpoint,
+        ", ".join(f"{t.path} {t.host} ({t.endpoint})" for t in settings.targets),
         settings.interval_seconds,
         settings.failures_before_alert,
         settings.port,
     )
-    run_forever(settings, api_key, metrics, stop)
+    observe = None
+    if settings.requests_dir:
+        from components.semantic_probe.ejection import Ejector
+
+        k = settings.failures_before_alert
+        observe = Ejector(Path(settings.requests_dir), k, k, metrics)
+    run_forever(settings, api_key, metrics, stop, replica_key=replica_key, observe=observe)
     return 0
 
 

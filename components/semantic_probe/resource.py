@@ -12,6 +12,7 @@ network: it reaches the front by its container name and vLLM's ``/metrics`` by i
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib.metadata
@@ -28,6 +29,7 @@ import pulumi_docker as docker
 
 from components.config import ContainerConfig, SemanticProbeConfig, SmokeConfig
 from components.nginx_front import CONTAINER_PORT as FRONT_PORT
+from components.rotation_requests import PROBE_REQUESTS_DIR
 from components.semantic_probe import container_name
 from components.semantic_probe.service import ProbeSettings
 from components.vllm_server import upstream_hosts
@@ -38,6 +40,8 @@ REPOSITORY = "glm53-semantic-probe"
 BUILD_DIR = ".build"
 PARAMS_PATH = "/etc/semantic-probe/params.json"
 KEY_PATH = "/etc/semantic-probe/api-key"
+REPLICA_KEY_PATH = "/etc/semantic-probe/replica-key"
+"""The stack's replica key (several hosts): the probe asks each guarded replica directly with it."""
 APP_FILES = (
     "components/__init__.py",
     "components/config.py",
@@ -54,6 +58,7 @@ APP_FILES = (
     "components/semantic_probe/__init__.py",
     "components/semantic_probe/__main__.py",
     "components/semantic_probe/service.py",
+    "components/semantic_probe/ejection.py",
     "policy/glm_policies.py",  # components.config takes the images-pinned rule from the pack
 )
 """The project modules the probe imports: the gate's checks themselves, not a copy of their logic."""
@@ -139,14 +144,33 @@ class SemanticProbeSpec:
     """The model name vLLM serves (``glm:model.servedName``)."""
     max_model_len: int
     """vLLM's ``--max-model-len`` (``glm:serving.maxModelLen``)."""
+    max_num_seqs: int
+    """vLLM's ``--max-num-seqs`` (``glm:serving.maxNumSeqs``): running that many, a replica is
+    saturated and the probe skips it."""
     container: ContainerConfig
     """``glm:container``: the probe's container is named after the serving one, rotates its logs
     the same way and, on the host network, reaches vLLM through the same gateway entry."""
 
 
-def probe_settings(spec: SemanticProbeSpec, front_host: str, upstream: str) -> ProbeSettings:
+@dataclass(frozen=True)
+class ProbeReplica:
+    """One replica the probe asks directly."""
+
+    host: str
+    """Its host's name (``glm:target.hosts[].name``): the ``host`` label of its results."""
+    address: str
+    """``host:port`` where the probe reaches it: the front host's vLLM on the private network, or a
+    replica's guard."""
+    guarded: bool
+    """Behind a guard: asked with the stack's replica key."""
+
+
+def probe_settings(
+    spec: SemanticProbeSpec, front_host: str, upstream: str, replicas: tuple[ProbeReplica, ...] = ()
+) -> ProbeSettings:
     """What the probe runs: the gate's prompts and answers (``glm:smoke``) with the probe's own
-    limits. ``front_host`` is the front's container name, ``upstream`` vLLM's ``host:port``."""
+    limits. ``front_host`` is the front's container name, ``upstream`` vLLM's ``host:port``,
+    ``replicas`` those asked directly besides the front path."""
     probe = spec.probe
     smoke = {
         "prompt": spec.smoke.prompt,
@@ -164,10 +188,21 @@ def probe_settings(spec: SemanticProbeSpec, front_host: str, upstream: str) -> P
         metrics_url=f"http://{upstream}/metrics",
         served_name=spec.served_name,
         max_model_len=spec.max_model_len,
+        max_num_seqs=spec.max_num_seqs,
         smoke=smoke,
         interval_seconds=probe.interval_seconds,
         failures_before_alert=probe.failures_before_alert,
         port=probe.port,
+        replicas=tuple(
+            {
+                "host": r.host,
+                "endpoint": f"http://{r.address}/v1",
+                "metrics_url": f"http://{r.address}/metrics",
+                "replica_key": r.guarded,
+            }
+            for r in replicas
+        ),
+        replica_key_file=REPLICA_KEY_PATH if any(r.guarded for r in replicas) else None,
     )
 
 
@@ -193,10 +228,18 @@ class SemanticProbe(pulumi.ComponentResource):
         front_host: pulumi.Input[str],
         upstream: str,
         api_key: pulumi.Output[str],
+        replicas: tuple[ProbeReplica, ...] = (),
+        replica_key: pulumi.Output[str] | None = None,
+        requests_volume: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``front_host``: the front's container name; ``upstream``: vLLM's ``host:port`` on the
-        private network; ``api_key``: the probe's key (``GeneratedKey.key``)."""
+        private network; ``api_key``: the probe's key (``GeneratedKey.key``); ``replicas``: each
+        asked directly; ``replica_key``: the stack's replica key, when one of them is guarded;
+        ``requests_volume``: the front's requests volume (components/rotation_requests.py), the one
+        thing of the front the probe mounts: it ejects and re-admits replicas through it."""
+        if any(r.guarded for r in replicas) and replica_key is None:
+            raise ValueError("a guarded replica needs the stack's replica key")
         super().__init__("glm:semanticProbe:SemanticProbe", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         context, tag = build_context()
@@ -213,7 +256,12 @@ class SemanticProbe(pulumi.ComponentResource):
             opts=child,
         )
         params = pulumi.Output.from_input(front_host).apply(
-            lambda host: render_params(probe_settings(spec, host, upstream))
+            lambda host: render_params(
+                dataclasses.replace(
+                    probe_settings(spec, host, upstream, replicas),
+                    requests_dir=PROBE_REQUESTS_DIR if requests_volume is not None else None,
+                )
+            )
         )
         container = docker.Container(
             f"{name}-container",
@@ -226,7 +274,24 @@ class SemanticProbe(pulumi.ComponentResource):
                 docker.ContainerUploadArgs(
                     file=KEY_PATH, content=pulumi.Output.secret(api_key), permissions="0444"
                 ),
+                *(
+                    [
+                        docker.ContainerUploadArgs(
+                            file=REPLICA_KEY_PATH,
+                            content=pulumi.Output.secret(replica_key),
+                            permissions="0444",
+                        )
+                    ]
+                    if replica_key is not None and any(r.guarded for r in replicas)
+                    else []
+                ),
             ],
+            # Nothing else is mounted: no Docker socket, no host path, none of the front's config.
+            volumes=[
+                docker.ContainerVolumeArgs(volume_name=requests_volume, container_path=PROBE_REQUESTS_DIR)
+            ]
+            if requests_volume is not None
+            else None,
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="semantic-probe")],
             hosts=upstream_hosts(spec.container),
             restart="unless-stopped",

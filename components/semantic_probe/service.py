@@ -1,7 +1,11 @@
 """The probe loop: the gate's steps (``components.gate.checks.check_steps``) on a schedule, with
 Prometheus metrics. Plain Python, no Pulumi: it runs in the probe container.
 
-One run = readiness, arithmetic, tool_call, kv_pool, one request at a time, each bounded by the
+The probe has several targets (issue 23): the whole path through the front (``host="front"``,
+``path="front"``: what a client gets, whichever replica answers) and every replica directly
+(``host=<its glm:target.hosts name>``, ``path="replica"``): the front's own replica on the private
+network, the others through their guard with the stack's replica key. Each target has a loop of its
+own. One run = readiness, arithmetic, tool_call, kv_pool, one request at a time, each bounded by the
 request timeout. Runs start every ``interval_seconds`` (fixed rate; a run that overruns is followed
 at once, never by a burst). Each step's metrics are published the moment it ends, so an alert does
 not wait for the rest of the run.
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -21,6 +26,28 @@ from components.gate.checks import StepOutcome, check_steps
 from components.semantic_probe import METRIC_PREFIX, PROBE_STEPS
 
 log = logging.getLogger("semantic-probe")
+
+
+FRONT_PATH = "front"
+"""``host`` and ``path`` label of the target that is the whole path through the front."""
+REPLICA_PATH = "replica"
+"""``path`` label of a target that is one replica, asked directly."""
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    """One thing the probe asks: the front, or one replica directly."""
+
+    host: str
+    """The replica's host name (``glm:target.hosts[].name``), or ``front`` for the front path."""
+    path: str
+    """:data:`FRONT_PATH` or :data:`REPLICA_PATH`."""
+    endpoint: str
+    """OpenAI base URL (``…/v1``) on the private network."""
+    metrics_url: str
+    """vLLM's ``/metrics`` as this target reaches it (the kv_pool step)."""
+    replica_key: bool = False
+    """Asked with the stack's replica key (a guarded replica), else with the probe's API key."""
 
 
 @dataclass(frozen=True)
@@ -39,18 +66,36 @@ class ProbeSettings:
     interval_seconds: float
     failures_before_alert: int
     port: int = 9101
+    replicas: tuple[Mapping[str, Any], ...] = ()
+    """Each replica asked directly: ``host``, ``endpoint``, ``metrics_url``, ``replica_key``
+    (:class:`ProbeTarget`'s fields)."""
+    replica_key_file: str | None = None
+    """Where the stack's replica key is, when a replica is guarded."""
+    max_num_seqs: int = 0
+    """vLLM's ``--max-num-seqs``: a replica running that many requests is saturated (0: unknown,
+    only a queue counts)."""
+    requests_dir: str | None = None
+    """The front's requests volume: set, the probe ejects a replica after ``failures_before_alert``
+    failed runs in a row and re-admits it after as many passed ones (``ejection.py``)."""
 
     @classmethod
     def from_json(cls, text: str) -> ProbeSettings:
         data = json.loads(text)
-        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+        fields = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
+        fields["replicas"] = tuple(fields.get("replicas", ()))
+        return cls(**fields)
 
     @property
-    def gate_params(self) -> dict[str, Any]:
-        """The inputs of the gate's checks (``run_gate``'s ``params``)."""
+    def targets(self) -> list[ProbeTarget]:
+        """The front path first, then every replica in the order the program listed them."""
+        front = ProbeTarget(FRONT_PATH, FRONT_PATH, self.endpoint, self.metrics_url)
+        return [front, *(ProbeTarget(path=REPLICA_PATH, **dict(r)) for r in self.replicas)]
+
+    def gate_params(self, target: ProbeTarget) -> dict[str, Any]:
+        """The inputs of the gate's checks (``run_gate``'s ``params``) for one target."""
         return {
-            "endpoint": self.endpoint,
-            "metrics_url": self.metrics_url,
+            "endpoint": target.endpoint,
+            "metrics_url": target.metrics_url,
             "served_name": self.served_name,
             "max_model_len": self.max_model_len,
             "container_name": "the serving container",
@@ -59,100 +104,194 @@ class ProbeSettings:
 
 
 class ProbeMetrics:
-    """The probe's Prometheus metrics, in a registry of their own (no process metrics)."""
+    """The probe's Prometheus metrics, in a registry of their own (no process metrics); every
+    series of a target carries its ``host`` and ``path``."""
 
     def __init__(self, settings: ProbeSettings) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
         self.registry = CollectorRegistry()
         p, r = METRIC_PREFIX, self.registry
+        where = ["host", "path"]
         self.success = Gauge(
-            f"{p}_step_success", "1 when the step passed in its last run, else 0.", ["step"], registry=r
+            f"{p}_step_success",
+            "1 when the step passed in its last run, else 0.",
+            [*where, "step"],
+            registry=r,
         )
         self.consecutive = Gauge(
             f"{p}_step_consecutive_failures",
             "Runs in a row in which the step failed (0 after a pass).",
-            ["step"],
+            [*where, "step"],
             registry=r,
         )
         self.latency = Gauge(
-            f"{p}_step_latency_seconds", "Duration of the step in its last run.", ["step"], registry=r
+            f"{p}_step_latency_seconds", "Duration of the step in its last run.", [*where, "step"], registry=r
         )
         self.step_runs = Counter(
-            f"{p}_step_runs", "Step runs by result (ok, failed).", ["step", "result"], registry=r
+            f"{p}_step_runs", "Step runs by result (ok, failed).", [*where, "step", "result"], registry=r
         )
         self.last_failure = Gauge(
             f"{p}_last_failure_step",
             "1 for the step of the most recent failure, 0 for the others.",
-            ["step"],
+            [*where, "step"],
             registry=r,
         )
         self.last_failure_time = Gauge(
-            f"{p}_last_failure_timestamp_seconds", "When a step last failed.", registry=r
+            f"{p}_last_failure_timestamp_seconds", "When a step last failed.", where, registry=r
         )
         self.last_success_time = Gauge(
             f"{p}_last_success_timestamp_seconds",
             "End of the last run in which every step passed.",
+            where,
             registry=r,
         )
         self.last_run_time = Gauge(
             f"{p}_last_run_timestamp_seconds",
             "End of the last finished run (the probe's start before the first).",
+            where,
             registry=r,
         )
-        self.runs = Counter(f"{p}_runs", "Finished runs by result (ok, failed).", ["result"], registry=r)
+        self.runs = Counter(
+            f"{p}_runs",
+            "Runs by result: ok, failed, or skipped (the replica was saturated: not asked).",
+            [*where, "result"],
+            registry=r,
+        )
+        self.ejected = Gauge(
+            f"{p}_replica_ejected",
+            "1 once the probe asked the front to take the replica out of rotation, 0 once it asked "
+            "to re-admit it (the front applies neither to a replica a gate keeps out).",
+            ["host"],
+            registry=r,
+        )
         Gauge(f"{p}_interval_seconds", "Configured seconds between runs.", registry=r).set(
             settings.interval_seconds
         )
         Gauge(f"{p}_failures_before_alert", "Configured K.", registry=r).set(settings.failures_before_alert)
-        for step in PROBE_STEPS:
-            self.consecutive.labels(step).set(0)
-            self.last_failure.labels(step).set(0)
-            for result in ("ok", "failed"):
-                self.step_runs.labels(step, result)
-        for result in ("ok", "failed"):
-            self.runs.labels(result)
-        self.last_run_time.set(time.time())
+        for target in settings.targets:
+            at = (target.host, target.path)
+            for step in PROBE_STEPS:
+                self.consecutive.labels(*at, step).set(0)
+                self.last_failure.labels(*at, step).set(0)
+                for result in ("ok", "failed"):
+                    self.step_runs.labels(*at, step, result)
+            for result in ("ok", "failed", "skipped"):
+                self.runs.labels(*at, result)
+            self.last_run_time.labels(*at).set(time.time())
+            if target.path == REPLICA_PATH:
+                self.ejected.labels(target.host).set(0)
 
-    def record(self, outcome: StepOutcome) -> None:
-        step = outcome.step
-        self.latency.labels(step).set(outcome.seconds)
-        self.success.labels(step).set(1 if outcome.ok else 0)
-        self.step_runs.labels(step, "ok" if outcome.ok else "failed").inc()
+    def record(self, target: ProbeTarget, outcome: StepOutcome) -> None:
+        at, step = (target.host, target.path), outcome.step
+        self.latency.labels(*at, step).set(outcome.seconds)
+        self.success.labels(*at, step).set(1 if outcome.ok else 0)
+        self.step_runs.labels(*at, step, "ok" if outcome.ok else "failed").inc()
         if outcome.ok:
-            self.consecutive.labels(step).set(0)
+            self.consecutive.labels(*at, step).set(0)
             return
-        self.consecutive.labels(step).inc()
+        self.consecutive.labels(*at, step).inc()
         for other in PROBE_STEPS:
-            self.last_failure.labels(other).set(1 if other == step else 0)
-        self.last_failure_time.set(time.time())
+            self.last_failure.labels(*at, other).set(1 if other == step else 0)
+        self.last_failure_time.labels(*at).set(time.time())
 
-    def finish_run(self, ok: bool) -> None:
-        now = time.time()
-        self.last_run_time.set(now)
-        self.runs.labels("ok" if ok else "failed").inc()
+    def finish_run(self, target: ProbeTarget, ok: bool) -> None:
+        at, now = (target.host, target.path), time.time()
+        self.last_run_time.labels(*at).set(now)
+        self.runs.labels(*at, "ok" if ok else "failed").inc()
         if ok:
-            self.last_success_time.set(now)
+            self.last_success_time.labels(*at).set(now)
+
+    def skip(self, target: ProbeTarget) -> None:
+        """A run not made: neither a pass nor a failure, and not a finished run (so a replica
+        skipped for too long shows as unprobed)."""
+        self.runs.labels(target.host, target.path, "skipped").inc()
 
 
-def run_once(settings: ProbeSettings, api_key: str, metrics: ProbeMetrics) -> list[StepOutcome]:
-    """One run: every step, each recorded as it ends; failures logged with the gate's message."""
+_QUEUE = re.compile(r"^vllm:num_requests_(waiting|running)(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.MULTILINE)
+
+
+def saturation(settings: ProbeSettings, target: ProbeTarget, key: str | None) -> str | None:
+    """Why the target's vLLM is too busy to be probed now (requests waiting, or running at
+    ``--max-num-seqs``), read from its ``/metrics``; None when it is not, or when the metrics cannot
+    be read (the run then goes ahead, and its kv_pool step says why)."""
+    import httpx
+
+    try:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        resp = httpx.get(target.metrics_url, headers=headers, timeout=5.0, trust_env=False)
+    except httpx.HTTPError:
+        return None
+    if resp.status_code != 200:
+        return None
+    totals = {"waiting": 0.0, "running": 0.0}
+    for kind, value in _QUEUE.findall(resp.text):
+        totals[kind] += float(value)
+    if totals["waiting"] > 0:
+        return f"{totals['waiting']:.0f} request(s) waiting"
+    if settings.max_num_seqs and totals["running"] >= settings.max_num_seqs:
+        return f"{totals['running']:.0f} running = --max-num-seqs"
+    return None
+
+
+def run_once(
+    settings: ProbeSettings,
+    api_key: str,
+    metrics: ProbeMetrics,
+    target: ProbeTarget | None = None,
+    replica_key: str | None = None,
+) -> list[StepOutcome]:
+    """One run against ``target`` (default: the front path): every step, each recorded as it ends;
+    failures logged with the gate's message. ``replica_key``: for a guarded replica. Skipped (no
+    outcome, counted as ``skipped``) while the target's vLLM is saturated (:func:`saturation`)."""
+    target = target or settings.targets[0]
+    if target.replica_key and not replica_key:
+        raise ValueError(f"replica {target.host!r} is guarded but the probe has no replica key")
+    key = replica_key if target.replica_key and replica_key else api_key
+    metrics_key = key if target.replica_key else None
+    busy = saturation(settings, target, metrics_key)
+    if busy is not None:
+        metrics.skip(target)
+        log.info(
+            "%s %s run skipped: %s (the probe never competes with users at peak)",
+            target.path,
+            target.host,
+            busy,
+        )
+        return []
     outcomes = []
-    for outcome in check_steps(settings.gate_params, api_key, PROBE_STEPS, progress=lambda _line: None):
-        metrics.record(outcome)
+    steps = check_steps(
+        settings.gate_params(target), key, PROBE_STEPS, progress=lambda _line: None, metrics_key=metrics_key
+    )
+    for outcome in steps:
+        metrics.record(target, outcome)
         outcomes.append(outcome)
         if not outcome.ok:
             log.warning(
-                json.dumps({"step": outcome.step, "seconds": outcome.seconds, "failure": outcome.failure})
+                json.dumps(
+                    {
+                        "host": target.host,
+                        "path": target.path,
+                        "step": outcome.step,
+                        "seconds": outcome.seconds,
+                        "failure": outcome.failure,
+                    }
+                )
             )
     ok = all(o.ok for o in outcomes)
-    metrics.finish_run(ok)
+    metrics.finish_run(target, ok)
     log.info(
-        "run %s: %s",
+        "%s %s run %s: %s",
+        target.path,
+        target.host,
         "ok" if ok else "FAILED",
         ", ".join(f"{o.step} {'ok' if o.ok else 'FAILED'} {o.seconds:.2f}s" for o in outcomes),
     )
     return outcomes
+
+
+RunObserver = Callable[[ProbeTarget, list[StepOutcome]], None]
+"""Told of every finished run (the ejection requests of ``rotation_requests.py``)."""
 
 
 def run_forever(
@@ -161,11 +300,44 @@ def run_forever(
     metrics: ProbeMetrics,
     stop: threading.Event,
     clock: Callable[[], float] = time.monotonic,
+    replica_key: str | None = None,
+    observe: RunObserver | None = None,
 ) -> None:
-    """Runs at a fixed rate until ``stop`` is set; a late run starts at once (no catch-up burst)."""
+    """Every target in a loop of its own, each at a fixed rate until ``stop`` is set (a late run
+    starts at once, no catch-up burst): a slow replica does not delay the others' verdicts."""
+    loops = [
+        threading.Thread(
+            target=_loop,
+            args=(settings, api_key, metrics, stop, clock, target, replica_key, observe),
+            name=f"probe-{target.path}-{target.host}",
+            daemon=True,
+        )
+        for target in settings.targets
+    ]
+    for loop in loops:
+        loop.start()
+    for loop in loops:
+        loop.join()
+
+
+def _loop(
+    settings: ProbeSettings,
+    api_key: str,
+    metrics: ProbeMetrics,
+    stop: threading.Event,
+    clock: Callable[[], float],
+    target: ProbeTarget,
+    replica_key: str | None,
+    observe: RunObserver | None,
+) -> None:
     next_start = clock()
     while not stop.is_set():
-        run_once(settings, api_key, metrics)
+        outcomes = run_once(settings, api_key, metrics, target, replica_key)
+        if observe is not None and outcomes:  # a skipped run is no evidence either way
+            try:
+                observe(target, outcomes)
+            except Exception:  # an observer's bug must not stop the probe
+                log.exception("observing the %s run of %s failed", target.path, target.host)
         next_start += settings.interval_seconds
         now = clock()
         if next_start < now:

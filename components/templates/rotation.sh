@@ -7,6 +7,15 @@
 #   fail   REPLICA REASON         out of rotation at once (its gate failed)
 #   forget REPLICA GRACE          drained, then no longer listed (the host left the stack)
 #   show                          the state, one line per replica
+#   eject  REPLICA SINCE TEXT     out of rotation at once, by the semantic probe: only a replica in
+#                                 rotation since before SINCE (epoch seconds: when the failures it
+#                                 saw began); TEXT is the 503's message, from a small safe alphabet
+#   readmit REPLICA               back in at its address, only if the probe ejected it and nothing
+#                                 (a gate, a drain) changed it since
+#
+# eject and readmit are what the front's request loop runs for the probe (rotation-requests.sh);
+# every other command is pulumi's and clears the probe's mark (__ROOT__/<replica>.ejected-by), so
+# the probe can never re-admit a replica that a failed gate or a drain keeps out.
 #
 # REASON is the JSON body the front answers (503) while no replica is in rotation. The state lives
 # beside the front's releases, so a config release (keys, TLS, limits) never changes it:
@@ -34,7 +43,7 @@ until mkdir "$lock" 2>/dev/null; do
 done
 trap 'rmdir "$lock"' EXIT
 
-title() { tr -d '\000' < "/proc/$1/cmdline" 2>/dev/null || true; }
+title() { { tr -d '\000' < "/proc/$1/cmdline"; } 2>/dev/null || true; }
 is_master() { case "$(title 1)" in "nginx: master process"*) return 0 ;; esac; return 1; }
 workers() {
   for p in /proc/[0-9]*; do
@@ -119,7 +128,49 @@ wait_for() {
   echo "drained: every request begun before is finished ($(($(date +%s) - started)) s)"
 }
 
+known() {
+  if [ ! -e "$root/$replica.address" ]; then
+    echo "rotation: no replica named $replica in this front's rotation" >&2
+    exit 6
+  fi
+}
+
 case "$command" in
+  admit | drain | fail | forget) rm -f "$root/$replica.ejected-by" ;;
+esac
+
+case "$command" in
+  eject)
+    known
+    if [ "$(cat "$root/$replica.state" 2>/dev/null)" != in ]; then
+      echo "rotation: $replica is not in rotation; nothing to eject"
+      exit 0
+    fi
+    case "$3" in
+      "" | *[!0-9]*) echo "rotation: eject needs SINCE in epoch seconds, got '$3'" >&2; exit 2 ;;
+    esac
+    admitted=$(date -r "$root/$replica.state" +%s)
+    if [ "$admitted" -ge "$3" ]; then
+      # A failure seen before the admission (the old container, during a roll) is no evidence.
+      echo "rotation: $replica was admitted at $admitted, not before the failures began ($3); not ejected"
+      exit 0
+    fi
+    text=$(printf '%s' "$4" | tr -cd 'A-Za-z0-9 ._:,()=/+-' | cut -c1-400)
+    printf '{"error":{"message":"No model replica is serving: %s","type":"server_error","param":null,"code":"no_replica_in_rotation"}}\n' "$text" > "$root/$replica.reason"
+    echo semantic-probe > "$root/$replica.ejected-by"
+    echo out > "$root/$replica.state"
+    render
+    ;;
+  readmit)
+    known
+    if [ ! -e "$root/$replica.ejected-by" ]; then
+      echo "rotation: $replica was not ejected by the probe (or a gate or drain changed it since); not re-admitted"
+      exit 0
+    fi
+    rm -f "$root/$replica.ejected-by" "$root/$replica.reason"
+    echo in > "$root/$replica.state"
+    render
+    ;;
   admit)
     printf '%s\n' "$3" > "$root/$replica.address"
     echo in > "$root/$replica.state"

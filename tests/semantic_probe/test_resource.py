@@ -194,3 +194,38 @@ def test_the_app_files_are_all_the_probe_imports(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=tmp_path,
     )  # fmt: skip
     assert check.returncode == 0, check.stderr
+
+
+def test_the_probe_mounts_nothing_of_the_front_but_the_requests_volume(
+    deployed: dict[str, Deployment],
+) -> None:
+    """Issue 23: no Docker socket, no host path, none of the front's config: one named volume,
+    which the front mounts at its requests directory and runs the request loop over."""
+    local = deployed["local"]
+    probe = container(local, "-semantic-probe-container")
+    front = container(local, "-front-nginx")
+    volume = "glm53-flash-local-rotation-requests"
+    assert unwrap(probe["volumes"]) == [
+        {"volumeName": volume, "containerPath": "/run/glm53/rotation-requests"}
+    ]
+    assert not any(k in probe for k in ("mounts", "privileged", "capabilities", "devices"))
+    assert "docker.sock" not in json.dumps(unwrap(probe), default=str)
+    assert unwrap(front["volumes"]) == [
+        {"volumeName": volume, "containerPath": "/etc/nginx/glm/rotation-requests"}
+    ]
+    command = unwrap(front["command"])[0]
+    assert "rotation-requests.sh &" in command
+    assert command.endswith("exec nginx -c /etc/nginx/glm/current/nginx.conf -e stderr -g 'daemon off;'")
+    params = json.loads(uploads(probe)[PARAMS_PATH])
+    assert params["requests_dir"] == "/run/glm53/rotation-requests"
+    assert [(r["host"], r["replica_key"]) for r in params["replicas"]] == [
+        ("localhost", False)
+    ]  # the local stack's one host (glm:target)
+    assert params["replica_key_file"] is None
+
+
+def test_eject_replicas_false_means_alerts_only_and_no_mount() -> None:
+    alerts_only = run_program("local", overrides={"glm:semanticProbe": {"ejectReplicas": False}})
+    probe = container(alerts_only, "-semantic-probe-container")
+    assert "volumes" not in probe
+    assert json.loads(uploads(probe)[PARAMS_PATH])["requests_dir"] is None

@@ -9,10 +9,11 @@ import time
 from collections.abc import Callable
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from components.semantic_probe import PROBE_STEPS
-from components.semantic_probe.resource import SemanticProbeSpec, probe_settings
+from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import (
     ProbeMetrics,
     ProbeSettings,
@@ -32,6 +33,7 @@ def settings_for(endpoint: str, sim: Sim, **probe: int) -> ProbeSettings:
         smoke=config.smoke,
         served_name=config.model.served_name,
         max_model_len=config.serving.max_model_len,
+        max_num_seqs=config.serving.max_num_seqs,
         container=config.container,
     )
     base = probe_settings(spec, "unused", f"127.0.0.1:{sim.port}")
@@ -146,3 +148,130 @@ def test_runs_at_a_fixed_rate_and_serves_metrics(
     assert runs["failed"] == 0 and 3 <= runs["ok"] <= 5, runs
     assert "glm_semantic_probe_interval_seconds 0.5" in text
     assert "glm_semantic_probe_failures_before_alert 3.0" in text
+
+
+def test_each_replica_is_asked_directly_and_its_results_name_its_host(
+    sims: Callable[..., Sim], front: Callable[[Sim], str]
+) -> None:
+    """Issue 23: box2 switched to wrong answers at runtime fails under host="box2" only; box1 and
+    the front path (here in front of box1) keep passing."""
+    box1, box2 = sims(**RUNTIME), sims(**RUNTIME)
+    config = local_config()
+    spec = SemanticProbeSpec(
+        probe=config.semantic_probe,
+        smoke=config.smoke,
+        served_name=config.model.served_name,
+        max_model_len=config.serving.max_model_len,
+        max_num_seqs=config.serving.max_num_seqs,
+        container=config.container,
+    )
+    replicas = (
+        ProbeReplica("box1", f"127.0.0.1:{box1.port}", guarded=False),
+        ProbeReplica("box2", f"127.0.0.1:{box2.port}", guarded=False),
+    )
+    settings = dataclasses.replace(
+        probe_settings(spec, "unused", f"127.0.0.1:{box1.port}", replicas), endpoint=front(box1)
+    )
+    assert [(t.host, t.path) for t in settings.targets] == [
+        ("front", "front"),
+        ("box1", "replica"),
+        ("box2", "replica"),
+    ]
+    metrics = ProbeMetrics(settings)
+    set_faults(box2, "wrong-answer")
+    failed = {
+        t.host: sorted(o.step for o in run_once(settings, KEY, metrics, t) if not o.ok)
+        for t in settings.targets
+    }
+    assert failed == {"front": [], "box1": [], "box2": ["arithmetic"]}
+    from prometheus_client import generate_latest
+
+    text = generate_latest(metrics.registry).decode()
+    consecutive = {
+        (s.labels["host"], s.labels["path"]): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "glm_semantic_probe_step_consecutive_failures" and s.labels["step"] == "arithmetic"
+    }
+    assert consecutive == {("front", "front"): 0, ("box1", "replica"): 0, ("box2", "replica"): 1}
+
+
+def test_a_guarded_replica_without_the_replica_key_is_refused_before_asking() -> None:
+    config = local_config()
+    spec = SemanticProbeSpec(
+        probe=config.semantic_probe,
+        smoke=config.smoke,
+        served_name=config.model.served_name,
+        max_model_len=config.serving.max_model_len,
+        max_num_seqs=config.serving.max_num_seqs,
+        container=config.container,
+    )
+    settings = probe_settings(spec, "f", "v:8000", (ProbeReplica("box2", "10.0.0.2:8000", guarded=True),))
+    assert settings.replica_key_file == "/etc/semantic-probe/replica-key"
+    with pytest.raises(ValueError, match="replica 'box2' is guarded but the probe has no replica key"):
+        run_once(settings, KEY, ProbeMetrics(settings), settings.targets[1])
+
+
+def test_a_saturated_replica_is_skipped_not_failed(sims: Callable[..., Sim]) -> None:
+    """Issue 23: while the replica runs --max-num-seqs requests, or has one waiting, the probe does
+    not ask it: the run counts as skipped, the failure counts stay, nothing is ejected."""
+    from components.config import build_stack_config
+
+    config = build_stack_config(
+        {
+            "hardware": "local",
+            "serving": {"maxNumSeqs": 2},
+            "smoke": {"chatTemplateKwargs": {"reasoning_effort": "low"}},
+        }
+    )
+    sim = sims(config=config, VLLM_SIM_DECODE_TOKEN_SECONDS="0.05")
+    spec = SemanticProbeSpec(
+        probe=config.semantic_probe,
+        smoke=config.smoke,
+        served_name=config.model.served_name,
+        max_model_len=config.serving.max_model_len,
+        max_num_seqs=config.serving.max_num_seqs,
+        container=config.container,
+    )
+    settings = probe_settings(
+        spec,
+        "unused",
+        f"127.0.0.1:{sim.port}",
+        (ProbeReplica("box1", f"127.0.0.1:{sim.port}", guarded=False),),
+    )
+    assert settings.max_num_seqs == 2
+    replica = settings.targets[1]
+    metrics = ProbeMetrics(settings)
+
+    def user(tokens: int) -> None:
+        body = {
+            "model": config.model.served_name,
+            "messages": [{"role": "user", "content": "Tell me a story."}],
+            "max_tokens": tokens,
+            "ignore_eos": True,
+        }
+        httpx.post(f"{sim.url}/v1/chat/completions", json=body, timeout=60)
+
+    def runs() -> dict[str, float]:
+        from prometheus_client import generate_latest
+
+        text = generate_latest(metrics.registry).decode()
+        return {
+            s.labels["result"]: s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "glm_semantic_probe_runs_total" and s.labels["host"] == "box1"
+        }
+
+    for users in (2, 3):  # at --max-num-seqs, then with one waiting
+        threads = [threading.Thread(target=user, args=(120,)) for _ in range(users)]
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        assert run_once(settings, KEY, metrics, replica) == [], f"{users} users: not skipped"
+        for t in threads:
+            t.join(timeout=60)
+    assert runs() == {"ok": 0, "failed": 0, "skipped": 2}
+    # Idle again: asked, and it passes.
+    assert all(o.ok for o in run_once(settings, KEY, metrics, replica))
+    assert runs() == {"ok": 1, "failed": 0, "skipped": 2}

@@ -1,0 +1,66 @@
+"""How the semantic probe changes the front's rotation without the Docker socket (issue 23).
+
+The probe container and the front share ONE named Docker volume, ``<container>-rotation-requests``:
+at :data:`FRONT_REQUESTS_DIR` in the front, at :data:`PROBE_REQUESTS_DIR` in the probe, and nothing
+else of the front is mounted in the probe. The probe writes ``<replica>.req`` files there
+(``eject <replica> <since> <text>`` after K failed runs in a row, ``readmit <replica>`` after M passed
+ones); a small loop in the front container (``templates/rotation-requests.sh``, started by the
+front's command beside nginx, which stays PID 1) applies them with the rotation script itself:
+
+- only ``eject`` and ``readmit``, only for a replica the rotation knows (its ``.address`` file);
+- ``eject`` only takes out a replica that is in, and was admitted before the failures began (a
+  failure of the container a roll replaced is no evidence against the new one); ``readmit`` only brings back one the probe ejected
+  (``<replica>.ejected-by``), which every pulumi change (admit, fail, drain, forget) clears: a
+  replica a failed gate or a drain keeps out stays out;
+- the 503's text is cut to a small safe alphabet and 400 characters, then wrapped in JSON by the
+  front: nothing the probe writes reaches nginx's config unfiltered;
+- never a restart: a graceful reload, as for every rotation change.
+
+Holding the Docker socket would be root on the host; this volume gives the probe two verbs.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+from components.nginx_reload import CONF_ROOT, START_COMMAND
+from components.rotation import SCRIPT as ROTATION_SCRIPT
+
+FRONT_REQUESTS_DIR = f"{CONF_ROOT}/rotation-requests"
+"""Where the front container mounts the requests volume (beside, not inside, the rotation state)."""
+PROBE_REQUESTS_DIR = "/run/glm53/rotation-requests"
+"""Where the probe container mounts the same volume: the only path it shares with the front."""
+RUNTIME_DIR = "/run/glm53"
+"""Where the front's command writes the two scripts at start (container-local, not a volume)."""
+_SCRIPT_PATH = f"{RUNTIME_DIR}/rotation.sh"
+_LOOP_PATH = f"{RUNTIME_DIR}/rotation-requests.sh"
+LOOP = (
+    (Path(__file__).parent / "templates" / "rotation-requests.sh")
+    .read_text()
+    .replace("__REQUESTS__", FRONT_REQUESTS_DIR)
+    .replace("__SCRIPT__", _SCRIPT_PATH)
+)
+
+
+def volume_name(stack_container: str) -> str:
+    """The shared volume's Docker name, from the serving container's (``glm:container.name``).
+
+    >>> volume_name("glm53-flash-local")
+    'glm53-flash-local-rotation-requests'
+    """
+    return f"{stack_container}-rotation-requests"
+
+
+def _install(path: str, text: str) -> str:
+    encoded = base64.b64encode(text.encode()).decode()
+    return f"echo {encoded} | base64 -d > {path}"
+
+
+FRONT_COMMAND = (
+    f"mkdir -p {RUNTIME_DIR}; {_install(_SCRIPT_PATH, ROTATION_SCRIPT)}; {_install(_LOOP_PATH, LOOP)}; "
+    f"sh {_LOOP_PATH} & {START_COMMAND}"
+)
+"""The front container's command: the request loop in the background, then (after the first
+release) nginx as PID 1, exactly as ``nginx_reload.START_COMMAND`` (so ``kill -HUP 1`` still reloads
+it); the loop becomes nginx's child and dies with the container."""

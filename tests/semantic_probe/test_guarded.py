@@ -1,0 +1,44 @@
+"""A replica off the front's host, asked directly through its real guard (nginx, the rendered guard
+config) with the stack's replica key: every step passes, /metrics is read with the key (kv_pool and
+the saturation check), and another key gets nothing."""
+
+from __future__ import annotations
+
+from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
+from components.semantic_probe.service import ProbeMetrics, run_once, saturation
+from tests.gate.support import local_config
+from tests.test_nginx_front import SERVED, vllm_sim
+from tests.test_replica_guard import KEY as REPLICA_KEY
+from tests.test_replica_guard import guard_files, nginx
+
+
+def test_a_guarded_replica_is_probed_with_the_replica_key() -> None:
+    config = local_config()
+    spec = SemanticProbeSpec(
+        probe=config.semantic_probe,
+        smoke=config.smoke,
+        served_name=SERVED,
+        max_model_len=32768,
+        max_num_seqs=256,
+        container=config.container,
+    )
+    with vllm_sim() as sim, nginx(guard_files(f"127.0.0.1:{sim}")) as (guard, _):
+        replica = ProbeReplica("box2", f"127.0.0.1:{guard}", guarded=True)
+        settings = probe_settings(spec, "unused", "unused:8000", (replica,))
+        target = settings.targets[1]
+        assert (target.host, target.replica_key) == ("box2", True)
+        assert target.metrics_url == f"http://127.0.0.1:{guard}/metrics"
+        outcomes = run_once(
+            settings, "sk-the-probe-api-key-not-for-guards", ProbeMetrics(settings), target, REPLICA_KEY
+        )
+        assert [(o.step, o.ok) for o in outcomes] == [
+            ("readiness", True),
+            ("arithmetic", True),
+            ("tool_call", True),
+            ("kv_pool", True),
+        ], outcomes
+        assert saturation(settings, target, REPLICA_KEY) is None
+        # Another key: the guard's JSON 401 fails readiness (and the saturation check cannot read
+        # /metrics, so it lets the run go ahead and report).
+        wrong = run_once(settings, "x", ProbeMetrics(settings), target, "sk-replica-not-this-stacks-key-0000")
+        assert not wrong[0].ok and "401" in (wrong[0].failure or ""), wrong[0]

@@ -1,0 +1,217 @@
+"""Ejection and return without the Docker socket (issue 23), in a real nginx front container.
+
+The front runs the production command (``rotation_requests.FRONT_COMMAND``: the request loop, then
+nginx as PID 1) from the local nginx image, the requests directory bind-mounted as the probe's
+volume would be. Two vLLM-protocol simulators play box1 and box2; the probe's own loop
+(``run_forever`` with the ``Ejector``) asks each directly and through the front, while two clients
+ask 13x17 through the front in a bounded loop. box2 is switched to wrong answers at runtime
+(``PUT /sim/faults``), then healed. Expected values are the issue's targets, not the code's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from components import rotation
+from components.nginx_reload import apply_release
+from components.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DIR
+from components.semantic_probe.ejection import Ejector
+from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
+from components.semantic_probe.service import ProbeMetrics, run_forever
+from tests.gate.support import local_config
+from tests.test_nginx_front import KEYS, SERVED, vllm_sim
+from tests.test_nginx_reload import DOCKER_HOST, IMAGE, LiveFront, _docker_ready, free_port
+from tests.test_rotation import KEY, ask
+
+pytestmark = pytest.mark.skipif(_docker_ready() is not None, reason=str(_docker_ready()))
+
+INTERVAL, K, M, TIMEOUT = 1.0, 2, 2, 2
+RUNTIME = {"VLLM_SIM_RUNTIME_FAULTS": "1"}
+
+
+@contextlib.contextmanager
+def front_with_requests(sim_port: int, requests: Path) -> Iterator[LiveFront]:
+    port = free_port()
+    name = f"glm53-test-requests-{port}"
+    subprocess.run(
+        ["docker", "run", "-d", "--name", name, "--network", "host", "-v", f"{requests}:{FRONT_REQUESTS_DIR}",
+         "--entrypoint", "/bin/sh", IMAGE, "-c", FRONT_COMMAND],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    try:
+        yield LiveFront(name, port, f"127.0.0.1:{sim_port}")
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
+
+
+def show(access: dict[str, object]) -> dict[str, str]:
+    argv = rotation.container_exec_argv(DOCKER_HOST, None, str(access["container"]), rotation.SCRIPT, "show")
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return {p[0]: p[1] for p in (line.split() for line in out.splitlines()) if len(p) >= 2}
+
+
+def wait_for(access: dict[str, object], replica: str, wanted: str, limit: float) -> float:
+    started = time.monotonic()
+    while show(access).get(replica) != wanted:
+        assert time.monotonic() - started < limit, f"{replica} not {wanted} within {limit} s: {show(access)}"
+        time.sleep(0.1)
+    return time.monotonic()
+
+
+def set_faults(port: int, *faults: str) -> None:
+    httpx.put(f"http://127.0.0.1:{port}/sim/faults", json={"faults": list(faults)}).raise_for_status()
+
+
+def settings_for(front: LiveFront, box1: int, box2: int):  # type: ignore[no-untyped-def]
+    config = local_config()
+    spec = SemanticProbeSpec(
+        probe=config.semantic_probe.model_copy(
+            update={"interval_seconds": INTERVAL, "failures_before_alert": K, "timeout_seconds": TIMEOUT}
+        ),
+        smoke=config.smoke,
+        served_name=SERVED,
+        max_model_len=32768,
+        max_num_seqs=256,  # the simulator's default (tests.test_nginx_front.vllm_sim passes none)
+        container=config.container,
+    )
+    replicas = (
+        ProbeReplica("box1", f"127.0.0.1:{box1}", guarded=False),
+        ProbeReplica("box2", f"127.0.0.1:{box2}", guarded=False),
+    )
+    base = probe_settings(spec, "unused", f"127.0.0.1:{box1}", replicas)
+    return dataclasses.replace(base, endpoint=f"{front.base}/v1")
+
+
+def test_a_wrong_answering_replica_is_ejected_and_readmitted_by_the_probe(tmp_path: Path) -> None:
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    with (
+        vllm_sim(RUNTIME) as box1,
+        vllm_sim(RUNTIME) as box2,
+        front_with_requests(box1, requests) as front,
+    ):
+        apply_release(front.props(KEYS))
+        access = rotation.front_access(DOCKER_HOST, None, front.container)
+        rotation.admit(access, "box1", f"127.0.0.1:{box1}")
+        rotation.admit(access, "box2", f"127.0.0.1:{box2}")
+        settings = settings_for(front, box1, box2)
+        stop = threading.Event()
+        metrics = ProbeMetrics(settings)
+        ejector = Ejector(requests, failures_to_eject=K, passes_to_readmit=M, metrics=metrics)
+        probe = threading.Thread(
+            target=run_forever,
+            args=(settings, KEY, metrics, stop),
+            kwargs={"observe": ejector},
+            daemon=True,
+        )
+        log: list[tuple[float, int, str]] = []  # (request start, status, answer)
+        clients_stop = threading.Event()
+
+        def client() -> None:
+            while not clients_stop.is_set():
+                started = time.monotonic()
+                status, answer = ask(front.base)
+                log.append((started, status, answer))
+
+        clients = [threading.Thread(target=client, daemon=True) for _ in range(2)]
+        probe.start()
+        for c in clients:
+            c.start()
+        time.sleep(3)
+        fault = time.monotonic()
+        set_faults(box2, "wrong-answer")
+        ejected = wait_for(access, "box2", "out", INTERVAL * K + 10)
+        assert metrics.ejected.labels("box2")._value.get() == 1  # the dashboard's rotation panel
+        assert metrics.ejected.labels("box1")._value.get() == 0
+        time.sleep(4)
+        heal = time.monotonic()
+        set_faults(box2)
+        readmitted = wait_for(access, "box2", "in", INTERVAL * (M + 1) + 10)
+        time.sleep(2)
+        clients_stop.set()
+        for c in clients:
+            c.join(timeout=30)
+
+        # Every replica wrong: the front answers a JSON 503 naming the failing check, never 222.
+        set_faults(box1, "wrong-answer")
+        set_faults(box2, "wrong-answer")
+        wait_for(access, "box1", "out", INTERVAL * K + 10)
+        wait_for(access, "box2", "out", INTERVAL * K + 10)
+        status, body = ask(front.base)
+        stop.set()
+        probe.join(timeout=30)
+
+        to_eject, to_readmit = ejected - fault, readmitted - heal
+        wrong_after = [e for e in log if e[0] > ejected and e[2] != "221" and e[1] == 200]
+        failed = [e for e in log if e[1] != 200]
+        wrong_before = [e for e in log if fault <= e[0] <= ejected and e[2] != "221"]
+        print(
+            f"\nrequests {len(log)}; fault->ejection {to_eject:.2f} s (target {INTERVAL * K + 2:.0f} s); "
+            f"wrong answers between fault and ejection {len(wrong_before)}; wrong after ejection "
+            f"{len(wrong_after)}; failed {len(failed)}; heal->readmission {to_readmit:.2f} s; "
+            f"all failing: HTTP {status} {body[:160]}"
+        )
+        assert to_eject <= INTERVAL * K + 2 + TIMEOUT, to_eject  # + one request timeout: a run's length
+        assert wrong_after == [], wrong_after[:3]
+        assert failed == [], failed[:3]
+        assert to_readmit <= INTERVAL * (M + 1) + 2 + TIMEOUT, to_readmit
+        error = json.loads(body)["error"]
+        assert status == 503 and error["code"] == "no_replica_in_rotation", body
+        assert "semantic probe took box" in error["message"] and "arithmetic" in error["message"], body
+
+
+def test_the_request_loop_does_nothing_but_eject_and_readmit_known_replicas(tmp_path: Path) -> None:
+    """What a compromised probe can write is refused: unknown names, a name that is not its file's,
+    paths, other verbs, quote injection; and it cannot re-admit a replica a failed gate keeps out."""
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    with vllm_sim() as box1, front_with_requests(box1, requests) as front:
+        apply_release(front.props(KEYS))
+        access = rotation.front_access(DOCKER_HOST, None, front.container)
+        rotation.admit(access, "box1", f"127.0.0.1:{box1}")
+        rotation.keep_out(access, "box2", "the replica on host 'box2' failed its gate at step 'arithmetic'")
+        assert (requests.stat().st_uid, oct(requests.stat().st_mode & 0o777)) == (65534, "0o700")
+
+        def send(file: str, line: str) -> None:
+            (requests / file).write_text(line + "\n")
+            deadline = time.monotonic() + 10
+            while (requests / file).exists():
+                assert time.monotonic() < deadline, f"{file} not consumed"
+                time.sleep(0.1)
+
+        send("box2.req", "readmit box2")  # kept out by its gate, not by the probe
+        later = int(time.time()) + 1  # failures that began after box1's admission
+        send("box3.req", f"eject box3 {later} x")  # unknown to the rotation
+        send("box1.req", f"eject box2 {later} x")  # a name that is not its file's
+        send("box1.req", "eject box1 x")  # no time the failures began
+        send("box1.req", f"eject box1 {later - 60} x")  # failures from before its admission (a roll)
+        send("box1.req", "restart box1")  # another verb
+        send("-rf.req", "eject -rf x")
+        time.sleep(1)
+        assert show(access) == {"box1": "in", "box2": "out"}
+        assert ask(front.base) == (200, "221")
+        # Quotes and $ cannot reach nginx's config: the 503's text is filtered, nginx -t passes.
+        send("box1.req", f'eject box1 {later} \'; return 200 "x"; $host')
+        wait_for(access, "box1", "out", 10)
+        status, body = ask(front.base)
+        assert status == 503 and json.loads(body)["error"]["code"] == "no_replica_in_rotation", body
+        assert "'" not in json.loads(body)["error"]["message"] and "$" not in body
+        send("box1.req", "readmit box1")
+        wait_for(access, "box1", "in", 10)
+        assert ask(front.base) == (200, "221")
+        logs = subprocess.run(["docker", "logs", front.container], capture_output=True, text=True).stderr
+        assert "no replica named box3" in logs and "refused: box1.req names box2" in logs, logs[-2000:]
+        assert "refused an unknown request 'restart'" in logs, logs[-2000:]
+        assert "refused a request naming '-rf'" in logs, logs[-2000:]
+        assert "eject needs SINCE in epoch seconds, got 'x'" in logs, logs[-2000:]
+        assert f"not before the failures began ({later - 60}); not ejected" in logs, logs[-2000:]
