@@ -50,7 +50,10 @@ def test_local_stack_lifecycle(project: PulumiProject) -> None:
         project.run("config", "set", "--path", "glm:serving.maxNumSeqs", "4", "-s", "local")
         steps = project.preview_steps("local")
         changed = sorted({s["urn"].rsplit("::", 1)[1] for s in steps})
-        assert changed == ["local-replica-gate", "local-serving-vllm", "local-smoke-gate"], steps
+        # The probe is told the new --max-num-seqs (it skips a saturated replica): its container too.
+        assert changed == [
+            "local-replica-gate", "local-semantic-probe-container", "local-serving-vllm", "local-smoke-gate",
+        ], steps  # fmt: skip
         project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (one flag)")
         project.run("preview", "--expect-no-changes", "-s", "local")
     finally:

@@ -246,7 +246,12 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
         plan = changed(project, stack)
         new = hosts[2].name
         others = {k: v for k, v in plan.items() if new not in k and k != f"{new}-docker"}
-        assert others == {"local-monitoring-prometheus": "replace", "local-smoke-gate": "update"}, plan
+        # The probe asks every replica directly (issue 23): it learns of the new one too.
+        assert others == {
+            "local-monitoring-prometheus": "replace",
+            "local-semantic-probe-container": "replace",
+            "local-smoke-gate": "update",
+        }, plan
         assert all(op == "create" for k, op in plan.items() if k not in others), plan
         project.run("up", "--yes", "--skip-preview", "-s", stack, label="up (add 3rd host)", timeout=1800)
         project.run("preview", "--expect-no-changes", "-s", stack, label="preview (3 hosts, no-op)")
@@ -258,6 +263,7 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
             "local-serving-vllm",
             f"local-{hosts[1].name}-serving-vllm",
             f"local-{new}-serving-vllm",
+            "local-semantic-probe-container",  # told the new --max-num-seqs (saturation skips)
         }, plan
         figures["roll_3_hosts"], out = roll_under_load(
             project, stack, hosts, container, "up (rolling, 3 hosts)"

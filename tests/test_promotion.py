@@ -109,7 +109,13 @@ def test_one_flag_change_touches_only_the_serving_container_and_the_gate() -> No
     after = _inputs_by_name(run_program("a800", overrides={"glm:serving": {"maxNumSeqs": 16}}))
     assert before.keys() == after.keys()
     changed = sorted(name for name in before if before[name] != after[name])
-    assert changed == ["a800-replica-gate", "a800-serving-vllm", "a800-smoke-gate"]
+    # The probe skips a replica running at --max-num-seqs (issue 23): it is told the new value.
+    assert changed == [
+        "a800-replica-gate",
+        "a800-semantic-probe-container",
+        "a800-serving-vllm",
+        "a800-smoke-gate",
+    ]
     old_cmd, new_cmd = before["a800-serving-vllm"]["command"], after["a800-serving-vllm"]["command"]
     assert len(old_cmd) == len(new_cmd)
     assert [(a, b) for a, b in zip(old_cmd, new_cmd, strict=True) if a != b] == [

@@ -165,7 +165,11 @@ def test_rehearsal_lifecycle_on_the_standin_host(
         project.run("config", "set", "--path", f"glm:serving.{flag}", value, "-s", stack)
         steps = project.preview_steps(stack)
         changed = sorted({s["urn"].rsplit("::", 1)[1] for s in steps})
-        assert changed == [f"{stack}-replica-gate", f"{stack}-serving-vllm", f"{stack}-smoke-gate"], steps
+        # The flag is --max-num-seqs: the probe, which skips a saturated replica, is told it too.
+        assert changed == [
+            f"{stack}-replica-gate", f"{stack}-semantic-probe-container", f"{stack}-serving-vllm",
+            f"{stack}-smoke-gate",
+        ], steps  # fmt: skip
     finally:
         project.run("destroy", "--yes", "--run-program", "-s", stack, label=f"{stack} destroy", check=False)
     volume = host.docker("volume", "inspect", f"{container}-jit-cache")
