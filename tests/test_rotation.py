@@ -18,7 +18,7 @@ import pytest
 
 from components import rotation
 from components.nginx_reload import apply_release
-from tests.test_nginx_front import KEYS, SERVED, vllm_sim
+from tests.test_nginx_front import KEYS, SERVED, free_port, vllm_sim
 from tests.test_nginx_reload import DOCKER_HOST, _docker_ready, live_front
 
 pytestmark = pytest.mark.skipif(_docker_ready() is not None, reason=str(_docker_ready()))
@@ -145,3 +145,20 @@ def test_draining_without_a_front_is_a_no_op() -> None:
     """The first deploy: the serving container is replaced before any front exists."""
     access = rotation.front_access(DOCKER_HOST, None, "glm53-test-no-such-front")
     assert rotation.drain(access, "box1", "x", grace_seconds=1) == "no front running: nothing to drain"
+
+
+def test_a_key_is_revoked_while_the_engine_is_down() -> None:
+    """Issue 25: the front's config named vLLM by its Docker DNS name, so while a crash-looping
+    engine had no name, `nginx -t` refused every front release (a leaked key could not be
+    revoked). The release names no replica now; the rotation holds fixed addresses."""
+    dead = free_port()  # nothing listens here: the engine is down
+    with live_front(dead) as front:
+        apply_release(front.props(KEYS))
+        access = rotation.front_access(DOCKER_HOST, None, front.container)
+        rotation.admit(access, "box1", f"127.0.0.1:{dead}")
+        bob = {"Authorization": f"Bearer {KEYS['bob']}"}
+        assert httpx.get(f"{front.base}/v1/models", headers=bob, timeout=10).status_code == 503
+        apply_release(front.props({"alice": KEY}))  # bob's key revoked, the engine still down
+        assert httpx.get(f"{front.base}/v1/models", headers=bob, timeout=10).status_code == 401
+        alice = {"Authorization": f"Bearer {KEY}"}
+        assert httpx.get(f"{front.base}/v1/models", headers=alice, timeout=10).status_code == 503
