@@ -162,7 +162,7 @@ def measure(project: PulumiProject) -> Figures:
         figures.probe_requests_logged = clients.count("semantic-probe")
         figures.probe_client_names = sorted({c for c in clients if c})
     finally:
-        project.run("destroy", "--yes", "-s", "local", label="destroy", check=False)
+        project.run("destroy", "--yes", "--run-program", "-s", "local", label="destroy", check=False)
         subprocess.run(["docker", "volume", "rm", f"{container}-jit-cache"], capture_output=True)
     return figures
 

@@ -135,6 +135,9 @@ class PulumiProject:
         timeout: float = 900,
         extra_env: dict[str, str] | None = None,
     ) -> str:
+        if args[:1] == ("destroy",) and "--run-program" not in args:
+            # The serving containers' drain hook lives in the program (components/rotation.py).
+            args = (*args, "--run-program")
         start = time.monotonic()
         result = subprocess.run(
             ["pulumi", *args, "--non-interactive"],
@@ -146,6 +149,11 @@ class PulumiProject:
         )
         if label:
             self.timings[label] = time.monotonic() - start
+        if args[:1] == ("destroy",) and result.returncode != 0:
+            # Teardown runs with check=False: a failed destroy must still show in the test's output.
+            print(
+                f"pulumi destroy failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+            )
         if check and result.returncode != 0:
             raise AssertionError(
                 f"pulumi {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
