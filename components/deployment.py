@@ -93,7 +93,8 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                 tls_files=secrets.tls_files,
                 metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
                 replica_files=guards.front_files() if guards else None,
-                opts=pulumi.ResourceOptions(providers=[base.provider]),
+                # Only once the hosts passed preflight: a refused host leaves nothing in the state.
+                opts=pulumi.ResourceOptions(providers=[base.provider], depends_on=preflights),
             )
         guard = _guard(config, serving, base, server, guards)
         replicas.append(_gated(config, serving, base, server, guard, front, front_on, api_key))
@@ -409,7 +410,9 @@ def _guard(
         publish_address=None if on_front else base.host.replica_address,
         network_name=server.network_name,
         credentials=guards,
-        opts=pulumi.ResourceOptions(providers=[base.provider]),
+        opts=pulumi.ResourceOptions(
+            providers=[base.provider], depends_on=[base.preflight] if base.preflight else []
+        ),
     )
 
 
