@@ -191,6 +191,7 @@ def init_rehearsal(
 ) -> None:
     """Stack ``name`` from ``Pulumi.<stack>.yaml``, rehearsed on ``host``, plus ``config`` (typed as
     the CLI guesses: numbers, booleans) and ``strings`` (kept strings, e.g. env values)."""
+    host.present(stack)  # the preflight checks the profile's own card (an earlier test showed another)
     if name != stack:  # the committed stack file, not the copy an earlier test changed
         (project.root / f"Pulumi.{name}.yaml").write_text(
             stack_file_without_secrets(PROJECT / f"Pulumi.{stack}.yaml")
