@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
+from components import rotation
 from components.gate import GateFailure, run_gate
 from components.nginx_reload import apply_release
 from tests.conftest import PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
@@ -139,6 +140,10 @@ def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
         started.append(start(containers["nginx"], network["name"], {pulled: "glm53-local/nginx:bookworm"}))
         # The front's config arrives as `pulumi up` delivers it: NginxReload's files, nginx -t, reload.
         apply_release(unwrap(deployment.one("pulumi-python:dynamic:Resource", "-front-config").inputs))
+        # And the replica joins the front's rotation as its gate admits it once passed (here by
+        # hand: this harness starts the containers without the engine), at the address it renders.
+        replica = unwrap(deployment.one("pulumi-python:dynamic:Resource", "-replica-gate").inputs)
+        rotation.admit(replica["front"], replica["host"], replica["address"])
         started.append(
             start(containers["prometheus"], network["name"], {pulled: "glm53-local/prometheus:bookworm"})
         )
