@@ -374,9 +374,10 @@ class StandinHost:
     def _watchdog(self, lifetime_s: float) -> None:
         """A process that removes this host when the test process dies or the lifetime is over."""
         self.processes["watchdog"] = subprocess.Popen(
-            [sys.executable, __file__, "--watch", str(self.index), str(os.getpid()), str(lifetime_s)],
+            # As a module from the repository root: this file imports the project's own modules.
+            [sys.executable, "-m", "tests.standin_host", "--watch", str(self.index), str(os.getpid()), str(lifetime_s)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, pass_fds=(self.lock.fileno(),),
+            start_new_session=True, pass_fds=(self.lock.fileno(),), cwd=Path(__file__).resolve().parent.parent,
         )  # fmt: skip
 
     def _network(self) -> None:
