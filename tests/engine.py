@@ -152,7 +152,8 @@ class PulumiProject:
         if args[:1] == ("destroy",) and result.returncode != 0:
             # Teardown runs with check=False: a failed destroy must still show in the test's output.
             print(
-                f"pulumi destroy failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+                f"pulumi destroy failed ({result.returncode}):\n{_diagnostics(result.stdout)}\n"
+                f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
             )
         if check and result.returncode != 0:
             raise AssertionError(
@@ -193,3 +194,13 @@ class PulumiProject:
         """The resource steps a preview plans, from `pulumi preview --json`."""
         plan = json.loads(self.run("preview", "--json", "-s", stack))
         return [s for s in plan.get("steps", []) if s.get("op") != "same"]
+
+
+def _diagnostics(stdout: str) -> str:
+    """The engine's ``Diagnostics:`` section (the errors themselves), which a long resource list
+    would push out of a printed tail."""
+    start = stdout.find("Diagnostics:")
+    if start < 0:
+        return ""
+    end = stdout.find("\nOutputs:", start)
+    return stdout[start : end if end >= 0 else start + 6000][:6000]
