@@ -54,6 +54,8 @@ BOUND = INTERVAL * K + TIMEOUT + 2 * SCRAPE
 class Figures:
     healthy_seconds: float = 0.0
     healthy_alerts: list[str] = field(default_factory=list)
+    healthy_alert_details: set[str] = field(default_factory=set)
+    """Each alert seen while healthy, with its host/path, since when and its value (why it fired)."""
     fault_to_firing: dict[str, float] = field(default_factory=dict)
     also_firing: dict[str, list[str]] = field(default_factory=dict)
     heal_to_resolved: dict[str, float] = field(default_factory=dict)
@@ -124,7 +126,13 @@ def measure(project: PulumiProject) -> Figures:
         start = time.monotonic()
         seen: set[str] = set()
         while time.monotonic() - start < 3 * INTERVAL * K:
-            seen |= {f"{name} ({state})" for name, state in alerts(prometheus).items()}
+            for alert in _get(f"{prometheus}/api/v1/alerts")["data"]["alerts"]:
+                labels = {k: v for k, v in alert["labels"].items() if k in ("host", "path")}
+                seen.add(f"{alert['labels']['alertname']} ({alert['state']})")
+                figures.healthy_alert_details.add(
+                    f"{alert['labels']['alertname']} {labels} active since {alert.get('activeAt')} "
+                    f"value {alert.get('value')}"
+                )
             time.sleep(0.5)
         figures.healthy_seconds = round(time.monotonic() - start, 1)
         figures.healthy_alerts = sorted(seen)
@@ -172,6 +180,7 @@ def report(figures: Figures) -> str:
         f"settings: interval {INTERVAL} s, K {K}, timeout {TIMEOUT} s, scrape/eval {SCRAPE} s; "
         f"target interval x K + scrape = {TARGET} s; design bound = {BOUND} s",
         f"healthy for {figures.healthy_seconds} s: alerts pending/firing = {figures.healthy_alerts or 'none'}",
+        *(f"  {detail}" for detail in sorted(figures.healthy_alert_details)),
     ]
     for fault, seconds in figures.fault_to_firing.items():
         verdict = "within target" if seconds <= TARGET else ("within bound" if seconds <= BOUND else "OVER")

@@ -176,11 +176,23 @@ def container_exec_argv(
     For ``ssh://`` hosts it runs through ``ssh`` with the Docker provider's options (strict host-key
     check against ``hostKey`` only, the same user and identity; components/target.py).
     """
-    command = ["docker", "exec", "-i", container, "/bin/sh", "-c", script, "sh", *args]
+    return docker_argv(docker_host, ssh, "exec", "-i", container, "/bin/sh", "-c", script, "sh", *args)
+
+
+def docker_argv(docker_host: str, ssh: Mapping[str, Any] | None, *args: str) -> list[str]:
+    """``docker <args…>`` against the stack's Docker host (through ``ssh`` for ``ssh://`` hosts)."""
     if ssh is None:
-        return ["docker", "-H", docker_host, *command[1:]]
+        return ["docker", "-H", docker_host, *args]
     # Numbers reach a dynamic provider as floats (2222.0): ssh wants an integer port.
-    return ["ssh", *ssh["opts"], "-p", str(int(ssh["port"])), str(ssh["address"]), "--", shlex.join(command)]
+    return [
+        "ssh",
+        *ssh["opts"],
+        "-p",
+        str(int(ssh["port"])),
+        str(ssh["address"]),
+        "--",
+        shlex.join(["docker", *args]),
+    ]
 
 
 # ---- the dynamic provider -------------------------------------------------------------------------

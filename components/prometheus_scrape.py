@@ -39,6 +39,9 @@ REPLICA_KEY_PATH = "/etc/prometheus/replica-key"
 REPLICA_CA_PATH = "/etc/prometheus/replica-ca.crt"
 """With several hosts: the replica key (and, with TLS, the pinned certificate) for their guards."""
 CONTAINER_PORT = 9090
+PROBE_SEEN_WINDOW = "7d"
+"""``GlmSemanticProbeSilent`` counts an unscraped probe only if Prometheus scraped it within this
+window (within its 15-day retention): the probe starts after the gate, Prometheus before it."""
 DATA_PATH = "/prometheus"
 """The image's TSDB ``VOLUME``: an anonymous volume that goes with the container. Series restart
 when the container is replaced (any rule or config change); the alerts need only minutes of data."""
@@ -324,6 +327,8 @@ def semantic_probe_rules(
         )
 
     on = "On host {{ $labels.host }} ({{ $labels.path }} path): "
+    # The probe starts once the gate passed, and Prometheus before it: a probe never scraped yet is
+    # a deploy under way (the gate's business), not a silent probe.
     last_run = f"{semantic_probe.METRIC_PREFIX}_last_run_timestamp_seconds"
 
     def skipping(seconds: int) -> str:
@@ -371,12 +376,12 @@ def semantic_probe_rules(
         ),
         _alert(
             "GlmSemanticProbeSilent",
-            f"up{{{sel}}} == 0\n  or\n"
+            f"(up{{{sel}}} == 0 and max_over_time(up{{{sel}}}[{PROBE_SEEN_WINDOW}]) == 1)\n  or\n"
             f"(time() - {last_run}{{{sel}}} > {probe.silent_after_seconds}\n"
             f"  unless on (host, path) {skipping(probe.silent_after_seconds)})",
             "warning",
             "The semantic probe is silent: nobody checks the model's answers",
-            "Prometheus cannot scrape the probe, or its last finished run is older than "
+            "Prometheus cannot scrape the probe (which it did before), or its last finished run is older than "
             f"{probe.silent_after_seconds} s (two intervals plus two request timeouts). Wrong answers "
             "would not alert. Look at: docker ps -a and docker logs "
             f"{semantic_probe.container_name(stack_container)}.",

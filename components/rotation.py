@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from components.nginx_front import (
     UPSTREAM_MAX_FAILS,
     openai_error,
 )
-from components.nginx_reload import CURRENT_CONF, ROTATION_DIR, container_exec_argv
+from components.nginx_reload import CURRENT_CONF, ROTATION_DIR, container_exec_argv, docker_argv
 from components.vllm_server import REPLICA_LABEL
 
 SCRIPT = (
@@ -54,6 +55,10 @@ run, so that a host removed from the stack is still drained; ``pulumi destroy`` 
 
 class RotationError(RuntimeError):
     """The front refused or could not apply a rotation change."""
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def front_access(docker_host: str, ssh: Mapping[str, Any] | None, container: str) -> dict[str, Any]:
@@ -90,16 +95,48 @@ def run(front: Mapping[str, Any], command: str, *args: str, timeout: float = EXE
         ) from None
     if done.returncode != 0:
         raise RotationError(
-            f"the front's rotation refused {command} (exit {done.returncode}): {done.stderr.strip()}"
+            f"the front's rotation refused {command} (exit {done.returncode}): {done.stderr.strip()}",
+            done.returncode,
         )
     lines = done.stdout.strip().splitlines()
     return lines[-1] if lines else ""
 
 
-def front_absent(err: RotationError) -> bool:
-    """The front container does not exist or is not running: it routes nothing, so nothing to drain."""
+STOPPING_SECONDS = 15
+"""How long a front whose exec died (126/137) may take to show as stopped."""
+
+
+def front_absent(front: Mapping[str, Any], err: RotationError) -> bool:
+    """The front container does not exist or is not running: it routes nothing, so nothing to drain.
+
+    ``pulumi destroy`` deletes the front beside the replicas: an exec into a container Docker is
+    stopping dies with 126 (or 137) and no message, so those wait for the container to show as
+    stopped (at most :data:`STOPPING_SECONDS`)."""
     text = str(err)
-    return "No such container" in text or "is not running" in text
+    if "No such container" in text or "is not running" in text:
+        return True
+    if err.exit_code not in (126, 137):
+        return False
+    argv = docker_argv(
+        str(front["docker_host"]),
+        front.get("ssh"),
+        "inspect",
+        "-f",
+        "{{.State.Running}}",
+        str(front["container"]),
+    )
+    deadline = time.monotonic() + STOPPING_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            return False
+        if done.returncode != 0:
+            return "No such" in done.stderr
+        if done.stdout.strip() != "true":
+            return True
+        time.sleep(1)
+    return False
 
 
 def admit(front: Mapping[str, Any], replica: str, address: str) -> str:
@@ -123,7 +160,7 @@ def drain(front: Mapping[str, Any], replica: str, reason: str, grace_seconds: in
             timeout=EXEC_TIMEOUT_SECONDS + grace_seconds,
         )
     except RotationError as err:
-        if front_absent(err):
+        if front_absent(front, err):
             return "no front running: nothing to drain"
         raise
 
@@ -132,7 +169,7 @@ def forget(front: Mapping[str, Any], replica: str, grace_seconds: int) -> str:
     try:
         return run(front, "forget", replica, str(grace_seconds), timeout=EXEC_TIMEOUT_SECONDS + grace_seconds)
     except RotationError as err:
-        if front_absent(err):
+        if front_absent(front, err):
             return "no front running"
         raise
 

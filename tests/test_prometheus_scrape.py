@@ -546,16 +546,19 @@ def semantic_probe_promtool_tests(
             "alert_rule_test": [expect.check(20, silent)],
         }
     )
-    # Unscraped (the container is gone): fires once `for` has passed.
+    # Unscraped after it ran (the container is gone): fires once `for` has passed.
     tests.append(
         {
-            "input_series": [series("up", probe, "0x30")],
+            "input_series": [series("up", probe, "1x4 0x30")],
             "alert_rule_test": [
-                expect.check(0, silent),
-                expect.check(hold + 1, silent, expect.alert(silent, probe)),
+                expect.check(5, silent),
+                expect.check(5 + hold + 1, silent, expect.alert(silent, probe)),
+                expect.check(30, silent, expect.alert(silent, probe)),
             ],
         }
     )
+    # Never scraped yet (a first deploy: the probe starts once the gate passed): quiet.
+    tests.append({"input_series": [series("up", probe, "0x30")], "alert_rule_test": [expect.check(30, silent)]})
     # Scraped but stuck (the loop hangs): quiet until silent_after, then fires after `for`.
     quiet_until = probe_config.silent_after_seconds // 60
     tests.append(
