@@ -160,6 +160,11 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
         prometheus = Prometheus(front, outputs["prometheusUrl"])
         wait_for(lambda: probe_healthy(prometheus, 3), 60, "the probe's first healthy runs")
 
+        # 0. Idle: what the probe alone asks of each replica (benchmarks/probe_capacity.py).
+        figures["probe_alone"] = probe_alone(prometheus, 4 * INTERVAL)
+        print("the probe alone:", json.dumps(figures["probe_alone"]))
+        assert all(v["chats_per_run"] > 0 for v in figures["probe_alone"].values()), figures
+
         # 1. One replica answers wrong.
         with LoadLoop(outputs["endpoint"], API_KEY) as load:
             time.sleep(3)
@@ -252,6 +257,38 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
         print("fleet healing figures:", json.dumps(figures))
         if os.environ.get("GLM_FLEET_REPORT"):
             Path(os.environ["GLM_FLEET_REPORT"]).write_text(json.dumps(figures, indent=2))
+
+
+def probe_alone(prometheus: Prometheus, seconds: float) -> dict[str, dict[str, float]]:
+    """With no user traffic, for ``seconds``: per host, the chats each replica answered, the tokens it
+    generated and the runs of its own direct probe; per direct run, the chats and tokens (the front
+    path's run lands on one replica or the other, so a replica sees its own run plus a share)."""
+    queries = {
+        "chats": "sum by (host) (vllm:request_success_total)",
+        "tokens": "sum by (host) (vllm:generation_tokens_total)",
+        "runs": 'sum by (host) (glm_semantic_probe_runs_total{path="replica"})',
+    }
+
+    def read() -> dict[str, dict[str, float]]:
+        values: dict[str, dict[str, float]] = {}
+        for name, promql in queries.items():
+            for r in prometheus.query(promql):
+                values.setdefault(r["metric"]["host"], {})[name] = float(r["value"][1])
+        return values
+
+    before = read()
+    time.sleep(seconds + 2 * SCRAPE)
+    after_ = read()
+    found = {}
+    for host, now in after_.items():
+        delta = {k: now[k] - before.get(host, {}).get(k, 0.0) for k in queries if k in now}
+        runs = delta.get("runs") or 1.0
+        found[host] = {
+            **delta,
+            "chats_per_run": round(delta.get("chats", 0.0) / runs, 2),
+            "tokens_per_chat": round(delta.get("tokens", 0.0) / max(delta.get("chats", 0.0), 1.0), 1),
+        }
+    return found
 
 
 def saturate(endpoint: str) -> dict[str, int]:
