@@ -165,13 +165,13 @@ class LoadLoop:
         if not stream:
             resp = client.post(url, json=body)
             if resp.status_code != 200:
-                return f"HTTP {resp.status_code} {resp.text[:160]}"
+                return http_error(resp)
             content = str(resp.json()["choices"][0]["message"].get("content") or "").strip()
             return None if content == "221" else f"wrong answer {content!r}"
         with client.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
                 resp.read()
-                return f"HTTP {resp.status_code} {resp.text[:160]}"
+                return http_error(resp)
             done = any(line.strip() == "data: [DONE]" for line in resp.iter_lines())
             return None if done else "stream ended without [DONE]"
 
@@ -234,3 +234,12 @@ class ContainerWatch:
             if label not in seen:
                 seen.append(label)
         return seen
+
+
+def http_error(resp: httpx.Response) -> str:
+    """``HTTP <status> <code>: <message>`` for an OpenAI-shaped error, else the body's start."""
+    try:
+        error = resp.json()["error"]
+        return f"HTTP {resp.status_code} {error['code']}: {error['message'][:400]}"
+    except (ValueError, KeyError, TypeError):
+        return f"HTTP {resp.status_code} {resp.text[:160]}"

@@ -123,9 +123,9 @@ def after(load: LoadLoop, moment: float, kind: str, until: float = float("inf"))
         return [what for began, k, what in load.events if moment < began < until and k == kind]
 
 
-def summary(load: LoadLoop, moment: float) -> dict[str, int]:
+def summary(load: LoadLoop, moment: float, until: float = float("inf")) -> dict[str, int]:
     with load.lock:
-        later = [k for began, k, _ in load.events if began > moment]
+        later = [k for began, k, _ in load.events if moment < began < until]
     return {kind: later.count(kind) for kind in ("right", "wrong", "failed")}
 
 
@@ -216,7 +216,7 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
         every = {
             "fault_to_all_ejected_s": round(all_out - fault, 2),
             "heal_to_all_readmitted_s": round(back - healed, 2),
-            "while_all_out": summary(load, all_out),
+            "while_all_out": summary(load, all_out, until=healed),
             "wrong_after_all_ejected": len(after(load, all_out, "wrong")),
             "after_readmission": summary(load, back),
             "a_503_clients_got": while_out[0] if while_out else None,
@@ -245,8 +245,11 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
             labels
         )
         assert every["wrong_after_all_ejected"] == 0, every
-        assert every["a_503_clients_got"] and "no_replica_in_rotation" in every["a_503_clients_got"], every
-        assert "arithmetic" in every["a_503_clients_got"], every
+        assert every["while_all_out"]["right"] == 0 and every["while_all_out"]["failed"] > 0, every
+        assert set(while_out) == {
+            w for w in while_out if w.startswith("HTTP 503 no_replica_in_rotation: ")
+        }, every
+        assert "arithmetic failed" in every["a_503_clients_got"], every
         assert every["after_readmission"]["right"] > 0 and every["after_readmission"]["wrong"] == 0, every
         skipped = sum(v for k, v in during.items() if k.endswith("skipped"))
         failed = sum(v for k, v in during.items() if k.endswith("failed"))
