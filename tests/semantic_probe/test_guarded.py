@@ -37,7 +37,7 @@ def test_a_guarded_replica_is_probed_with_the_replica_key() -> None:
             ("tool_call", True),
             ("kv_pool", True),
         ], outcomes
-        assert saturation(settings, target, REPLICA_KEY) is None
+        assert saturation(settings, target, REPLICA_KEY, {}) is None
         # Another key: the guard's JSON 401 fails readiness (and the saturation check cannot read
         # /metrics, so it lets the run go ahead and report).
         wrong = run_once(settings, "x", ProbeMetrics(settings), target, "sk-replica-not-this-stacks-key-0000")
