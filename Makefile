@@ -35,5 +35,6 @@ engine:    ## the Pulumi engine (cache, else installer, else from source: GLM_EN
 	scripts/engine.sh
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+	shellcheck -S warning components/templates/*.sh components/preflight.sh
 fmt:
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .

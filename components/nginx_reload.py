@@ -29,9 +29,13 @@ from typing import Any
 import pulumi
 import pulumi.dynamic
 
+from components.shell import shell_program, sources_digest_text
+
 PROVIDER_VERSION = "1"
 """Bump by hand for a behaviour change that must re-deliver every stack's front config."""
-SOURCE_HASH = hashlib.sha256(ast.dump(ast.parse(Path(__file__).read_text())).encode()).hexdigest()[:12]
+SOURCE_HASH = hashlib.sha256(
+    (ast.dump(ast.parse(Path(__file__).read_text())) + sources_digest_text("release.sh")).encode()
+).hexdigest()[:12]
 VERSION = f"{PROVIDER_VERSION}+{SOURCE_HASH}"
 
 DIGEST_FILE = "secrets.digest"
@@ -60,83 +64,16 @@ START_COMMAND = (
 )
 """The container's command: wait for the first release, then nginx as PID 1 (so ``kill -HUP 1``)."""
 
-# Run with `sh -c RELEASE_SCRIPT sh <release id>`, the release as a base64 tar on stdin.
-RELEASE_SCRIPT = (
-    r"""set -eu
-root=__ROOT__
-release=$1
-dir=$root/releases/$release
-umask 077
-mkdir -p "$root/releases"
-rm -rf "$dir.new"
-mkdir "$dir.new"
-base64 -d | tar -x -f - -C "$dir.new"
-if ! out=$(nginx -t -q -e stderr -c "$dir.new/nginx.conf" 2>&1); then
-  rm -rf "$dir.new"
-  printf 'nginx -t refused the new front config, so it was not loaded; the front keeps serving its current config.\n%s\n' "$out" >&2
-  exit 3
-fi
-rm -rf "$dir"
-mv "$dir.new" "$dir"
-previous=$(readlink "$root/current" 2>/dev/null || true)
-ln -sfn "releases/$release" "$root/current.new"
-mv -Tf "$root/current.new" "$root/current"
-
-title() { tr -d '\000' < "/proc/$1/cmdline" 2>/dev/null || true; }
-is_master() { case "$(title 1)" in "nginx: master process"*) return 0 ;; esac; return 1; }
-workers() {
-  for p in /proc/[0-9]*; do
-    p=${p#/proc/}
-    if [ "$(title "$p")" = "nginx: worker process" ]; then echo "$p"; fi
-  done
-}
-old=""
-if is_master; then
-  old=$(workers)
-  kill -HUP 1
-fi
-# Done when the master runs workers and none of them is an old one still accepting (old workers
-# that finish in-flight requests are titled "nginx: worker process is shutting down").
-tries=0
-while :; do
-  if is_master; then
-    now=$(workers)
-    stale=0
-    for p in $old; do
-      for q in $now; do if [ "$p" = "$q" ]; then stale=1; fi; done
-    done
-    if [ -n "$now" ] && [ "$stale" = 0 ]; then break; fi
-  fi
-  tries=$((tries + 1))
-  if [ "$tries" -gt __TRIES__ ]; then
-    if [ -n "$previous" ]; then
-      ln -sfn "$previous" "$root/current.new"
-      mv -Tf "$root/current.new" "$root/current"
-    fi
-    echo "nginx did not switch to the new front config within __WAIT__ s; the previous release is current again. See the container's log (docker logs) for nginx's reason." >&2
-    exit 4
-  fi
-  sleep 0.05
-done
-# Keep the live release and, when it holds the same secrets (a timeout or limit change), the one
-# before it as a rollback target. A release with other secrets goes at once: a revoked key or a
-# replaced TLS key must not stay on disk. Older releases and their keys go too.
-keep=""
-if [ -n "$previous" ] && cmp -s "$root/$previous/__DIGEST__" "$dir/__DIGEST__"; then
-  keep=$previous
-fi
-for d in "$root"/releases/*; do
-  name=${d##*/}
-  if [ "releases/$name" != "releases/$release" ] && [ "releases/$name" != "$keep" ]; then
-    rm -rf "$d"
-  fi
-done
-echo "front config $release is live"
-""".replace("__ROOT__", CONF_ROOT)
-    .replace("__TRIES__", str(RELOAD_WAIT_SECONDS * 20))
-    .replace("__WAIT__", str(RELOAD_WAIT_SECONDS))
-    .replace("__DIGEST__", DIGEST_FILE)
+RELEASE_SCRIPT = shell_program(
+    "release.sh",
+    {
+        "ROOT": CONF_ROOT,
+        "TRIES": str(RELOAD_WAIT_SECONDS * 20),
+        "WAIT": str(RELOAD_WAIT_SECONDS),
+        "DIGEST": DIGEST_FILE,
+    },
 )
+"""Run with ``sh -c RELEASE_SCRIPT sh <release id>``, the release as a base64 tar on stdin."""
 
 
 # ---- pure helpers -------------------------------------------------------------------------------

@@ -24,7 +24,6 @@ import asyncio
 import subprocess
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -34,17 +33,28 @@ from components.nginx_front import (
     UPSTREAM_MAX_FAILS,
     openai_error,
 )
-from components.nginx_reload import CURRENT_CONF, ROTATION_DIR, STATUS_DIR, container_exec_argv, docker_argv
+from components.nginx_reload import (
+    CURRENT_CONF,
+    RELOAD_WAIT_SECONDS,
+    ROTATION_DIR,
+    STATUS_DIR,
+    container_exec_argv,
+    docker_argv,
+)
+from components.shell import shell_program
 from components.vllm_server import REPLICA_LABEL
 
-SCRIPT = (
-    (Path(__file__).parent / "templates" / "rotation.sh")
-    .read_text()
-    .replace("__ROOT__", ROTATION_DIR)
-    .replace("__STATUS__", STATUS_DIR)
-    .replace("__CURRENT_CONF__", CURRENT_CONF)
-    .replace("__MAX_FAILS__", str(UPSTREAM_MAX_FAILS))
-    .replace("__FAIL_TIMEOUT__", str(UPSTREAM_FAIL_TIMEOUT_SECONDS))
+SCRIPT = shell_program(
+    "rotation.sh",
+    {
+        "ROOT": ROTATION_DIR,
+        "STATUS": STATUS_DIR,
+        "CURRENT_CONF": CURRENT_CONF,
+        "MAX_FAILS": str(UPSTREAM_MAX_FAILS),
+        "FAIL_TIMEOUT": str(UPSTREAM_FAIL_TIMEOUT_SECONDS),
+        "TRIES": str(RELOAD_WAIT_SECONDS * 20),
+        "WAIT": str(RELOAD_WAIT_SECONDS),
+    },
 )
 EXEC_TIMEOUT_SECONDS = 90
 """A rotation change is a file write, ``nginx -t`` and a reload: seconds, plus the drain's grace."""

@@ -22,10 +22,10 @@ Holding the Docker socket would be root on the host; this volume gives the probe
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 from components.nginx_reload import CONF_ROOT, START_COMMAND
 from components.rotation import SCRIPT as ROTATION_SCRIPT
+from components.shell import shell_program
 
 FRONT_REQUESTS_DIR = f"{CONF_ROOT}/rotation-requests"
 """Where the front container mounts the requests volume (beside, not inside, the rotation state)."""
@@ -35,11 +35,8 @@ RUNTIME_DIR = "/run/glm53"
 """Where the front's command writes the two scripts at start (container-local, not a volume)."""
 _SCRIPT_PATH = f"{RUNTIME_DIR}/rotation.sh"
 _LOOP_PATH = f"{RUNTIME_DIR}/rotation-requests.sh"
-LOOP = (
-    (Path(__file__).parent / "templates" / "rotation-requests.sh")
-    .read_text()
-    .replace("__REQUESTS__", FRONT_REQUESTS_DIR)
-    .replace("__SCRIPT__", _SCRIPT_PATH)
+LOOP = shell_program(
+    "rotation-requests.sh", {"REQUESTS": FRONT_REQUESTS_DIR, "SCRIPT": _SCRIPT_PATH}, front=False
 )
 
 

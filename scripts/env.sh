@@ -34,7 +34,7 @@ ensure_packages() {
 }
 # What `make up` needs; what `make test` needs on top (real nginx, promtool, stand-in SSH hosts).
 UP_PACKAGES=(dockerd=docker.io debootstrap=debootstrap python3=python3-venv openssl=openssl)
-TEST_PACKAGES=(nginx=nginx promtool=prometheus sshd=openssh-server ssh=openssh-client ip=iproute2 nsenter=util-linux)
+TEST_PACKAGES=(nginx=nginx promtool=prometheus sshd=openssh-server ssh=openssh-client ip=iproute2 nsenter=util-linux shellcheck=shellcheck)
 
 ensure_passphrase() {
   mkdir -p "$GLM_STATE_DIR/state"

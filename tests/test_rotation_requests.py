@@ -197,6 +197,7 @@ def test_the_request_loop_does_nothing_but_eject_and_readmit_known_replicas(tmp_
         send("box1.req", f"eject box1 {later - 60} x")  # failures from before its admission (a roll)
         send("box1.req", "restart box1")  # another verb
         send("-rf.req", "eject -rf x")
+        send("box1.req", "eject *")  # no globbing: the name is `*`, not the front's files
         time.sleep(1)
         assert show(access) == {"box1": "in", "box2": "out"}
         assert ask(front.base) == (200, "221")
@@ -213,5 +214,6 @@ def test_the_request_loop_does_nothing_but_eject_and_readmit_known_replicas(tmp_
         assert "no replica named box3" in logs and "refused: box1.req names box2" in logs, logs[-2000:]
         assert "refused an unknown request 'restart'" in logs, logs[-2000:]
         assert "refused a request naming '-rf'" in logs, logs[-2000:]
+        assert "refused a request naming '*'" in logs, logs[-2000:]
         assert "eject needs SINCE in epoch seconds, got 'x'" in logs, logs[-2000:]
         assert f"not before the failures began ({later - 60}); not ejected" in logs, logs[-2000:]

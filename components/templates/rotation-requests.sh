@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # The front's request loop (components/rotation_requests.py): the semantic probe's only way to
 # change the rotation. Started in the background by the front container's command, before nginx
 # replaces that shell as PID 1. The probe writes one file per replica into __REQUESTS__ (a volume
@@ -22,7 +23,11 @@ while :; do
     rm -f "$f"
     file=${f##*/}
     file=${file%.req}
+    # Split into words on purpose, without globbing: a `*` in a request stays a `*`.
+    set -f
+    # shellcheck disable=SC2086
     set -- $line
+    set +f
     verb=${1:-}
     name=${2:-}
     case "$name" in

@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # The front's rotation: which replicas nginx sends requests to. Run inside the front container by
 # components/rotation.py, as `sh -c "<this file>" sh COMMAND REPLICA [ARGS]`:
 #
@@ -47,16 +48,6 @@ until mkdir "$lock" 2>/dev/null; do
 done
 trap 'rmdir "$lock"' EXIT
 
-title() { { tr -d '\000' < "/proc/$1/cmdline"; } 2>/dev/null || true; }
-is_master() { case "$(title 1)" in "nginx: master process"*) return 0 ;; esac; return 1; }
-workers() {
-  for p in /proc/[0-9]*; do
-    p=${p#/proc/}
-    if [ "$(title "$p")" = "nginx: worker process" ]; then echo "$p"; fi
-  done
-}
-alive() { for p in $1; do if [ -d "/proc/$p" ]; then echo "$p"; fi; done; }
-
 # Counts one event of the replica: gate_passed, gate_failed, drained, ejected or readmitted.
 record() {
   f=$root/$replica.events.$1
@@ -101,7 +92,7 @@ publish() {
 }
 
 # upstream.conf and reason.map from the per-replica files; nginx -t; then a graceful reload.
-# Sets $old to the workers that served before the reload.
+# Sets $old to the workers that served before the reload (reload_nginx).
 render() {
   : > "$root/upstream.conf.new"
   reason=""
@@ -117,6 +108,7 @@ render() {
     else
       echo "server $(cat "$f") down;" >> "$root/upstream.conf.new"
       # The latest reason: the replica whose failure or drain came last.
+      # shellcheck disable=SC3013 # -nt: dash (the front image's sh) and busybox have it
       if [ -s "$root/$name.reason" ] && { [ -z "$reason" ] || [ "$root/$name.reason" -nt "$latest" ]; }; then
         reason=$(cat "$root/$name.reason")
         latest=$root/$name.reason
@@ -142,23 +134,10 @@ render() {
     printf 'nginx -t refused the new rotation, so it was not loaded; the front keeps its current one.\n%s\n' "$out" >&2
     exit 3
   fi
-  old=$(workers)
-  kill -HUP 1
-  tries=0
-  while :; do
-    now=$(workers)
-    stale=0
-    for p in $old; do
-      for q in $now; do if [ "$p" = "$q" ]; then stale=1; fi; done
-    done
-    if [ -n "$now" ] && [ "$stale" = 0 ]; then break; fi
-    tries=$((tries + 1))
-    if [ "$tries" -gt 200 ]; then
-      echo "nginx did not load the new rotation within 10 s; see the front's log (docker logs)" >&2
-      exit 4
-    fi
-    sleep 0.05
-  done
+  if ! reload_nginx __TRIES__; then
+    echo "nginx did not load the new rotation within __WAIT__ s; see the front's log (docker logs)" >&2
+    exit 4
+  fi
   publish
   echo "rotation: $serving replica(s) in"
 }
