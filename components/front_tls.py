@@ -139,7 +139,8 @@ def front_tls(front: FrontConfig) -> EndpointTls | None:
         trust=CA_KEY if ca is not None else f"the system's CAs ({CA_KEY} is not set)",
         fix=(
             f"The front serves glm:tlsCertificate. Fix: set {CA_KEY} to the CA that signed it ({SET_CA}), "
-            "or set glm:tlsCertificate and glm:tlsKey to a pair that CA signed"
-            + (f"; {NAME_KEY} names the name to verify." if ca is not None else ".")
+            "or set glm:tlsCertificate and glm:tlsKey to a pair "
+            + (f"the CA in {CA_KEY} signed" if ca is not None else "a public CA signed")
+            + f" ({NAME_KEY}, if set, must be a name it carries)."
         ),
     )
