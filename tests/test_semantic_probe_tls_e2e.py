@@ -48,7 +48,9 @@ def probe_results(prometheus: str) -> dict[tuple[str, str, str], float]:
 def set_pem(project: PulumiProject, key: str, pem: str, secret: bool = False) -> None:
     """A PEM value begins with dashes: it goes after ``--``, where the CLI reads no flag."""
     flags = ["--secret"] if secret else ["--path"]
-    project.run("config", "set", *flags, key, "-s", "local", "--", pem)
+    argv = ["pulumi", "config", "set", *flags, key, "-s", "local", "--non-interactive", "--", pem]
+    done = subprocess.run(argv, cwd=project.root, env=project.env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_tls_front_passes_the_gate_and_is_probed_by_its_certificates_name(tmp_path: Path) -> None:

@@ -103,3 +103,27 @@ def test_another_name_fails_the_hostname_check(sims, tls_front, cas) -> None:
     with pytest.raises(Exception) as info:
         run_gate(p, KEY, lambda _line: None)
     assert "Hostname mismatch" in str(info.value)
+
+
+def test_the_command_line_takes_the_name_and_the_ca_file(sims, tls_front, cas, tmp_path) -> None:
+    """What `ops smoke` runs against a TLS stack (ops/__main__.py passes the stack's name and CA)."""
+    from tests.gate.test_cli import gate_cli
+
+    stack_ca, other_ca = cas
+    pair = stack_ca.issue([f"DNS:{NAME}"], label="cli")
+    sim = sims()
+    endpoint = tls_front(sim, pair)
+    served = ("--served-name", "glm-5.3-flash", "--max-model-len", "32768", "--deadline-seconds", "30")
+    done = gate_cli(
+        "--endpoint", endpoint, "--tls-name", NAME, "--tls-ca-file", str(stack_ca.folder / "ca.crt"), *served
+    )
+    assert done.returncode == 0, done.stderr
+    assert "[smoke-gate] streaming: ok in" in done.stderr
+    other = gate_cli(
+        "--endpoint", endpoint, "--tls-name", NAME, "--tls-ca-file", str(other_ca.folder / "ca.crt"), *served
+    )
+    assert other.returncode == 1
+    assert (
+        f"against the certificates in {other_ca.folder / 'ca.crt'} (unable to get local issuer certificate)"
+        in other.stderr
+    )

@@ -9,8 +9,6 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from components.config import SecretInputs, build_stack_config
 from components.front_tls import front_tls
 from components.replica_tls import TLS_NAME, self_signed
