@@ -394,7 +394,9 @@ def _gated(
         # replica is admitted through them.
         opts=pulumi.ResourceOptions(depends_on=[server, front, *([guard] if guard else [])]),
     )
-    return _Replica(base.host, base.provider, base.image, base.volume, server, upstream, gate, guard is not None)
+    return _Replica(
+        base.host, base.provider, base.image, base.volume, server, upstream, gate, guard is not None
+    )
 
 
 def _guard(

@@ -51,7 +51,9 @@ TEST_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHnMCdx2tAklQakPlTKN7xOAsSF
 
 PROBE_TEST_KEY = "sk-probe-6f1d0c3b9e4a27d58c0b1e9f4a6d2c7e5b8a3f0d9c1e4b72"
 GATE_METRICS_TEST_KEY = "sk-gate-metrics-2b7e9a4c1f0d8e3b6a5c9d2f7e1b4a0c8d3f6e9b2a5c1d74"
-REPLICA_TEST_CERTIFICATE = "-----BEGIN CERTIFICATE-----\nmocks: the replica guards' pinned certificate\n-----END CERTIFICATE-----\n"
+REPLICA_TEST_CERTIFICATE = (
+    "-----BEGIN CERTIFICATE-----\nmocks: the replica guards' pinned certificate\n-----END CERTIFICATE-----\n"
+)
 """What the mocks give ReplicaCertificate's ``certificate`` (its create runs openssl)."""
 TEST_API_KEYS = {"ci": "sk-test-ci-0a6e93030124c2b3", "ops": "sk-test-ops-cca224104c7a268a"}
 

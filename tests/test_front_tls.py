@@ -42,7 +42,11 @@ def test_the_name_defaults_to_the_certificates_first_dns_name(ca: TestCa) -> Non
     assert config.front.tls_name == "glm-front.test"
     tls = front_tls(config.front)
     assert tls is not None
-    assert (tls.server_name, tls.ca, tls.trust) == ("glm-front.test", ca.certificate, "glm:front.tlsCaCertificate")
+    assert (tls.server_name, tls.ca, tls.trust) == (
+        "glm-front.test",
+        ca.certificate,
+        "glm:front.tlsCaCertificate",
+    )
     assert semantic_probe_runs(config)
     assert not [a for a in config.advisories() if "semanticProbe" in a]
 

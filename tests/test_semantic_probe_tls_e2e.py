@@ -84,7 +84,9 @@ def test_a_tls_front_passes_the_gate_and_is_probed_by_its_certificates_name(tmp_
         ]  # fmt: skip
         assert "glm:semanticProbe is not deployed" not in up
         prometheus = outputs["prometheusUrl"]
-        want = {(p, h, s): 1.0 for p, h in (("front", "front"), ("replica", "localhost")) for s in PROBE_STEPS}
+        want = {
+            (p, h, s): 1.0 for p, h in (("front", "front"), ("replica", "localhost")) for s in PROBE_STEPS
+        }
         deadline, seen = time.monotonic() + 90, {}
         while time.monotonic() < deadline and seen != want:
             time.sleep(1)

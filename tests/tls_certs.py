@@ -1,7 +1,7 @@
 """Test certificate authorities made by the real ``openssl`` CLI (not by the code under test).
 
-    ca = TestCa.create(tmp_path / "ca", "GLM test CA")
-    cert, key = ca.issue(["DNS:glm-front.test", "IP:127.0.0.2"])
+ca = TestCa.create(tmp_path / "ca", "GLM test CA")
+cert, key = ca.issue(["DNS:glm-front.test", "IP:127.0.0.2"])
 """
 
 from __future__ import annotations

@@ -277,7 +277,9 @@ class SemanticProbe(pulumi.ComponentResource):
             skip_push=True,
             opts=child,
         )
-        certificate = replica_certificate if replica_certificate is not None else pulumi.Output.from_input(None)
+        certificate = (
+            replica_certificate if replica_certificate is not None else pulumi.Output.from_input(None)
+        )
         params = pulumi.Output.all(pulumi.Output.from_input(front_host), certificate).apply(
             lambda values: render_params(
                 dataclasses.replace(

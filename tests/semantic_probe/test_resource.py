@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, SecretInputs, build_stack_config, check_api_keys
+from components.replica_tls import TLS_NAME
 from components.secrets import _GeneratedKeyProvider
 from components.semantic_probe.resource import (
     KEY_PATH,
@@ -19,7 +20,6 @@ from components.semantic_probe.resource import (
     build_context,
     context_files,
 )
-from components.replica_tls import TLS_NAME
 from tests.conftest import (
     PROBE_TEST_KEY,
     REPLICA_TEST_CERTIFICATE,
@@ -218,7 +218,7 @@ def test_a_tls_front_is_probed_and_gated_by_its_certificates_name(
 def test_a_tls_stacks_replicas_are_probed_through_their_guards(front_pair: tuple[TestCa, str, str]) -> None:
     from tests.test_multihost import THREE, target
 
-    ca, cert, key = front_pair
+    _ca, cert, key = front_pair
     several = run_program(
         "a800",
         overrides={"glm:target": target(*THREE), "glm:front": {"tls": True, "tlsName": "api.glm.test"}},
