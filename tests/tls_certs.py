@@ -54,3 +54,14 @@ class TestCa:
             "-CAcreateserial", "-out", f"{label}.crt", "-days", "1", "-extfile", ext.name,
         )  # fmt: skip
         return (self.folder / f"{label}.crt").read_text(), (self.folder / f"{label}.key").read_text()
+
+
+def self_signed(folder: Path, alt_names: list[str]) -> tuple[str, str]:
+    """(certificate PEM, key PEM) of a self-signed server certificate (no CA behind it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _openssl(
+        folder, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+        "-keyout", "self.key", "-out", "self.crt", "-days", "1", "-subj", "/CN=self-signed",
+        "-addext", f"subjectAltName={','.join(alt_names)}", "-addext", "basicConstraints=critical,CA:FALSE",
+    )  # fmt: skip
+    return (folder / "self.crt").read_text(), (folder / "self.key").read_text()

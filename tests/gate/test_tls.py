@@ -127,3 +127,14 @@ def test_the_command_line_takes_the_name_and_the_ca_file(sims, tls_front, cas, t
         f"against the certificates in {other_ca.folder / 'ca.crt'} (unable to get local issuer certificate)"
         in other.stderr
     )
+
+
+def test_a_self_signed_certificate_is_trusted_as_its_own_ca(sims, tls_front, tmp_path) -> None:
+    """glm:front.tlsCaCertificate set to the front's self-signed certificate itself."""
+    from tests.tls_certs import self_signed
+
+    pair = self_signed(tmp_path / "self", [f"DNS:{NAME}"])
+    sim = sims()
+    p = params(tls_front(sim, pair), sim, steps=["models"])
+    p["tls"] = stack_tls(pair[0], pair[0]).params()
+    assert run_gate(p, KEY, lambda _line: None)["steps_run"] == ["models"]
