@@ -122,6 +122,8 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[home.server]),
         guarded=_guarded_scrape(config, guards),
     )
+    # A TLS front's certificate names neither the gate's way in nor the probe's: both verify its name.
+    front_trust = front_tls(config.front)
     smoke = SmokeTest(
         f"{stack}-smoke",
         serving,
@@ -132,8 +134,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         metrics_url=config.smoke.metrics_url or front.metrics_url,
         metrics_key=keys.gate_metrics,
         front_fingerprint=front.fingerprint,
-        # The gate reaches the front by the host's address: it verifies the certificate's name.
-        tls=front_tls(config.front),
+        tls=front_trust,
         host=config.target.host,  # the gate follows the front host's serving container while it waits
         # Several replicas: any one replaced re-runs the front's gate.
         container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join),
@@ -151,7 +152,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                 max_model_len=serving.max_model_len,
                 max_num_seqs=config.serving.max_num_seqs,
                 container=config.container,
-                front_tls=front_tls(config.front),
+                front_tls=front_trust,
             ),
             network_name=home.server.network_name,
             front_host=front.hostname,  # the probe starts after the gate, which waits for the front
