@@ -29,7 +29,7 @@ SET_CA = f"pulumi config set --path '{CA_KEY}' -- \"$(cat ca.crt)\""
 """The command that names the stack's CA (``ca.crt``: the CA that signed the front's certificate)."""
 
 _SAN_ENTRY = re.compile(r"(DNS|IP Address):([^,\s]+)")
-_HOSTNAME = re.compile(r"(?=.{1,253}$)(\*\.)?([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+")
+_HOSTNAME = re.compile(r"(?=.{1,253}$)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+")
 
 
 @functools.cache
