@@ -558,9 +558,7 @@ def semantic_probe_promtool_tests(
         }
     )
     # Never scraped yet (a first deploy: the probe starts once the gate passed): quiet.
-    tests.append(
-        {"input_series": [series("up", probe, "0x30")], "alert_rule_test": [expect.check(30, silent)]}
-    )
+    tests.append({"input_series": [series("up", probe, "0x30")], "alert_rule_test": [expect.check(30, silent)]})
     # Scraped but stuck (the loop hangs): quiet until silent_after, then fires after `for`.
     quiet_until = probe_config.silent_after_seconds // 60
     tests.append(
