@@ -36,6 +36,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.config import build_stack_config
+from components.dashboard import RATE, panel_queries
 from tests.engine import PulumiProject, engine_missing
 
 KEY = "sk-semprobe-bench-2d77f9f395203094"
@@ -54,6 +55,9 @@ BOUND = INTERVAL * K + TIMEOUT + 2 * SCRAPE
 class Figures:
     healthy_seconds: float = 0.0
     healthy_alerts: list[str] = field(default_factory=list)
+    panels_checked: int = 0
+    panels_without_data: list[str] = field(default_factory=list)
+    """Dashboard panels (components/dashboard.py) whose query returned nothing from the stack."""
     healthy_alert_details: set[str] = field(default_factory=set)
     """Each alert seen while healthy, with its host/path, since when and its value (why it fired)."""
     fault_to_firing: dict[str, float] = field(default_factory=dict)
@@ -137,6 +141,13 @@ def measure(project: PulumiProject) -> Figures:
         figures.healthy_seconds = round(time.monotonic() - start, 1)
         figures.healthy_alerts = sorted(seen)
 
+        # The dashboard: every panel's PromQL returns data from this stack's own Prometheus.
+        for title, expr in panel_queries():
+            query = urllib.request.quote(expr.replace(RATE, f"{10 * SCRAPE}s"))
+            if not _get(f"{prometheus}/api/v1/query?query={query}")["data"]["result"]:
+                figures.panels_without_data.append(title)
+        figures.panels_checked = len(panel_queries())
+
         # 2. each fault on the running simulator.
         for fault, alert in FAULTS.items():
             _put_faults(sim, [fault])
@@ -181,6 +192,8 @@ def report(figures: Figures) -> str:
         f"target interval x K + scrape = {TARGET} s; design bound = {BOUND} s",
         f"healthy for {figures.healthy_seconds} s: alerts pending/firing = {figures.healthy_alerts or 'none'}",
         *(f"  {detail}" for detail in sorted(figures.healthy_alert_details)),
+        f"dashboard: {figures.panels_checked} panel queries, without data: "
+        f"{figures.panels_without_data or 'none'}",
     ]
     for fault, seconds in figures.fault_to_firing.items():
         verdict = "within target" if seconds <= TARGET else ("within bound" if seconds <= BOUND else "OVER")

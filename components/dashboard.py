@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from components import semantic_probe
-from components.prometheus_scrape import DEFAULT_JOB
+from components.prometheus_scrape import DEFAULT_JOB, ROTATION_JOB
 
 UID = "glm53-fleet"
 RATE = "$__rate_interval"
@@ -22,8 +22,19 @@ RATE = "$__rate_interval"
 _P = semantic_probe.METRIC_PREFIX
 _PROBE = f'job="{semantic_probe.SCRAPE_JOB}"'
 _VLLM = f'job="{DEFAULT_JOB}"'
+_ROTATION = f'job="{ROTATION_JOB}"'
 
 PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "In rotation, per host (1 = receives requests)",
+        "none",
+        ((f"max by (host) (glm_rotation_in{{{_ROTATION}}})", "{{host}}"),),
+    ),
+    (
+        "Gate history: gates passed and failed, drains, probe ejections and returns (count, per host)",
+        "short",
+        ((f"sum by (host, event) (glm_rotation_events_total{{{_ROTATION}}})", "{{host}} {{event}}"),),
+    ),
     (
         "Ejected by the probe, per host (1 = out of rotation)",
         "none",

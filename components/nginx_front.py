@@ -32,11 +32,33 @@ from components.config import (
     check_api_keys,
     check_metrics_keys,
 )
-from components.nginx_reload import ROTATION_DIR, NginxReload, secrets_digest
+from components.nginx_reload import ROTATION_DIR, STATUS_DIR, NginxReload, secrets_digest
 from components.target import exec_ssh
 from components.vllm_server import upstream_hosts
 
 CONTAINER_PORT = 8080
+STATUS_PORT = 9146
+"""The front's status port: the rotation's state for the stack's Prometheus (``/metrics``). Never
+published: only containers on the stack's private network reach it."""
+STATUS_FILE = f"{STATUS_DIR}/rotation.prom"
+_STATUS_SERVER = """
+    # The rotation's state and history (components/rotation.py) for the stack's Prometheus, on the
+    # private network only: this port is never published.
+    server {
+        listen {{status_listen}};
+        access_log off;
+        location = /metrics {
+            if ($request_method != GET) {
+                return 405;
+            }
+            default_type "text/plain; version=0.0.4";
+            alias {{status_file}};
+        }
+        location / {
+            return 404;
+        }
+    }
+"""
 """Port Nginx listens on inside its container; the host port is ``glm:front.port``."""
 TEMPLATE = Path(__file__).parent / "templates" / "nginx.conf"
 CONF_FILE = "nginx.conf"
@@ -305,9 +327,11 @@ def _render(
     runtime_dir: str,
     rotation_dir: str = ROTATION_DIR,
     guarded: bool = False,
+    status_listen: str = str(STATUS_PORT),
 ) -> str:
     """``guarded``: replicas sit behind guards (several hosts): send the replica key and, with TLS,
-    speak TLS to them, pinning the stack's replica certificate."""
+    speak TLS to them, pinning the stack's replica certificate. A release (``upstream`` None) also
+    serves the rotation's state on ``status_listen``."""
     # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
     # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
     # `down`: never tried.
@@ -353,6 +377,11 @@ def _render(
         "send_timeout": str(front.send_timeout_seconds),
         "health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS),
         "routes": routes,
+        "status_server": render_template(
+            _STATUS_SERVER, {"status_listen": status_listen, "status_file": STATUS_FILE}
+        )
+        if upstream is None
+        else "",
         **{f"error_{code}": body for code, body in _errors(front).items()},
     }
     return render_template(TEMPLATE.read_text(), values)
@@ -377,6 +406,7 @@ def render_release_conf(
     runtime_dir: str = "/tmp",
     rotation_dir: str = ROTATION_DIR,
     guarded: bool = False,
+    status_listen: str = str(STATUS_PORT),
 ) -> str:
     """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it, and
     no replica either: the rotation (components/rotation.py) lists those that passed their gate."""
@@ -390,6 +420,7 @@ def render_release_conf(
         runtime_dir=runtime_dir,
         rotation_dir=rotation_dir,
         guarded=guarded,
+        status_listen=status_listen,
     )
 
 
@@ -403,6 +434,7 @@ def render_front_files(
     runtime_dir: str = "/tmp",
     rotation_dir: str = ROTATION_DIR,
     replica_files: Mapping[str, str] | None = None,
+    status_listen: str = str(STATUS_PORT),
 ) -> dict[str, str]:
     """Every file of one front release, by name: what ``NginxReload`` delivers.
 
@@ -420,6 +452,7 @@ def render_front_files(
             runtime_dir=runtime_dir,
             rotation_dir=rotation_dir,
             guarded=replica_files is not None,
+            status_listen=status_listen,
         ),
         API_KEYS_FILE: render_key_map(api_keys),
         METRICS_KEYS_FILE: render_key_map(metrics_keys),

@@ -41,6 +41,9 @@ CONF_ROOT = "/etc/nginx/glm"
 CURRENT_CONF = f"{CONF_ROOT}/current/nginx.conf"
 ROTATION_DIR = f"{CONF_ROOT}/rotation"
 """The replicas in rotation (components/rotation.py): beside the releases, never part of one."""
+STATUS_DIR = f"{CONF_ROOT}/status"
+"""What the front's status port serves: ``rotation.prom``, written by the rotation (readable by
+nginx's workers, unlike the rotation's own files)."""
 RELOAD_WAIT_SECONDS = 10
 """How long the new workers may take to replace the old ones' listeners after SIGHUP."""
 EXEC_TIMEOUT_SECONDS = 120

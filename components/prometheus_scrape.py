@@ -30,9 +30,12 @@ from components.config import (
     ServingConfig,
     SmokeConfig,
 )
+from components.nginx_front import STATUS_PORT, front_container_name
 from components.vllm_server import upstream_hosts
 
 DEFAULT_JOB = "vllm"
+ROTATION_JOB = "front-rotation"
+"""The front's status port: which replicas are in rotation, and their gate and ejection history."""
 CONFIG_PATH = "/etc/prometheus/prometheus.yml"
 RULES_PATH = "/etc/prometheus/rules.yml"
 REPLICA_KEY_PATH = "/etc/prometheus/replica-key"
@@ -426,9 +429,11 @@ def render_prometheus_config(
     rules_path: str = RULES_PATH,
     probe_target: str | None = None,
     guarded: GuardedScrape | None = None,
+    rotation_target: str | None = None,
 ) -> str:
-    """``prometheus.yml``: scrape vLLM's ``/metrics`` at ``target`` (host:port), and the semantic
-    probe's at ``probe_target`` when there is one, and load the rules.
+    """``prometheus.yml``: scrape vLLM's ``/metrics`` at ``target`` (host:port), the semantic
+    probe's at ``probe_target`` when there is one, the front's rotation at ``rotation_target``, and
+    load the rules.
 
     Several replicas: ``target`` maps each host's name to its ``host:port``; its series carry
     the label ``host``. ``guarded``: the replicas answer only the replica key (their guards)."""
@@ -451,6 +456,14 @@ def render_prometheus_config(
                 "job_name": semantic_probe.SCRAPE_JOB,
                 "metrics_path": "/metrics",
                 "static_configs": [{"targets": [probe_target]}],
+            }
+        )
+    if rotation_target is not None:
+        scrape_configs.append(
+            {
+                "job_name": ROTATION_JOB,
+                "metrics_path": "/metrics",
+                "static_configs": [{"targets": [rotation_target]}],
             }
         )
     config = {
@@ -543,7 +556,12 @@ class PrometheusScrape(pulumi.ComponentResource):
                 docker.ContainerUploadArgs(
                     file=CONFIG_PATH,
                     content=render_prometheus_config(
-                        monitoring, target, DEFAULT_JOB, probe_target=probe_target, guarded=guarded
+                        monitoring,
+                        target,
+                        DEFAULT_JOB,
+                        probe_target=probe_target,
+                        guarded=guarded,
+                        rotation_target=f"{front_container_name(container)}:{STATUS_PORT}",
                     ),
                     permissions="0644",
                 ),

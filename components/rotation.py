@@ -34,13 +34,14 @@ from components.nginx_front import (
     UPSTREAM_MAX_FAILS,
     openai_error,
 )
-from components.nginx_reload import CURRENT_CONF, ROTATION_DIR, container_exec_argv, docker_argv
+from components.nginx_reload import CURRENT_CONF, ROTATION_DIR, STATUS_DIR, container_exec_argv, docker_argv
 from components.vllm_server import REPLICA_LABEL
 
 SCRIPT = (
     (Path(__file__).parent / "templates" / "rotation.sh")
     .read_text()
     .replace("__ROOT__", ROTATION_DIR)
+    .replace("__STATUS__", STATUS_DIR)
     .replace("__CURRENT_CONF__", CURRENT_CONF)
     .replace("__MAX_FAILS__", str(UPSTREAM_MAX_FAILS))
     .replace("__FAIL_TIMEOUT__", str(UPSTREAM_FAIL_TIMEOUT_SECONDS))

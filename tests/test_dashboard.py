@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import math
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,10 +18,12 @@ from pathlib import Path
 import httpx
 import yaml
 
+from components import rotation
 from components.config import build_stack_config
 from components.dashboard import PANELS, RATE, panel_queries, render_json
 from components.deployment import scrape_spec
-from components.prometheus_scrape import render_alert_rules
+from components.nginx_reload import ROTATION_DIR, STATUS_DIR
+from components.prometheus_scrape import ROTATION_JOB, render_alert_rules
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
@@ -45,14 +48,53 @@ def test_the_provisioning_file_loads_dashboards_from_a_directory() -> None:
 
 def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
     titles = " / ".join(title for title, _unit, _targets in PANELS).lower()
-    for wanted in ("rotation", "probe steps", "kv cache", "running / waiting", "p50 / p99", "tokens/s"):
+    for wanted in (
+        "in rotation",
+        "gate history",
+        "probe steps",
+        "kv cache",
+        "running / waiting",
+        "p50 / p99",
+        "tokens/s",
+    ):
         assert wanted in titles, wanted
     exprs = " ".join(expr for _title, expr in panel_queries())
     assert "gpu_cache_usage_perc" not in exprs  # removed in vLLM 0.12 (SPEC §6)
 
 
 @contextlib.contextmanager
-def prometheus(tmp: Path, vllm: dict[str, int], probe_port: int, rules: str) -> Iterator[str]:
+def rotation_status(tmp: Path) -> Iterator[int]:
+    """The front's status port, played by a static server over what the real rotation program
+    (templates/rotation.sh, run here with nginx not started) publishes: box1 passed its gate twice and
+    failed once; box2 passed, then the probe ejected it."""
+    root, status = tmp / "rotation", tmp / "status"
+    script = rotation.SCRIPT.replace(ROTATION_DIR, str(root)).replace(STATUS_DIR, str(status))
+    for args in (
+        ("admit", "box1", "127.0.0.1:1"),
+        ("fail", "box1", "{}"),
+        ("admit", "box1", "127.0.0.1:1"),
+        ("admit", "box2", "127.0.0.1:2"),
+        ("eject", "box2", "SINCE", "wrong answers"),
+    ):
+        # The probe ejects only a replica admitted before its failures began (a second from now).
+        args = tuple(str(int(time.time()) + 1) if a == "SINCE" else a for a in args)
+        subprocess.run(["sh", "-c", script, "sh", *args], check=True, capture_output=True, timeout=30)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(status)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def prometheus(
+    tmp: Path, vllm: dict[str, int], probe_port: int, rules: str, rotation_port: int
+) -> Iterator[str]:
     (tmp / "rules.yml").write_text(rules)
     config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -66,6 +108,11 @@ def prometheus(tmp: Path, vllm: dict[str, int], probe_port: int, rules: str) -> 
                 ],
             },
             {"job_name": "semantic-probe", "static_configs": [{"targets": [f"127.0.0.1:{probe_port}"]}]},
+            {
+                "job_name": ROTATION_JOB,
+                "metrics_path": "/rotation.prom",
+                "static_configs": [{"targets": [f"127.0.0.1:{rotation_port}"]}],
+            },
         ],
     }
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -138,7 +185,12 @@ def test_every_panel_returns_data_from_a_real_prometheus(tmp_path: Path) -> None
             # The stack's own alert rules for several hosts (K = 2), as its Prometheus loads them.
             stack = build_stack_config({"hardware": "local", "semanticProbe": {"failuresBeforeAlert": 2}})
             rules = render_alert_rules(scrape_spec(stack), by_host=True)
-            with prometheus(tmp_path, {"box1": box1, "box2": box2}, settings.port, rules) as base:
+            with (
+                rotation_status(tmp_path) as rotation_port,
+                prometheus(
+                    tmp_path, {"box1": box1, "box2": box2}, settings.port, rules, rotation_port
+                ) as base,
+            ):
                 time.sleep(8)  # eight scrapes of each target
                 results = {}
                 for title, expr in panel_queries():
@@ -146,9 +198,11 @@ def test_every_panel_returns_data_from_a_real_prometheus(tmp_path: Path) -> None
                     body = httpx.get(f"{base}/api/v1/query", params={"query": query}, timeout=10).json()
                     assert body["status"] == "success", (title, body)
                     results[query] = {
-                        (r["metric"].get("host"), r["metric"].get("step"), r["metric"].get("result")): float(
-                            r["value"][1]
-                        )
+                        (
+                            r["metric"].get("host"),
+                            r["metric"].get("step") or r["metric"].get("event"),
+                            r["metric"].get("result"),
+                        ): float(r["value"][1])
                         for r in body["data"]["result"]
                     }
                     assert results[query], f"no data for {title!r}: {query}"
@@ -168,6 +222,10 @@ def test_every_panel_returns_data_from_a_real_prometheus(tmp_path: Path) -> None
     by_query = dict(zip((e for _t, e in panel_queries()), results.values(), strict=True))
     ejected = next(v for q, v in by_query.items() if "replica_ejected" in q)
     assert ejected == {("box1", None, None): 0.0, ("box2", None, None): 1.0}
+    in_rotation = next(v for q, v in by_query.items() if "glm_rotation_in" in q)
+    assert in_rotation == {("box1", None, None): 1.0, ("box2", None, None): 0.0}
+    history = next(v for q, v in by_query.items() if "glm_rotation_events_total" in q)
+    assert len(history) == 4 and sum(history.values()) == 5, history  # (host, event)
     steps = next(v for q, v in by_query.items() if "step_success" in q)
     assert steps[("box2", "arithmetic", None)] == 0.0 and steps[("box1", "arithmetic", None)] == 1.0
     for query, values in by_query.items():

@@ -20,17 +20,15 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.engine import PulumiProject, engine_missing
-from tests.multihost import init_stack, load_images, set_config, set_hosts
+from tests.multihost import ContainerWatch, LoadLoop, init_stack, load_images, set_config, set_hosts
 from tests.standin_host import StandinHost, link_private_network, unavailable_reason
 
 pytestmark = pytest.mark.skipif(
@@ -40,9 +38,6 @@ pytestmark = pytest.mark.skipif(
 
 API_KEY = "sk-multihost-97b4f1e3ef97eef652"
 FRONT_PORT = 18480
-LOAD_MAX_REQUESTS = 8000
-LOAD_MAX_SECONDS = 600.0
-LOAD_WORKERS = 4
 
 
 @pytest.fixture(scope="module")
@@ -58,110 +53,6 @@ def changed(project: PulumiProject, stack: str) -> dict[str, str]:
     return {s["urn"].rsplit("::", 1)[1]: s["op"] for s in project.preview_steps(stack)}
 
 
-# ---- the load loop -------------------------------------------------------------------------------
-
-
-class LoadLoop:
-    """Bounded load through the front: at most ``LOAD_MAX_REQUESTS`` requests and
-    ``LOAD_MAX_SECONDS``; every other request streams. Only the front's (harness) address."""
-
-    def __init__(self, endpoint: str) -> None:
-        self.endpoint = endpoint
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
-        self.sent = 0
-        self.failures: list[str] = []
-        self.wrong: list[str] = []
-        self.cut_streams = 0
-        self.answered = 0
-        self.latencies: list[float] = []
-        self.threads = [
-            threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(LOAD_WORKERS)
-        ]
-        self.started = time.monotonic()
-        self.ended = self.started
-        self.deadline = self.started + LOAD_MAX_SECONDS
-
-    def __enter__(self) -> LoadLoop:
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=120)
-
-    def _claim(self) -> bool:
-        with self.lock:
-            if self.stop.is_set() or self.sent >= LOAD_MAX_REQUESTS or time.monotonic() > self.deadline:
-                return False
-            self.sent += 1
-            return True
-
-    def _work(self, worker: int) -> None:
-        headers = {"Authorization": f"Bearer {API_KEY}"}
-        with httpx.Client(timeout=60, trust_env=False, headers=headers) as client:
-            n = 0
-            while self._claim():
-                n += 1
-                stream = n % 2 == 0
-                prompt = f"Count to twenty. ({worker}-{n})" if stream else "What is 13*17?"
-                body = {
-                    "model": "glm-5.3-flash",
-                    "messages": [{"role": "user", "content": prompt}],
-                    "max_tokens": 24 if stream else 256,
-                    "temperature": 0,
-                    "stream": stream,
-                }
-                started = time.monotonic()
-                try:
-                    error = self._one(client, body, stream)
-                except httpx.HTTPError as err:
-                    error = f"{type(err).__name__}: {err}"
-                with self.lock:
-                    self.ended = time.monotonic()
-                    if error and error.startswith("wrong answer"):
-                        self.wrong.append(error)
-                    elif error:
-                        self.failures.append(f"{'stream' if stream else 'short'}: {error}")
-                        self.cut_streams += error == "stream ended without [DONE]"
-                    else:
-                        self.answered += 1
-                        self.latencies.append(time.monotonic() - started)
-
-    def _one(self, client: httpx.Client, body: dict[str, Any], stream: bool) -> str | None:
-        url = f"{self.endpoint}/chat/completions"
-        if not stream:
-            resp = client.post(url, json=body)
-            if resp.status_code != 200:
-                return f"HTTP {resp.status_code} {resp.text[:160]}"
-            content = str(resp.json()["choices"][0]["message"].get("content") or "").strip()
-            return None if content == "221" else f"wrong answer {content!r}"
-        with client.stream("POST", url, json=body) as resp:
-            if resp.status_code != 200:
-                resp.read()
-                return f"HTTP {resp.status_code} {resp.text[:160]}"
-            done = any(line.strip() == "data: [DONE]" for line in resp.iter_lines())
-            return None if done else "stream ended without [DONE]"
-
-    def figures(self) -> dict[str, Any]:
-        ordered = sorted(self.latencies)
-        p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else None
-        return {
-            "sent": self.sent,
-            "seconds": round(self.ended - self.started, 1),
-            "answered_right": self.answered,
-            "wrong_answers": len(self.wrong),
-            "failed": len(self.failures),
-            "cut_streams": self.cut_streams,
-            "p50_ms": round(ordered[len(ordered) // 2] * 1000, 1) if ordered else None,
-            "p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
-            "first_failures": self.failures[:5],
-            "first_wrong": self.wrong[:3],
-        }
-
-
 # ---- the lifecycle --------------------------------------------------------------------------------
 
 
@@ -171,7 +62,7 @@ def roll_under_load(
     """``up`` while the load loop runs (from 3 s before to 3 s after); the figures, the order in
     which the replicas were replaced and when each replacement began."""
     replicas = {h.name: (h, container) for h in hosts}
-    with ContainerWatch(replicas) as watch, LoadLoop(project.outputs(stack)["endpoint"]) as load:
+    with ContainerWatch(replicas) as watch, LoadLoop(project.outputs(stack)["endpoint"], API_KEY) as load:
         time.sleep(3)
         out = project.run(
             "up", "--yes", "--skip-preview", "-s", stack, label=label, timeout=1800, check=False
@@ -365,7 +256,7 @@ def test_a_version_that_answers_wrongly_never_serves_and_rollback_restores(
         figures["rollback_s"] = round(time.monotonic() - started, 1)
         assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
         assert "glm:serving back to the last version that passed its gate: removed" in back.stdout
-        with LoadLoop(project.outputs(stack)["endpoint"]) as load:
+        with LoadLoop(project.outputs(stack)["endpoint"], API_KEY) as load:
             time.sleep(5)
         figures["after_rollback"] = load.figures()
         assert figures["after_rollback"]["answered_right"] > 0, figures
@@ -374,47 +265,3 @@ def test_a_version_that_answers_wrongly_never_serves_and_rollback_restores(
     finally:
         project.run("destroy", "--yes", "--run-program", "-s", stack, check=False, timeout=1800)
         print("wrong-answer roll figures:", json.dumps(figures))
-
-
-class ContainerWatch:
-    """Polls the containers of the given hosts (over their SSH Docker endpoints) and records, with
-    times, when each one's ID changes or it disappears: what the engine did, in the order it did."""
-
-    def __init__(self, watched: dict[str, tuple[StandinHost, str] | Callable[[], str]]) -> None:
-        self.watched = watched
-        self.changes: list[tuple[float, str, str]] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-
-    def __enter__(self) -> ContainerWatch:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=60)
-
-    def _poll(self) -> None:
-        last: dict[str, str] = {}
-        while not self.stop.is_set():
-            for label, watched in self.watched.items():
-                if callable(watched):
-                    ident = watched()
-                else:
-                    host, container = watched
-                    ps = host.docker("ps", "-aq", "--no-trunc", "--filter", f"name=^{container}$", timeout=30)
-                    ident = ps.stdout.strip() or "gone"
-                if label in last and last[label] != ident:
-                    self.changes.append((time.monotonic(), label, ident))
-                last[label] = ident
-            time.sleep(0.2)
-
-    def first_change(self, label: str) -> float:
-        return next(t for t, name, _ in self.changes if name == label)
-
-    def order(self) -> list[str]:
-        seen: list[str] = []
-        for _, label, _ in self.changes:
-            if label not in seen:
-                seen.append(label)
-        return seen

@@ -51,6 +51,8 @@ class LiveFront:
     scheme: str = "http"
     verify: Any = True
     releases: list[str] = field(default_factory=list)
+    status_port: int = field(default_factory=lambda: free_port())
+    """The front's status port (the rotation's metrics): a free one, as the front shares the host's network."""
 
     @property
     def base(self) -> str:
@@ -63,7 +65,14 @@ class LiveFront:
         tls_pair: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
         config = stack("local", front={**(front or {}), "tls": tls_pair is not None})
-        files = render_front_files(config.front, api_keys, METRICS, tls_pair, listen=f"127.0.0.1:{self.port}")
+        files = render_front_files(
+            config.front,
+            api_keys,
+            METRICS,
+            tls_pair,
+            listen=f"127.0.0.1:{self.port}",
+            status_listen=f"127.0.0.1:{self.status_port}",
+        )
         nginx_conf = files.pop("nginx.conf")
         fingerprint = hashlib.sha256(json.dumps([nginx_conf, files], sort_keys=True).encode()).hexdigest()
         return {

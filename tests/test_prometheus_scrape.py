@@ -558,7 +558,9 @@ def semantic_probe_promtool_tests(
         }
     )
     # Never scraped yet (a first deploy: the probe starts once the gate passed): quiet.
-    tests.append({"input_series": [series("up", probe, "0x30")], "alert_rule_test": [expect.check(30, silent)]})
+    tests.append(
+        {"input_series": [series("up", probe, "0x30")], "alert_rule_test": [expect.check(30, silent)]}
+    )
     # Scraped but stuck (the loop hangs): quiet until silent_after, then fires after `for`.
     quiet_until = probe_config.silent_after_seconds // 60
     tests.append(
@@ -720,6 +722,12 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     assert scraped["scrape_configs"][1]["static_configs"] == [
         {"targets": [f"{config.container.name}-semantic-probe:9101"]}
     ]
+    # The front's status port on the private network (never published): the rotation's state.
+    assert scraped["scrape_configs"][2] == {
+        "job_name": "front-rotation",
+        "metrics_path": "/metrics",
+        "static_configs": [{"targets": [f"{config.container.name}-nginx:9146"]}],
+    }
     assert scraped["rule_files"] == [RULES_PATH]
     assert inputs["restart"] == "unless-stopped" and inputs["logDriver"] == "json-file"
     assert seen == {"url": "http://127.0.0.1:9090", "container_name": f"{config.container.name}-prometheus"}

@@ -9,17 +9,19 @@ of them answering 13x17 wrongly. Every change goes through the same ``docker exe
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from collections import Counter
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from components import rotation
 from components.nginx_reload import apply_release
 from tests.test_nginx_front import KEYS, SERVED, free_port, vllm_sim
-from tests.test_nginx_reload import DOCKER_HOST, _docker_ready, live_front
+from tests.test_nginx_reload import DOCKER_HOST, LiveFront, _docker_ready, live_front
 
 pytestmark = pytest.mark.skipif(_docker_ready() is not None, reason=str(_docker_ready()))
 
@@ -96,8 +98,42 @@ def test_only_admitted_replicas_answer_and_a_failed_one_is_named() -> None:
         assert answers(front.base) == Counter({"221": 12})
         shown = rotation.run(access, "show")
         assert shown  # one line per replica; the last is box2's
+
+        # The front's status port serves the rotation and its history, in Prometheus' text format.
+        status = front_status(front)
+        assert status["glm_rotation_in"] == {("box1", None): 1.0, ("box2", None): 0.0}, status
+        assert status["glm_rotation_events"] == {
+            ("box1", "gate_passed"): 2.0,
+            ("box1", "gate_failed"): 1.0,
+            ("box2", "gate_failed"): 1.0,
+            ("box2", "gate_passed"): 1.0,
+            ("box2", "drained"): 1.0,
+        }, status
+        assert all(
+            t > time.time() - 600 for t in status["glm_rotation_last_event_timestamp_seconds"].values()
+        )
+
         assert rotation.forget(access, "box2", grace_seconds=5)
         assert "box2" not in rotation.run(access, "show")
+        assert {host for host, _ in front_status(front)["glm_rotation_events"]} == {"box1"}
+
+
+def front_status(front: LiveFront) -> dict[str, dict[tuple[str, str | None], float]]:
+    """The front's status port, checked by the real ``promtool`` and parsed by the real client
+    library: metric family -> (host, event) -> value."""
+    resp = httpx.get(f"http://127.0.0.1:{front.status_port}/metrics", timeout=10)
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain"), resp.text
+    checked = subprocess.run(
+        ["promtool", "check", "metrics"], input=resp.text, capture_output=True, text=True, timeout=30
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    families: dict[str, dict[tuple[str, str | None], float]] = {}
+    for family in text_string_to_metric_families(resp.text):
+        for sample in family.samples:
+            families.setdefault(family.name, {})[(sample.labels["host"], sample.labels.get("event"))] = (
+                sample.value
+            )
+    return families
 
 
 def test_a_drain_waits_for_streams_in_flight_and_cuts_none() -> None:

@@ -337,7 +337,7 @@ class _Gate:
                 watcher.join(timeout=6.0)
             raise GateFailure(
                 step,
-                f"{method} {url} got no complete answer within {limit:g} s ({type(err).__name__}): the "
+                f"{method} {url} {NO_ANSWER} {limit:g} s ({type(err).__name__}): the "
                 "server accepted the connection but did not answer. Look at: the serving container's "
                 f"log (docker logs {self.container}) and vLLM's queue{queue.get('now', '')}.",
             ) from None
@@ -858,6 +858,10 @@ def run_gate(
     return _Gate(params, api_key, progress, metrics_key).run()
 
 
+NO_ANSWER = "got no complete answer within"
+"""In the failure of a request that timed out (the probe tells a queue from a wrong answer by it)."""
+
+
 @dataclass(frozen=True)
 class StepOutcome:
     """One step of :func:`check_steps`: passed or not, how long it took, and what failed."""
@@ -869,6 +873,11 @@ class StepOutcome:
     """The :class:`GateFailure` message when the step failed."""
     skipped: str | None = None
     """Why the step could not run here (e.g. kv_pool without metrics_url); ``ok`` is then True."""
+
+    @property
+    def timed_out(self) -> bool:
+        """Failed only for want of an answer in time (no wrong answer, no error status)."""
+        return not self.ok and NO_ANSWER in (self.failure or "")
 
 
 def check_steps(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.gate.checks import StepOutcome, check_steps
+from components.gate.metrics import parse_samples, total
 from components.gate.tls import EndpointTls
 from components.semantic_probe import METRIC_PREFIX, PROBE_STEPS
 
@@ -118,6 +118,7 @@ class ProbeMetrics:
         from prometheus_client import CollectorRegistry, Counter, Gauge
 
         self.registry = CollectorRegistry()
+        self.progress = {}
         p, r = METRIC_PREFIX, self.registry
         where = ["host", "path"]
         self.success = Gauge(
@@ -209,19 +210,24 @@ class ProbeMetrics:
         if ok:
             self.last_success_time.labels(*at).set(now)
 
+    progress: dict[tuple[str, str], float]
+    """Each target's ``vllm:generation_tokens_total`` at its last saturation reading
+    (:func:`saturation`; one loop per target writes its own entry)."""
+
     def skip(self, target: ProbeTarget) -> None:
         """A run not made: neither a pass nor a failure, and not a finished run (so a replica
         skipped for too long shows as unprobed)."""
         self.runs.labels(target.host, target.path, "skipped").inc()
 
 
-_QUEUE = re.compile(r"^vllm:num_requests_(waiting|running)(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.MULTILINE)
-
-
-def saturation(settings: ProbeSettings, target: ProbeTarget, key: str | None) -> str | None:
+def saturation(
+    settings: ProbeSettings, target: ProbeTarget, key: str | None, progress: dict[tuple[str, str], float]
+) -> str | None:
     """Why the target's vLLM is too busy to be probed now (requests waiting, or running at
-    ``--max-num-seqs``), read from its ``/metrics``; None when it is not, or when the metrics cannot
-    be read (the run then goes ahead, and its kv_pool step says why)."""
+    ``--max-num-seqs``, while it generates), read from its ``/metrics``; None when it is not, when
+    the metrics cannot be read (the run then goes ahead, and its kv_pool step says why), or when it
+    generated nothing since the last reading (``progress``: each target's
+    ``vllm:generation_tokens_total`` then): a hung engine looks full, and it must be probed."""
     import httpx
 
     tls = EndpointTls.from_params(target.tls)
@@ -238,14 +244,26 @@ def saturation(settings: ProbeSettings, target: ProbeTarget, key: str | None) ->
         return None
     if resp.status_code != 200:
         return None
-    totals = {"waiting": 0.0, "running": 0.0}
-    for kind, value in _QUEUE.findall(resp.text):
-        totals[kind] += float(value)
-    if totals["waiting"] > 0:
-        return f"{totals['waiting']:.0f} request(s) waiting"
-    if settings.max_num_seqs and totals["running"] >= settings.max_num_seqs:
-        return f"{totals['running']:.0f} running = --max-num-seqs"
-    return None
+    try:
+        samples = parse_samples(resp.text)
+    except ValueError:
+        return None
+    waiting = total(samples, "vllm:num_requests_waiting") or 0.0
+    running = total(samples, "vllm:num_requests_running") or 0.0
+    generated = total(samples, "vllm:generation_tokens_total")
+    at = (target.host, target.path)
+    before = progress.get(at)
+    if generated is not None:
+        progress[at] = generated
+    if waiting > 0:
+        busy = f"{waiting:.0f} request(s) waiting"
+    elif settings.max_num_seqs and running >= settings.max_num_seqs:
+        busy = f"{running:.0f} running = --max-num-seqs"
+    else:
+        return None
+    if generated is not None and before is not None and generated <= before:
+        return None  # busy, yet not one token since the last reading: stalled, not saturated
+    return busy
 
 
 def run_once(
@@ -263,7 +281,7 @@ def run_once(
         raise ValueError(f"replica {target.host!r} is guarded but the probe has no replica key")
     key = replica_key if target.replica_key and replica_key else api_key
     metrics_key = key if target.replica_key else None
-    busy = saturation(settings, target, metrics_key)
+    busy = saturation(settings, target, metrics_key, metrics.progress)
     if busy is not None:
         metrics.skip(target)
         log.info(
@@ -273,13 +291,28 @@ def run_once(
             busy,
         )
         return []
-    outcomes = []
-    steps = check_steps(
-        settings.gate_params(target), key, PROBE_STEPS, progress=lambda _line: None, metrics_key=metrics_key
+    outcomes = list(
+        check_steps(
+            settings.gate_params(target),
+            key,
+            PROBE_STEPS,
+            progress=lambda _line: None,
+            metrics_key=metrics_key,
+        )
     )
-    for outcome in steps:
+    failed = [o for o in outcomes if not o.ok]
+    if failed and all(o.timed_out for o in failed):
+        # Timed out in a queue that filled during the run: no evidence either way, as for a skip.
+        busy = saturation(settings, target, metrics_key, metrics.progress)
+        if busy is not None:
+            metrics.skip(target)
+            log.info(
+                "%s %s run counted as skipped: %s timed out while %s", target.path, target.host,
+                ", ".join(o.step for o in failed), busy,
+            )  # fmt: skip
+            return []
+    for outcome in outcomes:
         metrics.record(target, outcome)
-        outcomes.append(outcome)
         if not outcome.ok:
             log.warning(
                 json.dumps(

@@ -22,8 +22,12 @@
 #   __ROOT__/<replica>.address   host:port      __ROOT__/<replica>.state   in | out
 #   __ROOT__/<replica>.reason    the JSON body  __ROOT__/upstream.conf     what nginx.conf includes
 #   __ROOT__/reason.map          the body of the 503 when no replica is in rotation
+#   __ROOT__/<replica>.events.<event>   how many times, and when last (epoch seconds)
+# and, for the stack's Prometheus (the front serves it on its private status port), the state and
+# the history of every replica: __STATUS__/rotation.prom.
 set -eu
 root=__ROOT__
+status=__STATUS__
 conf=__CURRENT_CONF__
 command=$1
 replica=${2:-}
@@ -52,6 +56,49 @@ workers() {
   done
 }
 alive() { for p in $1; do if [ -d "/proc/$p" ]; then echo "$p"; fi; done; }
+
+# Counts one event of the replica: gate_passed, gate_failed, drained, ejected or readmitted.
+record() {
+  f=$root/$replica.events.$1
+  n=$(cut -d' ' -f1 "$f" 2>/dev/null || echo 0)
+  echo "$((n + 1)) $(date +%s)" > "$f"
+}
+
+# The rotation in Prometheus' text format, readable by nginx's workers (they serve it).
+publish() {
+  mkdir -p "$status"
+  # nginx's workers (nobody) serve it: they traverse the config root (listing nothing) and read this.
+  chmod go+x "${status%/*}"
+  chmod 755 "$status"
+  {
+    echo "# HELP glm_rotation_in 1 while the replica is in the front's rotation (receives requests), 0 while out."
+    echo "# TYPE glm_rotation_in gauge"
+    for f in "$root"/*.address; do
+      [ -e "$f" ] || continue
+      name=${f##*/}
+      name=${name%.address}
+      v=0
+      if [ "$(cat "$root/$name.state" 2>/dev/null)" = in ]; then v=1; fi
+      echo "glm_rotation_in{host=\"$name\"} $v"
+    done
+    echo "# HELP glm_rotation_events_total Rotation changes of each replica: gate_passed (admitted), gate_failed (kept out), drained (before its container went), ejected and readmitted (by the semantic probe)."
+    echo "# TYPE glm_rotation_events_total counter"
+    for f in "$root"/*.events.*; do
+      [ -e "$f" ] || continue
+      base=${f##*/}
+      echo "glm_rotation_events_total{host=\"${base%%.events.*}\",event=\"${base##*.events.}\"} $(cut -d' ' -f1 "$f")"
+    done
+    echo "# HELP glm_rotation_last_event_timestamp_seconds When each replica's event last happened."
+    echo "# TYPE glm_rotation_last_event_timestamp_seconds gauge"
+    for f in "$root"/*.events.*; do
+      [ -e "$f" ] || continue
+      base=${f##*/}
+      echo "glm_rotation_last_event_timestamp_seconds{host=\"${base%%.events.*}\",event=\"${base##*.events.}\"} $(cut -d' ' -f2 "$f")"
+    done
+  } > "$status/rotation.prom.new"
+  chmod 644 "$status/rotation.prom.new"
+  mv -f "$status/rotation.prom.new" "$status/rotation.prom"
+}
 
 # upstream.conf and reason.map from the per-replica files; nginx -t; then a graceful reload.
 # Sets $old to the workers that served before the reload.
@@ -86,6 +133,7 @@ render() {
   done
   old=""
   if [ ! -e "$conf" ] || ! is_master; then
+    publish
     echo "rotation: $serving replica(s) in; nginx not started yet"
     return 0
   fi
@@ -111,6 +159,7 @@ render() {
     fi
     sleep 0.05
   done
+  publish
   echo "rotation: $serving replica(s) in"
 }
 
@@ -159,6 +208,7 @@ case "$command" in
     printf '{"error":{"message":"No model replica is serving: %s","type":"server_error","param":null,"code":"no_replica_in_rotation"}}\n' "$text" > "$root/$replica.reason"
     echo semantic-probe > "$root/$replica.ejected-by"
     echo out > "$root/$replica.state"
+    record ejected
     render
     ;;
   readmit)
@@ -169,24 +219,27 @@ case "$command" in
     fi
     rm -f "$root/$replica.ejected-by" "$root/$replica.reason"
     echo in > "$root/$replica.state"
+    record readmitted
     render
     ;;
   admit)
     printf '%s\n' "$3" > "$root/$replica.address"
     echo in > "$root/$replica.state"
     rm -f "$root/$replica.reason"
+    record gate_passed
     render
     ;;
   drain | fail)
     printf '%s\n' "$3" > "$root/$replica.reason"
     was=$(cat "$root/$replica.state" 2>/dev/null || true)
     echo out > "$root/$replica.state"
+    if [ "$command" = fail ]; then record gate_failed; else record drained; fi
     render
     if [ "$command" = drain ] && [ "$was" = in ]; then wait_for "$4"; fi
     ;;
   forget)
     was=$(cat "$root/$replica.state" 2>/dev/null || true)
-    rm -f "$root/$replica.address" "$root/$replica.state" "$root/$replica.reason"
+    rm -f "$root/$replica.address" "$root/$replica.state" "$root/$replica.reason" "$root/$replica".events.*
     render
     if [ "$was" = in ]; then wait_for "$3"; fi
     ;;

@@ -7,6 +7,8 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
+from types import SimpleNamespace
+from typing import cast
 
 import httpx
 import pytest
@@ -275,3 +277,48 @@ def test_a_saturated_replica_is_skipped_not_failed(sims: Callable[..., Sim]) -> 
     # Idle again: asked, and it passes.
     assert all(o.ok for o in run_once(settings, KEY, metrics, replica))
     assert runs() == {"ok": 1, "failed": 0, "skipped": 2}
+
+
+def test_a_full_engine_that_generates_nothing_is_probed_not_skipped() -> None:
+    """A hung engine looks saturated (its requests never leave ``running``); only one that still
+    generates tokens between two readings is busy. Served as vLLM's own text format."""
+    import http.server
+
+    from components.semantic_probe.service import ProbeTarget, saturation
+
+    state = {"generated": 100.0}
+
+    class Metrics(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = (
+                "# TYPE vllm:num_requests_running gauge\n"
+                'vllm:num_requests_running{model_name="glm-5.3-flash"} 2.0\n'
+                "# TYPE vllm:num_requests_waiting gauge\n"
+                'vllm:num_requests_waiting{model_name="glm-5.3-flash"} 0.0\n'
+                "# TYPE vllm:generation_tokens counter\n"
+                f'vllm:generation_tokens_total{{model_name="glm-5.3-flash"}} {state["generated"]}\n'
+            ).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        target = ProbeTarget(host="box1", path="replica", endpoint=f"{url}/v1", metrics_url=f"{url}/metrics")
+        settings = dataclasses.replace(
+            settings_for(f"{url}/v1", cast(Sim, SimpleNamespace(port=1))), max_num_seqs=2
+        )
+        progress: dict[tuple[str, str], float] = {}
+        assert saturation(settings, target, None, progress) == "2 running = --max-num-seqs"
+        state["generated"] = 160.0  # generating: busy
+        assert saturation(settings, target, None, progress) == "2 running = --max-num-seqs"
+        # Not one token since: stalled, so the run goes ahead (and fails, and alerts).
+        assert saturation(settings, target, None, progress) is None
+    finally:
+        server.shutdown()

@@ -105,7 +105,7 @@ def test_a_guard_serving_tls_is_probed_with_the_pinned_certificate_and_the_repli
         )
         assert [(o.step, o.ok) for o in outcomes] == [(step, True) for step in PROBE_STEPS], outcomes
         # The saturation check reads the guard's /metrics over TLS too (None: read, not busy).
-        assert saturation(settings, target, REPLICA_KEY) is None
+        assert saturation(settings, target, REPLICA_KEY, {}) is None
         # Another pinned certificate than the guard serves: the run fails and says what to do.
         stale = probe_settings(
             spec_for(pem, stack_ca.certificate),
