@@ -32,10 +32,17 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 
+from components.front_tls import (
+    certificate_problems,
+    check_ca_certificate,
+    check_tls_name,
+    default_name,
+)
 from components.key_strength import MIN_GUESSES_LOG10, guesses_log10
 from components.profiles import PROFILES, HardwareFacts, spoken_list
 from components.vllm_flags import ENV_NAME, env_name_problems, extra_args_problems
@@ -640,11 +647,33 @@ class FrontConfig(_Model):
     keepalive: Positive = Field(32, description="Upstream keepalive connections.")
     rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     tls: bool = Field(False, description="Serve TLS with `glm:tlsCertificate`/`glm:tlsKey`.")
+    tls_name: str | None = Field(
+        None,
+        description="The name the smoke gate and the semantic probe verify in the front's certificate: "
+        "they reach the front by its own address (`localhost`, the host's, its container name) and send "
+        "this name instead (SNI). Default: the certificate's first name (DNS, else IP).",
+    )
+    tls_ca_certificate: str | None = Field(
+        None,
+        description="PEM certificate of the CA that signed `glm:tlsCertificate` (or a self-signed "
+        "certificate itself): the gate and the probe trust it, and nothing else, for the front. "
+        "Default: the system's CAs.",
+    )
     allow_plain_http: bool = Field(
         False,
         description="Accept plain HTTP on a non-loopback `bindAddress` (keys and prompts cross the "
         "network in clear); without it such a stack is refused. Prefer `tls`.",
     )
+
+    @field_validator("tls_name")
+    @classmethod
+    def _tls_name(cls, value: str | None) -> str | None:
+        return None if value is None else check_tls_name(value)
+
+    @field_validator("tls_ca_certificate")
+    @classmethod
+    def _tls_ca_certificate(cls, value: str | None) -> str | None:
+        return None if value is None else check_ca_certificate(value)
 
 
 class AlertThresholds(_Model):
@@ -804,20 +833,8 @@ class SemanticProbeConfig(_Model):
 
 
 def semantic_probe_runs(c: StackConfig) -> bool:
-    """Whether the stack deploys the probe: enabled, and not behind a TLS front (not built yet)."""
-    return c.semantic_probe.enabled and not c.front.tls
-
-
-def _warn_semantic_probe_tls(c: StackConfig) -> str | None:
-    if not (c.semantic_probe.enabled and c.front.tls):
-        return None
-    return (
-        "glm:semanticProbe is not deployed on this stack: with glm:front.tls the probe would reach the "
-        "front by its container name, which the certificate does not name, and the gate's client "
-        "verifies certificates. Nothing checks the model's answers after the deploy; "
-        'docs/semantic-probe.md ("Not done") says what it takes. Set glm:semanticProbe.enabled false '
-        "to silence this."
-    )
+    """Whether the stack deploys the probe (behind a TLS front too: components/front_tls.py)."""
+    return c.semantic_probe.enabled
 
 
 def _probe_key_collision(api_keys: Any, probe: SemanticProbeConfig) -> str | None:
@@ -1418,7 +1435,6 @@ _ADVISORIES = [
     _warn_rehearsal,
     _warn_plain_http,
     _warn_prometheus_bind,
-    _warn_semantic_probe_tls,
     _warn_profiler,
     _warn_mtp,
     _warn_dead_env,
@@ -1518,6 +1534,9 @@ class SecretInputs:
     serving_env: Any = None
     tls_certificate: bool = False
     tls_key: bool = False
+    tls_certificate_pem: str | None = None
+    """``glm:tlsCertificate`` itself (public by nature): its names are checked against
+    ``glm:front.tlsName`` and give its default. Never put in a message either."""
     secret_plain_keys: tuple[str, ...] = ()
     """``glm:*`` keys of the models that hold a value set with ``--secret``."""
     plain_secret_keys: tuple[str, ...] = ()
@@ -1580,7 +1599,17 @@ class SecretInputs:
                 'glm:tlsCertificate -- "$(cat tls.crt)" and pulumi config set --secret glm:tlsKey '
                 '-- "$(cat tls.key)", or set glm:front.tls false.'
             )
+        if config.front.tls and self.tls_certificate_pem is not None:
+            found += certificate_problems(self.tls_certificate_pem, config.front.tls_name)
         return found
+
+    def resolved(self, config: StackConfig) -> StackConfig:
+        """``config`` with ``glm:front.tlsName`` defaulted to the certificate's first name."""
+        pem = self.tls_certificate_pem
+        if not config.front.tls or config.front.tls_name is not None or pem is None:
+            return config
+        front = config.front.model_copy(update={"tls_name": default_name(pem)})
+        return config.model_copy(update={"front": front})
 
 
 def _plain_secret_key(key: str) -> str:
@@ -1729,6 +1758,8 @@ def build_stack_config(
         problems += floating_images(config)
     if problems:
         raise ConfigError(_report(problems))
+    if secrets is not None:
+        config = secrets.resolved(config)
     config._replica_values = {k: raw[k] for k in REPLICA_KEYS if k in raw}
     return config
 
@@ -1773,6 +1804,7 @@ def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
         metrics_keys=config.get_object("metricsKeys"),
         serving_env=config.get_object("servingSecretEnv"),
         tls_certificate=config.get("tlsCertificate") is not None,
+        tls_certificate_pem=config.get("tlsCertificate"),
         tls_key=config.get("tlsKey") is not None,
         secret_plain_keys=tuple(
             key for key in ["hardware", *STACK_KEYS] if pulumi.runtime.is_config_secret(f"glm:{key}")

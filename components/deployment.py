@@ -13,6 +13,7 @@ import pulumi_docker as docker
 from components import rotation
 from components.change_cost import front_replacement_notice, serving_replacement_notice, warn_when_replaced
 from components.config import GATE_METRICS_CLIENT, HostConfig, StackConfig, semantic_probe_runs
+from components.front_tls import front_tls
 from components.gate.resource import SmokeTest
 from components.model_volume import ModelVolume
 from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, front_container_name
@@ -121,6 +122,8 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[home.server]),
         guarded=_guarded_scrape(config, guards),
     )
+    # A TLS front's certificate names neither the gate's way in nor the probe's: both verify its name.
+    front_trust = front_tls(config.front)
     smoke = SmokeTest(
         f"{stack}-smoke",
         serving,
@@ -131,6 +134,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         metrics_url=config.smoke.metrics_url or front.metrics_url,
         metrics_key=keys.gate_metrics,
         front_fingerprint=front.fingerprint,
+        tls=front_trust,
         host=config.target.host,  # the gate follows the front host's serving container while it waits
         # Several replicas: any one replaced re-runs the front's gate.
         container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join),
@@ -148,14 +152,16 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                 max_model_len=serving.max_model_len,
                 max_num_seqs=config.serving.max_num_seqs,
                 container=config.container,
+                front_tls=front_trust,
             ),
             network_name=home.server.network_name,
             front_host=front.hostname,  # the probe starts after the gate, which waits for the front
             upstream=home.server.upstream,
             api_key=keys.probe,
             # Every replica directly too, by the address the front uses: so a result names its host.
-            replicas=tuple(ProbeReplica(r.host.name, r.upstream, r is not home) for r in replicas),
+            replicas=tuple(ProbeReplica(r.host.name, r.upstream, r.guarded) for r in replicas),
             replica_key=guards.key if guards else None,
+            replica_certificate=guards.certificate.certificate if guards and guards.certificate else None,
             requests_volume=front.requests_volume if config.semantic_probe.eject_replicas else None,
             opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[smoke]),
         )
@@ -282,6 +288,8 @@ class _Replica:
     upstream: str
     """Where Prometheus reaches this replica: the private network alias, or the host's address."""
     gate: ReplicaGate
+    guarded: bool
+    """Behind a guard (``upstream`` is the guard's): asked with the replica key, over TLS with TLS."""
 
 
 def _host_base(
@@ -387,7 +395,9 @@ def _gated(
         # replica is admitted through them.
         opts=pulumi.ResourceOptions(depends_on=[server, front, *([guard] if guard else [])]),
     )
-    return _Replica(base.host, base.provider, base.image, base.volume, server, upstream, gate)
+    return _Replica(
+        base.host, base.provider, base.image, base.volume, server, upstream, gate, guard is not None
+    )
 
 
 def _guard(

@@ -16,11 +16,25 @@ from typing import Any
 import pulumi
 import pulumi.dynamic
 
+from components.gate.tls import EndpointTls
+
 TLS_NAME = "glm-replica-guard.invalid"
 """The name the front verifies (``proxy_ssl_name``): one name for every replica, in the certificate
 beside the replica addresses. ``.invalid`` never resolves (RFC 6761), so it names nothing else."""
 CERT_DAYS = 3650
 """The certificate is pinned, not issued by a CA: it lives until ``pulumi up --replace`` rotates it."""
+
+
+def guard_tls(certificate: str) -> EndpointTls:
+    """How the stack's own clients (the semantic probe) verify a guard: by :data:`TLS_NAME`,
+    trusting the pinned certificate and nothing else, as the front does."""
+    return EndpointTls(
+        server_name=TLS_NAME,
+        ca=certificate,
+        trust="the stack's pinned replica certificate",
+        fix="The guard serves another certificate than the stack pins: run `pulumi up` to deliver it "
+        "again (a rotation is `pulumi up --replace` of the ReplicaCertificate, which re-delivers both ends).",
+    )
 
 
 def subject_alt_names(addresses: Sequence[str]) -> str:

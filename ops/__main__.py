@@ -27,9 +27,11 @@ from typing import Any
 from components.config import (
     CACHE_MOUNT_PATH,
     SECRET_KEYS,
+    SecretInputs,
     StackConfig,
     build_stack_config,
 )
+from components.front_tls import front_tls
 from components.gate.startup import is_error, milestone
 from components.target import docker_ssh_opts
 from components.vllm_server import render_argv, render_serving
@@ -148,7 +150,27 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
     if metrics_key:
         env["GLM_METRICS_KEY"] = metrics_key
         cmd += ["--metrics-key-env", "GLM_METRICS_KEY"]
-    return subprocess.run(cmd, env=env).returncode
+    with tempfile.TemporaryDirectory(prefix="glm53-ops-") as folder:
+        cmd += _gate_tls(config, stack, Path(folder))
+        return subprocess.run(cmd, env=env).returncode
+
+
+def _gate_tls(config: StackConfig, stack: str, folder: Path) -> list[str]:
+    """A TLS front: the name its certificate carries and the stack's CA, as `pulumi up`'s gate
+    verifies them (components/front_tls.py). The certificate is public; only it is read."""
+    if not config.front.tls:
+        return []
+    if config.front.tls_name is None:
+        certificate = pulumi("config", "get", "glm:tlsCertificate", stack=stack)
+        config = SecretInputs(tls_certificate_pem=certificate).resolved(config)
+    tls = front_tls(config.front)
+    if tls is None:
+        return []
+    args = ["--tls-name", tls.server_name]
+    if tls.ca is not None:
+        (folder / "ca.crt").write_text(tls.ca)
+        args += ["--tls-ca-file", str(folder / "ca.crt")]
+    return args
 
 
 def gate_metrics_key(stack: str) -> str | None:

@@ -51,6 +51,10 @@ TEST_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHnMCdx2tAklQakPlTKN7xOAsSF
 
 PROBE_TEST_KEY = "sk-probe-6f1d0c3b9e4a27d58c0b1e9f4a6d2c7e5b8a3f0d9c1e4b72"
 GATE_METRICS_TEST_KEY = "sk-gate-metrics-2b7e9a4c1f0d8e3b6a5c9d2f7e1b4a0c8d3f6e9b2a5c1d74"
+REPLICA_TEST_CERTIFICATE = (
+    "-----BEGIN CERTIFICATE-----\nmocks: the replica guards' pinned certificate\n-----END CERTIFICATE-----\n"
+)
+"""What the mocks give ReplicaCertificate's ``certificate`` (its create runs openssl)."""
 TEST_API_KEYS = {"ci": "sk-test-ci-0a6e93030124c2b3", "ops": "sk-test-ops-cca224104c7a268a"}
 
 
@@ -105,6 +109,8 @@ class GlmMocks(pulumi.runtime.Mocks):
             outputs["key"] = (
                 PROBE_TEST_KEY if args.inputs["client_name"] == "semantic-probe" else GATE_METRICS_TEST_KEY
             )
+        if args.typ == "pulumi-python:dynamic:Resource" and "addresses" in args.inputs:
+            outputs["certificate"] = REPLICA_TEST_CERTIFICATE
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
@@ -203,7 +209,7 @@ def deployed() -> dict[str, Deployment]:
 E2E_MODULES = (
     "test_e2e.py", "test_e2e_front.py", "test_engine_gate.py", "test_engine_program.py",
     "test_first_hour.py", "test_ops.py", "test_rehearsal.py", "test_multihost_engine.py",
-    "test_semantic_probe_e2e.py",
+    "test_semantic_probe_e2e.py", "test_semantic_probe_tls_e2e.py", "test_semantic_probe_tls_multihost_e2e.py",
 )  # fmt: skip
 
 

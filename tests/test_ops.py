@@ -100,6 +100,35 @@ def test_smoke_reads_the_gate_metrics_key_alone_not_the_decrypted_state(
     assert calls.read_text().splitlines() == ["stack output gateMetricsKey --show-secrets -s a800"]
 
 
+def test_smoke_on_a_tls_stack_verifies_the_certificates_name_against_the_stacks_ca(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ops smoke` runs the gate as `pulumi up` does: the name from the certificate (the one public
+    value it reads), the CA from glm:front.tlsCaCertificate."""
+    import ops.__main__ as ops
+    from tests.tls_certs import TestCa
+
+    ca = TestCa.create(tmp_path / "ca", "GLM ops CA")
+    cert, _ = ca.issue(["DNS:*.glm.test", "DNS:glm-front.test"])
+    (tmp_path / "cert.pem").write_text(cert)
+    calls = tmp_path / "calls"
+    fake = tmp_path / "pulumi"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\ncat {tmp_path / "cert.pem"}\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(ops, "PULUMI", [str(fake)])
+    config = build_stack_config(
+        {"hardware": "local", "front": {"tls": True, "tlsCaCertificate": ca.certificate}}
+    )
+    args = ops._gate_tls(config, "local", tmp_path)
+    assert args == ["--tls-name", "glm-front.test", "--tls-ca-file", str(tmp_path / "ca.crt")]
+    assert (tmp_path / "ca.crt").read_text() == ca.certificate
+    assert calls.read_text().splitlines() == ["config get glm:tlsCertificate -s local"]
+    named = build_stack_config({"hardware": "local", "front": {"tls": True, "tlsName": "api.glm.test"}})
+    assert ops._gate_tls(named, "local", tmp_path) == ["--tls-name", "api.glm.test"]  # the system's CAs
+    assert len(calls.read_text().splitlines()) == 1  # a set name needs no certificate
+    assert ops._gate_tls(build_stack_config({"hardware": "local"}), "local", tmp_path) == []
+
+
 def test_the_gate_metrics_key_is_a_secret_stack_output() -> None:
     from tests.conftest import GATE_METRICS_TEST_KEY, is_secret, run_program
 

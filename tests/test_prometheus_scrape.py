@@ -214,10 +214,10 @@ def test_semantic_probe_rules_follow_the_stack_config() -> None:
     assert "> 90" in rules["GlmSemanticProbeSilent"]["expr"]  # 2 x 30 s + 2 x 15 s
     off = rules_of(stack("local", semanticProbe={"enabled": False}))
     assert not [name for name in off if name.startswith("Glm")]
-    # Behind a TLS front the probe is not deployed (config advisory): no rules for a probe that is not there.
+    # Behind a TLS front the probe runs too (issue 23), and so do its rules.
     tls = stack("local", front={"tls": True})
-    assert scrape_spec(tls).semantic_probe is None
-    assert not [name for name in rules_of(tls) if name.startswith("Glm")]
+    assert scrape_spec(tls).semantic_probe == tls.semantic_probe
+    assert rules_of(tls).keys() == rules_of(stack("local")).keys()
 
 
 def test_flags_suit_the_official_image() -> None:

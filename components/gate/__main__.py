@@ -14,9 +14,11 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 from components.config import ALL_SMOKE_STEPS
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, GateFailure, run_gate
+from components.gate.tls import EndpointTls
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,6 +52,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--request-timeout", type=float, default=REQUEST_TIMEOUT_SECONDS, help="per-request limit (120)"
     )
     parser.add_argument(
+        "--tls-name",
+        help="an https endpoint reached by an address its certificate does not name: the name to "
+        "send and verify instead (glm:front.tlsName)",
+    )
+    parser.add_argument(
+        "--tls-ca-file",
+        type=Path,
+        help="with --tls-name: trust the PEM certificates in this file alone (glm:front.tlsCaCertificate); "
+        "default: the system's CAs",
+    )
+    parser.add_argument(
         "--chat-template-kwargs",
         type=json.loads,
         default={"reasoning_effort": "low"},
@@ -80,6 +93,15 @@ def main(argv: list[str] | None = None) -> int:
             "chat_template_kwargs": args.chat_template_kwargs,
         },
     }
+    if args.tls_name:
+        ca_file = args.tls_ca_file
+        params["tls"] = EndpointTls(
+            server_name=args.tls_name,
+            ca=ca_file.read_text() if ca_file else None,
+            trust=f"the certificates in {ca_file}" if ca_file else "the system's CAs",
+            fix="Look at: --tls-name and --tls-ca-file (the stack's glm:front.tlsName and "
+            "glm:front.tlsCaCertificate).",
+        ).params()
     try:
         results = run_gate(
             params,

@@ -26,6 +26,7 @@ from components.config import ALL_SMOKE_STEPS, SmokeConfig
 from components.gate.container import ContainerWatch, start_watch
 from components.gate.metrics import Sample, kv_pools, parse_samples, total
 from components.gate.sse import DONE, MalformedChunk, chunk_deltas, chunk_error, delta_text, sse_events
+from components.gate.tls import EndpointTls
 
 REQUEST_TIMEOUT_SECONDS = 120.0
 """Upper bound for one gate request (a chat at low reasoning effort answers in seconds)."""
@@ -266,9 +267,13 @@ class _Gate:
         self.latency_ms: dict[str, float] = {}
         self.skipped: dict[str, str] = {}
         self.results: dict[str, Any] = {}
+        # A TLS endpoint reached by an address its certificate does not name (components/gate/tls.py).
+        self.tls = EndpointTls.from_params(p.get("tls"))
         # trust_env=False: the gate talks to the stack's own host; a proxy from the environment
         # would turn "connection refused while loading" into the proxy's own errors.
-        self.client = httpx.Client(trust_env=False, follow_redirects=False)
+        self.client = httpx.Client(
+            trust_env=False, follow_redirects=False, verify=self.tls.verify() if self.tls else True
+        )
         self.start = time.monotonic()
 
     # -- plumbing --
@@ -276,13 +281,27 @@ class _Gate:
     def _auth(self, key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
+    def _extensions(self, url: str) -> dict[str, str]:
+        """The certificate's name for a request to the endpoint's origin (``sni_hostname``)."""
+        return self.tls.extensions(url, self.endpoint) if self.tls else {}
+
+    def _tls_failure(self, step: str, url: str, err: BaseException) -> GateFailure | None:
+        """A certificate that does not verify fails at once: waiting would not change it."""
+        message = self.tls.failure(url, err) if self.tls else None
+        return GateFailure(step, message) if message else None
+
     def _exchange(
         self, method: str, url: str, key: str | None, body: dict[str, Any] | None, limit: float
     ) -> tuple[int, bytes]:
         import httpx
 
         with self.client.stream(
-            method, url, json=body, headers=self._auth(key), timeout=httpx.Timeout(limit)
+            method,
+            url,
+            json=body,
+            headers=self._auth(key),
+            timeout=httpx.Timeout(limit),
+            extensions=self._extensions(url),
         ) as resp:
             return resp.status_code, resp.read()
 
@@ -323,6 +342,8 @@ class _Gate:
                 f"log (docker logs {self.container}) and vLLM's queue{queue.get('now', '')}.",
             ) from None
         except httpx.HTTPError as err:
+            if (tls_failure := self._tls_failure(step, url, err)) is not None:
+                raise tls_failure from None
             raise GateFailure(
                 step,
                 f"{method} {url} failed: {describe(err)}. Look at: is the front up "
@@ -347,9 +368,13 @@ class _Gate:
         import httpx
 
         try:  # its own connection: this runs on a timer thread beside a pending request
-            reply = httpx.get(
-                self.metrics_url, headers=self._auth(self.metrics_key), timeout=5.0, trust_env=False
-            )
+            with httpx.Client(trust_env=False, verify=self.tls.verify() if self.tls else True) as client:
+                reply = client.get(
+                    self.metrics_url,
+                    headers=self._auth(self.metrics_key),
+                    timeout=5.0,
+                    extensions=self._extensions(self.metrics_url),
+                )
             samples = parse_samples(reply.text)
         except Exception:
             return ""
@@ -425,6 +450,8 @@ class _Gate:
             except (Overrun, httpx.TimeoutException) as err:
                 last = f"no complete answer within {limit:.3g} s ({type(err).__name__})"
             except httpx.HTTPError as err:
+                if (tls_failure := self._tls_failure("readiness", url, err)) is not None:
+                    raise tls_failure from None
                 last = describe(err)
             now = time.monotonic()
             if now >= deadline:
@@ -684,7 +711,12 @@ class _Gate:
         import httpx
 
         with self.client.stream(
-            "POST", url, json=body, headers=self._auth(self.api_key), timeout=httpx.Timeout(self.timeout)
+            "POST",
+            url,
+            json=body,
+            headers=self._auth(self.api_key),
+            timeout=httpx.Timeout(self.timeout),
+            extensions=self._extensions(url),
         ) as resp:
             if resp.status_code != 200:
                 resp.read()
@@ -765,7 +797,9 @@ class _Gate:
         parts = urlsplit(self.metrics_url)
         url = urlunsplit((parts.scheme, parts.netloc, "/version", "", ""))
         try:
-            resp = self.client.get(url, headers=self._auth(self.metrics_key), timeout=5.0)
+            resp = self.client.get(
+                url, headers=self._auth(self.metrics_key), timeout=5.0, extensions=self._extensions(url)
+            )
             version = resp.json().get("version") if resp.status_code == 200 else None
         except Exception:
             version = None

@@ -26,6 +26,7 @@ import pulumi.dynamic
 from components.config import ALL_SMOKE_STEPS, HostConfig, SmokeConfig
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
 from components.gate.container import watch_params
+from components.gate.tls import EndpointTls
 from components.profiles import PROFILES
 from components.target import docker_ssh_opts
 from components.vllm_server import ServingSpec
@@ -68,6 +69,7 @@ GATE_INPUTS = (
     "model_path",
     "served_name",
     "smoke",
+    "tls",
     "version",
 )
 
@@ -183,11 +185,13 @@ def gate_params(
     container_id: pulumi.Input[str] | None = None,
     front_fingerprint: pulumi.Input[str] | None = None,
     host: HostConfig | None = None,
+    tls: EndpointTls | None = None,
 ) -> dict[str, Any]:
     """The gate's inputs except the key: deterministic (sorted, no timestamps or random values),
     so a ``pulumi preview`` after ``pulumi up`` shows no change. With ``host`` (where the serving
     container runs), the gate follows the container's log while it waits and fails as soon as the
-    container stops (``container_watch``: not a gate input, a new host key does not re-run it)."""
+    container stops (``container_watch``: not a gate input, a new host key does not re-run it).
+    ``tls``: the endpoint's certificate name and trust, when its address is not that name."""
     settings = {**smoke.model_dump(mode="json"), "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS}
     params: dict[str, Any] = {
         "container_name": serving.container.name,
@@ -211,6 +215,8 @@ def gate_params(
         ssh = docker_ssh_opts(host) if host.docker_host.startswith("ssh://") else []
         facts = profile.facts if profile else None
         params["container_watch"] = watch_params(serving.container.name, host.docker_host, ssh, facts)
+    if tls is not None:
+        params["tls"] = tls.params()
     if front_fingerprint is not None:
         # Anything between a client and the model changed (nginx.conf, image, key names, TLS): re-run.
         params["front_fingerprint"] = front_fingerprint
@@ -239,16 +245,18 @@ class SmokeTest(pulumi.ComponentResource):
         metrics_key: pulumi.Output[str] | None = None,
         front_fingerprint: pulumi.Input[str] | None = None,
         host: HostConfig | None = None,
+        tls: EndpointTls | None = None,
     ) -> None:
         """``serving``: what ``VllmServer`` runs (the gate's messages quote its flags).
         ``host``: where the serving container runs; the gate follows its log while it waits.
         ``metrics_key``: the bearer token of ``metrics_url`` (the front's route); secret.
-        ``front_fingerprint``: the front's config, image and key names (``NginxFront.fingerprint``)."""
+        ``front_fingerprint``: the front's config, image and key names (``NginxFront.fingerprint``).
+        ``tls``: the name the front's certificate carries and what to trust (components/front_tls.py)."""
         super().__init__("glm:smoke:SmokeTest", name, None, opts)
         # Secret whatever the caller passed: Pulumi then stores this input encrypted.
         secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
         params = gate_params(
-            serving, smoke, front_url, image_ref, metrics_url, container_id, front_fingerprint, host
+            serving, smoke, front_url, image_ref, metrics_url, container_id, front_fingerprint, host, tls
         )
         props: dict[str, Any] = {**params, "api_key": secret_key}
         if metrics_key is not None:

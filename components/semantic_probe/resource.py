@@ -22,13 +22,16 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi.dynamic
 import pulumi_docker as docker
 
 from components.config import ContainerConfig, SemanticProbeConfig, SmokeConfig
+from components.gate.tls import EndpointTls
 from components.nginx_front import CONTAINER_PORT as FRONT_PORT
+from components.replica_tls import guard_tls
 from components.rotation_requests import PROBE_REQUESTS_DIR
 from components.semantic_probe import container_name
 from components.semantic_probe.service import ProbeSettings
@@ -45,6 +48,7 @@ REPLICA_KEY_PATH = "/etc/semantic-probe/replica-key"
 APP_FILES = (
     "components/__init__.py",
     "components/config.py",
+    "components/front_tls.py",
     "components/hardware.py",
     "components/key_strength.py",
     "components/profiles.py",
@@ -55,6 +59,7 @@ APP_FILES = (
     "components/gate/metrics.py",
     "components/gate/sse.py",
     "components/gate/startup.py",
+    "components/gate/tls.py",
     "components/semantic_probe/__init__.py",
     "components/semantic_probe/__main__.py",
     "components/semantic_probe/service.py",
@@ -150,6 +155,9 @@ class SemanticProbeSpec:
     container: ContainerConfig
     """``glm:container``: the probe's container is named after the serving one, rotates its logs
     the same way and, on the host network, reaches vLLM through the same gateway entry."""
+    front_tls: EndpointTls | None = None
+    """A TLS front (``glm:front.tls``): the name its certificate carries and what to trust
+    (components/front_tls.py); the probe reaches it by its container name, which that name is not."""
 
 
 @dataclass(frozen=True)
@@ -162,16 +170,23 @@ class ProbeReplica:
     """``host:port`` where the probe reaches it: the front host's vLLM on the private network, or a
     replica's guard."""
     guarded: bool
-    """Behind a guard: asked with the stack's replica key."""
+    """Behind a guard: asked with the stack's replica key (over TLS, with ``glm:front.tls``)."""
 
 
 def probe_settings(
-    spec: SemanticProbeSpec, front_host: str, upstream: str, replicas: tuple[ProbeReplica, ...] = ()
+    spec: SemanticProbeSpec,
+    front_host: str,
+    upstream: str,
+    replicas: tuple[ProbeReplica, ...] = (),
+    replica_certificate: str | None = None,
 ) -> ProbeSettings:
     """What the probe runs: the gate's prompts and answers (``glm:smoke``) with the probe's own
     limits. ``front_host`` is the front's container name, ``upstream`` vLLM's ``host:port``,
-    ``replicas`` those asked directly besides the front path."""
+    ``replicas`` those asked directly besides the front path; ``replica_certificate`` the guards'
+    pinned certificate, when they serve TLS."""
     probe = spec.probe
+    front_scheme = "https" if spec.front_tls else "http"
+    guard = guard_tls(replica_certificate) if replica_certificate is not None else None
     smoke = {
         "prompt": spec.smoke.prompt,
         "expected_answer": spec.smoke.expected_answer,
@@ -184,7 +199,7 @@ def probe_settings(
         "poll_seconds": 0.25,
     }
     return ProbeSettings(
-        endpoint=f"http://{front_host}:{FRONT_PORT}/v1",
+        endpoint=f"{front_scheme}://{front_host}:{FRONT_PORT}/v1",
         metrics_url=f"http://{upstream}/metrics",
         served_name=spec.served_name,
         max_model_len=spec.max_model_len,
@@ -193,17 +208,22 @@ def probe_settings(
         interval_seconds=probe.interval_seconds,
         failures_before_alert=probe.failures_before_alert,
         port=probe.port,
-        replicas=tuple(
-            {
-                "host": r.host,
-                "endpoint": f"http://{r.address}/v1",
-                "metrics_url": f"http://{r.address}/metrics",
-                "replica_key": r.guarded,
-            }
-            for r in replicas
-        ),
+        replicas=tuple(_replica_target(r, guard if r.guarded else None) for r in replicas),
         replica_key_file=REPLICA_KEY_PATH if any(r.guarded for r in replicas) else None,
+        tls=spec.front_tls.params() if spec.front_tls else None,
     )
+
+
+def _replica_target(replica: ProbeReplica, tls: EndpointTls | None) -> dict[str, Any]:
+    """One replica's ``ProbeTarget`` fields: a guard serving TLS is asked over TLS, by its pinned name."""
+    scheme = "https" if tls else "http"
+    return {
+        "host": replica.host,
+        "endpoint": f"{scheme}://{replica.address}/v1",
+        "metrics_url": f"{scheme}://{replica.address}/metrics",
+        "replica_key": replica.guarded,
+        **({"tls": tls.params()} if tls else {}),
+    }
 
 
 def render_params(settings: ProbeSettings) -> str:
@@ -232,12 +252,14 @@ class SemanticProbe(pulumi.ComponentResource):
         replica_key: pulumi.Output[str] | None = None,
         requests_volume: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
+        replica_certificate: pulumi.Output[str] | None = None,
     ) -> None:
         """``front_host``: the front's container name; ``upstream``: vLLM's ``host:port`` on the
         private network; ``api_key``: the probe's key (``GeneratedKey.key``); ``replicas``: each
         asked directly; ``replica_key``: the stack's replica key, when one of them is guarded;
         ``requests_volume``: the front's requests volume (components/rotation_requests.py), the one
-        thing of the front the probe mounts: it ejects and re-admits replicas through it."""
+        thing of the front the probe mounts: it ejects and re-admits replicas through it;
+        ``replica_certificate``: the guards' pinned certificate, when they serve TLS."""
         if any(r.guarded for r in replicas) and replica_key is None:
             raise ValueError("a guarded replica needs the stack's replica key")
         super().__init__("glm:semanticProbe:SemanticProbe", name, None, opts)
@@ -255,10 +277,13 @@ class SemanticProbe(pulumi.ComponentResource):
             skip_push=True,
             opts=child,
         )
-        params = pulumi.Output.from_input(front_host).apply(
-            lambda host: render_params(
+        certificate = (
+            replica_certificate if replica_certificate is not None else pulumi.Output.from_input(None)
+        )
+        params = pulumi.Output.all(pulumi.Output.from_input(front_host), certificate).apply(
+            lambda values: render_params(
                 dataclasses.replace(
-                    probe_settings(spec, host, upstream, replicas),
+                    probe_settings(spec, values[0], upstream, replicas, values[1]),
                     requests_dir=PROBE_REQUESTS_DIR if requests_volume is not None else None,
                 )
             )

@@ -23,6 +23,7 @@ from typing import Any
 
 from components.gate.checks import StepOutcome, check_steps
 from components.gate.metrics import parse_samples, total
+from components.gate.tls import EndpointTls
 from components.semantic_probe import METRIC_PREFIX, PROBE_STEPS
 
 log = logging.getLogger("semantic-probe")
@@ -48,6 +49,9 @@ class ProbeTarget:
     """vLLM's ``/metrics`` as this target reaches it (the kv_pool step)."""
     replica_key: bool = False
     """Asked with the stack's replica key (a guarded replica), else with the probe's API key."""
+    tls: Mapping[str, Any] | None = None
+    """An ``https`` endpoint's certificate name and trust (``EndpointTls.params``): the front's
+    certificate names neither its container name nor a guard's address."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,8 @@ class ProbeSettings:
     requests_dir: str | None = None
     """The front's requests volume: set, the probe ejects a replica after ``failures_before_alert``
     failed runs in a row and re-admits it after as many passed ones (``ejection.py``)."""
+    tls: Mapping[str, Any] | None = None
+    """A TLS front: the name its certificate carries and what to trust (``EndpointTls.params``)."""
 
     @classmethod
     def from_json(cls, text: str) -> ProbeSettings:
@@ -88,7 +94,7 @@ class ProbeSettings:
     @property
     def targets(self) -> list[ProbeTarget]:
         """The front path first, then every replica in the order the program listed them."""
-        front = ProbeTarget(FRONT_PATH, FRONT_PATH, self.endpoint, self.metrics_url)
+        front = ProbeTarget(FRONT_PATH, FRONT_PATH, self.endpoint, self.metrics_url, tls=self.tls)
         return [front, *(ProbeTarget(path=REPLICA_PATH, **dict(r)) for r in self.replicas)]
 
     def gate_params(self, target: ProbeTarget) -> dict[str, Any]:
@@ -100,6 +106,7 @@ class ProbeSettings:
             "max_model_len": self.max_model_len,
             "container_name": "the serving container",
             "smoke": dict(self.smoke),
+            **({"tls": dict(target.tls)} if target.tls else {}),
         }
 
 
@@ -223,9 +230,16 @@ def saturation(
     ``vllm:generation_tokens_total`` then): a hung engine looks full, and it must be probed."""
     import httpx
 
+    tls = EndpointTls.from_params(target.tls)
     try:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        resp = httpx.get(target.metrics_url, headers=headers, timeout=5.0, trust_env=False)
+        with httpx.Client(trust_env=False, verify=tls.verify() if tls else True) as client:
+            resp = client.get(
+                target.metrics_url,
+                headers=headers,
+                timeout=5.0,
+                extensions=tls.extensions(target.metrics_url, target.endpoint) if tls else {},
+            )
     except httpx.HTTPError:
         return None
     if resp.status_code != 200:

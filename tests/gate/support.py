@@ -113,19 +113,26 @@ def start_front(
     api_keys: dict[str, str],
     runtime: Path,
     metrics_keys: dict[str, str] | None = None,
+    tls_pair: tuple[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
     """The real nginx with the local stack's rendered front config, on a free loopback port, before
-    the simulator on ``upstream_port``; returns the process and its port once it listens."""
+    the simulator on ``upstream_port``; returns the process and its port once it listens.
+    ``tls_pair``: (certificate PEM, key PEM): it serves TLS with them, as ``glm:front.tls`` does."""
     port = free_port()
     runtime.mkdir(exist_ok=True)
     runtime.chmod(0o755)  # nginx workers run as nobody
+    if tls_pair is not None:
+        (runtime / "tls.crt").write_text(tls_pair[0])
+        (runtime / "tls.key").write_text(tls_pair[1])
     conf = render_nginx_conf(
         build_stack_config({"hardware": "local"}).front,
         f"127.0.0.1:{upstream_port}",
         api_keys,
+        tls=tls_pair is not None,
         metrics_keys=metrics_keys,
         listen=f"127.0.0.1:{port}",
         runtime_dir=str(runtime),
+        tls_dir=str(runtime),
     )
     (runtime / "nginx.conf").write_text(conf)
     proc = subprocess.Popen(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, SecretInputs, build_stack_config, check_api_keys
+from components.replica_tls import TLS_NAME
 from components.secrets import _GeneratedKeyProvider
 from components.semantic_probe.resource import (
     KEY_PATH,
@@ -19,7 +20,16 @@ from components.semantic_probe.resource import (
     build_context,
     context_files,
 )
-from tests.conftest import PROBE_TEST_KEY, TEST_API_KEYS, Deployment, is_secret, run_program, unwrap
+from tests.conftest import (
+    PROBE_TEST_KEY,
+    REPLICA_TEST_CERTIFICATE,
+    TEST_API_KEYS,
+    Deployment,
+    is_secret,
+    run_program,
+    unwrap,
+)
+from tests.tls_certs import TestCa
 
 KEYS = {"ops": "sk-test-ops-cca224104c7a268a"}
 
@@ -171,9 +181,61 @@ def test_disabled_means_no_key_no_container_no_rules() -> None:
     assert "semanticProbe" not in off.outputs
 
 
-def test_a_tls_front_gets_no_probe_and_a_warning() -> None:
-    config = build_stack_config({"hardware": "local", "front": {"tls": True}})
-    assert any("glm:semanticProbe is not deployed on this stack" in a for a in config.advisories())
+@pytest.fixture(scope="module")
+def front_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[TestCa, str, str]:
+    """A test CA (the real openssl CLI) and the front's pair it signed, for a name no client address is."""
+    ca = TestCa.create(tmp_path_factory.mktemp("ca"), "GLM stack CA")
+    return (ca, *ca.issue(["DNS:glm-front.test", "DNS:*.glm.test"]))
+
+
+def test_a_tls_front_is_probed_and_gated_by_its_certificates_name(
+    front_pair: tuple[TestCa, str, str],
+) -> None:
+    ca, cert, key = front_pair
+    tls = run_program(
+        "local",
+        overrides={"glm:front": {"tls": True, "tlsCaCertificate": ca.certificate}},
+        secrets={"glm:tlsCertificate": cert, "glm:tlsKey": key},
+    )
+    params = json.loads(uploads(container(tls, "-semantic-probe-container"))[PARAMS_PATH])
+    # The front by its container name, verifying the certificate's first name against the stack's CA.
+    assert params["endpoint"] == "https://glm53-flash-local-nginx:8080/v1"
+    assert (params["tls"]["server_name"], params["tls"]["ca"]) == ("glm-front.test", ca.certificate)
+    assert params["tls"]["trust"] == "glm:front.tlsCaCertificate"
+    # One host: its replica is vLLM on the private network, unguarded and in plain HTTP.
+    assert params["metrics_url"] == "http://vllm:8000/metrics"
+    assert [(r["host"], r["endpoint"], r.get("tls")) for r in params["replicas"]] == [
+        ("localhost", "http://vllm:8000/v1", None)
+    ]
+    gate = unwrap(tls.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs)
+    assert gate["endpoint"] == "https://127.0.0.1:8080/v1"  # the gate's own way in, not the name
+    assert gate["tls"] == params["tls"]
+    assert tls.outputs["semanticProbe"] == "glm53-flash-local-semantic-probe"
+    rules = unwrap(uploads(container(tls, "-prometheus"))["/etc/prometheus/rules.yml"])
+    assert "GlmModelAnswersWrong" in rules
+
+
+def test_a_tls_stacks_replicas_are_probed_through_their_guards(front_pair: tuple[TestCa, str, str]) -> None:
+    from tests.test_multihost import THREE, target
+
+    _ca, cert, key = front_pair
+    several = run_program(
+        "a800",
+        overrides={"glm:target": target(*THREE), "glm:front": {"tls": True, "tlsName": "api.glm.test"}},
+        secrets={"glm:tlsCertificate": cert, "glm:tlsKey": key},
+    )
+    params = json.loads(uploads(container(several, "-semantic-probe-container"))[PARAMS_PATH])
+    assert params["tls"]["server_name"] == "api.glm.test" and params["tls"]["ca"] is None  # the system's CAs
+    replicas = {r["host"]: r for r in params["replicas"]}
+    assert list(replicas) == ["gpu01", "gpu02", "gpu03"]
+    # With TLS the front's own replica is guarded too: every replica over TLS, with the replica key.
+    for host, address in [("gpu02", "10.0.0.12:8000"), ("gpu03", "10.0.0.13:8000")]:
+        assert replicas[host]["endpoint"] == f"https://{address}/v1"
+        assert replicas[host]["metrics_url"] == f"https://{address}/metrics"
+    assert all(r["replica_key"] and r["endpoint"].startswith("https://") for r in replicas.values())
+    assert all(r["tls"]["server_name"] == TLS_NAME for r in replicas.values())
+    assert all(r["tls"]["ca"] == REPLICA_TEST_CERTIFICATE for r in replicas.values())
+    assert params["replica_key_file"] == "/etc/semantic-probe/replica-key"
 
 
 def test_the_context_is_not_in_git() -> None:
