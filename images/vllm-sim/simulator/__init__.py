@@ -32,6 +32,7 @@ Modules, from the command line to the wire:
 - :mod:`simulator.metrics` -- ``/metrics`` with vLLM's names;
 - :mod:`simulator.engine` -- FCFS admission into a KV pool, prefix cache, prefill, decode;
 - :mod:`simulator.server` -- the HTTP server and its request handler (reading, sending, dispatch);
+- :mod:`simulator.errors` -- error replies in vLLM's shape;
 - :mod:`simulator.routes` -- one function per endpoint;
 - :mod:`simulator.replies` -- what a completion's reply says, whole or chunk by chunk;
 - :mod:`simulator.streaming` -- the server-sent events of a streamed reply;

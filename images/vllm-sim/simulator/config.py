@@ -48,6 +48,8 @@ class UsageError(Exception):
 
 @dataclass
 class Config:
+    """What the simulator was started with: vLLM's flags, then its own ``VLLM_SIM_*`` knobs."""
+
     model: str = DEFAULT_MODEL
     served_names: list = field(default_factory=list)
     host: str = "0.0.0.0"

@@ -1,8 +1,9 @@
 """One function per endpoint, each given the request's handler; ``ROUTES`` maps method and path to it.
 
-Chat and (legacy) completions share their preamble (the 'http-500' fault, the JSON body, refused
-fields, the model, ``max_tokens``) and their admission (the context-length check, the 'silent'
-fault), then :func:`generate` runs the request through the engine and answers it.
+Chat and (legacy) completions share one flow (``_complete``): the preamble (the 'http-500' fault,
+the JSON body, refused fields, the model, ``max_tokens``), their own fields and plan, the
+admission (the context-length check, the 'silent' fault), then :func:`generate` runs the request
+through the engine and answers it.
 """
 
 from __future__ import annotations
@@ -157,10 +158,30 @@ def detokenize(http: Handler) -> None:
 
 # ---- generation ------------------------------------------------------------------------------
 def chat(http: Handler) -> None:
-    request = _read_generation(http)
-    if request is None:
+    _complete(http, _chat_request, chat=True)
+
+
+def completions(http: Handler) -> None:
+    _complete(http, _completion_request, chat=False)
+
+
+def _complete(
+    http: Handler,
+    read: Callable[[Handler, dict, int | None], tuple[dict, list, Plan, int | None]],
+    chat: bool,
+) -> None:
+    """What chat and completions share: the preamble, the request's own fields (``read`` checks
+    them and gives the body, the prompt's pieces, the plan and max_tokens), the admission, then
+    the run and the reply."""
+    preamble = _read_generation(http)
+    if preamble is None:
         return
-    body, max_tokens = request
+    body, pieces, plan, max_tokens = read(http, *preamble)
+    if _admit(http, pieces, max_tokens):
+        generate(http, body, pieces, plan, max_tokens, chat)
+
+
+def _chat_request(http: Handler, body: dict, max_tokens: int | None) -> tuple[dict, list, Plan, int | None]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages: Field required (a non-empty list)", "messages")
@@ -171,18 +192,13 @@ def chat(http: Handler) -> None:
         raise bad_request("tools must be a list", "tools")
     tool_choice = _tool_choice(http, body, tools)
     pieces = tokenizer.tokenize(tokenizer.render_chat(messages, tools))
-    if not _admit(http, pieces, max_tokens):
-        return
     body = dict(body, tool_choice=tool_choice) if tools else body
-    plan = make_plan(http.server.cfg, body, messages, max_tokens)
-    generate(http, body, pieces, plan, max_tokens, chat=True)
+    return body, pieces, make_plan(http.server.cfg, body, messages, max_tokens), max_tokens
 
 
-def completions(http: Handler) -> None:
-    request = _read_generation(http)
-    if request is None:
-        return
-    body, max_tokens = request
+def _completion_request(
+    http: Handler, body: dict, max_tokens: int | None
+) -> tuple[dict, list, Plan, int | None]:
     prompt = body.get("prompt")
     if isinstance(prompt, list):
         prompt = "".join(str(p) for p in prompt)
@@ -191,10 +207,7 @@ def completions(http: Handler) -> None:
     if max_tokens is None:
         max_tokens = http.server.cfg.default_max_tokens
     pieces = tokenizer.tokenize(prompt)
-    if not _admit(http, pieces, max_tokens):
-        return
-    plan = completion_plan(http.server.cfg, prompt, max_tokens)
-    generate(http, body, pieces, plan, max_tokens, chat=False)
+    return body, pieces, completion_plan(http.server.cfg, prompt, max_tokens), max_tokens
 
 
 def _read_generation(http: Handler) -> tuple[dict, int | None] | None:
