@@ -20,6 +20,7 @@ from simulator.startup import log
 
 
 def main(argv: list | None = None) -> int:
+    """``vllm serve``: the exit status (2: bad command line, 1: start-up failure, 0: stopped)."""
     argv = sys.argv[1:] if argv is None else argv
     if env_bool(dict(os.environ), "VLLM_SIM_STRICT_FLAGS"):
         # The real parser's table (scripts/vllm_flags.py): vLLM refuses what it does not know.
@@ -36,10 +37,30 @@ def main(argv: list | None = None) -> int:
         startup.crash_after(cfg.crash_after_seconds)
 
     stop = threading.Event()
-    holder: dict = {}
+    servers: list = []
+    _stop_on_signals(cfg, stop, servers)
+    _announce(cfg)
+    status = _load(cfg, stop)
+    if status is not None:
+        return status
+    try:
+        server = SimServer((cfg.host, cfg.port), cfg, Engine(cfg, stop), stop)
+    except OSError as exc:
+        sys.stderr.write(f"ERROR: cannot bind {cfg.host}:{cfg.port}: {exc}\n")
+        return 1
+    servers.append(server)
+    if stop.is_set():
+        server.server_close()
+        return 0
+    _serve(cfg, server, stop)
+    return 0
+
+
+def _stop_on_signals(cfg: Config, stop: threading.Event, servers: list) -> None:
+    """SIGTERM/SIGINT: stop loading, or stop the server (``servers`` holds it once it is bound)."""
 
     def on_signal(signum: int, _frame: Any) -> None:
-        server = holder.get("server")
+        server = servers[0] if servers else None
         if server is None or cfg.shutdown_timeout <= 0:
             stop.set()  # in-flight requests are cut, as vLLM does without --shutdown-timeout
         if server is not None:
@@ -48,7 +69,9 @@ def main(argv: list | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    _announce(cfg)
+
+def _load(cfg: Config, stop: threading.Event) -> int | None:
+    """The simulated load: None once loaded, else the exit status (1: a start-up failure, 0: stopped)."""
     if cfg.never_ready:
         log("VLLM_SIM_NEVER_READY: the port will never be bound", cfg.quiet)
         stop.wait()
@@ -66,19 +89,7 @@ def main(argv: list | None = None) -> int:
     )
     if cfg.start_failure and not stop.is_set():
         return 1
-    if not loaded:
-        return 0
-    try:
-        server = SimServer((cfg.host, cfg.port), cfg, Engine(cfg, stop), stop)
-    except OSError as exc:
-        sys.stderr.write(f"ERROR: cannot bind {cfg.host}:{cfg.port}: {exc}\n")
-        return 1
-    holder["server"] = server
-    if stop.is_set():
-        server.server_close()
-        return 0
-    _serve(cfg, server, stop)
-    return 0
+    return None if loaded else 0
 
 
 def _announce(cfg: Config) -> None:
