@@ -8,7 +8,7 @@ effect, then compare with the seed articles' figures.
 Run it with ``python -m probe --stack <stack>`` or ``python -m probe --endpoint URL --api-key-env VAR``.
 Modules, one concern each: :mod:`probe.cli` (flags, the run), :mod:`probe.stack` (Pulumi look-ups),
 :mod:`probe.client` (requests with deadlines, the load budget), :mod:`probe.metrics` (Prometheus
-text), :mod:`probe.prompts` (unique text), :mod:`probe.measure` (the measurements),
+text), :mod:`probe.prompts` (unique text), :mod:`probe.measure` (the run, one module per measurement),
 :mod:`probe.seeds` (the articles' figures), :mod:`probe.report` (JSON, Markdown, plots).
 """
 

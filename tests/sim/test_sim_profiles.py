@@ -7,7 +7,7 @@ Expected values are the seeds' (../shared/SPEC.md §2), not the renderer's.
 from __future__ import annotations
 
 import pytest
-import vllm_sim
+from simulator.config import parse_config
 
 from components.config import build_stack_config
 from components.vllm_server import render_argv, render_env
@@ -27,7 +27,7 @@ def test_the_simulator_honours_a_rehearsed_profiles_argv(hardware: str) -> None:
     config = build_stack_config(
         {"hardware": hardware, "target": HOST, "rehearsal": True, "front": {"allowPlainHttp": True}}
     )
-    cfg = vllm_sim.parse_config(["vllm", "serve", *render_argv(config)], env=render_env(config))
+    cfg = parse_config(["vllm", "serve", *render_argv(config)], env=render_env(config))
     name, max_len, seqs, port, block, dtype, mtp, version = SEEDS[hardware]
     assert cfg.served_names == [name]
     assert (cfg.max_model_len, cfg.max_num_seqs, cfg.port) == (max_len, seqs, port)

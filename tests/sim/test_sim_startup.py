@@ -1,4 +1,4 @@
-"""The simulator's start-up (images/vllm-sim/sim_startup.py): strict flags with argparse's own
+"""The simulator's start-up (images/vllm-sim/simulator/startup.py, strict_flags.py): strict flags with argparse's own
 words, vLLM's start-up failures, a crash after N seconds, the milestones at a chosen pace.
 
 The expected messages are vLLM's (its parser's behaviour was checked on the real 0.33.0 parser:

@@ -6,13 +6,18 @@ import json
 from fractions import Fraction
 
 import pytest
-import vllm_sim
+from simulator.arithmetic import find_arithmetic, format_number
+from simulator.config import UsageError, parse_config, parse_human_int
+from simulator.metrics import fmt_float
+from simulator.plan import filler_pieces
+from simulator.tokenizer import tokenize
+from simulator.tools import build_arguments, choose_function
 
 from .conftest import FULL_ARGS, MODEL, MODEL_PATH
 
 
 def test_full_vllm_argv_is_accepted_and_unknown_flags_ignored() -> None:
-    cfg = vllm_sim.parse_config(FULL_ARGS, env={})
+    cfg = parse_config(FULL_ARGS, env={})
     assert cfg.model == MODEL_PATH
     assert cfg.served_names == [MODEL]
     assert (cfg.max_model_len, cfg.max_num_seqs, cfg.block_size) == (4096, 8, 16)
@@ -40,16 +45,16 @@ def test_full_vllm_argv_is_accepted_and_unknown_flags_ignored() -> None:
     ],
 )
 def test_argv_shapes(argv: list[str]) -> None:
-    cfg = vllm_sim.parse_config(argv, env={})
+    cfg = parse_config(argv, env={})
     assert cfg.model == "/m"
     assert cfg.served_names == ["/m"]
     assert cfg.max_model_len == 131072
 
 
 def test_human_readable_lengths() -> None:
-    assert vllm_sim.parse_human_int("128k") == 128000
-    assert vllm_sim.parse_human_int("1M") == 1048576
-    assert vllm_sim.parse_human_int("1048576") == 1048576
+    assert parse_human_int("128k") == 128000
+    assert parse_human_int("1M") == 1048576
+    assert parse_human_int("1048576") == 1048576
 
 
 def test_no_prefix_caching_and_env_knobs() -> None:
@@ -59,7 +64,7 @@ def test_no_prefix_caching_and_env_knobs() -> None:
         "VLLM_SIM_VERSION": "0.14.0",
         "VLLM_SIM_HOL_BLOCKING": "1",
     }
-    cfg = vllm_sim.parse_config(["serve", "/m", "--block-size", "128", "--no-enable-prefix-caching"], env)
+    cfg = parse_config(["serve", "/m", "--block-size", "128", "--no-enable-prefix-caching"], env)
     assert cfg.prefix_caching is False
     assert cfg.num_gpu_blocks == 70 and cfg.pool_tokens == 8960
     assert cfg.faults == {"wrong-answer", "silent"}
@@ -77,8 +82,8 @@ def test_no_prefix_caching_and_env_knobs() -> None:
     ],
 )
 def test_bad_configuration_is_refused(argv: list[str], env: dict[str, str]) -> None:
-    with pytest.raises(vllm_sim.UsageError):
-        vllm_sim.parse_config(argv, env)
+    with pytest.raises(UsageError):
+        parse_config(argv, env)
 
 
 @pytest.mark.parametrize(
@@ -97,28 +102,28 @@ def test_bad_configuration_is_refused(argv: list[str], env: dict[str, str]) -> N
     ],
 )
 def test_arithmetic_is_computed(text: str, expression: str, result: str) -> None:
-    found = vllm_sim.find_arithmetic(text)
+    found = find_arithmetic(text)
     assert found is not None
     assert (found.expression, found.result) == (expression, result)
 
 
 @pytest.mark.parametrize("text", ["hello there", "GLM-5.3-Flash", "version 2", "", "9^999999"])
 def test_no_arithmetic(text: str) -> None:
-    assert vllm_sim.find_arithmetic(text) is None
+    assert find_arithmetic(text) is None
 
 
 def test_division_by_zero() -> None:
-    found = vllm_sim.find_arithmetic("what is 1/0")
+    found = find_arithmetic("what is 1/0")
     assert found is not None and found.value is None and found.result == "undefined"
-    assert vllm_sim.format_number(Fraction(221)) == "221"
+    assert format_number(Fraction(221)) == "221"
 
 
 def test_tokenizer_is_lossless_and_counted() -> None:
     text = "Hello, world: 13*17=221 weather"
-    pieces = vllm_sim.tokenize(text)
+    pieces = tokenize(text)
     assert "".join(pieces) == text
     assert pieces == ["Hell", "o", ",", " worl", "d", ":", " 13", "*", "17", "=", "221", " weat", "her"]
-    assert len(vllm_sim.filler_pieces(37)) == 37
+    assert len(filler_pieces(37)) == 37
 
 
 def test_tool_arguments_from_schema() -> None:
@@ -134,7 +139,7 @@ def test_tool_arguments_from_schema() -> None:
         },
         "required": ["city", "unit", "days", "detailed", "tags"],
     }
-    args = vllm_sim.build_arguments(schema, "What's the weather in San Francisco for 3 days, in fahrenheit?")
+    args = build_arguments(schema, "What's the weather in San Francisco for 3 days, in fahrenheit?")
     assert args["city"] == "San Francisco"
     assert args["unit"] == "fahrenheit"
     assert args["days"] == 3
@@ -149,13 +154,13 @@ def test_tool_choice_prefers_a_function_named_in_the_prompt() -> None:
         {"type": "function", "function": {"name": "get_time", "parameters": {}}},
         {"type": "function", "function": {"name": "get_weather", "parameters": {}}},
     ]
-    assert vllm_sim.choose_function(tools, "auto", "the weather in Paris")["name"] == "get_weather"
-    assert vllm_sim.choose_function(tools, "auto", "hi")["name"] == "get_time"
+    assert choose_function(tools, "auto", "the weather in Paris")["name"] == "get_weather"
+    assert choose_function(tools, "auto", "hi")["name"] == "get_time"
     named = {"type": "function", "function": {"name": "get_weather"}}
-    assert vllm_sim.choose_function(tools, named, "hi")["name"] == "get_weather"
+    assert choose_function(tools, named, "hi")["name"] == "get_weather"
 
 
 def test_metric_float_formatting_matches_prometheus_client() -> None:
-    assert vllm_sim.fmt_float(1) == "1.0"
-    assert vllm_sim.fmt_float(5052943) == "5.052943e+06"
-    assert vllm_sim.fmt_float(float("inf")) == "+Inf"
+    assert fmt_float(1) == "1.0"
+    assert fmt_float(5052943) == "5.052943e+06"
+    assert fmt_float(float("inf")) == "+Inf"

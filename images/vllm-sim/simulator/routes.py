@@ -1,0 +1,335 @@
+"""One function per endpoint, each given the request's handler; ``ROUTES`` maps method and path to it.
+
+Chat and (legacy) completions share one flow (``_complete``): the preamble (the 'http-500' fault,
+the JSON body, refused fields, the model, ``max_tokens``), their own fields and plan, the
+admission (the context-length check, the 'silent' fault), then :func:`generate` runs the request
+through the engine and answers it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from simulator import tokenizer
+from simulator.config import FAULTS
+from simulator.engine import SimRequest
+from simulator.errors import HTTPError, bad_request, engine_failure
+from simulator.plan import Plan, completion_plan, make_plan
+from simulator.replies import Reply
+from simulator.startup import log
+from simulator.streaming import ChunkStream
+
+if TYPE_CHECKING:
+    from simulator.server import Handler
+
+
+# ---- the simulator's own endpoint ---------------------------------------------------------
+def sim_faults(http: Handler) -> None:
+    """The runtime fault switch (``VLLM_SIM_RUNTIME_FAULTS=1``): ``PUT {"faults": [...]}`` replaces
+    the faults of the running simulator (``[]`` heals it); ``GET`` shows them."""
+    cfg = http.server.cfg
+    if http.command == "PUT":
+        body = http.read_json()
+        wanted = body.get("faults")
+        if not isinstance(wanted, list) or not all(isinstance(f, str) for f in wanted):
+            raise bad_request('faults must be a list of fault names, e.g. {"faults": ["wrong-answer"]}')
+        unknown = set(wanted) - FAULTS
+        if unknown:
+            raise bad_request(f"unknown fault(s) {sorted(unknown)}; known: {sorted(FAULTS)}")
+        # One assignment of an immutable set: a request in flight sees the old or the new faults.
+        cfg.faults = frozenset(wanted)
+        log(f"faults switched at runtime: {sorted(cfg.faults)}", cfg.quiet)
+    http.send_json(200, {"faults": sorted(cfg.faults)})
+
+
+# ---- simple endpoints ------------------------------------------------------------------------
+def health(http: Handler) -> None:
+    http.send_body(200, b"", None)
+
+
+def version(http: Handler) -> None:
+    http.send_json(200, {"version": http.server.cfg.version})
+
+
+def _trickle(http: Handler, body: bytes) -> None:
+    """The 'models-trickle' fault: headers at once, then the body one byte a second."""
+    http.send_response(200)
+    http.send_header("content-type", "application/json")
+    http.send_header("content-length", str(len(body)))
+    http.end_headers()
+    for i in range(len(body)):
+        if not http.alive() or http.server.stop.wait(0 if i == 0 else 1.0):
+            break
+        http.wfile.write(body[i : i + 1])
+        http.wfile.flush()
+    http.close_connection = True
+
+
+def models(http: Handler) -> None:
+    cfg = http.server.cfg
+    created = int(time.time())
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": cfg.model,
+            "parent": None,
+            "max_model_len": cfg.max_model_len,
+            "permission": [
+                {
+                    "id": f"modelperm-{uuid.uuid4().hex}",
+                    "object": "model_permission",
+                    "created": created,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
+        for name in cfg.served_names
+    ]
+    if "models-trickle" in cfg.faults:
+        _trickle(http, json.dumps({"object": "list", "data": data}).encode())
+        return
+    http.send_json(200, {"object": "list", "data": data})
+
+
+def metrics(http: Handler) -> None:
+    body = http.server.engine.render_metrics().encode()
+    http.send_body(200, body, "text/plain; version=0.0.4; charset=utf-8")
+
+
+def _check_model(http: Handler, body: dict) -> None:
+    model = body.get("model")
+    if model not in (None, "") and model not in http.server.cfg.served_names:
+        raise HTTPError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+
+
+def tokenize(http: Handler) -> None:
+    body = http.read_json()
+    _check_model(http, body)
+    if "messages" in body:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise bad_request("messages must be a list")
+        text = tokenizer.render_chat(messages, body.get("tools"))
+    elif "prompt" in body:
+        text = str(body.get("prompt"))
+    else:
+        raise bad_request("Either prompt or messages is required")
+    pieces = tokenizer.tokenize(text)
+    ids = [tokenizer.token_id(p) for p in pieces]
+    with http.server.vocab_lock:
+        if len(http.server.vocab) < 1_000_000:
+            http.server.vocab.update({tokenizer.token_id(p): p for p in pieces})
+    http.send_json(
+        200,
+        {
+            "count": len(pieces),
+            "max_model_len": http.server.cfg.max_model_len,
+            "tokens": ids,
+            "token_strs": pieces if body.get("return_token_strs") else None,
+        },
+    )
+
+
+def detokenize(http: Handler) -> None:
+    body = http.read_json()
+    _check_model(http, body)
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list):
+        raise bad_request("tokens must be a list of integers")
+    with http.server.vocab_lock:
+        text = "".join(http.server.vocab.get(t, "<unk>") for t in tokens)
+    http.send_json(200, {"prompt": text})
+
+
+# ---- generation ------------------------------------------------------------------------------
+def chat(http: Handler) -> None:
+    _complete(http, _chat_request, chat=True)
+
+
+def completions(http: Handler) -> None:
+    _complete(http, _completion_request, chat=False)
+
+
+def _complete(
+    http: Handler,
+    read: Callable[[Handler, dict, int | None], tuple[dict, list, Plan, int | None]],
+    chat: bool,
+) -> None:
+    """What chat and completions share: the preamble, the request's own fields (``read`` checks
+    them and gives the body, the prompt's pieces, the plan and max_tokens), the admission, then
+    the run and the reply."""
+    preamble = _read_generation(http)
+    if preamble is None:
+        return
+    body, pieces, plan, max_tokens = read(http, *preamble)
+    if _admit(http, pieces, max_tokens):
+        generate(http, body, pieces, plan, max_tokens, chat)
+
+
+def _chat_request(http: Handler, body: dict, max_tokens: int | None) -> tuple[dict, list, Plan, int | None]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("messages: Field required (a non-empty list)", "messages")
+    if not all(isinstance(m, dict) for m in messages):
+        raise bad_request("messages: every message must be an object", "messages")
+    tools = body.get("tools") or None
+    if tools is not None and not isinstance(tools, list):
+        raise bad_request("tools must be a list", "tools")
+    tool_choice = _tool_choice(http, body, tools)
+    pieces = tokenizer.tokenize(tokenizer.render_chat(messages, tools))
+    body = dict(body, tool_choice=tool_choice) if tools else body
+    return body, pieces, make_plan(http.server.cfg, body, messages, max_tokens), max_tokens
+
+
+def _completion_request(
+    http: Handler, body: dict, max_tokens: int | None
+) -> tuple[dict, list, Plan, int | None]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list):
+        prompt = "".join(str(p) for p in prompt)
+    if not isinstance(prompt, str):
+        raise bad_request("prompt: Field required", "prompt")
+    if max_tokens is None:
+        max_tokens = http.server.cfg.default_max_tokens
+    pieces = tokenizer.tokenize(prompt)
+    return body, pieces, completion_plan(http.server.cfg, prompt, max_tokens), max_tokens
+
+
+def _read_generation(http: Handler) -> tuple[dict, int | None] | None:
+    """The preamble of chat and completions: the body and its ``max_tokens`` (None: no limit asked),
+    after the 'http-500' fault, the refused fields and the model; None when already answered."""
+    if "http-500" in http.server.cfg.faults:
+        http.read_body()
+        http.send_json(500, engine_failure())
+        return None
+    body = http.read_json()
+    for name in sorted(http.server.cfg.reject_fields & set(body)):
+        detail = [
+            {
+                "type": "extra_forbidden",
+                "loc": ("body", name),
+                "msg": "Extra inputs are not permitted",
+                "input": body[name],
+            }
+        ]
+        raise bad_request(str(detail), name)
+    _check_model(http, body)
+    max_tokens = body.get("max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = body.get("max_tokens")
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
+        raise bad_request(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+    return body, max_tokens
+
+
+def _tool_choice(http: Handler, body: dict, tools: list | None) -> object:
+    """The request's tool choice ("auto" when tools come without one), refused as vLLM refuses it."""
+    tool_choice = body.get("tool_choice")
+    if tools and tool_choice is None:
+        tool_choice = "auto"
+    if tool_choice == "auto" and tools and not http.server.cfg.auto_tool_choice:
+        raise bad_request(
+            '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+            "tool_choice",
+        )
+    if tool_choice not in (None, "auto", "none", "required") and not isinstance(tool_choice, dict):
+        raise bad_request(f"Invalid tool_choice: {tool_choice!r}", "tool_choice")
+    if tool_choice not in (None, "none") and not tools:
+        raise bad_request("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    if isinstance(tool_choice, dict):
+        wanted = (tool_choice.get("function") or {}).get("name")
+        names = [(t.get("function") or {}).get("name") for t in tools or []]
+        if wanted not in names:
+            raise bad_request(f"Tool '{wanted}' has not been passed in `tools`.", "tool_choice")
+    return tool_choice
+
+
+def _admit(http: Handler, pieces: list, max_tokens: int | None) -> bool:
+    """The context-length check; False when the 'silent' fault holds the request unanswered."""
+    limit = http.server.cfg.max_model_len
+    n_prompt = len(pieces)
+    if n_prompt >= limit:
+        raise bad_request(
+            f"This model's maximum context length is {limit} tokens. However, your "
+            f"request has {n_prompt} input tokens. Please reduce the length of the "
+            "input messages.",
+            "input_tokens",
+        )
+    if max_tokens is not None and n_prompt + max_tokens > limit:
+        raise bad_request(
+            f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
+            f"model's maximum context length is {limit} tokens and your request has "
+            f"{n_prompt} input tokens ({max_tokens} > {limit} - {n_prompt}).",
+            "max_tokens",
+        )
+    if "silent" not in http.server.cfg.faults:
+        return True
+    # The 'silent' fault: the request was read; nothing is ever sent back.
+    while http.alive():
+        if http.server.stop.wait(0.1):
+            break
+    http.close_connection = True
+    return False
+
+
+def generate(http: Handler, body: dict, pieces: list, plan: Plan, max_tokens: int | None, chat: bool) -> None:
+    """Run the request through the engine and answer it: chunk by chunk as its tokens come
+    (``"stream": true``), or in one body when it is done."""
+    planned = len(plan.tokens) if max_tokens is None else max_tokens
+    req = SimRequest(
+        request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
+        prompt_pieces=pieces,
+        plan=plan,
+        reserve=len(pieces) + planned,
+    )
+    reply = Reply.of(http.server.cfg, req, chat)
+    engine = http.server.engine
+    if body.get("stream"):
+        stream = ChunkStream(http, reply, body)
+        # Headers go out at once (so access logs say 200 even if the engine never
+        # schedules the request, as in the Ascend article); the body waits.
+        stream.start()
+        engine.execute(req, stream.on_token, http.alive)
+        stream.finish()
+        return
+    collected: list = []
+
+    def collect(_i: int, channel: str, piece: str) -> None:
+        reply.count(channel)
+        collected.append((channel, piece))
+
+    engine.execute(req, collect, http.alive)
+    http.send_json(200, reply.chat_body(collected) if chat else reply.completion_body(collected))
+
+
+ROUTES: dict[tuple[str, str], Callable[[Handler], None]] = {
+    ("GET", "/health"): health,
+    ("GET", "/ping"): health,
+    ("POST", "/ping"): health,
+    ("GET", "/version"): version,
+    ("GET", "/v1/models"): models,
+    ("GET", "/metrics"): metrics,
+    ("POST", "/tokenize"): tokenize,
+    ("POST", "/detokenize"): detokenize,
+    ("POST", "/v1/chat/completions"): chat,
+    ("POST", "/v1/completions"): completions,
+    ("GET", "/sim/faults"): sim_faults,
+    ("PUT", "/sim/faults"): sim_faults,
+}
