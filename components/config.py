@@ -46,7 +46,7 @@ from components.front_tls import (
 from components.key_strength import MIN_GUESSES_LOG10, guesses_log10
 from components.profiles import PROFILES, HardwareFacts, spoken_list
 from components.vllm_flags import ENV_NAME, env_name_problems, extra_args_problems
-from policy.glm_policies import binds_all_interfaces, is_relaxed_stack, unpinned_reason
+from policy.glm_policies import binds_all_interfaces, is_loopback, is_relaxed_stack, unpinned_reason
 
 # vLLM's own default for VLLM_ENGINE_READY_TIMEOUT_S (vLLM >= 0.14; SPEC §3).
 VLLM_DEFAULT_ENGINE_READY_TIMEOUT_S = 600
@@ -1109,18 +1109,6 @@ def _check_ports(c: StackConfig) -> str | None:
 DOCKER_BRIDGE_GATEWAY = "172.17.0.1"
 """Docker's default bridge gateway: what ``host-gateway`` (the front's ``host.docker.internal``)
 resolves to unless dockerd sets ``--bip`` or ``--host-gateway-ip``."""
-
-
-def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(host.strip().strip("[]").split("/")[0])
-    except ValueError:
-        return None
-
-
-def is_loopback(host: str) -> bool:
-    address = _address(host)
-    return host.strip().lower() == "localhost" or (address is not None and address.is_loopback)
 
 
 def _check_vllm_not_exposed(c: StackConfig) -> str | None:

@@ -528,10 +528,15 @@ def volumes_retained(resource: Resource, config: Mapping[str, Any]) -> list[str]
 # --- 7. front-tls-on-public-bind ----------------------------------------------------------------
 
 
-def _is_loopback(ip: Any) -> bool:
-    text = str(ip).strip().strip("[]")
+def is_loopback(host: Any) -> bool:
+    """``localhost`` or a loopback address (a CIDR suffix ignored); the config's rules share it.
+
+    >>> [is_loopback(h) for h in ("localhost", "127.0.0.1", "[::1]", "127.0.0.1/8", "10.0.0.5", None)]
+    [True, True, True, True, False, False]
+    """
+    text = str(host).strip().strip("[]").split("/")[0]
     try:
-        return text == "localhost" or ipaddress.ip_address(text).is_loopback
+        return text.lower() == "localhost" or ipaddress.ip_address(text).is_loopback
     except ValueError:
         return False
 
@@ -544,7 +549,7 @@ def front_tls_on_public_bind(resource: Resource, config: Mapping[str, Any]) -> l
     for port in resource.known("ports", []):
         if port is UNKNOWN or port.get("ip") is UNKNOWN:
             raise Undecidable(f"{resource.name}: the bind address of its port is not known yet")
-        if not _is_loopback(port.get("ip")):
+        if not is_loopback(port.get("ip")):
             public.append(f"{port.get('ip') or 'all interfaces'}:{_port(port.get('external'))}")
     found = labels(resource)
     if not public or found.get(TLS_LABEL) == "on" or found.get(PLAIN_HTTP_LABEL[0]) == PLAIN_HTTP_LABEL[1]:

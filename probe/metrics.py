@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from components.gate import metrics as prom
+from components.gate.metrics import KV_INFO as KV_INFO  # the probe reads it as metrics.KV_INFO
 from components.gate.metrics import Sample
 
-KV_INFO = "vllm:cache_config_info"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 WAITING_BY_REASON = "vllm:num_requests_waiting_by_reason"
