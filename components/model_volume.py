@@ -43,6 +43,24 @@ def download_script(model: ModelConfig) -> str:
     return f"set -eu\nmkdir -p {dest}\n{fetch}\n" + verify_script(model)
 
 
+def cache_volume_name(container_name: str) -> str:
+    """The JIT cache volume's Docker name, from the serving container's (``glm:container.name``).
+
+    >>> cache_volume_name("glm53-flash")
+    'glm53-flash-jit-cache'
+    """
+    return f"{container_name}-jit-cache"
+
+
+def weights_and_cache(model: ModelConfig, container_name: str) -> list[tuple[str, str, bool]]:
+    """(source, target, read only) of the serving container's two mounts: the weights folder
+    (read-only bind) and the JIT cache volume. ``ops debug`` renders the same as ``-v``."""
+    return [
+        (model.host_dir, model.mount_path, True),
+        (cache_volume_name(container_name), CACHE_MOUNT_PATH, False),
+    ]
+
+
 class ModelVolume(pulumi.ComponentResource):
     """Mounts for the serving container: weights read-only and the persistent JIT cache."""
 
@@ -66,7 +84,7 @@ class ModelVolume(pulumi.ComponentResource):
         child = pulumi.ResourceOptions(parent=self)
         self.cache = docker.Volume(
             f"{name}-jit-cache",
-            name=f"{container_name}-jit-cache",
+            name=cache_volume_name(container_name),
             labels=[docker.VolumeLabelArgs(label="glm53.role", value="jit-cache")],
             opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
         )
@@ -80,10 +98,9 @@ class ModelVolume(pulumi.ComponentResource):
                 child,
             )
         self.cache_volume_name = self.cache.name
+        (weights, target, _), (_, cache_target, _) = weights_and_cache(model, container_name)
         self.mounts = [
-            docker.ContainerMountArgs(
-                type="bind", source=model.host_dir, target=model.mount_path, read_only=True
-            ),
-            docker.ContainerMountArgs(type="volume", source=self.cache.name, target=CACHE_MOUNT_PATH),
+            docker.ContainerMountArgs(type="bind", source=weights, target=target, read_only=True),
+            docker.ContainerMountArgs(type="volume", source=self.cache.name, target=cache_target),
         ]
         self.register_outputs({"cache_volume_name": self.cache_volume_name})

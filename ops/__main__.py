@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from components.config import (
-    CACHE_MOUNT_PATH,
     SECRET_KEYS,
     SecretInputs,
     StackConfig,
@@ -33,6 +32,7 @@ from components.config import (
 )
 from components.front_tls import front_tls
 from components.gate.startup import is_error, milestone
+from components.model_volume import weights_and_cache
 from components.target import docker_ssh_opts
 from components.vllm_server import render_argv, render_serving
 from ops.rollback import rollback
@@ -214,12 +214,8 @@ def debug_run(config: StackConfig, image: str, deployed_argv: list[str], port: i
         args += ["--gpus", "all"]
     for device in serving.devices:
         args += ["--device", device]
-    args += [
-        "-v",
-        f"{config.model.host_dir}:{config.model.mount_path}:ro",
-        "-v",
-        f"{c.name}-jit-cache:{CACHE_MOUNT_PATH}",
-    ]
+    for source, target, read_only in weights_and_cache(config.model, c.name):
+        args += ["-v", f"{source}:{target}{':ro' if read_only else ''}"]
     for m in serving.mounts:
         args += ["-v", f"{m.source}:{m.target}{':ro' if m.read_only else ''}"]
     args += ["--shm-size", c.shm_size] if c.shm_size else []

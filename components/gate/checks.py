@@ -808,8 +808,10 @@ class _Gate:
 
     # -- the run --
 
-    def run(self) -> dict[str, Any]:
-        steps = {
+    def step_methods(self) -> dict[str, Callable[[], None]]:
+        """Each step's check, readiness (the wait) first: the one table of steps."""
+        return {
+            "readiness": self.wait_ready,
             "models": self.check_models,
             "arithmetic": self.check_arithmetic,
             "tool_call": self.check_tool_call,
@@ -817,8 +819,11 @@ class _Gate:
             "front_auth": self.check_front_auth,
             "streaming": self.check_streaming,
         }
+
+    def run(self) -> dict[str, Any]:
+        steps = self.step_methods()
         try:
-            self.timed("readiness", self.wait_ready)
+            self.timed("readiness", steps["readiness"])
             for step in ALL_SMOKE_STEPS:
                 if step not in self.steps:
                     self.skipped[step] = "not in glm:smoke.steps"
@@ -894,15 +899,7 @@ def check_steps(
     caps the chats. ``metrics_key``: sent to ``metrics_url`` (a replica's guard wants its key there).
     """
     gate = _Gate(params, api_key, progress, metrics_key)
-    methods: dict[str, Callable[[], None]] = {
-        "readiness": gate.wait_ready,
-        "models": gate.check_models,
-        "arithmetic": gate.check_arithmetic,
-        "tool_call": gate.check_tool_call,
-        "kv_pool": gate.check_kv_pool,
-        "front_auth": gate.check_front_auth,
-        "streaming": gate.check_streaming,
-    }
+    methods = gate.step_methods()
     try:
         for step in steps:
             started = time.monotonic()
