@@ -19,7 +19,6 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import pulumi
 import pulumi_docker as docker
@@ -34,33 +33,15 @@ from components.config import (
 )
 from components.nginx_reload import ROTATION_DIR, STATUS_DIR, NginxReload, secrets_digest
 from components.target import exec_ssh
+from components.template import render_file
 from components.vllm_server import upstream_hosts
 
 CONTAINER_PORT = 8080
+"""Port Nginx listens on inside its container; the host port is ``glm:front.port``."""
 STATUS_PORT = 9146
 """The front's status port: the rotation's state for the stack's Prometheus (``/metrics``). Never
 published: only containers on the stack's private network reach it."""
 STATUS_FILE = f"{STATUS_DIR}/rotation.prom"
-_STATUS_SERVER = """
-    # The rotation's state and history (components/rotation.py) for the stack's Prometheus, on the
-    # private network only: this port is never published.
-    server {
-        listen {{status_listen}};
-        access_log off;
-        location = /metrics {
-            if ($request_method != GET) {
-                return 405;
-            }
-            default_type "text/plain; version=0.0.4";
-            alias {{status_file}};
-        }
-        location / {
-            return 404;
-        }
-    }
-"""
-"""Port Nginx listens on inside its container; the host port is ``glm:front.port``."""
-TEMPLATE = Path(__file__).parent / "templates" / "nginx.conf"
 CONF_FILE = "nginx.conf"
 API_KEYS_FILE = "api-keys.map"
 METRICS_KEYS_FILE = "metrics-keys.map"
@@ -153,29 +134,6 @@ def _key_regex(key: str) -> str:
     return f"~^Bearer {escaped}$"
 
 
-_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
-
-
-def render_template(template: str, values: Mapping[str, str]) -> str:
-    r"""Fill ``{{name}}`` placeholders; a line holding only a placeholder that is empty is left out.
-
-    Strict both ways, so a renamed placeholder cannot silently render an empty directive:
-
-    >>> render_template("a {{x}};\n{{opt}}\nb;\n", {"x": "1", "opt": ""})
-    'a 1;\nb;\n'
-    """
-    wanted = set(_PLACEHOLDER.findall(template))
-    if wanted != set(values):
-        raise ValueError(f"template placeholders {sorted(wanted)} do not match the values {sorted(values)}")
-    lines = []
-    for line in template.splitlines(keepends=True):
-        alone = _PLACEHOLDER.fullmatch(line.strip())
-        if alone and values[alone[1]] == "":
-            continue
-        lines.append(_PLACEHOLDER.sub(lambda m: values[m[1]], line))
-    return "".join(lines)
-
-
 def render_key_map(keys: Mapping[str, str]) -> str:
     r"""The ``map`` entries of ``api-keys.map`` / ``metrics-keys.map``, sorted by name.
 
@@ -248,24 +206,6 @@ TLS12_CIPHERS = ":".join(
 """Mozilla's "intermediate" TLS 1.2 suites (ssl-config.mozilla.org, guideline 5.7) less the DHE
 ones, which need a dhparam file: forward secrecy and AEAD only, no SHA-1 or CBC suite. TLS 1.3's
 suites are all modern and not set by ``ssl_ciphers``."""
-
-_SSL = """        ssl_certificate {{certificate}};
-        ssl_certificate_key {{key}};
-        ssl_protocols TLSv1.2 TLSv1.3;
-        ssl_ciphers {{ciphers}};
-        ssl_prefer_server_ciphers off;
-        ssl_session_cache shared:tls:10m;
-        ssl_session_timeout 1d;
-        # A ticket key lives as long as the nginx master and would decrypt every session resumed
-        # with it: no forward secrecy for TLS 1.2. The session cache above resumes without one.
-        ssl_session_tickets off;
-"""
-
-_ROUTE = """        location = {{route}} {
-            auth_request /_glm_auth/api;
-            proxy_pass {{scheme}}://vllm{{route}};
-        }
-"""
 
 
 def _upstream_servers(upstream: Sequence[str] | None, rotation_dir: str) -> str:
@@ -344,12 +284,12 @@ def _render(
     # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
     scheme = "https" if guarded and tls_paths is not None else "http"
     routes = "".join(
-        render_template(_ROUTE, {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
+        render_file("nginx-route.conf", {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
     )
     ssl = ""
     if tls_paths is not None:
-        ssl = render_template(
-            _SSL, {"certificate": tls_paths[0], "key": tls_paths[1], "ciphers": TLS12_CIPHERS}
+        ssl = render_file(
+            "nginx-ssl.conf", {"certificate": tls_paths[0], "key": tls_paths[1], "ciphers": TLS12_CIPHERS}
         ).rstrip("\n")
     values = {
         "worker_processes": str(WORKER_PROCESSES),
@@ -377,14 +317,14 @@ def _render(
         "send_timeout": str(front.send_timeout_seconds),
         "health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS),
         "routes": routes,
-        "status_server": render_template(
-            _STATUS_SERVER, {"status_listen": status_listen, "status_file": STATUS_FILE}
+        "status_server": render_file(
+            "nginx-status.conf", {"status_listen": status_listen, "status_file": STATUS_FILE}
         )
         if upstream is None
         else "",
         **{f"error_{code}": body for code, body in _errors(front).items()},
     }
-    return render_template(TEMPLATE.read_text(), values)
+    return render_file("nginx.conf", values)
 
 
 def _indented(entries: str) -> str:

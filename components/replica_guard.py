@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -50,15 +49,14 @@ from components.nginx_front import (
     front_fingerprint,
     openai_error,
     render_key_map,
-    render_template,
 )
 from components.nginx_reload import START_COMMAND, NginxReload, secrets_digest
 from components.replica_tls import TLS_NAME, ReplicaCertificate
 from components.secrets import GeneratedKey
 from components.target import exec_ssh
+from components.template import render_file
 from components.vllm_server import ServingSpec
 
-TEMPLATE = Path(__file__).parent / "templates" / "replica-guard.conf"
 CONTAINER_PORT = 8080
 """Port the guard listens on inside its container; the host port is ``serving.port``."""
 KEY_FILE = "replica-key.map"
@@ -83,23 +81,6 @@ _LOG_FIELDS = {
     "upstream_status": "$upstream_status",
     "upstream_response_time": "$upstream_response_time",
 }
-
-_SSL = """        ssl_certificate {{certificate}};
-        ssl_certificate_key {{key}};
-        ssl_protocols TLSv1.2 TLSv1.3;
-        ssl_session_cache shared:tls:10m;
-        ssl_session_timeout 1d;"""
-
-_ROUTE = """        location = {{route}} {
-{{read_only}}
-            proxy_pass http://vllm{{route}};
-        }
-"""
-
-_READ_ONLY = f"""            if ($request_method != GET) {{
-                return 405;
-            }}
-            proxy_read_timeout {HEALTH_READ_TIMEOUT_SECONDS}s;"""
 
 
 def _check_key(key: str) -> None:
@@ -141,8 +122,12 @@ def render_guard_conf(
     log_format = json.dumps(_LOG_FIELDS, separators=(",", ":"))
     for numeric in ("status", "bytes_sent", "request_time"):
         log_format = log_format.replace(f'"${numeric}"', f"${numeric}")
+    read_only = render_file("guard-read-only.conf", {"health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS)})
     routes = "".join(
-        render_template(_ROUTE, {"route": r, "read_only": _READ_ONLY if r in READ_ONLY_ROUTES else ""})
+        render_file(
+            "guard-route.conf",
+            {"route": r, "read_only": read_only.rstrip("\n") if r in READ_ONLY_ROUTES else ""},
+        )
         for r in GUARD_ROUTES
     )
     values = {
@@ -155,7 +140,9 @@ def render_guard_conf(
         "keepalive": str(front.keepalive),
         "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
         "listen": f"{listen} ssl" if tls else listen,
-        "ssl": render_template(_SSL, {"certificate": TLS_CERT, "key": TLS_KEY}) if tls else "",
+        "ssl": render_file("guard-ssl.conf", {"certificate": TLS_CERT, "key": TLS_KEY}).rstrip("\n")
+        if tls
+        else "",
         "max_body_size": front.max_body_size,
         "upstream_connect_timeout": str(UPSTREAM_CONNECT_TIMEOUT_SECONDS),
         "read_timeout": str(front.read_timeout_seconds),
@@ -163,7 +150,7 @@ def render_guard_conf(
         "routes": routes,
         **{f"error_{code}": body for code, body in _errors(front).items()},
     }
-    return render_template(TEMPLATE.read_text(), values)
+    return render_file("replica-guard.conf", values)
 
 
 def render_guard_files(

@@ -41,7 +41,7 @@ from components.nginx_reload import (
     container_exec_argv,
     docker_argv,
 )
-from components.shell import shell_program
+from components.template import shell_program
 from components.vllm_server import REPLICA_LABEL
 
 SCRIPT = shell_program(

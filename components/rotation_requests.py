@@ -25,7 +25,7 @@ import base64
 
 from components.nginx_reload import CONF_ROOT, START_COMMAND
 from components.rotation import SCRIPT as ROTATION_SCRIPT
-from components.shell import shell_program
+from components.template import shell_program
 
 FRONT_REQUESTS_DIR = f"{CONF_ROOT}/rotation-requests"
 """Where the front container mounts the requests volume (beside, not inside, the rotation state)."""
@@ -36,7 +36,7 @@ RUNTIME_DIR = "/run/glm53"
 _SCRIPT_PATH = f"{RUNTIME_DIR}/rotation.sh"
 _LOOP_PATH = f"{RUNTIME_DIR}/rotation-requests.sh"
 LOOP = shell_program(
-    "rotation-requests.sh", {"REQUESTS": FRONT_REQUESTS_DIR, "SCRIPT": _SCRIPT_PATH}, front=False
+    "rotation-requests.sh", {"REQUESTS": FRONT_REQUESTS_DIR, "SCRIPT": _SCRIPT_PATH}, nginx=False
 )
 
 

@@ -46,10 +46,10 @@ from components.nginx_front import (
     render_front_files,
     render_nginx_conf,
     render_release_conf,
-    render_template,
 )
 from components.nginx_reload import START_COMMAND
 from components.profiles import PROFILES
+from components.template import render_template
 from tests.conftest import PROJECT, TEST_HOST_KEY, construct, redacted
 from tests.engine import free_port
 

@@ -1,5 +1,5 @@
 # shellcheck shell=sh
-# What every shell program run in the front container shares (components/shell.py puts it first):
+# What every shell program run in the front container shares (components/template.py puts it first):
 # finding nginx's master and workers, and a graceful reload that returns once the new workers run.
 
 # A process's title (nginx sets "nginx: master process ...", "nginx: worker process").

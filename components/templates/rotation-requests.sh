@@ -1,7 +1,8 @@
 # shellcheck shell=sh
+# shellcheck disable=SC1083 # the doubled braces are placeholders components/template.py fills
 # The front's request loop (components/rotation_requests.py): the semantic probe's only way to
 # change the rotation. Started in the background by the front container's command, before nginx
-# replaces that shell as PID 1. The probe writes one file per replica into __REQUESTS__ (a volume
+# replaces that shell as PID 1. The probe writes one file per replica into {{REQUESTS}} (a volume
 # shared with the probe and nothing else of the front), `<replica>.req`, holding one line:
 #
 #   eject REPLICA SINCE TEXT   out of rotation (rotation.sh eject: only a replica in rotation
@@ -10,8 +11,8 @@
 #
 # Anything else is refused and logged. The loop never restarts, never reads or writes anything but
 # this directory and the rotation (through rotation.sh itself, under its lock).
-requests=__REQUESTS__
-script=__SCRIPT__
+requests={{REQUESTS}}
+script={{SCRIPT}}
 mkdir -p "$requests"
 chown 65534:65534 "$requests"
 chmod 0700 "$requests"

@@ -1,4 +1,5 @@
 # shellcheck shell=sh
+# shellcheck disable=SC1083 # the doubled braces are placeholders components/template.py fills
 # The front's rotation: which replicas nginx sends requests to. Run inside the front container by
 # components/rotation.py, as `sh -c "<this file>" sh COMMAND REPLICA [ARGS]`:
 #
@@ -15,21 +16,21 @@
 #                                 (a gate, a drain) changed it since
 #
 # eject and readmit are what the front's request loop runs for the probe (rotation-requests.sh);
-# every other command is pulumi's and clears the probe's mark (__ROOT__/<replica>.ejected-by), so
+# every other command is pulumi's and clears the probe's mark ({{ROOT}}/<replica>.ejected-by), so
 # the probe can never re-admit a replica that a failed gate or a drain keeps out.
 #
 # REASON is the JSON body the front answers (503) while no replica is in rotation. The state lives
 # beside the front's releases, so a config release (keys, TLS, limits) never changes it:
-#   __ROOT__/<replica>.address   host:port      __ROOT__/<replica>.state   in | out
-#   __ROOT__/<replica>.reason    the JSON body  __ROOT__/upstream.conf     what nginx.conf includes
-#   __ROOT__/reason.map          the body of the 503 when no replica is in rotation
-#   __ROOT__/<replica>.events.<event>   how many times, and when last (epoch seconds)
+#   {{ROOT}}/<replica>.address   host:port      {{ROOT}}/<replica>.state   in | out
+#   {{ROOT}}/<replica>.reason    the JSON body  {{ROOT}}/upstream.conf     what nginx.conf includes
+#   {{ROOT}}/reason.map          the body of the 503 when no replica is in rotation
+#   {{ROOT}}/<replica>.events.<event>   how many times, and when last (epoch seconds)
 # and, for the stack's Prometheus (the front serves it on its private status port), the state and
-# the history of every replica: __STATUS__/rotation.prom.
+# the history of every replica: {{STATUS}}/rotation.prom.
 set -eu
-root=__ROOT__
-status=__STATUS__
-conf=__CURRENT_CONF__
+root={{ROOT}}
+status={{STATUS}}
+conf={{CURRENT_CONF}}
 command=$1
 replica=${2:-}
 mkdir -p "$root"
@@ -103,7 +104,7 @@ render() {
     name=${f##*/}
     name=${name%.address}
     if [ "$(cat "$root/$name.state" 2>/dev/null)" = in ]; then
-      echo "server $(cat "$f") max_fails=__MAX_FAILS__ fail_timeout=__FAIL_TIMEOUT__s;" >> "$root/upstream.conf.new"
+      echo "server $(cat "$f") max_fails={{MAX_FAILS}} fail_timeout={{FAIL_TIMEOUT}}s;" >> "$root/upstream.conf.new"
       serving=$((serving + 1))
     else
       echo "server $(cat "$f") down;" >> "$root/upstream.conf.new"
@@ -134,8 +135,8 @@ render() {
     printf 'nginx -t refused the new rotation, so it was not loaded; the front keeps its current one.\n%s\n' "$out" >&2
     exit 3
   fi
-  if ! reload_nginx __TRIES__; then
-    echo "nginx did not load the new rotation within __WAIT__ s; see the front's log (docker logs)" >&2
+  if ! reload_nginx {{TRIES}}; then
+    echo "nginx did not load the new rotation within {{WAIT}} s; see the front's log (docker logs)" >&2
     exit 4
   fi
   publish

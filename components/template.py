@@ -1,0 +1,68 @@
+"""The one template engine of the stack: ``{{name}}`` placeholders in files under
+``components/templates/`` (nginx.conf, the guard's conf, their snippets, and every shell program
+the stack runs on a host).
+
+Why not Jinja2: the templates hold no logic; every choice (TLS or not, which routes, which
+replicas) is made in typed, tested Python, which fills plain placeholders. What an engine must do
+here is be strict: a placeholder without a value, or a value without a placeholder, is an error,
+so a renamed placeholder can never render an empty directive. ``{{NAME}}`` is also a plain word to
+``sh`` and to ``shellcheck`` (``root={{ROOT}}`` is an assignment), so the shell programs stay
+``.sh`` files that ``make lint`` checks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+TEMPLATES = Path(__file__).parent / "templates"
+FRONT_LIBRARY = "nginx-workers.sh"
+"""What every shell program run in an nginx container starts with: its workers and the reload."""
+_PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
+
+
+def render_template(template: str, values: Mapping[str, str]) -> str:
+    r"""Fill ``{{name}}`` placeholders; a line holding only a placeholder that is empty is left out.
+
+    Strict both ways, so a renamed placeholder cannot silently render an empty directive:
+
+    >>> render_template("a {{x}};\n{{opt}}\nb;\n", {"x": "1", "opt": ""})
+    'a 1;\nb;\n'
+    """
+    wanted = set(_PLACEHOLDER.findall(template))
+    if wanted != set(values):
+        raise ValueError(f"template placeholders {sorted(wanted)} do not match the values {sorted(values)}")
+    lines = []
+    for line in template.splitlines(keepends=True):
+        alone = _PLACEHOLDER.fullmatch(line.strip())
+        if alone and values[alone[1]] == "":
+            continue
+        lines.append(_PLACEHOLDER.sub(lambda m: values[m[1]], line))
+    return "".join(lines)
+
+
+def template(name: str) -> str:
+    """The text of ``components/templates/<name>``."""
+    return (TEMPLATES / name).read_text()
+
+
+def render_file(name: str, values: Mapping[str, str]) -> str:
+    return render_template(template(name), values)
+
+
+def shell_program(name: str, values: Mapping[str, str], *, nginx: bool = True) -> str:
+    """``templates/<name>`` filled; ``nginx``: run in an nginx container, so
+    :data:`FRONT_LIBRARY` goes first.
+
+    >>> "reload_nginx()" in shell_program("release.sh", {"ROOT": "/r", "TRIES": "1", "WAIT": "1", "DIGEST": "d"})
+    True
+    """
+    text = render_file(name, values)
+    return template(FRONT_LIBRARY) + "\n" + text if nginx else text
+
+
+def sources_text(*names: str) -> str:
+    """The text of the named templates and the library, for a provider's source hash: a change to
+    a program it runs re-delivers what depends on it."""
+    return "".join(template(n) for n in (FRONT_LIBRARY, *names))
