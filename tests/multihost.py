@@ -3,10 +3,11 @@ benchmarks/multihost_scale.py."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import httpx
 import yaml
 
 from tests.engine import PulumiProject
-from tests.standin_host import StandinHost
+from tests.standin_host import StandinHost, link_private_network
 
 LOAD_MAX_REQUESTS = 8000
 LOAD_MAX_SECONDS = 600.0
@@ -37,6 +38,17 @@ def load_images(hosts: list[StandinHost], directory: Path) -> None:
                 raise RuntimeError(f"loading the images into {host.name} failed: {loaded.stderr}")
     finally:
         archive.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def standin_fleet(count: int, images_dir: Path, lifetime_s: float = 3600) -> Iterator[list[StandinHost]]:
+    """``count`` stand-in hosts on one private network, the local images loaded into each; gone
+    (with their containers) on exit."""
+    with contextlib.ExitStack() as stack:
+        made = [stack.enter_context(StandinHost.create(lifetime_s=lifetime_s)) for _ in range(count)]
+        link_private_network(made)
+        load_images(made, images_dir)
+        yield made
 
 
 def host_entry(host: StandinHost) -> dict[str, Any]:

@@ -16,7 +16,6 @@ Figures are printed; ``GLM_FLEET_REPORT=path`` also writes them as JSON.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -33,8 +32,8 @@ import pytest
 
 from components.nginx_reload import ROTATION_DIR
 from tests.engine import PulumiProject, engine_missing
-from tests.multihost import LoadLoop, init_stack, load_images, set_config
-from tests.standin_host import StandinHost, link_private_network, unavailable_reason
+from tests.multihost import LoadLoop, init_stack, set_config, standin_fleet
+from tests.standin_host import StandinHost, unavailable_reason
 
 pytestmark = pytest.mark.skipif(
     engine_missing() is not None or unavailable_reason() is not None,
@@ -53,10 +52,7 @@ SATURATION_SECONDS = 30.0
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[StandinHost]]:
-    with contextlib.ExitStack() as stack:
-        made = [stack.enter_context(StandinHost.create(lifetime_s=3600)) for _ in range(2)]
-        link_private_network(made)
-        load_images(made, tmp_path_factory.mktemp("images"))
+    with standin_fleet(2, tmp_path_factory.mktemp("images"), lifetime_s=3600) as made:
         yield made
 
 

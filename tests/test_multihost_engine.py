@@ -15,7 +15,6 @@ streams) with the stack's defaults for the roll (stop grace, shutdown timeout). 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -28,8 +27,15 @@ from typing import Any
 import pytest
 
 from tests.engine import PulumiProject, engine_missing
-from tests.multihost import ContainerWatch, LoadLoop, init_stack, load_images, set_config, set_hosts
-from tests.standin_host import StandinHost, link_private_network, unavailable_reason
+from tests.multihost import (
+    ContainerWatch,
+    LoadLoop,
+    init_stack,
+    set_config,
+    set_hosts,
+    standin_fleet,
+)
+from tests.standin_host import StandinHost, unavailable_reason
 
 pytestmark = pytest.mark.skipif(
     engine_missing() is not None or unavailable_reason() is not None,
@@ -42,10 +48,7 @@ FRONT_PORT = 18480
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[StandinHost]]:
-    with contextlib.ExitStack() as stack:
-        made = [stack.enter_context(StandinHost.create(lifetime_s=5400)) for _ in range(3)]
-        link_private_network(made)
-        load_images(made, tmp_path_factory.mktemp("images"))
+    with standin_fleet(3, tmp_path_factory.mktemp("images"), lifetime_s=5400) as made:
         yield made
 
 

@@ -5,7 +5,6 @@ Prometheus (skipped, with the reason, where stand-in hosts cannot run)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -17,8 +16,8 @@ import pytest
 
 from components.semantic_probe import PROBE_STEPS
 from tests.engine import PulumiProject, engine_missing
-from tests.multihost import init_stack, load_images
-from tests.standin_host import StandinHost, link_private_network, unavailable_reason
+from tests.multihost import init_stack, standin_fleet
+from tests.standin_host import StandinHost, unavailable_reason
 from tests.test_semantic_probe_tls_e2e import NAME, set_pem
 from tests.tls_certs import TestCa
 
@@ -32,10 +31,7 @@ FRONT_PORT = 18490
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[StandinHost]]:
-    with contextlib.ExitStack() as stack:
-        made = [stack.enter_context(StandinHost.create(lifetime_s=3600)) for _ in range(2)]
-        link_private_network(made)
-        load_images(made, tmp_path_factory.mktemp("images"))
+    with standin_fleet(2, tmp_path_factory.mktemp("images"), lifetime_s=3600) as made:
         yield made
 
 
