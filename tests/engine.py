@@ -157,7 +157,8 @@ class PulumiProject:
             )
         if check and result.returncode != 0:
             raise AssertionError(
-                f"pulumi {' '.join(args)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+                f"pulumi {' '.join(args)} failed ({result.returncode}):\n{_diagnostics(result.stdout)}\n"
+                f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
             )
         return result.stdout + result.stderr
 

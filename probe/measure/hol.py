@@ -12,6 +12,8 @@ from probe.client import ProbeError, Reply
 from probe.measure.session import TINY_PROMPT, Session, rounded
 
 HOL_DEFAULT_MAX_TOKENS = 120_000
+MIN_PREFILL_LEFT_S = 0.25
+"""Below this much prefill left at the small request's send, the verdict is noise: inconclusive."""
 """The Ascend seed timed its 2-token request during a 120K-token prefill."""
 
 
@@ -58,10 +60,12 @@ def _judge(session: Session, out: dict[str, Any], small: Reply, big: Reply, base
     else:
         remaining = big.started + big.ttft - small.started
         out["prefill_remaining_at_send_s"] = rounded(remaining)
-        if remaining <= 0:
+        if remaining < MIN_PREFILL_LEFT_S:
+            # Shorter than the scheduling noise of a busy client: a 10 ms wait would read as blocking.
             out["blocked"] = None
             out["reason"] = (
-                "inconclusive: the prefill ended before the 2-token request went out; raise --hol-prompt-tokens"
+                f"inconclusive: {max(remaining, 0.0):.3f} s of the prefill was left when the 2-token request "
+                f"went out (under {MIN_PREFILL_LEFT_S} s); raise --hol-prompt-tokens"
             )
             return
         out["blocked_fraction"] = rounded(small.seconds / remaining)
