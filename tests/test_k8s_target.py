@@ -1,0 +1,205 @@
+"""The Kubernetes form of ``glm:target`` under mocks: every profile's stack rendered as the objects
+the API server receives (components/k8s_workload.py, components/k8s_deployment.py).
+
+Expected values come from the seeds (cards, /dev/shm) and from the same stack rendered for a
+Docker host (argv, env): the two targets must run the same ``ServingSpec``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from components.config import ConfigError, build_stack_config
+from tests.conftest import Deployment, is_secret, run_program, serving_container, unwrap
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+SERVICE = "kubernetes:core/v1:Service"
+LOCAL_DOCKER = {"name": "localhost", "dockerHost": "unix:///var/run/docker.sock"}
+FRONT_URL = "http://127.0.0.1:30080/v1"
+
+
+def k8s_target(**extra: Any) -> dict[str, Any]:
+    return {
+        "hosts": [LOCAL_DOCKER],
+        "kubernetes": {"namespace": "glm53-test", "frontUrl": FRONT_URL, "replicas": 2, **extra},
+    }
+
+
+@pytest.fixture(scope="module")
+def on_k8s() -> dict[str, Deployment]:
+    stacks = ("a800", "ascend", "rtx5090", "local")
+    return {
+        s: run_program(s, {"glm:target": k8s_target(frontNodePort=30080, cacheHostPath="/srv/jit")})
+        for s in stacks
+    }
+
+
+@pytest.fixture(scope="module")
+def on_docker() -> dict[str, Deployment]:
+    return {
+        s: run_program(s, {"glm:target": {"hosts": [LOCAL_DOCKER]}})
+        for s in ("a800", "ascend", "rtx5090", "local")
+    }
+
+
+def pod_spec(deployment: Deployment) -> dict[str, Any]:
+    return unwrap(deployment.one(DEPLOYMENT, "-vllm").inputs)["spec"]["template"]["spec"]
+
+
+def container(deployment: Deployment, name: str) -> dict[str, Any]:
+    return next(c for c in pod_spec(deployment)["containers"] if c["name"] == name)
+
+
+def flag(argv: list[str], name: str) -> str:
+    return next(a.split("=", 1)[1] for a in argv if a.startswith(f"{name}="))
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+def test_the_pods_run_the_argv_the_docker_host_runs(
+    on_k8s: dict[str, Deployment], on_docker: dict[str, Deployment], stack: str
+) -> None:
+    vllm = container(on_k8s[stack], "vllm")
+    docker_inputs = serving_container(on_docker[stack])
+    assert vllm["command"] == docker_inputs["entrypoints"] == ["vllm", "serve"]
+    assert vllm["args"] == docker_inputs["command"]
+    # Same env, less the card pinning the device plugin replaces.
+    docker_env = dict(e.split("=", 1) for e in unwrap(docker_inputs["envs"]))
+    pinning = {
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "ASCEND_RT_VISIBLE_DEVICES",
+    }
+    pod_env = {e["name"]: e["value"] for e in vllm["env"]}
+    assert pod_env == {k: v for k, v in docker_env.items() if k not in pinning}
+    assert not pinning & set(pod_env)
+
+
+@pytest.mark.parametrize(
+    ("stack", "resource", "cards"),
+    # a800 seed: 8xA800, TP 8; ascend seed: --device /dev/davinci0 … davinci7; rtx5090 seed: 8 cards, TP 8.
+    [
+        ("a800", "nvidia.com/gpu", "8"),
+        ("ascend", "huawei.com/Ascend910", "8"),
+        ("rtx5090", "nvidia.com/gpu", "8"),
+    ],
+)
+def test_cards_are_device_plugin_resources(
+    on_k8s: dict[str, Deployment], stack: str, resource: str, cards: str
+) -> None:
+    vllm = container(on_k8s[stack], "vllm")
+    assert vllm["resources"] == {"limits": {resource: cards}, "requests": {resource: cards}}
+    assert flag(vllm["args"], "--tensor-parallel-size") == cards
+
+
+def test_a_rehearsal_requests_no_card(on_k8s: dict[str, Deployment]) -> None:
+    assert "resources" not in container(on_k8s["local"], "vllm")
+    rehearsal = run_program("a800", {"glm:target": k8s_target(), "glm:rehearsal": {"enabled": True}})
+    assert "resources" not in container(rehearsal, "vllm")
+
+
+def test_dev_shm_is_a_memory_emptydir_with_the_seeds_size(on_k8s: dict[str, Deployment]) -> None:
+    spec = pod_spec(on_k8s["ascend"])
+    dshm = next(v for v in spec["volumes"] if v["name"] == "dshm")
+    # The ascend seed's `--shm-size=500g`.
+    assert dshm == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{500 * 1024}Mi"}}
+    mount = next(m for m in container(on_k8s["ascend"], "vllm")["volumeMounts"] if m["name"] == "dshm")
+    assert mount["mountPath"] == "/dev/shm"
+
+
+def test_weights_read_only_and_the_jit_cache_on_a_kept_claim(on_k8s: dict[str, Deployment]) -> None:
+    deployment = on_k8s["a800"]
+    spec = pod_spec(deployment)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["weights"]["hostPath"] == {"path": "/data/models", "type": "Directory"}  # Pulumi.a800.yaml
+    mounts = {m["name"]: m for m in container(deployment, "vllm")["volumeMounts"]}
+    assert mounts["weights"]["readOnly"] is True
+    assert volumes["jit-cache"]["persistentVolumeClaim"] == {"claimName": "glm53-jit-cache"}
+    assert mounts["jit-cache"]["mountPath"] == "/var/cache/glm53"
+    claim = deployment.one("kubernetes:core/v1:PersistentVolumeClaim")
+    volume = deployment.one("kubernetes:core/v1:PersistentVolume")
+    assert unwrap(volume.inputs)["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert unwrap(volume.inputs)["spec"]["hostPath"]["path"] == "/srv/jit"
+    assert unwrap(claim.inputs)["spec"]["volumeName"] == unwrap(volume.inputs)["metadata"]["name"]
+    for kept in (claim.name, volume.name, deployment.one("kubernetes:core/v1:Namespace").name):
+        assert deployment.options[kept].retain_on_delete is True, kept
+    assert deployment.options[deployment.one(DEPLOYMENT, "-vllm").name].retain_on_delete is not True
+
+
+def test_weights_from_a_claim_are_mounted_read_only() -> None:
+    deployment = run_program("a800", {"glm:target": k8s_target(weightsClaim="glm-weights")})
+    weights = next(v for v in pod_spec(deployment)["volumes"] if v["name"] == "weights")
+    assert weights["persistentVolumeClaim"] == {"claimName": "glm-weights", "readOnly": True}
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "local"])
+def test_a_stop_drains_inside_the_grace_period(on_k8s: dict[str, Deployment], stack: str) -> None:
+    spec = pod_spec(on_k8s[stack])
+    vllm = container(on_k8s[stack], "vllm")
+    shutdown = int(flag(vllm["args"], "--shutdown-timeout"))
+    pause = vllm["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pause == 10
+    assert spec["terminationGracePeriodSeconds"] > pause + shutdown
+    strategy = unwrap(on_k8s[stack].one(DEPLOYMENT, "-vllm").inputs)["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+def test_readiness_is_the_gate_against_the_pod_not_health(on_k8s: dict[str, Deployment]) -> None:
+    vllm = container(on_k8s["a800"], "vllm")
+    assert "readinessProbe" not in vllm
+    # /health only restarts a dead engine; the startup probe covers the seeds' long loads.
+    assert vllm["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert vllm["startupProbe"]["periodSeconds"] * vllm["startupProbe"]["failureThreshold"] >= 1800
+    probe = container(on_k8s["a800"], "gate")["readinessProbe"]["exec"]["command"]
+    assert probe[:3] == ["python3", "-m", "components.gate"]
+    args = dict(zip(probe[3::2], probe[4::2], strict=True))
+    port = flag(vllm["args"], "--port")
+    assert args["--endpoint"] == f"http://127.0.0.1:{port}/v1"
+    assert args["--metrics-url"] == f"http://127.0.0.1:{port}/metrics"
+    assert args["--served-name"] == flag(vllm["args"], "--served-model-name")
+    assert args["--max-model-len"] == flag(vllm["args"], "--max-model-len")
+    assert args["--steps"].split(",") == ["models", "arithmetic", "tool_call", "kv_pool"]
+
+
+def test_the_front_and_the_gate_go_through_the_front_service(on_k8s: dict[str, Deployment]) -> None:
+    deployment = on_k8s["local"]
+    front_service = unwrap(deployment.one(SERVICE, "-front-service").inputs)["spec"]
+    assert front_service["type"] == "NodePort" and front_service["ports"][0]["nodePort"] == 30080
+    vllm_service = unwrap(deployment.one(SERVICE, "-vllm-service").inputs)["spec"]
+    assert (
+        vllm_service["selector"]
+        == unwrap(deployment.one(DEPLOYMENT, "-vllm").inputs)["spec"]["selector"]["matchLabels"]
+    )
+    conf = unwrap(deployment.one("kubernetes:core/v1:ConfigMap").inputs)["data"]["nginx.conf"]
+    for directive in ("proxy_buffering off;", "proxy_http_version 1.1;", "include api-keys.map;"):
+        assert directive in conf
+    assert re.search(r"include /etc/glm53-front/rotation/upstream\.con\[f\];", conf)
+    keys = deployment.one("kubernetes:core/v1:Secret").inputs["stringData"]
+    assert is_secret(keys), "the key maps must be stored encrypted"
+    assert set(unwrap(keys)) == {"api-keys.map", "metrics-keys.map"}
+    gate = next(
+        r for r in deployment.of_type("pulumi-python:dynamic:Resource") if r.name.endswith("-smoke-gate")
+    )
+    assert gate.inputs["endpoint"] == FRONT_URL
+    assert deployment.outputs["endpoint"] == FRONT_URL
+
+
+def test_no_docker_container_on_kubernetes(on_k8s: dict[str, Deployment]) -> None:
+    for deployment in on_k8s.values():
+        assert deployment.of_type("docker:index/container:Container") == []
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"namespace": "GLM_53", "frontUrl": FRONT_URL}, r"glm:target\.kubernetes\.namespace='GLM_53'"),
+        ({"namespace": "glm", "frontUrl": "127.0.0.1:30080"}, r"glm:target\.kubernetes\.frontUrl"),
+        ({"namespace": "glm", "frontUrl": FRONT_URL, "frontNodePort": 80}, r"frontNodePort"),
+    ],
+)
+def test_bad_kubernetes_targets_are_refused_naming_the_key(value: dict[str, Any], message: str) -> None:
+    with pytest.raises((ConfigError, ValueError), match=message):
+        build_stack_config({"hardware": "local", "target": {"hosts": [LOCAL_DOCKER], "kubernetes": value}})
