@@ -203,7 +203,7 @@ def deployed() -> dict[str, Deployment]:
 E2E_MODULES = (
     "test_e2e.py", "test_e2e_front.py", "test_engine_gate.py", "test_engine_program.py",
     "test_first_hour.py", "test_ops.py", "test_rehearsal.py", "test_multihost_engine.py",
-    "test_semantic_probe_e2e.py",
+    "test_semantic_probe_e2e.py", "test_k8s_engine.py",
 )  # fmt: skip
 
 

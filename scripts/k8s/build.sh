@@ -152,4 +152,9 @@ if [[ -n $lacking ]]; then
 fi
 lacking=$(missing)
 [[ -z $lacking ]] || { log "still missing: $(echo $lacking)"; exit 3; }
+# Into Pulumi's plugin cache (as scripts/engine.sh does for docker and command), where a CLI is on PATH.
+if command -v pulumi >/dev/null &&
+    ! pulumi plugin ls 2>/dev/null | grep -Eq "^kubernetes +resource +$K8S_PROVIDER_VERSION "; then
+    pulumi plugin install resource kubernetes "$K8S_PROVIDER_VERSION" --file "$BIN/pulumi-resource-kubernetes" >&2
+fi
 printf '%s\n' "$BIN"

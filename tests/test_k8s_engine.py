@@ -1,0 +1,331 @@
+"""The local stack on a real one-node Kubernetes (scripts/k8s/cluster.sh), on the real engine.
+
+Skipped, with the reason, where the engine, root or the cluster cache (scripts/k8s/build.sh) is
+missing. In order: the cluster starts → ``up`` with two serving pods, each Ready only once the
+gate's checks passed against it, then the smoke gate through the front's Service → ``preview
+--expect-no-changes`` → one vLLM flag rolls under a load loop that checks every answer (0 wrong,
+0 failed, no stream cut) → a version that answers wrongly rolls: ``up`` fails, its pod never
+becomes Ready, no client sees a wrong answer or an error; ``up`` with the good config restores it
+→ destroy keeps the weights and the JIT cache's claim and files → the cluster stops leaving nothing.
+
+Figures are printed; ``GLM_K8S_REPORT=path`` also writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.engine import PROJECT, PulumiProject, engine_missing
+
+CLUSTER = PROJECT / "scripts" / "k8s" / "cluster.sh"
+BUILD = PROJECT / "scripts" / "k8s" / "build.sh"
+NAMESPACE = "glm53-e2e"
+NODE_PORT = 30080
+FRONT_URL = f"http://127.0.0.1:{NODE_PORT}/v1"
+API_KEY = "sk-k8s-e2e-5b0f3c2a9d7e41f68c3b"
+ROLL_FLAG = ("maxNumSeqs", 128)
+"""The flag the roll changes (``--max-num-seqs``): the simulator reads it, nothing else differs."""
+DEADLINE_SECONDS = 90
+"""The gate's deadline, hence each pod's start allowance and the Deployment's progress deadline."""
+
+
+def _unavailable() -> str | None:
+    if engine_missing():
+        return engine_missing()
+    if os.geteuid() != 0:
+        return "the one-node cluster needs root (network and mount namespaces, cgroups)"
+    checked = subprocess.run([str(BUILD), "--check"], capture_output=True, text=True)
+    if checked.returncode != 0:
+        return f"the Kubernetes cache is incomplete: {checked.stderr.strip()} (make k8s-build, ~15 min once)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_unavailable() is not None, reason=str(_unavailable()))
+
+REPORT: dict[str, Any] = {}
+
+
+def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> str:
+    bin_dir = subprocess.run([str(BUILD), "--check"], capture_output=True, text=True).stdout.strip()
+    result = subprocess.run(
+        [f"{bin_dir}/kubectl", "--kubeconfig", str(kubeconfig), "-n", NAMESPACE, *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Path]:
+    # The provider into Pulumi's plugin cache (a second or two when the cache is complete).
+    subprocess.run([str(BUILD)], check=True, capture_output=True, timeout=120)
+    started = time.monotonic()
+    out = subprocess.run([str(CLUSTER), "start"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    REPORT["cluster_start_s"] = round(time.monotonic() - started, 1)
+    try:
+        yield Path(out.stdout.strip().splitlines()[-1])
+    finally:
+        started = time.monotonic()
+        stopped = subprocess.run([str(CLUSTER), "stop"], capture_output=True, text=True, timeout=300)
+        REPORT["cluster_stop_s"] = round(time.monotonic() - started, 1)
+        _write_report()
+        assert stopped.returncode == 0, stopped.stderr
+        assert "nothing left" in stopped.stderr, stopped.stderr
+
+
+def _write_report() -> None:
+    print(json.dumps(REPORT, indent=2))
+    if os.environ.get("GLM_K8S_REPORT"):
+        Path(os.environ["GLM_K8S_REPORT"]).write_text(json.dumps(REPORT, indent=2))
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The weights fixture (the simulator reads none) and the cache's hostPath, under /tmp: the
+    node's own /var/lib, /run and /var/log are private to it."""
+    root = tmp_path_factory.mktemp("k8s-host")
+    weights = root / "models" / "GLM-5.3-Flash-sim"
+    weights.mkdir(parents=True)
+    (weights / "config.json").write_text('{"model_type": "glm-sim"}\n')
+    (weights / "model.safetensors.index.json").write_text('{"weight_map": {}}\n')
+    return {"models": root / "models", "weights": weights, "cache": root / "jit-cache"}
+
+
+def set_stack_config(project: PulumiProject, values: dict[str, Any]) -> None:
+    """glm:* keys written into the copy's Pulumi.local.yaml (whole keys replaced)."""
+    path = project.root / "Pulumi.local.yaml"
+    data = yaml.safe_load(path.read_text()) or {}
+    data.setdefault("config", {}).update(values)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def project(
+    cluster: Path, folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PulumiProject]:
+    project = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("k8s-project"))
+    project.run("stack", "init", "local")
+    project.run("config", "set", "--secret", "--path", "glm:apiKeys.e2e", API_KEY, "-s", "local")
+    set_stack_config(project, base_config(cluster, folders))
+    try:
+        yield project
+    finally:
+        project.run("destroy", "--yes", "-s", "local", check=False, timeout=600)
+
+
+def base_config(kubeconfig: Path, folders: dict[str, Path]) -> dict[str, Any]:
+    return {
+        "glm:target": {
+            "hosts": [{"name": "localhost", "dockerHost": "unix:///var/run/docker.sock"}],
+            "kubernetes": {
+                "kubeconfig": str(kubeconfig),
+                "namespace": NAMESPACE,
+                "frontUrl": FRONT_URL,
+                "frontNodePort": NODE_PORT,
+                "replicas": 2,
+                "cacheHostPath": str(folders["cache"]),
+                "imagePullPolicy": "Never",
+                "imageLoadCommand": f"{CLUSTER} import {{image}}",
+                "readinessPeriodSeconds": 5,
+                "preStopSeconds": 5,
+            },
+        },
+        "glm:model": {"hostDir": str(folders["models"])},
+        "glm:smoke": {"deadlineSeconds": DEADLINE_SECONDS},
+    }
+
+
+def ask(question: str = "What is 13*17?") -> str:
+    resp = httpx.post(
+        f"{FRONT_URL}/chat/completions",
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        json={
+            "model": "glm-5.3-flash",
+            "messages": [{"role": "user", "content": question}],
+            "max_tokens": 64,
+        },
+        timeout=30,
+        trust_env=False,
+    )
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["choices"][0]["message"]["content"]).strip()
+
+
+def pods(kubeconfig: Path) -> list[dict[str, Any]]:
+    listed = json.loads(
+        kubectl(kubeconfig, "get", "pods", "-l", "app.kubernetes.io/name=glm53-vllm", "-o", "json")
+    )
+    return list(listed["items"])
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+class PodWatch:
+    """Polls the serving pods while a roll runs: when each new pod was created and became Ready."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.before = {p["metadata"]["name"] for p in pods(kubeconfig)}
+        self.seen: dict[str, dict[str, float | None]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> PodWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            now = time.monotonic()
+            for pod in pods(self.kubeconfig):
+                name = pod["metadata"]["name"]
+                if name in self.before:
+                    continue
+                entry = self.seen.setdefault(name, {"created": now, "ready": None})
+                if entry["ready"] is None and ready(pod):
+                    entry["ready"] = now
+            self.stop.wait(0.5)
+
+    def seconds_to_ready(self) -> list[float | None]:
+        return [round(e["ready"] - e["created"], 1) if e["ready"] else None for e in self.seen.values()]
+
+
+def roll(
+    project: PulumiProject, kubeconfig: Path, label: str, *, expect_failure: bool = False
+) -> dict[str, Any]:
+    """``up`` while the load loop runs (from 3 s before to 3 s after): its figures and the pods'."""
+    from tests.test_multihost_engine import API_KEY as LOAD_KEY
+    from tests.test_multihost_engine import LoadLoop
+
+    assert LOAD_KEY  # the loop's own key: the stack lists it too (see test_up_…)
+    started = time.monotonic()
+    with PodWatch(kubeconfig) as watch, LoadLoop(FRONT_URL) as load:
+        time.sleep(3)
+        out = project.run(
+            "up", "--yes", "--skip-preview", "-s", "local", check=not expect_failure, timeout=900
+        )
+        up_seconds = time.monotonic() - started - 3
+        time.sleep(3)
+    figures = {
+        **load.figures(),
+        "up_s": round(up_seconds, 1),
+        "new_pods_s_to_ready": watch.seconds_to_ready(),
+        "replicas": 2,
+        "s_per_replica": round(up_seconds / 2, 1),
+    }
+    REPORT[label] = figures
+    print(label, json.dumps(figures, indent=2))
+    return {"figures": figures, "output": out}
+
+
+# ---- the lifecycle, in order --------------------------------------------------------------------
+
+
+def test_up_passes_the_gate_through_the_front_service(project: PulumiProject, cluster: Path) -> None:
+    from tests.test_multihost_engine import API_KEY as LOAD_KEY
+
+    # The load loop's key too (tests/test_multihost_engine.py's client).
+    project.run("config", "set", "--secret", "--path", "glm:apiKeys.load", LOAD_KEY, "-s", "local")
+    started = time.monotonic()
+    project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
+    REPORT["first_up_s"] = round(time.monotonic() - started, 1)
+    outputs = project.outputs("local")
+    assert outputs["endpoint"] == FRONT_URL
+    assert outputs["smoke"]["steps_run"] and "arithmetic" in outputs["smoke"]["steps_run"]
+    serving = pods(cluster)
+    assert len(serving) == 2 and all(ready(p) for p in serving)
+    # What the API server holds is what the config rendered: the argv, the probe, no card request.
+    spec = serving[0]["spec"]
+    vllm = next(c for c in spec["containers"] if c["name"] == "vllm")
+    assert (
+        vllm["args"][0] == "/models/GLM-5.3-Flash-sim" and "--served-model-name=glm-5.3-flash" in vllm["args"]
+    )
+    assert "resources" not in vllm or not vllm["resources"].get("limits")
+    gate = next(c for c in spec["containers"] if c["name"] == "gate")
+    assert gate["readinessProbe"]["exec"]["command"][:3] == ["python3", "-m", "components.gate"]
+    assert ask() == "221"
+    refused = httpx.post(f"{FRONT_URL}/chat/completions", json={}, timeout=10, trust_env=False)
+    assert refused.status_code == 401
+
+
+def test_preview_after_up_shows_no_changes(project: PulumiProject) -> None:
+    project.run("preview", "--expect-no-changes", "-s", "local", timeout=300)
+
+
+def test_a_flag_rolls_under_load_with_every_answer_right(project: PulumiProject, cluster: Path) -> None:
+    flag, value = ROLL_FLAG
+    project.run("config", "set", "--path", f"glm:serving.{flag}", str(value), "-s", "local")
+    figures = roll(project, cluster, "roll")["figures"]
+    assert (figures["failed"], figures["cut_streams"], figures["wrong_answers"]) == (0, 0, 0), figures
+    assert figures["answered_right"] > 0
+    serving = pods(cluster)
+    assert len(serving) == 2 and all(ready(p) for p in serving)
+    for pod in serving:
+        assert f"--max-num-seqs={value}" in pod["spec"]["containers"][0]["args"]
+    project.run("preview", "--expect-no-changes", "-s", "local", timeout=300)
+
+
+def test_a_wrong_answer_version_never_receives_traffic(project: PulumiProject, cluster: Path) -> None:
+    project.run(
+        "config", "set", "--path", "glm:serving.extraEnv.VLLM_SIM_FAULT", "wrong-answer", "-s", "local"
+    )
+    result = roll(project, cluster, "wrong_answer_roll", expect_failure=True)
+    figures = result["figures"]
+    assert (figures["failed"], figures["cut_streams"], figures["wrong_answers"]) == (0, 0, 0), figures
+    assert "glm53-vllm" in result["output"] and "error" in result["output"].lower()
+    serving = pods(cluster)
+    bad = [
+        p for p in serving if any(e.get("value") == "wrong-answer" for e in p["spec"]["containers"][0]["env"])
+    ]
+    assert bad and not any(ready(p) for p in bad), "a wrong-answer pod became Ready"
+    assert ask() == "221"
+    # Back to the good config: the roll completes and the gate passes again.
+    project.run("config", "rm", "--path", "glm:serving.extraEnv.VLLM_SIM_FAULT", "-s", "local")
+    started = time.monotonic()
+    project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
+    REPORT["restore_up_s"] = round(time.monotonic() - started, 1)
+    assert all(ready(p) for p in pods(cluster)) and ask() == "221"
+
+
+def test_destroy_keeps_the_weights_and_the_jit_cache(
+    project: PulumiProject, cluster: Path, folders: dict[str, Path]
+) -> None:
+    kubectl(
+        cluster,
+        "exec",
+        "deploy/glm53-vllm",
+        "-c",
+        "vllm",
+        "--",
+        "sh",
+        "-c",
+        "echo kept > /var/cache/glm53/marker",
+    )
+    weights_before = {p.name: p.read_bytes() for p in folders["weights"].iterdir()}
+    started = time.monotonic()
+    project.run("destroy", "--yes", "-s", "local", timeout=600)
+    REPORT["destroy_s"] = round(time.monotonic() - started, 1)
+    assert {p.name: p.read_bytes() for p in folders["weights"].iterdir()} == weights_before
+    assert (folders["cache"] / "marker").read_text() == "kept\n"
+    claim = json.loads(kubectl(cluster, "get", "pvc", "glm53-jit-cache", "-o", "json"))
+    assert claim["status"]["phase"] == "Bound"
+    assert kubectl(cluster, "get", "deploy,svc,pods", "-o", "name").strip() == ""
