@@ -267,10 +267,13 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         if config.smoke.metrics_url
         else GeneratedKey(f"{stack}-smoke-metrics-key", GATE_METRICS_CLIENT, "sk-gate-metrics-").key
     )
-    metrics_keys = pulumi.Output.secret(
-        pulumi.Output.all(secrets.metrics_keys or {}, metrics_key).apply(
-            lambda a: {**a[0], **({GATE_METRICS_CLIENT: a[1]} if a[1] else {})}
-        )
+
+    def with_gate_key(args: list[Any]) -> dict[str, str]:
+        return {**args[0], **({GATE_METRICS_CLIENT: args[1]} if args[1] else {})}
+
+    users: pulumi.Input[dict[str, str]] = secrets.metrics_keys if secrets.metrics_keys is not None else {}
+    metrics_keys: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
+        pulumi.Output.all(users, metrics_key).apply(with_gate_key)
     )
     upstream = service.spec.cluster_ip.apply(lambda ip: _upstream_conf(ip, serving.port))
     front, front_service = _front(config, stack, k8s_target, in_ns, upstream, secrets.api_keys, metrics_keys)
