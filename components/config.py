@@ -347,6 +347,14 @@ class KubernetesTargetConfig(_Model):
         ge=0,
         description="preStop pause before SIGTERM: the Service stops routing to the pod first.",
     )
+    prometheus_node_port: int | None = Field(
+        None, ge=30000, le=32767, description="Prometheus' Service NodePort; unset: a ClusterIP Service."
+    )
+    prometheus_operator: bool = Field(
+        False,
+        description="The cluster runs the Prometheus Operator: the same alert rules as a PrometheusRule "
+        "and the pods' scrape as a PodMonitor, instead of the stack's own Prometheus.",
+    )
     readiness_period_seconds: Positive = Field(
         15,
         description="How often each pod's readiness check runs the gate's checks (13x17, a tool "

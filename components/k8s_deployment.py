@@ -11,6 +11,7 @@ volume) are kept on destroy, as the weights are: the next ``up`` adopts them (se
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ import pulumi_kubernetes as k8s
 from components import k8s_workload as workload
 from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, StackConfig
 from components.gate.resource import SmokeTest
+from components.k8s_monitoring import deploy_monitoring
 from components.nginx_front import CONF_FILE, CONTAINER_PORT, render_front_files
 from components.promotion import fingerprint, served_model
 from components.secrets import GeneratedKey, Secrets
@@ -262,6 +264,19 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         spec=workload.serving_service_spec(serving, stack),
         opts=in_ns,
     )
+    # Imported here: components.deployment imports this module when the target is Kubernetes.
+    from components.deployment import scrape_spec
+
+    # No semantic-probe rules: on Kubernetes each pod's readiness re-runs the gate's checks.
+    monitoring = deploy_monitoring(
+        config,
+        dataclasses.replace(scrape_spec(config), semantic_probe=None),
+        stack,
+        k8s_target,
+        pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=images.loaded)),
+        script_image=images.gate,
+        port=serving.port,
+    )
     metrics_key = (
         None
         if config.smoke.metrics_url
@@ -292,7 +307,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         container_id=pulumi.Output.all(pods.metadata.generation, front.metadata.generation).apply(
             lambda g: f"deployment-generation-{g[0]}-front-{g[1]}"
         ),
-        opts=pulumi.ResourceOptions(depends_on=[pods, service, front, front_service]),
+        opts=pulumi.ResourceOptions(depends_on=[pods, service, front, front_service, monitoring]),
     )
     served = served_model(serving, config.serving_image, secrets.serving_env_names)
     return {

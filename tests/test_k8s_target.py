@@ -8,9 +8,13 @@ Docker host (argv, env): the two targets must run the same ``ServingSpec``.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from components.config import ConfigError, build_stack_config
 from tests.conftest import Deployment, is_secret, run_program, serving_container, unwrap
@@ -19,6 +23,7 @@ DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 SERVICE = "kubernetes:core/v1:Service"
 LOCAL_DOCKER = {"name": "localhost", "dockerHost": "unix:///var/run/docker.sock"}
 FRONT_URL = "http://127.0.0.1:30080/v1"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 
 def k8s_target(**extra: Any) -> dict[str, Any]:
@@ -173,7 +178,9 @@ def test_the_front_and_the_gate_go_through_the_front_service(on_k8s: dict[str, D
         vllm_service["selector"]
         == unwrap(deployment.one(DEPLOYMENT, "-vllm").inputs)["spec"]["selector"]["matchLabels"]
     )
-    conf = unwrap(deployment.one("kubernetes:core/v1:ConfigMap").inputs)["data"]["nginx.conf"]
+    conf = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"][
+        "nginx.conf"
+    ]
     for directive in ("proxy_buffering off;", "proxy_http_version 1.1;", "include api-keys.map;"):
         assert directive in conf
     assert re.search(r"include /etc/glm53-front/rotation/upstream\.con\[f\];", conf)
@@ -203,3 +210,69 @@ def test_no_docker_container_on_kubernetes(on_k8s: dict[str, Deployment]) -> Non
 def test_bad_kubernetes_targets_are_refused_naming_the_key(value: dict[str, Any], message: str) -> None:
     with pytest.raises((ConfigError, ValueError), match=message):
         build_stack_config({"hardware": "local", "target": {"hosts": [LOCAL_DOCKER], "kubernetes": value}})
+
+
+# ---- Prometheus on Kubernetes -----------------------------------------------------------------
+
+
+def test_prometheus_config_and_rules_pass_promtool(on_k8s: dict[str, Deployment], tmp_path: Path) -> None:
+    """The real promtool: the config (which loads the rules, by their in-pod path) and the rules."""
+    files = unwrap(on_k8s["a800"].one("kubernetes:core/v1:ConfigMap", "-prometheus-config").inputs)["data"]
+    config = yaml.safe_load(files["prometheus.yml"])
+    assert config["rule_files"] == ["/etc/prometheus/rules.yml"]
+    config["rule_files"] = [str(tmp_path / "rules.yml")]
+    (tmp_path / "rules.yml").write_text(files["rules.yml"])
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    for args in (
+        ["check", "config", str(tmp_path / "prometheus.yml")],
+        ["check", "rules", str(tmp_path / "rules.yml")],
+    ):
+        result = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+    job = config["scrape_configs"][0]
+    assert job["file_sd_configs"][0]["files"] == ["/var/lib/glm53-targets/vllm.json"]
+    pod = unwrap(on_k8s["a800"].one(DEPLOYMENT, "-prometheus").inputs)["spec"]["template"]["spec"]
+    lister = next(c for c in pod["containers"] if c["name"] == "targets")
+    assert lister["command"][2:] == [
+        "glm53-test",
+        "app.kubernetes.io/name=glm53-vllm,app.kubernetes.io/instance=a800",
+        flag(container(on_k8s["a800"], "vllm")["args"], "--port"),
+        "/var/lib/glm53-targets/vllm.json",
+    ]
+    # The several-hosts rules: each alert names the pod (label host) it fired for.
+    rules = yaml.safe_load(files["rules.yml"])["groups"][0]["rules"]
+    assert any("host" in r["expr"] for r in rules)
+
+
+def test_prometheus_may_only_list_the_namespace_pods(on_k8s: dict[str, Deployment]) -> None:
+    role = unwrap(on_k8s["local"].one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs)
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert role["metadata"]["namespace"] == "glm53-test"
+
+
+def test_the_operator_gets_the_same_rules_as_a_prometheus_rule() -> None:
+    deployment = run_program("a800", {"glm:target": k8s_target(prometheusOperator=True)})
+    plain = run_program("a800", {"glm:target": k8s_target()})
+    rule = next(r for r in deployment.resources if r.name.endswith("-alert-rules"))
+    assert rule.inputs["kind"] == "PrometheusRule"
+    rules_file = unwrap(plain.one("kubernetes:core/v1:ConfigMap", "-prometheus-config").inputs)["data"][
+        "rules.yml"
+    ]
+    assert unwrap(rule.inputs)["spec"] == yaml.safe_load(rules_file)
+    monitor = next(r for r in deployment.resources if r.name.endswith("-pod-monitor"))
+    assert unwrap(monitor.inputs)["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "glm53-vllm"
+    assert not [r for r in deployment.of_type(DEPLOYMENT) if r.name.endswith("-prometheus")]
+
+
+def test_the_target_file_lists_running_pods_by_name() -> None:
+    from components.k8s_targets import targets
+
+    pods = [
+        {"metadata": {"name": "glm53-vllm-b"}, "status": {"phase": "Running", "podIP": "198.18.0.7"}},
+        {"metadata": {"name": "glm53-vllm-a"}, "status": {"phase": "Running", "podIP": "198.18.0.6"}},
+        {"metadata": {"name": "glm53-vllm-c"}, "status": {"phase": "Pending"}},
+    ]
+    assert targets(pods, 8000) == [
+        {"targets": ["198.18.0.6:8000"], "labels": {"host": "glm53-vllm-a"}},
+        {"targets": ["198.18.0.7:8000"], "labels": {"host": "glm53-vllm-b"}},
+    ]
