@@ -32,6 +32,7 @@ CLUSTER = PROJECT / "scripts" / "k8s" / "cluster.sh"
 BUILD = PROJECT / "scripts" / "k8s" / "build.sh"
 NAMESPACE = "glm53-e2e"
 NODE_PORT = 30080
+PROMETHEUS_PORT = 30081
 FRONT_URL = f"http://127.0.0.1:{NODE_PORT}/v1"
 API_KEY = "sk-k8s-e2e-5b0f3c2a9d7e41f68c3b"
 ROLL_FLAG = ("maxNumSeqs", 128)
@@ -135,6 +136,7 @@ def base_config(kubeconfig: Path, folders: dict[str, Path]) -> dict[str, Any]:
                 "namespace": NAMESPACE,
                 "frontUrl": FRONT_URL,
                 "frontNodePort": NODE_PORT,
+                "prometheusNodePort": PROMETHEUS_PORT,
                 "replicas": 2,
                 "cacheHostPath": str(folders["cache"]),
                 "imagePullPolicy": "Never",
@@ -265,6 +267,30 @@ def test_up_passes_the_gate_through_the_front_service(project: PulumiProject, cl
     assert ask() == "221"
     refused = httpx.post(f"{FRONT_URL}/chat/completions", json={}, timeout=10, trust_env=False)
     assert refused.status_code == 401
+
+
+def test_prometheus_scrapes_each_pod_with_the_rules_loaded(cluster: Path) -> None:
+    names = {p["metadata"]["name"] for p in pods(cluster)}
+    base = f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1"
+    deadline = time.monotonic() + 90
+    up: set[str] = set()
+    while time.monotonic() < deadline:
+        try:
+            active = httpx.get(f"{base}/targets", timeout=5, trust_env=False).json()["data"]["activeTargets"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            active = []
+        up = {t["labels"]["host"] for t in active if t["labels"].get("job") == "vllm" and t["health"] == "up"}
+        if up == names:
+            break
+        time.sleep(2)
+    assert up == names
+    groups = httpx.get(f"{base}/rules", timeout=5, trust_env=False).json()["data"]["groups"]
+    assert [g["name"] for g in groups] == ["glm-vllm-local"] and groups[0]["rules"]
+    # A metric vLLM exports, per pod: what the rules threshold on.
+    query = httpx.get(
+        f"{base}/query", params={"query": "vllm:num_requests_running"}, timeout=5, trust_env=False
+    )
+    assert {r["metric"]["host"] for r in query.json()["data"]["result"]} == names
 
 
 def test_preview_after_up_shows_no_changes(project: PulumiProject) -> None:
