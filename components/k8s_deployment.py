@@ -11,7 +11,6 @@ volume) are kept on destroy, as the weights are: the next ``up`` adopts them (se
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -24,13 +23,14 @@ import pulumi_docker as docker
 import pulumi_kubernetes as k8s
 
 from components import k8s_workload as workload
-from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, StackConfig
+from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, StackConfig, semantic_probe_runs
 from components.gate.resource import SmokeTest
 from components.k8s_monitoring import deploy_monitoring
+from components.k8s_probe import deploy_probe, probe_service
 from components.nginx_front import CONF_FILE, CONTAINER_PORT, render_front_files
 from components.promotion import fingerprint, served_model
 from components.secrets import GeneratedKey, Secrets
-from components.semantic_probe.resource import build_context
+from components.semantic_probe.resource import SemanticProbeSpec, build_context
 from components.serving_image import ServingImage
 from components.target import docker_ssh_opts
 from components.vllm_server import ServingSpec, command_line, render_serving
@@ -267,15 +267,36 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     # Imported here: components.deployment imports this module when the target is Kubernetes.
     from components.deployment import scrape_spec
 
-    # No semantic-probe rules: on Kubernetes each pod's readiness re-runs the gate's checks.
+    probe_spec = (
+        SemanticProbeSpec(
+            probe=config.semantic_probe,
+            smoke=config.smoke,
+            served_name=serving.served_name,
+            max_model_len=serving.max_model_len,
+            max_num_seqs=config.serving.max_num_seqs,
+            container=config.container,
+        )
+        if semantic_probe_runs(config)
+        else None
+    )
+    probe_svc = probe_service(stack, probe_spec, k8s_target, in_ns) if probe_spec else None
+    loaded = pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=images.loaded))
     monitoring = deploy_monitoring(
         config,
-        dataclasses.replace(scrape_spec(config), semantic_probe=None),
+        scrape_spec(config),
         stack,
         k8s_target,
-        pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=images.loaded)),
+        loaded,
         script_image=images.gate,
         port=serving.port,
+        probe_target=probe_svc.spec.cluster_ip.apply(lambda ip: f"{ip}:{config.semantic_probe.port}")
+        if probe_svc
+        else None,
+    )
+    probe_key = (
+        GeneratedKey(f"{stack}-semantic-probe-key", config.semantic_probe.client_name, "sk-probe-").key
+        if probe_spec
+        else None
     )
     metrics_key = (
         None
@@ -291,7 +312,14 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         pulumi.Output.all(users, metrics_key).apply(with_gate_key)
     )
     upstream = service.spec.cluster_ip.apply(lambda ip: _upstream_conf(ip, serving.port))
-    front, front_service = _front(config, stack, k8s_target, in_ns, upstream, secrets.api_keys, metrics_keys)
+    front_keys = secrets.api_keys
+    if probe_key is not None:
+        front_keys = pulumi.Output.secret(
+            pulumi.Output.all(secrets.api_keys, probe_key).apply(
+                lambda a: {**a[0], config.semantic_probe.client_name: a[1]}
+            )
+        )
+    front, front_service = _front(config, stack, k8s_target, in_ns, upstream, front_keys, metrics_keys)
     api_key = secrets.api_keys.apply(lambda keys: keys[sorted(keys)[0]])
     front_url = k8s_target.front_url
     smoke = SmokeTest(
@@ -309,6 +337,18 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         ),
         opts=pulumi.ResourceOptions(depends_on=[pods, service, front, front_service, monitoring]),
     )
+    if probe_spec is not None and probe_key is not None:
+        # After the gate, as on Docker hosts: its first run meets a model that answers.
+        deploy_probe(
+            stack,
+            probe_spec,
+            k8s_target,
+            pulumi.ResourceOptions.merge(loaded, pulumi.ResourceOptions(depends_on=[smoke])),
+            image=images.gate,
+            front_ip=front_service.spec.cluster_ip,
+            vllm_upstream=service.spec.cluster_ip.apply(lambda ip: f"{ip}:{serving.port}"),
+            api_key=probe_key,
+        )
     served = served_model(serving, config.serving_image, secrets.serving_env_names)
     return {
         "endpoint": front_url,

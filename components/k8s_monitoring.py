@@ -31,6 +31,7 @@ from components.prometheus_scrape import (
     alert_rules,
     render_alert_rules,
 )
+from components.semantic_probe import SCRAPE_JOB
 
 CONFIG_DIR = CONFIG_PATH.rsplit("/", 1)[0]
 
@@ -41,7 +42,7 @@ TARGETS_SCRIPT = Path(__file__).with_name("k8s_targets.py")
 SCRIPT_DIR = "/opt/glm53"
 
 
-def scrape_config(monitoring_interval: str) -> dict[str, Any]:
+def scrape_config(monitoring_interval: str, probe_target: str | None = None) -> dict[str, Any]:
     """``prometheus.yml``: each serving pod of the stack (Ready or not: a pod out of the Service is
     exactly the one to see) from the target file ``k8s_targets.py`` keeps, labelled ``host``."""
     return {
@@ -52,7 +53,18 @@ def scrape_config(monitoring_interval: str) -> dict[str, Any]:
                 "job_name": DEFAULT_JOB,
                 "metrics_path": "/metrics",
                 "file_sd_configs": [{"files": [TARGETS_FILE], "refresh_interval": "5s"}],
-            }
+            },
+            *(
+                [
+                    {
+                        "job_name": SCRAPE_JOB,
+                        "metrics_path": "/metrics",
+                        "static_configs": [{"targets": [probe_target]}],
+                    }
+                ]
+                if probe_target
+                else []
+            ),
         ],
     }
 
@@ -129,6 +141,7 @@ def deploy_monitoring(
     *,
     script_image: pulumi.Input[str],
     port: int,
+    probe_target: pulumi.Output[str] | None = None,
 ) -> pulumi.Resource:
     """Prometheus (or the Operator's objects) for the stack; returns the resource the gate waits for."""
     ns = k8s_target.namespace
@@ -150,11 +163,14 @@ def deploy_monitoring(
             spec=monitor,
             opts=opts,
         )
-    files = {
-        "prometheus.yml": _yaml(scrape_config(config.monitoring.scrape_interval)),
-        "rules.yml": render_alert_rules(spec, by_host=True),
-    }
-    digest = hashlib.sha256("".join(files[k] for k in sorted(files)).encode()).hexdigest()[:16]
+    rules_file = render_alert_rules(spec, by_host=True)
+    interval = config.monitoring.scrape_interval
+
+    def prometheus_files(probe: str | None) -> dict[str, str]:
+        return {"prometheus.yml": _yaml(scrape_config(interval, probe)), "rules.yml": rules_file}
+
+    files: pulumi.Output[dict[str, str]] = pulumi.Output.from_input(probe_target).apply(prometheus_files)
+    digest = files.apply(lambda f: hashlib.sha256("".join(f[k] for k in sorted(f)).encode()).hexdigest()[:16])
     config_map = k8s.core.v1.ConfigMap(
         f"{stack}-prometheus-config",
         metadata={"namespace": ns, "name": "glm53-prometheus"},

@@ -184,7 +184,7 @@ def test_the_front_and_the_gate_go_through_the_front_service(on_k8s: dict[str, D
     for directive in ("proxy_buffering off;", "proxy_http_version 1.1;", "include api-keys.map;"):
         assert directive in conf
     assert re.search(r"include /etc/glm53-front/rotation/upstream\.con\[f\];", conf)
-    keys = deployment.one("kubernetes:core/v1:Secret").inputs["stringData"]
+    keys = deployment.one("kubernetes:core/v1:Secret", "-front-keys").inputs["stringData"]
     assert is_secret(keys), "the key maps must be stored encrypted"
     assert set(unwrap(keys)) == {"api-keys.map", "metrics-keys.map"}
     gate = next(
@@ -276,3 +276,27 @@ def test_the_target_file_lists_running_pods_by_name() -> None:
         {"targets": ["198.18.0.6:8000"], "labels": {"host": "glm53-vllm-a"}},
         {"targets": ["198.18.0.7:8000"], "labels": {"host": "glm53-vllm-b"}},
     ]
+
+
+def test_the_semantic_probe_asks_through_the_front_with_its_own_key(on_k8s: dict[str, Deployment]) -> None:
+    deployment = on_k8s["local"]  # the local stack runs the probe (Pulumi.local.yaml's profile)
+    probe = unwrap(deployment.one(DEPLOYMENT, "-semantic-probe").inputs)["spec"]["template"]["spec"]
+    assert probe["containers"][0]["args"] == [
+        "--params", "/etc/semantic-probe/params.json", "--api-key-file", "/etc/semantic-probe/api-key",
+    ]  # fmt: skip
+    key = deployment.one("kubernetes:core/v1:Secret", "-semantic-probe-key").inputs["stringData"]
+    assert is_secret(key) or is_secret(key["api-key"])
+    keys_map = unwrap(deployment.one("kubernetes:core/v1:Secret", "-front-keys").inputs["stringData"])[
+        "api-keys.map"
+    ]
+    assert "semantic-probe" in keys_map  # the front admits the probe's key under its client name
+    files = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-prometheus-config").inputs)["data"]
+    jobs = [j["job_name"] for j in yaml.safe_load(files["prometheus.yml"])["scrape_configs"]]
+    assert jobs == ["vllm", "semantic-probe"]
+    assert "semantic-probe" in files["rules.yml"]
+    # The probe starts after the gate passed.
+    gate = next(r.name for r in deployment.of_type("glm:smoke:SmokeTest"))
+    options = deployment.options[
+        next(r.name for r in deployment.of_type(DEPLOYMENT) if r.name.endswith("-semantic-probe"))
+    ]
+    assert gate in {d._name for d in options.depends_on}  # type: ignore[union-attr]
