@@ -58,7 +58,7 @@ wait_for() { # wait_for SECONDS WHAT COMMAND…
 fill() { # fill TEMPLATE: the node's settings substituted
     sed -e "s#@STATE@#$STATE#g" -e "s#@CNI_BIN@#$ROOT/cni#g" -e "s#@PAUSE_IMAGE@#$PAUSE_IMAGE#g" \
         -e "s#@CGROUP@#$CGROUP#g" -e "s#@NODE@#$NODE#g" -e "s#@NODE_IP@#$NODE_IP#g" \
-        -e "s#@POD_CIDR@#$POD_CIDR#g" -e "s#@POD_SUBNET@#$POD_SUBNET#g" "$HERE/node/$1"
+        -e "s#@POD_CIDR@#$POD_CIDR#g" -e "s#@POD_SUBNET@#$POD_SUBNET#g" -e "s#@PKI@#$PKI#g" "$HERE/node/$1"
 }
 
 gen_pki() { # certificates with openssl, kubeconfigs with kubectl; once per machine
@@ -157,7 +157,11 @@ cgroups() { # a cgroup v1 parent for everything the kubelet creates: stop is one
 
 start() {
     local t0=$SECONDS
-    "$HERE/build.sh" --check >/dev/null || exit 3
+    local part
+    for part in "$BIN"/{etcd,kube-apiserver,kube-controller-manager,kube-scheduler,kubelet,kube-proxy,kubectl} \
+        "$ROOT/cni/bridge" "$ROOT/images/pause.tar"; do
+        [[ -e $part ]] || { log "$part is missing: build the cache first (make k8s-build)"; exit 3; }
+    done
     [[ $(id -u) == 0 ]] || { log "needs root (namespaces, cgroups, containerd)"; exit 3; }
     if [[ -s $STATE/holder.pid ]] && kill -0 "$(holder)" 2>/dev/null; then
         log "already running (scripts/k8s/cluster.sh stop first)"
