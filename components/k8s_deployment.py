@@ -93,7 +93,12 @@ def _images(config: StackConfig, stack: str, k8s_target: KubernetesTargetConfig)
     ).image_name
     loads = [
         _load(f"{stack}-load-{role}", k8s_target, ref, on_docker)
-        for role, ref in (("serving", serving), ("gate", gate), ("front", config.front.image))
+        for role, ref in (
+            ("serving", serving),
+            ("gate", gate),
+            ("front", config.front.image),
+            ("prometheus", config.monitoring.image),
+        )
     ]
     return _Images(serving, gate, [c for c in loads if c is not None])
 
@@ -319,7 +324,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
                 lambda a: {**a[0], config.semantic_probe.client_name: a[1]}
             )
         )
-    front, front_service = _front(config, stack, k8s_target, in_ns, upstream, front_keys, metrics_keys)
+    front, front_service = _front(config, stack, k8s_target, loaded, upstream, front_keys, metrics_keys)
     api_key = secrets.api_keys.apply(lambda keys: keys[sorted(keys)[0]])
     front_url = k8s_target.front_url
     smoke = SmokeTest(
