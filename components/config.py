@@ -344,8 +344,9 @@ class KubernetesTargetConfig(_Model):
     )
     pre_stop_seconds: int = Field(
         10,
-        ge=0,
-        description="preStop pause before SIGTERM: the Service stops routing to the pod first.",
+        ge=3,
+        description="preStop pause before SIGTERM: the Service stops routing to the pod first, and "
+        "the front's connections to it (2 s at most each) end; at least 3.",
     )
     prometheus_node_port: int | None = Field(
         None, ge=30000, le=32767, description="Prometheus' Service NodePort; unset: a ClusterIP Service."

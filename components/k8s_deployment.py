@@ -27,7 +27,7 @@ from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, Stack
 from components.gate.resource import SmokeTest
 from components.k8s_monitoring import deploy_monitoring
 from components.k8s_probe import deploy_probe, probe_service
-from components.nginx_front import CONF_FILE, CONTAINER_PORT, render_front_files
+from components.nginx_front import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
 from components.promotion import fingerprint, served_model
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbeSpec, build_context
@@ -103,9 +103,22 @@ def _images(config: StackConfig, stack: str, k8s_target: KubernetesTargetConfig)
     return _Images(serving, gate, [c for c in loads if c is not None])
 
 
+KEEPALIVE_TIME_SECONDS = 2
+"""How long nginx reuses one connection to the Service: shorter than the serving pods' preStop
+pause, so no request rides an old connection into a pod that has begun to drain."""
+
+
 def _upstream_conf(cluster_ip: str, port: int) -> str:
-    """The front's upstream: the serving Service, which lists only pods that passed their gate."""
-    return f"        server {cluster_ip}:{port};\n"
+    """The front's upstream: the serving Service, which lists only pods that passed their gate.
+
+    A Service is one address whatever its pods do, and behind it a connection reaches one pod (the
+    node's rules pick it when the connection opens): so the address is never marked failed
+    (``max_fails=0``: one failure is one pod stopping, not the Service), it is listed once per
+    retry nginx may make (a retry is a new connection, which reaches a Ready pod), and each
+    connection lives at most ``KEEPALIVE_TIME_SECONDS``, less than the preStop pause.
+    """
+    server = f"        server {cluster_ip}:{port} max_fails=0;\n"
+    return server * NEXT_UPSTREAM_TRIES + f"        keepalive_time {KEEPALIVE_TIME_SECONDS}s;\n"
 
 
 def _front_files(
