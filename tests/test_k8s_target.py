@@ -300,3 +300,37 @@ def test_the_semantic_probe_asks_through_the_front_with_its_own_key(on_k8s: dict
         next(r.name for r in deployment.of_type(DEPLOYMENT) if r.name.endswith("-semantic-probe"))
     ]
     assert gate in {d._name for d in options.depends_on}  # type: ignore[union-attr]
+
+
+def test_the_front_release_with_the_service_upstream_passes_nginx_t(tmp_path: Path) -> None:
+    """The real nginx: the release as mounted in the front's pod (nginx.conf, key maps, and the
+    upstream file naming the serving Service), paths moved under tmp_path."""
+    from components.k8s_deployment import _upstream_conf
+    from components.nginx_front import render_front_files
+
+    config = build_stack_config({"hardware": "local", "target": k8s_target()})
+    files = render_front_files(
+        config.front,
+        {"ci": "sk-test-ci-0a6e93030124c2b3"},
+        rotation_dir=str(tmp_path / "rotation"),
+        runtime_dir=str(tmp_path),
+    )
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "rotation").mkdir()
+    upstream = _upstream_conf("198.19.0.34", 8000)
+    (tmp_path / "rotation" / "upstream.conf").write_text(upstream)
+    assert upstream.count("server 198.19.0.34:8000 max_fails=0;") == 3
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    result = subprocess.run(
+        [nginx, "-t", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path), "-e", "stderr"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    # The check can fail: a directive nginx does not know in the upstream file is refused.
+    (tmp_path / "rotation" / "upstream.conf").write_text(upstream.replace("keepalive_time", "keepalive_tme"))
+    result = subprocess.run(
+        [nginx, "-t", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path), "-e", "stderr"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode != 0 and "keepalive_tme" in result.stderr
