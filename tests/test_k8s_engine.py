@@ -149,6 +149,8 @@ def base_config(kubeconfig: Path, folders: dict[str, Path]) -> dict[str, Any]:
         },
         "glm:model": {"hostDir": str(folders["models"])},
         "glm:smoke": {"deadlineSeconds": DEADLINE_SECONDS},
+        # The simulator's runtime fault switch (PUT /sim/faults), for the ejection test.
+        "glm:serving": {"extraEnv": {"VLLM_SIM_RUNTIME_FAULTS": "1"}},
         # The load loop's pace is far above the front's per-key default (its 429s are not the
         # subject here; tests/multihost.py does the same).
         "glm:front": {"rateLimit": {"enabled": False}},
@@ -176,6 +178,11 @@ def pods(kubeconfig: Path) -> list[dict[str, Any]]:
         kubectl(kubeconfig, "get", "pods", "-l", "app.kubernetes.io/name=glm53-vllm", "-o", "json")
     )
     return list(listed["items"])
+
+
+def live_pods(kubeconfig: Path) -> list[dict[str, Any]]:
+    """The serving pods not being deleted (a replaced pod drains for a while after a roll)."""
+    return [p for p in pods(kubeconfig) if not p["metadata"].get("deletionTimestamp")]
 
 
 def ready(pod: dict[str, Any]) -> bool:
@@ -308,7 +315,7 @@ def test_a_flag_rolls_under_load_with_every_answer_right(project: PulumiProject,
     figures = roll(project, cluster, "roll")["figures"]
     assert (figures["failed"], figures["cut_streams"], figures["wrong_answers"]) == (0, 0, 0), figures
     assert figures["answered_right"] > 0
-    serving = pods(cluster)
+    serving = live_pods(cluster)
     assert len(serving) == 2 and all(ready(p) for p in serving)
     for pod in serving:
         assert f"--max-num-seqs={value}" in pod["spec"]["containers"][0]["args"]
@@ -323,7 +330,7 @@ def test_a_wrong_answer_version_never_receives_traffic(project: PulumiProject, c
     figures = result["figures"]
     assert (figures["failed"], figures["cut_streams"], figures["wrong_answers"]) == (0, 0, 0), figures
     assert "glm53-vllm" in result["output"] and "error" in result["output"].lower()
-    serving = pods(cluster)
+    serving = live_pods(cluster)
     bad = [
         p for p in serving if any(e.get("value") == "wrong-answer" for e in p["spec"]["containers"][0]["env"])
     ]
@@ -334,7 +341,52 @@ def test_a_wrong_answer_version_never_receives_traffic(project: PulumiProject, c
     started = time.monotonic()
     project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
     REPORT["restore_up_s"] = round(time.monotonic() - started, 1)
-    assert all(ready(p) for p in pods(cluster)) and ask() == "221"
+    assert all(ready(p) for p in live_pods(cluster)) and ask() == "221"
+
+
+def set_faults(kubeconfig: Path, pod: str, faults: list[str]) -> None:
+    """The simulator's runtime switch, from inside the pod (its gate container has python3)."""
+    body = json.dumps({"faults": faults})
+    code = (
+        "import urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:8000/sim/faults', "
+        f"data={body.encode()!r}, method='PUT', headers={{'Content-Type': 'application/json'}}), timeout=10)"
+    )
+    kubectl(kubeconfig, "exec", pod, "-c", "gate", "--", "python3", "-c", code)
+
+
+def wait_ready(kubeconfig: Path, pod: str, want: bool, limit: float = 90) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if any(p["metadata"]["name"] == pod and ready(p) == want for p in pods(kubeconfig)):
+            return round(time.monotonic() - started, 1)
+        time.sleep(0.5)
+    raise AssertionError(f"{pod} did not become {'Ready' if want else 'not Ready'} within {limit} s")
+
+
+def test_a_pod_that_starts_answering_wrong_leaves_the_service(cluster: Path) -> None:
+    """Readiness is the gate: a pod that turns wrong at runtime fails its next check and the
+    Service stops sending it requests; healed, it comes back. Never restarted."""
+    from tests.test_multihost_engine import LoadLoop
+
+    pod = live_pods(cluster)[0]["metadata"]["name"]
+    set_faults(cluster, pod, ["wrong-answer"])
+    ejected = wait_ready(cluster, pod, want=False)
+    # Within the Service's update (kube-proxy), then every answer is right again.
+    time.sleep(2)
+    with LoadLoop(FRONT_URL) as load:
+        time.sleep(10)
+    after = load.figures()
+    assert (after["failed"], after["wrong_answers"], after["cut_streams"]) == (0, 0, 0), after
+    set_faults(cluster, pod, [])
+    readmitted = wait_ready(cluster, pod, want=True)
+    restarts = next(p for p in pods(cluster) if p["metadata"]["name"] == pod)["status"]["containerStatuses"]
+    assert all(c["restartCount"] == 0 for c in restarts)
+    REPORT["runtime_fault"] = {
+        "ejected_after_s": ejected,
+        "load_after_ejection": {k: after[k] for k in ("sent", "answered_right", "wrong_answers", "failed")},
+        "readmitted_after_s": readmitted,
+        "readiness_period_s": 5,
+    }
 
 
 def test_destroy_keeps_the_weights_and_the_jit_cache(
