@@ -103,6 +103,7 @@ def _images(config: StackConfig, stack: str, k8s_target: KubernetesTargetConfig)
     return _Images(serving, gate, [c for c in loads if c is not None])
 
 
+ROLLOUT_MARGIN_SECONDS = 120
 KEEPALIVE_TIME_SECONDS = 2
 """How long nginx reuses one connection to the Service: shorter than the serving pods' preStop
 pause, so no request rides an old connection into a pod that has begun to drain."""
@@ -261,9 +262,10 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     )
     in_ns = pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=[namespace]))
     claim = _cache_claim(stack, k8s_target, in_ns)
-    custom = pulumi.CustomTimeouts(
-        create=f"{serving.load_deadline_seconds + 120}s", update=f"{serving.load_deadline_seconds + 120}s"
-    )
+    # A roll starts the pods one after the other, each allowed the gate's deadline; a pod that
+    # never answers right fails `up` when this runs out (the old pods keep serving meanwhile).
+    rollout = f"{serving.load_deadline_seconds * k8s_target.replicas + ROLLOUT_MARGIN_SECONDS}s"
+    custom = pulumi.CustomTimeouts(create=rollout, update=rollout)
     pods = k8s.apps.v1.Deployment(
         f"{stack}-vllm",
         metadata={"namespace": k8s_target.namespace, "name": "glm53-vllm"},

@@ -37,7 +37,7 @@ FRONT_URL = f"http://127.0.0.1:{NODE_PORT}/v1"
 API_KEY = "sk-k8s-e2e-5b0f3c2a9d7e41f68c3b"
 ROLL_FLAG = ("maxNumSeqs", 128)
 """The flag the roll changes (``--max-num-seqs``): the simulator reads it, nothing else differs."""
-DEADLINE_SECONDS = 90
+DEADLINE_SECONDS = 60
 """The gate's deadline, hence each pod's start allowance and the Deployment's progress deadline."""
 
 
