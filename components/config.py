@@ -421,7 +421,13 @@ class TargetConfig(_Model):
                 f"glm:target.frontHost={self.front_host!r} is not in glm:target.hosts "
                 f"({', '.join(names)}). Fix: set it to one of those names, or remove it (the first host)."
             )
-        if len(self.hosts) > 1:
+        if len(self.hosts) > 1 and self.kubernetes is not None:
+            problems.append(
+                f"glm:target.hosts lists {len(self.hosts)} hosts with glm:target.kubernetes: on "
+                "Kubernetes the replicas are `kubernetes.replicas` and `hosts` only names the Docker "
+                "engine that builds the images. Fix: keep one host (the builder)."
+            )
+        elif len(self.hosts) > 1:
             problems += [p for h in self.replica_hosts if (p := _replica_address_problem(h))]
         if problems:
             raise ValueError("\n".join(problems))

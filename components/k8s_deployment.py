@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,8 @@ def _load(
 ) -> command.local.Command | None:
     if k8s_target.image_load_command is None:
         return None
-    run = pulumi.Output.from_input(image).apply(lambda ref: k8s_target.image_load_command.format(image=ref))  # type: ignore[union-attr]
+    template = k8s_target.image_load_command
+    run = pulumi.Output.from_input(image).apply(lambda ref: template.format(image=shlex.quote(ref)))
     return command.local.Command(name, create=run, triggers=[image], opts=opts)
 
 

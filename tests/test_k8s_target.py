@@ -205,6 +205,7 @@ def test_no_docker_container_on_kubernetes(on_k8s: dict[str, Deployment]) -> Non
         ({"namespace": "GLM_53", "frontUrl": FRONT_URL}, r"glm:target\.kubernetes\.namespace='GLM_53'"),
         ({"namespace": "glm", "frontUrl": "127.0.0.1:30080"}, r"glm:target\.kubernetes\.frontUrl"),
         ({"namespace": "glm", "frontUrl": FRONT_URL, "frontNodePort": 80}, r"frontNodePort"),
+        ({"namespace": "glm", "frontUrl": FRONT_URL, "preStopSeconds": 1}, r"preStopSeconds"),
     ],
 )
 def test_bad_kubernetes_targets_are_refused_naming_the_key(value: dict[str, Any], message: str) -> None:
@@ -334,3 +335,30 @@ def test_the_front_release_with_the_service_upstream_passes_nginx_t(tmp_path: Pa
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert result.returncode != 0 and "keepalive_tme" in result.stderr
+
+
+def test_kubernetes_with_several_hosts_is_refused_naming_the_fix() -> None:
+    hosts = [
+        LOCAL_DOCKER,
+        {"name": "other", "dockerHost": "unix:///run/other.sock", "privateAddress": "10.0.0.2"},
+    ]
+    target = {"hosts": hosts, "kubernetes": {"namespace": "glm", "frontUrl": FRONT_URL}}
+    with pytest.raises(
+        (ConfigError, ValueError), match=r"glm:target\.hosts lists 2 hosts with glm:target\.kubernetes"
+    ):
+        build_stack_config({"hardware": "local", "target": target})
+
+
+def test_the_image_load_command_gets_each_image_quoted() -> None:
+    deployment = run_program(
+        "local", {"glm:target": k8s_target(imageLoadCommand="scripts/k8s/cluster.sh import {image}")}
+    )
+    loads = {r.name: r.inputs for r in deployment.of_type("command:local:Command") if "-load-" in r.name}
+    assert sorted(loads) == [
+        "local-load-front",
+        "local-load-gate",
+        "local-load-prometheus",
+        "local-load-serving",
+    ]
+    assert loads["local-load-front"]["create"] == "scripts/k8s/cluster.sh import glm53-local/nginx:bookworm"
+    assert loads["local-load-serving"]["create"].startswith("scripts/k8s/cluster.sh import glm53-vllm-sim:")
