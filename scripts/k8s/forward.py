@@ -11,6 +11,7 @@ scripts/k8s/cluster.sh.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import socket
@@ -28,10 +29,8 @@ def pipe(src: socket.socket, dst: socket.socket) -> None:
         pass
     finally:
         for s in (src, dst):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
 
 def serve(listener: socket.socket, target: tuple[str, int]) -> None:
