@@ -58,6 +58,7 @@ REPORT: dict[str, Any] = {}
 
 
 def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> str:
+    """kubectl in the e2e namespace (a later ``-n`` wins)."""
     bin_dir = subprocess.run([str(BUILD), "--check"], capture_output=True, text=True).stdout.strip()
     result = subprocess.run(
         [f"{bin_dir}/kubectl", "--kubeconfig", str(kubeconfig), "-n", NAMESPACE, *args],
@@ -105,9 +106,9 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"models": root / "models", "weights": weights, "cache": root / "jit-cache"}
 
 
-def set_stack_config(project: PulumiProject, values: dict[str, Any]) -> None:
-    """glm:* keys merged into the copy's Pulumi.local.yaml (a mapping's other keys stay)."""
-    path = project.root / "Pulumi.local.yaml"
+def set_stack_config(project: PulumiProject, values: dict[str, Any], stack: str = "local") -> None:
+    """glm:* keys merged into the copy's Pulumi.<stack>.yaml (a mapping's other keys stay)."""
+    path = project.root / f"Pulumi.{stack}.yaml"
     data = yaml.safe_load(path.read_text()) or {}
     config = data.setdefault("config", {})
     for key, value in values.items():
@@ -412,3 +413,68 @@ def test_destroy_keeps_the_weights_and_the_jit_cache(
     claim = json.loads(kubectl(cluster, "get", "pvc", "glm53-jit-cache", "-o", "json"))
     assert claim["status"]["phase"] == "Bound"
     assert kubectl(cluster, "get", "deploy,svc,pods", "-o", "name").strip() == ""
+
+
+# ---- a production profile rehearsed on the cluster ----------------------------------------------
+
+REHEARSAL_NAMESPACE = "glm53-rehearsal"
+REHEARSAL_PORTS = (30082, 30083)
+
+
+def test_a800_rehearses_on_the_cluster_without_cards(
+    cluster: Path, folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The a800 stack file with ``glm:rehearsal`` on: its argv and env on the simulator image,
+    imported into the node's containerd, no card requested; the gate passes through its front."""
+    project = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("k8s-rehearsal"))
+    project.run("stack", "init", "a800")
+    project.run("config", "set", "--secret", "--path", "glm:apiKeys.e2e", API_KEY, "-s", "a800")
+    config = base_config(cluster, {**folders, "cache": folders["cache"].with_name("rehearsal-cache")})
+    k8s = config["glm:target"]["kubernetes"]
+    k8s.update(
+        namespace=REHEARSAL_NAMESPACE,
+        frontNodePort=REHEARSAL_PORTS[0],
+        prometheusNodePort=REHEARSAL_PORTS[1],
+        frontUrl=f"http://127.0.0.1:{REHEARSAL_PORTS[0]}/v1",
+    )
+    config.pop("glm:serving")  # the fault switch is the local lifecycle's
+    set_stack_config(project, config, stack="a800")
+    set_stack_config(
+        project,
+        {
+            "glm:rehearsal": {"enabled": True, "baseImage": "glm53-local/python:bookworm"},
+            "glm:front": {"image": "glm53-local/nginx:bookworm"},
+            "glm:monitoring": {"image": "glm53-local/prometheus:bookworm"},
+            "glm:semanticProbe": {"baseImage": "glm53-local/python:bookworm"},
+        },
+        stack="a800",
+    )
+    try:
+        started = time.monotonic()
+        out = project.run("up", "--yes", "--skip-preview", "-s", "a800", timeout=900)
+        REPORT["a800_rehearsal_up_s"] = round(time.monotonic() - started, 1)
+        assert "REHEARSAL of a800" in out
+        outputs = project.outputs("a800")
+        assert "arithmetic" in outputs["smoke"]["steps_run"]
+        listed = json.loads(
+            kubectl(
+                cluster,
+                "get",
+                "pods",
+                "-n",
+                REHEARSAL_NAMESPACE,
+                "-l",
+                "app.kubernetes.io/name=glm53-vllm",
+                "-o",
+                "json",
+            )
+        )["items"]
+        assert len(listed) == 2
+        for pod in listed:
+            vllm = pod["spec"]["containers"][0]
+            assert "--tensor-parallel-size=8" in vllm["args"]  # the a800 seed's TP 8, on the simulator
+            assert not (vllm.get("resources") or {}).get("limits"), "a rehearsal must not request cards"
+            assert vllm["image"].startswith("glm53-vllm-sim:")
+        project.run("preview", "--expect-no-changes", "-s", "a800", timeout=300)
+    finally:
+        project.run("destroy", "--yes", "-s", "a800", check=False, timeout=600)
