@@ -438,6 +438,8 @@ def test_a800_rehearses_on_the_cluster_without_cards(
         frontUrl=f"http://127.0.0.1:{REHEARSAL_PORTS[0]}/v1",
     )
     config.pop("glm:serving")  # the fault switch is the local lifecycle's
+    # Above the a800 engine's known start (371.5 s): config refuses a shorter gate deadline.
+    config["glm:smoke"] = {"deadlineSeconds": 400}
     set_stack_config(project, config, stack="a800")
     set_stack_config(
         project,
