@@ -34,9 +34,9 @@ images:    ## the local stack's offline base images
 	offline/images.sh
 engine:    ## the Pulumi engine (cache, else installer, else from source: GLM_ENGINE_SOURCES=DIR)
 	scripts/engine.sh
-k8s-build: ## the one-node cluster's binaries + the Kubernetes provider, once per machine (~15 min cold)
+k8s-build: ## the one-node cluster's binaries + the Kubernetes provider, once per machine (~15 min idle, 45 min measured under load)
 	scripts/k8s/build.sh
-k8s-start: ## a one-node Kubernetes in its own namespaces (~20 s); prints its kubeconfig
+k8s-start: ## a one-node Kubernetes in its own namespaces (~13 s); prints its kubeconfig
 	scripts/k8s/cluster.sh start
 k8s-stop:  ## stop it, leaving nothing behind (the PKI stays in the cache)
 	scripts/k8s/cluster.sh stop
