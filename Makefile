@@ -8,7 +8,8 @@ endif
 PULUMI = scripts/pulumi.sh
 OPS = scripts/ops.sh
 
-.PHONY: up test preview diff destroy images engine lint fmt logs status smoke restart debug rollback
+.PHONY: up test preview diff destroy images engine lint fmt logs status smoke restart debug rollback \
+	k8s-build k8s-start k8s-stop test-k8s
 up:        ## local stack from scratch to a passing smoke gate; STACK=a800: pulumi up of that stack
 	@if [ "$(STACK)" = local ]; then scripts/up.sh; else $(PULUMI) up -s $(STACK); fi
 test:      ## lint, type check, the whole test suite
@@ -33,6 +34,14 @@ images:    ## the local stack's offline base images
 	offline/images.sh
 engine:    ## the Pulumi engine (cache, else installer, else from source: GLM_ENGINE_SOURCES=DIR)
 	scripts/engine.sh
+k8s-build: ## the one-node cluster's binaries + the Kubernetes provider, once per machine (~15 min idle, 45 min measured under load)
+	scripts/k8s/build.sh
+k8s-start: ## a one-node Kubernetes in its own namespaces (~13 s); prints its kubeconfig
+	scripts/k8s/cluster.sh start
+k8s-stop:  ## stop it, leaving nothing behind (the PKI stays in the cache)
+	scripts/k8s/cluster.sh stop
+test-k8s:  ## the Kubernetes target: mock tests, then the e2e lifecycle on a one-node cluster
+	scripts/test.sh -rs tests/test_k8s_target.py tests/test_k8s_engine.py tests/test_k8s_rehearsal_engine.py
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
 	shellcheck -S warning components/templates/*.sh components/preflight.sh

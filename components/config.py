@@ -308,6 +308,85 @@ def _public_key_line(text: str) -> str | None:
     return None
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+class KubernetesTargetConfig(_Model):
+    """The Kubernetes form of ``glm:target`` (components/k8s_deployment.py; docs/scaling.md)."""
+
+    namespace: str = Field(description="Namespace the stack's objects live in (created by the stack).")
+    front_url: str = Field(
+        description="The front's OpenAI base URL as the machine running Pulumi reaches its Service "
+        "(a load balancer, an ingress, or a NodePort: `http://node:30080/v1`): the smoke gate goes there."
+    )
+    kubeconfig: str | None = Field(
+        None, description="Kubeconfig file; default: `$KUBECONFIG`, else `~/.kube/config`."
+    )
+    context: str | None = Field(None, description="Kubeconfig context; default: the file's current one.")
+    replicas: Positive = Field(1, description="Serving pods; each takes the listed cards on its node.")
+    front_node_port: int | None = Field(
+        None, ge=30000, le=32767, description="The front Service's NodePort; unset: a ClusterIP Service."
+    )
+    weights_claim: str | None = Field(
+        None,
+        description="PersistentVolumeClaim holding `model.directory`, mounted read-only at "
+        "`model.mountPath`; unset: the node's `model.hostDir` (hostPath, read-only).",
+    )
+    cache_claim: str = Field(
+        "glm53-jit-cache", description="PersistentVolumeClaim of the JIT/compile cache (kept on destroy)."
+    )
+    cache_size: str = Field("50Gi", description="Size the cache claim requests.")
+    cache_host_path: str | None = Field(
+        None,
+        description="One-node clusters without a provisioner: a hostPath PersistentVolume (Retain) bound "
+        "to the cache claim; unset: the cluster's default StorageClass provides it.",
+    )
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
+        "IfNotPresent", description="The pods' imagePullPolicy (`Never` for images loaded into the nodes)."
+    )
+    image_load_command: str | None = Field(
+        None,
+        description="Run on the machine running Pulumi for each image the stack builds, `{image}` "
+        "replaced (`scripts/k8s/cluster.sh import {image}`, `docker push {image}`); unset: none.",
+    )
+    pre_stop_seconds: int = Field(
+        10,
+        ge=3,
+        description="preStop pause before SIGTERM: the Service stops routing to the pod first, and "
+        "the front's connections to it (2 s at most each) end; at least 3.",
+    )
+    prometheus_node_port: int | None = Field(
+        None, ge=30000, le=32767, description="Prometheus' Service NodePort; unset: a ClusterIP Service."
+    )
+    prometheus_operator: bool = Field(
+        False,
+        description="The cluster runs the Prometheus Operator: the same alert rules as a PrometheusRule "
+        "and the pods' scrape as a PodMonitor, instead of the stack's own Prometheus.",
+    )
+    readiness_period_seconds: Positive = Field(
+        15,
+        description="How often each pod's readiness check runs the gate's checks (13x17, a tool "
+        "call, the KV pool) against it; each run is one short chat per step.",
+    )
+
+    @model_validator(mode="after")
+    def _names(self) -> KubernetesTargetConfig:
+        problems = [
+            f"glm:target.kubernetes.{key}={value!r} is not a DNS label (lower-case letters, digits, "
+            "`-`, at most 63). Fix: e.g. glm53-prod."
+            for key, value in (("namespace", self.namespace), ("cacheClaim", self.cache_claim))
+            if not _DNS_LABEL.fullmatch(value)
+        ]
+        if not self.front_url.startswith(("http://", "https://")) or not self.front_url.endswith("/v1"):
+            problems.append(
+                f"glm:target.kubernetes.frontUrl={self.front_url!r} is not an http(s) URL ending in /v1. "
+                "Fix: e.g. http://10.0.0.5:30080/v1."
+            )
+        if problems:
+            raise ValueError("\n".join(problems))
+        return self
+
+
 class TargetConfig(_Model):
     hosts: list[HostConfig] = Field(
         description="Hosts that each run one vLLM replica; with several, one Nginx front on "
@@ -315,6 +394,11 @@ class TargetConfig(_Model):
     )
     front_host: str | None = Field(
         None, description="Name of the host that runs the front and Prometheus; default: the first host."
+    )
+    kubernetes: KubernetesTargetConfig | None = Field(
+        None,
+        description="Run on Kubernetes instead of Docker hosts: the same profile as a Deployment "
+        "behind the front's Service (`hosts` then only builds the images).",
     )
 
     @model_validator(mode="after")
@@ -344,7 +428,13 @@ class TargetConfig(_Model):
                 f"glm:target.frontHost={self.front_host!r} is not in glm:target.hosts "
                 f"({', '.join(names)}). Fix: set it to one of those names, or remove it (the first host)."
             )
-        if len(self.hosts) > 1:
+        if len(self.hosts) > 1 and self.kubernetes is not None:
+            problems.append(
+                f"glm:target.hosts lists {len(self.hosts)} hosts with glm:target.kubernetes: on "
+                "Kubernetes the replicas are `kubernetes.replicas` and `hosts` only names the Docker "
+                "engine that builds the images. Fix: keep one host (the builder)."
+            )
+        elif len(self.hosts) > 1:
             problems += [p for h in self.replica_hosts if (p := _replica_address_problem(h))]
         if problems:
             raise ValueError("\n".join(problems))

@@ -48,6 +48,10 @@ def _with_key(
 
 def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     """Create every resource of the stack and return the stack outputs."""
+    if config.target.kubernetes is not None:
+        from components.k8s_deployment import deploy_kubernetes
+
+        return deploy_kubernetes(config, secrets, stack)
     # Rendered once: the serving containers run it, the gates quote it, the fingerprint hashes it.
     serving = render_serving(config)
     served = served_model(serving, config.serving_image, secrets.serving_env_names)

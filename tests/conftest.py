@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from components.profiles import PROFILES
+from tests.k8s_cluster import cluster, folders  # noqa: F401 (fixtures: k8s_cluster, k8s_folders)
 
 PROJECT = Path(__file__).resolve().parent.parent
 CONTAINER = "docker:index/container:Container"
@@ -210,6 +211,7 @@ E2E_MODULES = (
     "test_e2e.py", "test_e2e_front.py", "test_engine_gate.py", "test_engine_program.py",
     "test_first_hour.py", "test_ops.py", "test_rehearsal.py", "test_multihost_engine.py",
     "test_semantic_probe_e2e.py", "test_semantic_probe_tls_e2e.py", "test_semantic_probe_tls_multihost_e2e.py",
+    "test_fleet_healing_engine.py", "test_k8s_engine.py", "test_k8s_rehearsal_engine.py",
 )  # fmt: skip
 
 

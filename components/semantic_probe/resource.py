@@ -54,6 +54,7 @@ APP_FILES = (
     "components/profiles.py",
     "components/vllm_flags.py",
     "components/gate/__init__.py",
+    "components/gate/__main__.py",  # the in-pod readiness check on Kubernetes (components/k8s_workload.py)
     "components/gate/checks.py",
     "components/gate/container.py",
     "components/gate/metrics.py",

@@ -1,0 +1,107 @@
+"""The semantic probe on Kubernetes: the same service, params and image as on a Docker host.
+
+It asks the gate's questions through the front's Service on its schedule, with its own key, and
+Prometheus scrapes its results (the same ``semantic-probe`` job and alert rules). What it does not
+do here is eject replicas: on Kubernetes each serving pod's readiness already re-runs the gate's
+checks against that pod (components/k8s_workload.py), and the Service drops a pod that fails them.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.config import KubernetesTargetConfig
+from components.k8s_workload import labels
+from components.semantic_probe.resource import (
+    KEY_PATH,
+    PARAMS_PATH,
+    SemanticProbeSpec,
+    probe_settings,
+    render_params,
+)
+
+PROBE_DIR = PARAMS_PATH.rsplit("/", 1)[0]
+assert KEY_PATH.startswith(PROBE_DIR)
+
+
+def probe_service(
+    stack: str, spec: SemanticProbeSpec, k8s_target: KubernetesTargetConfig, opts: pulumi.ResourceOptions
+) -> k8s.core.v1.Service:
+    """The ClusterIP Service Prometheus scrapes: made before Prometheus, the probe after the gate."""
+    return k8s.core.v1.Service(
+        f"{stack}-semantic-probe-service",
+        metadata={"namespace": k8s_target.namespace, "name": "glm53-semantic-probe"},
+        spec={
+            "selector": labels(stack, "semantic-probe"),
+            "ports": [{"name": "metrics", "port": spec.probe.port, "targetPort": "metrics"}],
+        },
+        opts=opts,
+    )
+
+
+def deploy_probe(
+    stack: str,
+    spec: SemanticProbeSpec,
+    k8s_target: KubernetesTargetConfig,
+    opts: pulumi.ResourceOptions,
+    *,
+    image: pulumi.Input[str],
+    front_ip: pulumi.Output[str],
+    vllm_upstream: pulumi.Output[str],
+    api_key: pulumi.Output[str],
+) -> k8s.apps.v1.Deployment:
+    """The probe's Deployment: its params in a ConfigMap, its key in a Secret."""
+    ns = k8s_target.namespace
+    name = f"{stack}-semantic-probe"
+    params = pulumi.Output.all(front_ip, vllm_upstream).apply(
+        lambda a: render_params(probe_settings(spec, a[0], a[1]))
+    )
+    params_map = k8s.core.v1.ConfigMap(
+        f"{name}-params",
+        metadata={"namespace": ns, "name": "glm53-semantic-probe"},
+        data={"params.json": params},
+        opts=opts,
+    )
+    secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
+    key = k8s.core.v1.Secret(
+        f"{name}-key",
+        metadata={"namespace": ns, "name": "glm53-semantic-probe-key"},
+        string_data={"api-key": secret_key},
+        opts=opts,
+    )
+    selector = labels(stack, "semantic-probe")
+    return k8s.apps.v1.Deployment(
+        name,
+        metadata={"namespace": ns, "name": "glm53-semantic-probe"},
+        spec={
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                # New params restart it (the Docker stack replaces its container).
+                "metadata": {"labels": selector, "annotations": {"glm53/params": params.apply(_digest)}},
+                "spec": {
+                    "containers": [{
+                        "name": "probe",
+                        "image": image,
+                        "imagePullPolicy": k8s_target.image_pull_policy,
+                        "args": ["--params", PARAMS_PATH, "--api-key-file", KEY_PATH],
+                        "ports": [{"name": "metrics", "containerPort": spec.probe.port}],
+                        "volumeMounts": [{"name": "probe", "mountPath": PROBE_DIR, "readOnly": True}],
+                        "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+                    }],
+                    "volumes": [{"name": "probe", "projected": {"sources": [
+                        {"configMap": {"name": "glm53-semantic-probe"}},
+                        {"secret": {"name": "glm53-semantic-probe-key"}},
+                    ]}}],
+                },
+            },
+        },
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[params_map, key])),
+    )  # fmt: skip
+
+
+def _digest(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,236 @@
+"""The serving pods on Kubernetes, rendered from the same ``ServingSpec`` the Docker hosts run.
+
+Pure functions that return Kubernetes objects as the API writes them (camelCase dicts), so tests
+assert on exactly what the API server receives: ``components/k8s_deployment.py`` hands them to
+pulumi-kubernetes unchanged. What differs from a Docker host, and why:
+
+- cards: a resource limit (``nvidia.com/gpu`` / ``huawei.com/Ascend910``) for as many cards as
+  ``glm:container.accelerators`` lists; the device plugin picks them, so the Docker form's
+  ``CUDA_VISIBLE_DEVICES``/``ASCEND_RT_VISIBLE_DEVICES`` pinning is left out;
+- ``/dev/shm``: a memory ``emptyDir`` with ``glm:container.shmSize`` as its size limit (Docker's
+  ``--shm-size``); weights read-only (hostPath ``model.hostDir`` or a claim); the JIT cache on a
+  claim that outlives the stack;
+- stop: a preStop pause (the Service stops routing first), then vLLM's ``--shutdown-timeout``
+  drain, inside ``terminationGracePeriodSeconds``; a roll never needs a spare box (``maxSurge: 0``);
+- readiness is the gate, not ``/health``: a sidecar in the pod runs the gate's own checks
+  (``python -m components.gate``: the served name and length, 13x17 → 221, a tool call, the KV
+  pool) against its pod's vLLM, so the Service sends a pod traffic only once it answers right.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from components.config import (
+    CACHE_MOUNT_PATH,
+    SHUTDOWN_MARGIN_SECONDS,
+    VISIBILITY_ENV,
+    KubernetesTargetConfig,
+    StackConfig,
+)
+from components.vllm_server import ServingSpec
+
+CARD_RESOURCES = {"nvidia": "nvidia.com/gpu", "ascend": "huawei.com/Ascend910"}
+"""The device plugins' resource names per accelerator kind."""
+READINESS_STEPS = ("models", "arithmetic", "tool_call", "kv_pool")
+"""The gate's steps a pod passes before it is Ready (not ``front_auth``/``streaming``: the front's)."""
+GATE_KEY_ENV = "GLM_GATE_KEY"
+"""vLLM runs without a key behind the front; the gate's command line still wants one to send."""
+READINESS_REQUEST_TIMEOUT_SECONDS = 30
+STARTUP_PERIOD_SECONDS = 10
+LIVENESS_FAILURES = 3
+SERVING_CONTAINER = "vllm"
+GATE_CONTAINER = "gate"
+
+
+def labels(stack: str, role: str) -> dict[str, str]:
+    """The selector labels of one role (``vllm``, ``front``, ``prometheus``) of one stack."""
+    return {"app.kubernetes.io/name": f"glm53-{role}", "app.kubernetes.io/instance": stack}
+
+
+def card_limits(config: StackConfig) -> dict[str, str]:
+    """``{"nvidia.com/gpu": "8"}`` for eight listed cards; nothing in a rehearsal (no accelerator)."""
+    resource = CARD_RESOURCES.get(config.facts.accelerator)
+    if config.rehearsing or resource is None:
+        return {}
+    return {resource: str(len(config.container.accelerators))}
+
+
+def pod_env(serving: ServingSpec) -> list[dict[str, str]]:
+    """The serving env less the Docker form's card pinning (the device plugin assigns the cards)."""
+    return [{"name": k, "value": v} for k, v in sorted(serving.env.items()) if k not in VISIBILITY_ENV]
+
+
+def grace_seconds(config: StackConfig, k8s: KubernetesTargetConfig) -> int:
+    """preStop pause + vLLM's drain (``--shutdown-timeout``) + a margin: SIGKILL never cuts a drain."""
+    return k8s.pre_stop_seconds + (config.shutdown_timeout or 0) + SHUTDOWN_MARGIN_SECONDS
+
+
+def readiness_command(serving: ServingSpec, config: StackConfig) -> list[str]:
+    """The gate's own checks against this pod's vLLM (the pod shares one network namespace)."""
+    base = f"http://127.0.0.1:{serving.port}"
+    return [
+        "python3", "-m", "components.gate",
+        "--endpoint", f"{base}/v1",
+        "--api-key-env", GATE_KEY_ENV,
+        "--metrics-url", f"{base}/metrics",
+        "--served-name", serving.served_name,
+        "--max-model-len", str(serving.max_model_len),
+        "--steps", ",".join(s for s in READINESS_STEPS if s in config.smoke.steps),
+        "--deadline-seconds", "5",
+        "--request-timeout", str(READINESS_REQUEST_TIMEOUT_SECONDS),
+        "--chat-template-kwargs", json.dumps(config.smoke.chat_template_kwargs, sort_keys=True),
+    ]  # fmt: skip
+
+
+def _volumes(config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetConfig) -> list[dict[str, Any]]:
+    model = config.model
+    weights: dict[str, Any] = (
+        {"persistentVolumeClaim": {"claimName": k8s.weights_claim, "readOnly": True}}
+        if k8s.weights_claim
+        else {"hostPath": {"path": model.host_dir, "type": "Directory"}}
+    )
+    volumes = [
+        {"name": "weights", **weights},
+        {"name": "jit-cache", "persistentVolumeClaim": {"claimName": k8s.cache_claim}},
+    ]
+    if serving.container.shm_size_mb is not None:
+        volumes.append(
+            {
+                "name": "dshm",
+                "emptyDir": {"medium": "Memory", "sizeLimit": f"{serving.container.shm_size_mb}Mi"},
+            }
+        )
+    volumes += [{"name": f"mount-{i}", "hostPath": {"path": m.source}} for i, m in enumerate(serving.mounts)]
+    return volumes
+
+
+def _mounts(config: StackConfig, serving: ServingSpec) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [
+        {"name": "weights", "mountPath": config.model.mount_path, "readOnly": True},
+        {"name": "jit-cache", "mountPath": CACHE_MOUNT_PATH},
+    ]
+    if serving.container.shm_size_mb is not None:
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    mounts += [
+        {"name": f"mount-{i}", "mountPath": m.target, "readOnly": m.read_only}
+        for i, m in enumerate(serving.mounts)
+    ]
+    return mounts
+
+
+def serving_container(
+    config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
+) -> dict[str, Any]:
+    """``vllm serve`` with the rendered argv: started once its load fits the gate's deadline
+    (a startup probe that never kills a long load), restarted when ``/health`` says the engine died."""
+    health = {"httpGet": {"path": "/health", "port": serving.port}}
+    limits = card_limits(config)
+    container: dict[str, Any] = {
+        "name": SERVING_CONTAINER,
+        "image": image,
+        "imagePullPolicy": k8s.image_pull_policy,
+        "command": ["vllm", "serve"],
+        "args": serving.argv,
+        "env": pod_env(serving),
+        "ports": [{"name": "http", "containerPort": serving.port}],
+        "volumeMounts": _mounts(config, serving),
+        "startupProbe": {
+            **health,
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "failureThreshold": math.ceil(serving.load_deadline_seconds / STARTUP_PERIOD_SECONDS),
+        },
+        "livenessProbe": {**health, "periodSeconds": 10, "failureThreshold": LIVENESS_FAILURES},
+        "lifecycle": {"preStop": {"sleep": {"seconds": k8s.pre_stop_seconds}}},
+    }
+    if limits:
+        container["resources"] = {"limits": limits, "requests": limits}
+    return container
+
+
+def gate_container(
+    config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
+) -> dict[str, Any]:
+    """The readiness sidecar: idle itself; its readiness probe is one run of the gate's checks."""
+    return {
+        "name": GATE_CONTAINER,
+        "image": image,
+        "imagePullPolicy": k8s.image_pull_policy,
+        # Waits for its SIGTERM; the work is the probe below.
+        "command": ["python3", "-c", "import signal; signal.pause()"],
+        "env": [{"name": GATE_KEY_ENV, "value": "in-pod-no-key"}],
+        "readinessProbe": {
+            "exec": {"command": readiness_command(serving, config)},
+            "periodSeconds": k8s.readiness_period_seconds,
+            "timeoutSeconds": 3 * READINESS_REQUEST_TIMEOUT_SECONDS,
+            "failureThreshold": 1,
+            "successThreshold": 1,
+        },
+        "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+    }
+
+
+def serving_deployment_spec(
+    config: StackConfig,
+    serving: ServingSpec,
+    k8s: KubernetesTargetConfig,
+    stack: str,
+    image: str,
+    gate_image: str,
+) -> dict[str, Any]:
+    """The serving Deployment's spec: ``replicas`` pods, rolled one at a time without a spare box."""
+    selector = labels(stack, "vllm")
+    return {
+        "replicas": k8s.replicas,
+        "selector": {"matchLabels": selector},
+        # maxSurge 0: the old pod frees its cards before the new one needs them.
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+        # A pod that never answers right stops the roll; Pulumi reports the deadline as a failure.
+        "progressDeadlineSeconds": serving.load_deadline_seconds,
+        "template": {
+            "metadata": {"labels": selector},
+            "spec": {
+                "terminationGracePeriodSeconds": grace_seconds(config, k8s),
+                "containers": [
+                    serving_container(config, serving, k8s, image),
+                    gate_container(config, serving, k8s, gate_image),
+                ],
+                "volumes": _volumes(config, serving, k8s),
+            },
+        },
+    }
+
+
+def serving_service_spec(serving: ServingSpec, stack: str) -> dict[str, Any]:
+    """ClusterIP in front of the pods: it lists only Ready pods, those that passed the gate."""
+    return {
+        "selector": labels(stack, "vllm"),
+        "ports": [{"name": "http", "port": serving.port, "targetPort": "http"}],
+    }
+
+
+def cache_volume_spec(k8s: KubernetesTargetConfig, stack: str) -> dict[str, Any] | None:
+    """A hostPath PersistentVolume for the cache claim (one-node clusters), kept when released."""
+    if k8s.cache_host_path is None:
+        return None
+    return {
+        "capacity": {"storage": k8s.cache_size},
+        "accessModes": ["ReadWriteOnce"],
+        "persistentVolumeReclaimPolicy": "Retain",
+        "storageClassName": "",
+        "hostPath": {"path": k8s.cache_host_path, "type": "DirectoryOrCreate"},
+        # Only this stack's claim may bind it.
+        "claimRef": {"namespace": k8s.namespace, "name": k8s.cache_claim},
+    }
+
+
+def cache_claim_spec(k8s: KubernetesTargetConfig, volume_name: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": k8s.cache_size}},
+    }
+    if volume_name is not None:
+        spec |= {"storageClassName": "", "volumeName": volume_name}
+    return spec

@@ -1,0 +1,166 @@
+"""A real one-node Kubernetes for the e2e tests: the cluster fixture, the stack's config on it,
+and what the tests read back (scripts/k8s/cluster.sh; docs/scaling.md).
+
+The fixtures ``k8s_cluster`` (started once per test module, stopped after it, leaving nothing
+behind) and ``k8s_folders`` reach every module through tests/conftest.py; the figures of every
+module go into one report (``GLM_K8S_REPORT=path``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.engine import PROJECT, PulumiProject, engine_missing
+
+CLUSTER = PROJECT / "scripts" / "k8s" / "cluster.sh"
+BUILD = PROJECT / "scripts" / "k8s" / "build.sh"
+NAMESPACE = "glm53-e2e"
+NODE_PORT = 30080
+PROMETHEUS_PORT = 30081
+FRONT_URL = f"http://127.0.0.1:{NODE_PORT}/v1"
+API_KEY = "sk-k8s-e2e-5b0f3c2a9d7e41f68c3b"
+DEADLINE_SECONDS = 60
+"""The gate's deadline, hence each pod's start allowance and the Deployment's progress deadline."""
+
+
+def unavailable() -> str | None:
+    if engine_missing():
+        return engine_missing()
+    if os.geteuid() != 0:
+        return "the one-node cluster needs root (network and mount namespaces, cgroups)"
+    checked = subprocess.run([str(BUILD), "--check"], capture_output=True, text=True)
+    if checked.returncode != 0:
+        return f"the Kubernetes cache is incomplete: {checked.stderr.strip()} (make k8s-build, ~15 min once)"
+    return None
+
+
+REPORT: dict[str, Any] = {}
+
+
+def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> str:
+    """kubectl in the e2e namespace (a later ``-n`` wins)."""
+    bin_dir = subprocess.run([str(BUILD), "--check"], capture_output=True, text=True).stdout.strip()
+    result = subprocess.run(
+        [f"{bin_dir}/kubectl", "--kubeconfig", str(kubeconfig), "-n", NAMESPACE, *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    if check and result.returncode != 0:
+        raise AssertionError(f"kubectl {' '.join(args)}: {result.stderr}")
+    return result.stdout
+
+
+@pytest.fixture(scope="module", name="k8s_cluster")
+def cluster() -> Iterator[Path]:
+    # The provider into Pulumi's plugin cache (a second or two when the cache is complete).
+    subprocess.run([str(BUILD)], check=True, capture_output=True, timeout=120)
+    started = time.monotonic()
+    out = subprocess.run([str(CLUSTER), "start"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    REPORT["cluster_start_s"] = round(time.monotonic() - started, 1)
+    try:
+        yield Path(out.stdout.strip().splitlines()[-1])
+    finally:
+        started = time.monotonic()
+        stopped = subprocess.run([str(CLUSTER), "stop"], capture_output=True, text=True, timeout=300)
+        REPORT["cluster_stop_s"] = round(time.monotonic() - started, 1)
+        _write_report()
+        assert stopped.returncode == 0, stopped.stderr
+        assert "nothing left" in stopped.stderr, stopped.stderr
+
+
+def _write_report() -> None:
+    print(json.dumps(REPORT, indent=2))
+    if os.environ.get("GLM_K8S_REPORT"):
+        Path(os.environ["GLM_K8S_REPORT"]).write_text(json.dumps(REPORT, indent=2))
+
+
+@pytest.fixture(scope="module", name="k8s_folders")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The weights fixture (the simulator reads none) and the cache's hostPath, under /tmp: the
+    node's own /var/lib, /run and /var/log are private to it."""
+    root = tmp_path_factory.mktemp("k8s-host")
+    weights = root / "models" / "GLM-5.3-Flash-sim"
+    weights.mkdir(parents=True)
+    (weights / "config.json").write_text('{"model_type": "glm-sim"}\n')
+    (weights / "model.safetensors.index.json").write_text('{"weight_map": {}}\n')
+    return {"models": root / "models", "weights": weights, "cache": root / "jit-cache"}
+
+
+def set_stack_config(project: PulumiProject, values: dict[str, Any], stack: str = "local") -> None:
+    """glm:* keys merged into the copy's Pulumi.<stack>.yaml (a mapping's other keys stay)."""
+    path = project.root / f"Pulumi.{stack}.yaml"
+    data = yaml.safe_load(path.read_text()) or {}
+    config = data.setdefault("config", {})
+    for key, value in values.items():
+        config[key] = {**config[key], **value} if isinstance(config.get(key), dict) else value
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def base_config(kubeconfig: Path, folders: dict[str, Path]) -> dict[str, Any]:
+    return {
+        "glm:target": {
+            "hosts": [{"name": "localhost", "dockerHost": "unix:///var/run/docker.sock"}],
+            "kubernetes": {
+                "kubeconfig": str(kubeconfig),
+                "namespace": NAMESPACE,
+                "frontUrl": FRONT_URL,
+                "frontNodePort": NODE_PORT,
+                "prometheusNodePort": PROMETHEUS_PORT,
+                "replicas": 2,
+                "cacheHostPath": str(folders["cache"]),
+                "imagePullPolicy": "Never",
+                "imageLoadCommand": f"{CLUSTER} import {{image}}",
+                "readinessPeriodSeconds": 5,
+                "preStopSeconds": 5,
+            },
+        },
+        "glm:model": {"hostDir": str(folders["models"])},
+        "glm:smoke": {"deadlineSeconds": DEADLINE_SECONDS},
+        # The simulator's runtime fault switch (PUT /sim/faults), for the ejection test.
+        "glm:serving": {"extraEnv": {"VLLM_SIM_RUNTIME_FAULTS": "1"}},
+        # The load loop's pace is far above the front's per-key default (its 429s are not the
+        # subject here; tests/multihost.py does the same).
+        "glm:front": {"rateLimit": {"enabled": False}},
+    }
+
+
+def ask(question: str = "What is 13*17?") -> str:
+    resp = httpx.post(
+        f"{FRONT_URL}/chat/completions",
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        json={
+            "model": "glm-5.3-flash",
+            "messages": [{"role": "user", "content": question}],
+            "max_tokens": 64,
+        },
+        timeout=30,
+        trust_env=False,
+    )
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["choices"][0]["message"]["content"]).strip()
+
+
+def pods(kubeconfig: Path) -> list[dict[str, Any]]:
+    listed = json.loads(
+        kubectl(kubeconfig, "get", "pods", "-l", "app.kubernetes.io/name=glm53-vllm", "-o", "json")
+    )
+    return list(listed["items"])
+
+
+def live_pods(kubeconfig: Path) -> list[dict[str, Any]]:
+    """The serving pods not being deleted (a replaced pod drains for a while after a roll)."""
+    return [p for p in pods(kubeconfig) if not p["metadata"].get("deletionTimestamp")]
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))

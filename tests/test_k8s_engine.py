@@ -1,0 +1,287 @@
+"""The local stack on a real one-node Kubernetes (scripts/k8s/cluster.sh), on the real engine.
+
+Skipped, with the reason, where the engine, root or the cluster cache (scripts/k8s/build.sh) is
+missing. In order: the cluster starts → ``up`` with two serving pods, each Ready only once the
+gate's checks passed against it, then the smoke gate through the front's Service → ``preview
+--expect-no-changes`` → one vLLM flag rolls under a load loop that checks every answer (0 wrong,
+0 failed, no stream cut) → a version that answers wrongly rolls: ``up`` fails, its pod never
+becomes Ready, no client sees a wrong answer or an error; ``up`` with the good config restores it
+→ a pod that turns wrong at runtime leaves the Service and comes back → destroy keeps the weights
+and the JIT cache's claim and files → the cluster stops leaving nothing (tests/k8s_cluster.py).
+
+Figures are printed; ``GLM_K8S_REPORT=path`` also writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.engine import PulumiProject
+from tests.k8s_cluster import (
+    API_KEY,
+    FRONT_URL,
+    PROMETHEUS_PORT,
+    REPORT,
+    ask,
+    base_config,
+    kubectl,
+    live_pods,
+    pods,
+    ready,
+    set_stack_config,
+    unavailable,
+)
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+
+ROLL_FLAG = ("maxNumSeqs", 128)
+"""The flag the roll changes (``--max-num-seqs``): the simulator reads it, nothing else differs."""
+
+
+@pytest.fixture(scope="module")
+def project(
+    k8s_cluster: Path, k8s_folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PulumiProject]:
+    project = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("k8s-project"))
+    project.run("stack", "init", "local")
+    project.run("config", "set", "--secret", "--path", "glm:apiKeys.e2e", API_KEY, "-s", "local")
+    set_stack_config(project, base_config(k8s_cluster, k8s_folders))
+    try:
+        yield project
+    finally:
+        project.run("destroy", "--yes", "-s", "local", check=False, timeout=600)
+
+
+class PodWatch:
+    """Polls the serving pods while a roll runs: when each new pod was created and became Ready."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.before = {p["metadata"]["name"] for p in pods(kubeconfig)}
+        self.seen: dict[str, dict[str, float | None]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def __enter__(self) -> PodWatch:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            now = time.monotonic()
+            for pod in pods(self.kubeconfig):
+                name = pod["metadata"]["name"]
+                if name in self.before:
+                    continue
+                entry = self.seen.setdefault(name, {"created": now, "ready": None})
+                if entry["ready"] is None and ready(pod):
+                    entry["ready"] = now
+            self.stop.wait(0.5)
+
+    def seconds_to_ready(self) -> list[float | None]:
+        return [round(e["ready"] - e["created"], 1) if e["ready"] else None for e in self.seen.values()]
+
+
+def roll(
+    project: PulumiProject, kubeconfig: Path, label: str, *, expect_failure: bool = False
+) -> dict[str, Any]:
+    """``up`` while the load loop runs (from 3 s before to 3 s after): its figures and the pods'."""
+    from tests.test_multihost_engine import API_KEY as LOAD_KEY
+    from tests.test_multihost_engine import LoadLoop
+
+    assert LOAD_KEY  # the loop's own key: the stack lists it too (see test_up_…)
+    started = time.monotonic()
+    with PodWatch(kubeconfig) as watch, LoadLoop(FRONT_URL) as load:
+        time.sleep(3)
+        out = project.run(
+            "up", "--yes", "--skip-preview", "-s", "local", check=not expect_failure, timeout=900
+        )
+        up_seconds = time.monotonic() - started - 3
+        time.sleep(3)
+    figures = {
+        **load.figures(),
+        "up_s": round(up_seconds, 1),
+        "new_pods_s_to_ready": watch.seconds_to_ready(),
+        "replicas": 2,
+        "s_per_replica": round(up_seconds / 2, 1),
+    }
+    REPORT[label] = figures
+    print(label, json.dumps(figures, indent=2))
+    return {"figures": figures, "output": out}
+
+
+# ---- the lifecycle, in order --------------------------------------------------------------------
+
+
+def test_up_passes_the_gate_through_the_front_service(project: PulumiProject, k8s_cluster: Path) -> None:
+    from tests.test_multihost_engine import API_KEY as LOAD_KEY
+
+    # The load loop's key too (tests/test_multihost_engine.py's client).
+    project.run("config", "set", "--secret", "--path", "glm:apiKeys.load", LOAD_KEY, "-s", "local")
+    started = time.monotonic()
+    project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
+    REPORT["first_up_s"] = round(time.monotonic() - started, 1)
+    outputs = project.outputs("local")
+    assert outputs["endpoint"] == FRONT_URL
+    assert outputs["smoke"]["steps_run"] and "arithmetic" in outputs["smoke"]["steps_run"]
+    serving = pods(k8s_cluster)
+    assert len(serving) == 2 and all(ready(p) for p in serving)
+    # What the API server holds is what the config rendered: the argv, the probe, no card request.
+    spec = serving[0]["spec"]
+    vllm = next(c for c in spec["containers"] if c["name"] == "vllm")
+    assert (
+        vllm["args"][0] == "/models/GLM-5.3-Flash-sim" and "--served-model-name=glm-5.3-flash" in vllm["args"]
+    )
+    assert "resources" not in vllm or not vllm["resources"].get("limits")
+    gate = next(c for c in spec["containers"] if c["name"] == "gate")
+    assert gate["readinessProbe"]["exec"]["command"][:3] == ["python3", "-m", "components.gate"]
+    assert ask() == "221"
+    refused = httpx.post(f"{FRONT_URL}/chat/completions", json={}, timeout=10, trust_env=False)
+    assert refused.status_code == 401
+
+
+def test_prometheus_scrapes_each_pod_with_the_rules_loaded(k8s_cluster: Path) -> None:
+    names = {p["metadata"]["name"] for p in pods(k8s_cluster)}
+    base = f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1"
+    deadline = time.monotonic() + 90
+    up: set[str] = set()
+    while time.monotonic() < deadline:
+        try:
+            active = httpx.get(f"{base}/targets", timeout=5, trust_env=False).json()["data"]["activeTargets"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            active = []
+        up = {t["labels"]["host"] for t in active if t["labels"].get("job") == "vllm" and t["health"] == "up"}
+        if up == names:
+            break
+        time.sleep(2)
+    assert up == names
+    groups = httpx.get(f"{base}/rules", timeout=5, trust_env=False).json()["data"]["groups"]
+    assert [g["name"] for g in groups] == ["glm-vllm-local"] and groups[0]["rules"]
+    # A metric vLLM exports, per pod: what the rules threshold on.
+    query = httpx.get(
+        f"{base}/query", params={"query": "vllm:num_requests_running"}, timeout=5, trust_env=False
+    )
+    assert {r["metric"]["host"] for r in query.json()["data"]["result"]} == names
+
+
+def test_preview_after_up_shows_no_changes(project: PulumiProject) -> None:
+    project.run("preview", "--expect-no-changes", "-s", "local", timeout=300)
+
+
+def test_a_flag_rolls_under_load_with_every_answer_right(project: PulumiProject, k8s_cluster: Path) -> None:
+    flag, value = ROLL_FLAG
+    project.run("config", "set", "--path", f"glm:serving.{flag}", str(value), "-s", "local")
+    figures = roll(project, k8s_cluster, "roll")["figures"]
+    assert (figures["failed"], figures["cut_streams"], figures["wrong_answers"]) == (0, 0, 0), figures
+    assert figures["answered_right"] > 0
+    serving = live_pods(k8s_cluster)
+    assert len(serving) == 2 and all(ready(p) for p in serving)
+    for pod in serving:
+        assert f"--max-num-seqs={value}" in pod["spec"]["containers"][0]["args"]
+    project.run("preview", "--expect-no-changes", "-s", "local", timeout=300)
+
+
+def test_a_wrong_answer_version_never_receives_traffic(project: PulumiProject, k8s_cluster: Path) -> None:
+    project.run(
+        "config", "set", "--path", "glm:serving.extraEnv.VLLM_SIM_FAULT", "wrong-answer", "-s", "local"
+    )
+    result = roll(project, k8s_cluster, "wrong_answer_roll", expect_failure=True)
+    figures = result["figures"]
+    assert (figures["failed"], figures["cut_streams"], figures["wrong_answers"]) == (0, 0, 0), figures
+    assert "glm53-vllm" in result["output"] and "error" in result["output"].lower()
+    serving = live_pods(k8s_cluster)
+    bad = [
+        p for p in serving if any(e.get("value") == "wrong-answer" for e in p["spec"]["containers"][0]["env"])
+    ]
+    assert bad and not any(ready(p) for p in bad), "a wrong-answer pod became Ready"
+    assert ask() == "221"
+    # Back to the good config: the roll completes and the gate passes again.
+    project.run("config", "rm", "--path", "glm:serving.extraEnv.VLLM_SIM_FAULT", "-s", "local")
+    started = time.monotonic()
+    project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
+    REPORT["restore_up_s"] = round(time.monotonic() - started, 1)
+    assert all(ready(p) for p in live_pods(k8s_cluster)) and ask() == "221"
+
+
+def set_faults(kubeconfig: Path, pod: str, faults: list[str]) -> None:
+    """The simulator's runtime switch, from inside the pod (its gate container has python3)."""
+    body = json.dumps({"faults": faults})
+    code = (
+        "import urllib.request as u; u.urlopen(u.Request('http://127.0.0.1:8000/sim/faults', "
+        f"data={body.encode()!r}, method='PUT', headers={{'Content-Type': 'application/json'}}), timeout=10)"
+    )
+    kubectl(kubeconfig, "exec", pod, "-c", "gate", "--", "python3", "-c", code)
+
+
+def wait_ready(kubeconfig: Path, pod: str, want: bool, limit: float = 90) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if any(p["metadata"]["name"] == pod and ready(p) == want for p in pods(kubeconfig)):
+            return round(time.monotonic() - started, 1)
+        time.sleep(0.5)
+    raise AssertionError(f"{pod} did not become {'Ready' if want else 'not Ready'} within {limit} s")
+
+
+def test_a_pod_that_starts_answering_wrong_leaves_the_service(k8s_cluster: Path) -> None:
+    """Readiness is the gate: a pod that turns wrong at runtime fails its next check and the
+    Service stops sending it requests; healed, it comes back. Never restarted."""
+    from tests.test_multihost_engine import LoadLoop
+
+    pod = live_pods(k8s_cluster)[0]["metadata"]["name"]
+    set_faults(k8s_cluster, pod, ["wrong-answer"])
+    ejected = wait_ready(k8s_cluster, pod, want=False)
+    # Within the Service's update (kube-proxy), then every answer is right again.
+    time.sleep(2)
+    with LoadLoop(FRONT_URL) as load:
+        time.sleep(10)
+    after = load.figures()
+    assert (after["failed"], after["wrong_answers"], after["cut_streams"]) == (0, 0, 0), after
+    set_faults(k8s_cluster, pod, [])
+    readmitted = wait_ready(k8s_cluster, pod, want=True)
+    restarts = next(p for p in pods(k8s_cluster) if p["metadata"]["name"] == pod)["status"][
+        "containerStatuses"
+    ]
+    assert all(c["restartCount"] == 0 for c in restarts)
+    REPORT["runtime_fault"] = {
+        "ejected_after_s": ejected,
+        "load_after_ejection": {k: after[k] for k in ("sent", "answered_right", "wrong_answers", "failed")},
+        "readmitted_after_s": readmitted,
+        "readiness_period_s": 5,
+    }
+
+
+def test_destroy_keeps_the_weights_and_the_jit_cache(
+    project: PulumiProject, k8s_cluster: Path, k8s_folders: dict[str, Path]
+) -> None:
+    kubectl(
+        k8s_cluster,
+        "exec",
+        "deploy/glm53-vllm",
+        "-c",
+        "vllm",
+        "--",
+        "sh",
+        "-c",
+        "echo kept > /var/cache/glm53/marker",
+    )
+    weights_before = {p.name: p.read_bytes() for p in k8s_folders["weights"].iterdir()}
+    started = time.monotonic()
+    project.run("destroy", "--yes", "-s", "local", timeout=600)
+    REPORT["destroy_s"] = round(time.monotonic() - started, 1)
+    assert {p.name: p.read_bytes() for p in k8s_folders["weights"].iterdir()} == weights_before
+    assert (k8s_folders["cache"] / "marker").read_text() == "kept\n"
+    claim = json.loads(kubectl(k8s_cluster, "get", "pvc", "glm53-jit-cache", "-o", "json"))
+    assert claim["status"]["phase"] == "Bound"
+    assert kubectl(k8s_cluster, "get", "deploy,svc,pods", "-o", "name").strip() == ""

@@ -1,0 +1,364 @@
+"""The Kubernetes form of ``glm:target`` under mocks: every profile's stack rendered as the objects
+the API server receives (components/k8s_workload.py, components/k8s_deployment.py).
+
+Expected values come from the seeds (cards, /dev/shm) and from the same stack rendered for a
+Docker host (argv, env): the two targets must run the same ``ServingSpec``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from components.config import ConfigError, build_stack_config
+from tests.conftest import Deployment, is_secret, run_program, serving_container, unwrap
+
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+SERVICE = "kubernetes:core/v1:Service"
+LOCAL_DOCKER = {"name": "localhost", "dockerHost": "unix:///var/run/docker.sock"}
+FRONT_URL = "http://127.0.0.1:30080/v1"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+
+def k8s_target(**extra: Any) -> dict[str, Any]:
+    return {
+        "hosts": [LOCAL_DOCKER],
+        "kubernetes": {"namespace": "glm53-test", "frontUrl": FRONT_URL, "replicas": 2, **extra},
+    }
+
+
+@pytest.fixture(scope="module")
+def on_k8s() -> dict[str, Deployment]:
+    stacks = ("a800", "ascend", "rtx5090", "local")
+    return {
+        s: run_program(s, {"glm:target": k8s_target(frontNodePort=30080, cacheHostPath="/srv/jit")})
+        for s in stacks
+    }
+
+
+@pytest.fixture(scope="module")
+def on_docker() -> dict[str, Deployment]:
+    return {
+        s: run_program(s, {"glm:target": {"hosts": [LOCAL_DOCKER]}})
+        for s in ("a800", "ascend", "rtx5090", "local")
+    }
+
+
+def pod_spec(deployment: Deployment) -> dict[str, Any]:
+    return unwrap(deployment.one(DEPLOYMENT, "-vllm").inputs)["spec"]["template"]["spec"]
+
+
+def container(deployment: Deployment, name: str) -> dict[str, Any]:
+    return next(c for c in pod_spec(deployment)["containers"] if c["name"] == name)
+
+
+def flag(argv: list[str], name: str) -> str:
+    return next(a.split("=", 1)[1] for a in argv if a.startswith(f"{name}="))
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+def test_the_pods_run_the_argv_the_docker_host_runs(
+    on_k8s: dict[str, Deployment], on_docker: dict[str, Deployment], stack: str
+) -> None:
+    vllm = container(on_k8s[stack], "vllm")
+    docker_inputs = serving_container(on_docker[stack])
+    assert vllm["command"] == docker_inputs["entrypoints"] == ["vllm", "serve"]
+    assert vllm["args"] == docker_inputs["command"]
+    # Same env, less the card pinning the device plugin replaces.
+    docker_env = dict(e.split("=", 1) for e in unwrap(docker_inputs["envs"]))
+    pinning = {
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "ASCEND_RT_VISIBLE_DEVICES",
+    }
+    pod_env = {e["name"]: e["value"] for e in vllm["env"]}
+    assert pod_env == {k: v for k, v in docker_env.items() if k not in pinning}
+    assert not pinning & set(pod_env)
+
+
+@pytest.mark.parametrize(
+    ("stack", "resource", "cards"),
+    # a800 seed: 8xA800, TP 8; ascend seed: --device /dev/davinci0 … davinci7; rtx5090 seed: 8 cards, TP 8.
+    [
+        ("a800", "nvidia.com/gpu", "8"),
+        ("ascend", "huawei.com/Ascend910", "8"),
+        ("rtx5090", "nvidia.com/gpu", "8"),
+    ],
+)
+def test_cards_are_device_plugin_resources(
+    on_k8s: dict[str, Deployment], stack: str, resource: str, cards: str
+) -> None:
+    vllm = container(on_k8s[stack], "vllm")
+    assert vllm["resources"] == {"limits": {resource: cards}, "requests": {resource: cards}}
+    assert flag(vllm["args"], "--tensor-parallel-size") == cards
+
+
+def test_a_rehearsal_requests_no_card(on_k8s: dict[str, Deployment]) -> None:
+    assert "resources" not in container(on_k8s["local"], "vllm")
+    rehearsal = run_program("a800", {"glm:target": k8s_target(), "glm:rehearsal": {"enabled": True}})
+    assert "resources" not in container(rehearsal, "vllm")
+
+
+def test_dev_shm_is_a_memory_emptydir_with_the_seeds_size(on_k8s: dict[str, Deployment]) -> None:
+    spec = pod_spec(on_k8s["ascend"])
+    dshm = next(v for v in spec["volumes"] if v["name"] == "dshm")
+    # The ascend seed's `--shm-size=500g`.
+    assert dshm == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{500 * 1024}Mi"}}
+    mount = next(m for m in container(on_k8s["ascend"], "vllm")["volumeMounts"] if m["name"] == "dshm")
+    assert mount["mountPath"] == "/dev/shm"
+
+
+def test_weights_read_only_and_the_jit_cache_on_a_kept_claim(on_k8s: dict[str, Deployment]) -> None:
+    deployment = on_k8s["a800"]
+    spec = pod_spec(deployment)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["weights"]["hostPath"] == {"path": "/data/models", "type": "Directory"}  # Pulumi.a800.yaml
+    mounts = {m["name"]: m for m in container(deployment, "vllm")["volumeMounts"]}
+    assert mounts["weights"]["readOnly"] is True
+    assert volumes["jit-cache"]["persistentVolumeClaim"] == {"claimName": "glm53-jit-cache"}
+    assert mounts["jit-cache"]["mountPath"] == "/var/cache/glm53"
+    claim = deployment.one("kubernetes:core/v1:PersistentVolumeClaim")
+    volume = deployment.one("kubernetes:core/v1:PersistentVolume")
+    assert unwrap(volume.inputs)["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
+    assert unwrap(volume.inputs)["spec"]["hostPath"]["path"] == "/srv/jit"
+    assert unwrap(claim.inputs)["spec"]["volumeName"] == unwrap(volume.inputs)["metadata"]["name"]
+    for kept in (claim.name, volume.name, deployment.one("kubernetes:core/v1:Namespace").name):
+        assert deployment.options[kept].retain_on_delete is True, kept
+    assert deployment.options[deployment.one(DEPLOYMENT, "-vllm").name].retain_on_delete is not True
+
+
+def test_weights_from_a_claim_are_mounted_read_only() -> None:
+    deployment = run_program("a800", {"glm:target": k8s_target(weightsClaim="glm-weights")})
+    weights = next(v for v in pod_spec(deployment)["volumes"] if v["name"] == "weights")
+    assert weights["persistentVolumeClaim"] == {"claimName": "glm-weights", "readOnly": True}
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "local"])
+def test_a_stop_drains_inside_the_grace_period(on_k8s: dict[str, Deployment], stack: str) -> None:
+    spec = pod_spec(on_k8s[stack])
+    vllm = container(on_k8s[stack], "vllm")
+    shutdown = int(flag(vllm["args"], "--shutdown-timeout"))
+    pause = vllm["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pause == 10
+    assert spec["terminationGracePeriodSeconds"] > pause + shutdown
+    strategy = unwrap(on_k8s[stack].one(DEPLOYMENT, "-vllm").inputs)["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+
+
+def test_readiness_is_the_gate_against_the_pod_not_health(on_k8s: dict[str, Deployment]) -> None:
+    vllm = container(on_k8s["a800"], "vllm")
+    assert "readinessProbe" not in vllm
+    # /health only restarts a dead engine; the startup probe covers the seeds' long loads.
+    assert vllm["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert vllm["startupProbe"]["periodSeconds"] * vllm["startupProbe"]["failureThreshold"] >= 1800
+    probe = container(on_k8s["a800"], "gate")["readinessProbe"]["exec"]["command"]
+    assert probe[:3] == ["python3", "-m", "components.gate"]
+    args = dict(zip(probe[3::2], probe[4::2], strict=True))
+    port = flag(vllm["args"], "--port")
+    assert args["--endpoint"] == f"http://127.0.0.1:{port}/v1"
+    assert args["--metrics-url"] == f"http://127.0.0.1:{port}/metrics"
+    assert args["--served-name"] == flag(vllm["args"], "--served-model-name")
+    assert args["--max-model-len"] == flag(vllm["args"], "--max-model-len")
+    assert args["--steps"].split(",") == ["models", "arithmetic", "tool_call", "kv_pool"]
+
+
+def test_the_front_and_the_gate_go_through_the_front_service(on_k8s: dict[str, Deployment]) -> None:
+    deployment = on_k8s["local"]
+    front_service = unwrap(deployment.one(SERVICE, "-front-service").inputs)["spec"]
+    assert front_service["type"] == "NodePort" and front_service["ports"][0]["nodePort"] == 30080
+    vllm_service = unwrap(deployment.one(SERVICE, "-vllm-service").inputs)["spec"]
+    assert (
+        vllm_service["selector"]
+        == unwrap(deployment.one(DEPLOYMENT, "-vllm").inputs)["spec"]["selector"]["matchLabels"]
+    )
+    conf = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"][
+        "nginx.conf"
+    ]
+    for directive in ("proxy_buffering off;", "proxy_http_version 1.1;", "include api-keys.map;"):
+        assert directive in conf
+    assert re.search(r"include /etc/glm53-front/rotation/upstream\.con\[f\];", conf)
+    keys = deployment.one("kubernetes:core/v1:Secret", "-front-keys").inputs["stringData"]
+    assert is_secret(keys), "the key maps must be stored encrypted"
+    assert set(unwrap(keys)) == {"api-keys.map", "metrics-keys.map"}
+    gate = next(
+        r for r in deployment.of_type("pulumi-python:dynamic:Resource") if r.name.endswith("-smoke-gate")
+    )
+    assert gate.inputs["endpoint"] == FRONT_URL
+    assert deployment.outputs["endpoint"] == FRONT_URL
+
+
+def test_no_docker_container_on_kubernetes(on_k8s: dict[str, Deployment]) -> None:
+    for deployment in on_k8s.values():
+        assert deployment.of_type("docker:index/container:Container") == []
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"namespace": "GLM_53", "frontUrl": FRONT_URL}, r"glm:target\.kubernetes\.namespace='GLM_53'"),
+        ({"namespace": "glm", "frontUrl": "127.0.0.1:30080"}, r"glm:target\.kubernetes\.frontUrl"),
+        ({"namespace": "glm", "frontUrl": FRONT_URL, "frontNodePort": 80}, r"frontNodePort"),
+        ({"namespace": "glm", "frontUrl": FRONT_URL, "preStopSeconds": 1}, r"preStopSeconds"),
+    ],
+)
+def test_bad_kubernetes_targets_are_refused_naming_the_key(value: dict[str, Any], message: str) -> None:
+    with pytest.raises((ConfigError, ValueError), match=message):
+        build_stack_config({"hardware": "local", "target": {"hosts": [LOCAL_DOCKER], "kubernetes": value}})
+
+
+# ---- Prometheus on Kubernetes -----------------------------------------------------------------
+
+
+def test_prometheus_config_and_rules_pass_promtool(on_k8s: dict[str, Deployment], tmp_path: Path) -> None:
+    """The real promtool: the config (which loads the rules, by their in-pod path) and the rules."""
+    files = unwrap(on_k8s["a800"].one("kubernetes:core/v1:ConfigMap", "-prometheus-config").inputs)["data"]
+    config = yaml.safe_load(files["prometheus.yml"])
+    assert config["rule_files"] == ["/etc/prometheus/rules.yml"]
+    config["rule_files"] = [str(tmp_path / "rules.yml")]
+    (tmp_path / "rules.yml").write_text(files["rules.yml"])
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    for args in (
+        ["check", "config", str(tmp_path / "prometheus.yml")],
+        ["check", "rules", str(tmp_path / "rules.yml")],
+    ):
+        result = subprocess.run([PROMTOOL, *args], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stdout + result.stderr
+    job = config["scrape_configs"][0]
+    assert job["file_sd_configs"][0]["files"] == ["/var/lib/glm53-targets/vllm.json"]
+    pod = unwrap(on_k8s["a800"].one(DEPLOYMENT, "-prometheus").inputs)["spec"]["template"]["spec"]
+    lister = next(c for c in pod["containers"] if c["name"] == "targets")
+    assert lister["command"][2:] == [
+        "glm53-test",
+        "app.kubernetes.io/name=glm53-vllm,app.kubernetes.io/instance=a800",
+        flag(container(on_k8s["a800"], "vllm")["args"], "--port"),
+        "/var/lib/glm53-targets/vllm.json",
+    ]
+    # The several-hosts rules: each alert names the pod (label host) it fired for.
+    rules = yaml.safe_load(files["rules.yml"])["groups"][0]["rules"]
+    assert any("host" in r["expr"] for r in rules)
+
+
+def test_prometheus_may_only_list_the_namespace_pods(on_k8s: dict[str, Deployment]) -> None:
+    role = unwrap(on_k8s["local"].one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs)
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    assert role["metadata"]["namespace"] == "glm53-test"
+
+
+def test_the_operator_gets_the_same_rules_as_a_prometheus_rule() -> None:
+    deployment = run_program("a800", {"glm:target": k8s_target(prometheusOperator=True)})
+    plain = run_program("a800", {"glm:target": k8s_target()})
+    rule = next(r for r in deployment.resources if r.name.endswith("-alert-rules"))
+    assert rule.inputs["kind"] == "PrometheusRule"
+    rules_file = unwrap(plain.one("kubernetes:core/v1:ConfigMap", "-prometheus-config").inputs)["data"][
+        "rules.yml"
+    ]
+    assert unwrap(rule.inputs)["spec"] == yaml.safe_load(rules_file)
+    monitor = next(r for r in deployment.resources if r.name.endswith("-pod-monitor"))
+    assert unwrap(monitor.inputs)["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "glm53-vllm"
+    assert not [r for r in deployment.of_type(DEPLOYMENT) if r.name.endswith("-prometheus")]
+
+
+def test_the_target_file_lists_running_pods_by_name() -> None:
+    from components.k8s_targets import targets
+
+    pods = [
+        {"metadata": {"name": "glm53-vllm-b"}, "status": {"phase": "Running", "podIP": "198.18.0.7"}},
+        {"metadata": {"name": "glm53-vllm-a"}, "status": {"phase": "Running", "podIP": "198.18.0.6"}},
+        {"metadata": {"name": "glm53-vllm-c"}, "status": {"phase": "Pending"}},
+    ]
+    assert targets(pods, 8000) == [
+        {"targets": ["198.18.0.6:8000"], "labels": {"host": "glm53-vllm-a"}},
+        {"targets": ["198.18.0.7:8000"], "labels": {"host": "glm53-vllm-b"}},
+    ]
+
+
+def test_the_semantic_probe_asks_through_the_front_with_its_own_key(on_k8s: dict[str, Deployment]) -> None:
+    deployment = on_k8s["local"]  # the local stack runs the probe (Pulumi.local.yaml's profile)
+    probe = unwrap(deployment.one(DEPLOYMENT, "-semantic-probe").inputs)["spec"]["template"]["spec"]
+    assert probe["containers"][0]["args"] == [
+        "--params", "/etc/semantic-probe/params.json", "--api-key-file", "/etc/semantic-probe/api-key",
+    ]  # fmt: skip
+    key = deployment.one("kubernetes:core/v1:Secret", "-semantic-probe-key").inputs["stringData"]
+    assert is_secret(key) or is_secret(key["api-key"])
+    keys_map = unwrap(deployment.one("kubernetes:core/v1:Secret", "-front-keys").inputs["stringData"])[
+        "api-keys.map"
+    ]
+    assert "semantic-probe" in keys_map  # the front admits the probe's key under its client name
+    files = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-prometheus-config").inputs)["data"]
+    jobs = [j["job_name"] for j in yaml.safe_load(files["prometheus.yml"])["scrape_configs"]]
+    assert jobs == ["vllm", "semantic-probe"]
+    assert "semantic-probe" in files["rules.yml"]
+    # The probe starts after the gate passed.
+    gate = next(r.name for r in deployment.of_type("glm:smoke:SmokeTest"))
+    options = deployment.options[
+        next(r.name for r in deployment.of_type(DEPLOYMENT) if r.name.endswith("-semantic-probe"))
+    ]
+    assert gate in {d._name for d in options.depends_on}  # type: ignore[union-attr]
+
+
+def test_the_front_release_with_the_service_upstream_passes_nginx_t(tmp_path: Path) -> None:
+    """The real nginx: the release as mounted in the front's pod (nginx.conf, key maps, and the
+    upstream file naming the serving Service), paths moved under tmp_path."""
+    from components.k8s_deployment import _upstream_conf
+    from components.nginx_front import render_front_files
+
+    config = build_stack_config({"hardware": "local", "target": k8s_target()})
+    files = render_front_files(
+        config.front,
+        {"ci": "sk-test-ci-0a6e93030124c2b3"},
+        rotation_dir=str(tmp_path / "rotation"),
+        runtime_dir=str(tmp_path),
+    )
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "rotation").mkdir()
+    upstream = _upstream_conf("198.19.0.34", 8000)
+    (tmp_path / "rotation" / "upstream.conf").write_text(upstream)
+    assert upstream.count("server 198.19.0.34:8000 max_fails=0;") == 3
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    result = subprocess.run(
+        [nginx, "-t", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path), "-e", "stderr"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    # The check can fail: a directive nginx does not know in the upstream file is refused.
+    (tmp_path / "rotation" / "upstream.conf").write_text(upstream.replace("keepalive_time", "keepalive_tme"))
+    result = subprocess.run(
+        [nginx, "-t", "-c", str(tmp_path / "nginx.conf"), "-p", str(tmp_path), "-e", "stderr"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode != 0 and "keepalive_tme" in result.stderr
+
+
+def test_kubernetes_with_several_hosts_is_refused_naming_the_fix() -> None:
+    hosts = [
+        LOCAL_DOCKER,
+        {"name": "other", "dockerHost": "unix:///run/other.sock", "privateAddress": "10.0.0.2"},
+    ]
+    target = {"hosts": hosts, "kubernetes": {"namespace": "glm", "frontUrl": FRONT_URL}}
+    with pytest.raises(
+        (ConfigError, ValueError), match=r"glm:target\.hosts lists 2 hosts with glm:target\.kubernetes"
+    ):
+        build_stack_config({"hardware": "local", "target": target})
+
+
+def test_the_image_load_command_gets_each_image_quoted() -> None:
+    deployment = run_program(
+        "local", {"glm:target": k8s_target(imageLoadCommand="scripts/k8s/cluster.sh import {image}")}
+    )
+    loads = {r.name: r.inputs for r in deployment.of_type("command:local:Command") if "-load-" in r.name}
+    assert sorted(loads) == [
+        "local-load-front",
+        "local-load-gate",
+        "local-load-prometheus",
+        "local-load-serving",
+    ]
+    assert loads["local-load-front"]["create"] == "scripts/k8s/cluster.sh import glm53-local/nginx:bookworm"
+    assert loads["local-load-serving"]["create"].startswith("scripts/k8s/cluster.sh import glm53-vllm-sim:")
