@@ -44,7 +44,7 @@ export PATH=/usr/local/go/bin:$PATH
 command -v go >/dev/null || { log "no Go toolchain (go1.26 in /usr/local/go/bin expected)"; exit 3; }
 export GOMODCACHE=$WORK/gomod GOCACHE=$WORK/gocache GOFLAGS="-mod=mod -buildvcs=false" GOWORK=off
 export CGO_ENABLED=0 GOTOOLCHAIN=local
-mkdir -p "$BIN" "$WORK"
+mkdir -p "$BIN"
 gobuild() { nice -n 10 go build -p "$(nproc)" -trimpath "$@"; }
 timed() { # timed NAME COMMAND…: run, logging the wall clock
     local t0=$SECONDS
@@ -141,6 +141,7 @@ build_cni() {
 
 t0=$SECONDS
 lacking=$(missing)
+[[ -z $lacking ]] || mkdir -p "$WORK"
 [[ $lacking == *kube-apiserver* || $lacking == *kubectl* || $lacking == *kubelet* ]] && timed build_kubernetes
 [[ -s $ROOT/images/pause.tar ]] || timed build_pause
 [[ -x $BIN/etcd ]] || timed build_etcd
