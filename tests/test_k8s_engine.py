@@ -98,12 +98,12 @@ def roll(
     project: PulumiProject, kubeconfig: Path, label: str, *, expect_failure: bool = False
 ) -> dict[str, Any]:
     """``up`` while the load loop runs (from 3 s before to 3 s after): its figures and the pods'."""
+    from tests.multihost import LoadLoop
     from tests.test_multihost_engine import API_KEY as LOAD_KEY
-    from tests.test_multihost_engine import LoadLoop
 
     assert LOAD_KEY  # the loop's own key: the stack lists it too (see test_up_…)
     started = time.monotonic()
-    with PodWatch(kubeconfig) as watch, LoadLoop(FRONT_URL) as load:
+    with PodWatch(kubeconfig) as watch, LoadLoop(FRONT_URL, LOAD_KEY) as load:
         time.sleep(3)
         out = project.run(
             "up", "--yes", "--skip-preview", "-s", "local", check=not expect_failure, timeout=900
@@ -237,14 +237,15 @@ def wait_ready(kubeconfig: Path, pod: str, want: bool, limit: float = 90) -> flo
 def test_a_pod_that_starts_answering_wrong_leaves_the_service(k8s_cluster: Path) -> None:
     """Readiness is the gate: a pod that turns wrong at runtime fails its next check and the
     Service stops sending it requests; healed, it comes back. Never restarted."""
-    from tests.test_multihost_engine import LoadLoop
+    from tests.multihost import LoadLoop
+    from tests.test_multihost_engine import API_KEY as LOAD_KEY
 
     pod = live_pods(k8s_cluster)[0]["metadata"]["name"]
     set_faults(k8s_cluster, pod, ["wrong-answer"])
     ejected = wait_ready(k8s_cluster, pod, want=False)
     # Within the Service's update (kube-proxy), then every answer is right again.
     time.sleep(2)
-    with LoadLoop(FRONT_URL) as load:
+    with LoadLoop(FRONT_URL, LOAD_KEY) as load:
         time.sleep(10)
     after = load.figures()
     assert (after["failed"], after["wrong_answers"], after["cut_streams"]) == (0, 0, 0), after
