@@ -149,15 +149,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         # Started once the gate passed: a loading engine is the gate's business, not an alert.
         probe = SemanticProbe(
             f"{stack}-semantic-probe",
-            SemanticProbeSpec(
-                probe=config.semantic_probe,
-                smoke=config.smoke,
-                served_name=serving.served_name,
-                max_model_len=serving.max_model_len,
-                max_num_seqs=config.serving.max_num_seqs,
-                container=config.container,
-                front_tls=front_trust,
-            ),
+            SemanticProbeSpec.of(config, serving, front_trust),
             network_name=home.server.network_name,
             front_host=front.hostname,  # the probe starts after the gate, which waits for the front
             upstream=home.server.upstream,

@@ -289,18 +289,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     # Imported here: components.deployment imports this module when the target is Kubernetes.
     from components.deployment import scrape_spec
 
-    probe_spec = (
-        SemanticProbeSpec(
-            probe=config.semantic_probe,
-            smoke=config.smoke,
-            served_name=serving.served_name,
-            max_model_len=serving.max_model_len,
-            max_num_seqs=config.serving.max_num_seqs,
-            container=config.container,
-        )
-        if semantic_probe_runs(config)
-        else None
-    )
+    probe_spec = SemanticProbeSpec.of(config, serving) if semantic_probe_runs(config) else None
     probe_svc = probe_service(stack, probe_spec, k8s_target, in_ns) if probe_spec else None
     loaded = pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=images.loaded))
     monitoring = deploy_monitoring(

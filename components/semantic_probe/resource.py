@@ -28,14 +28,14 @@ import pulumi
 import pulumi.dynamic
 import pulumi_docker as docker
 
-from components.config import ContainerConfig, SemanticProbeConfig, SmokeConfig
+from components.config import ContainerConfig, SemanticProbeConfig, SmokeConfig, StackConfig
 from components.gate.tls import EndpointTls
 from components.nginx_front import CONTAINER_PORT as FRONT_PORT
 from components.replica_tls import guard_tls
 from components.rotation_requests import PROBE_REQUESTS_DIR
 from components.semantic_probe import container_name
 from components.semantic_probe.service import ProbeSettings
-from components.vllm_server import upstream_hosts
+from components.vllm_server import ServingSpec, upstream_hosts
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 DOCKERFILE = "images/semantic-probe/Dockerfile"
@@ -159,6 +159,21 @@ class SemanticProbeSpec:
     front_tls: EndpointTls | None = None
     """A TLS front (``glm:front.tls``): the name its certificate carries and what to trust
     (components/front_tls.py); the probe reaches it by its container name, which that name is not."""
+
+    @classmethod
+    def of(
+        cls, config: StackConfig, serving: ServingSpec, front_tls: EndpointTls | None = None
+    ) -> SemanticProbeSpec:
+        """The spec of a stack whose serving container runs ``serving`` (Docker hosts or Kubernetes)."""
+        return cls(
+            probe=config.semantic_probe,
+            smoke=config.smoke,
+            served_name=serving.served_name,
+            max_model_len=serving.max_model_len,
+            max_num_seqs=config.serving.max_num_seqs,
+            container=config.container,
+            front_tls=front_tls,
+        )
 
 
 @dataclass(frozen=True)
