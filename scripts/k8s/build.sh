@@ -17,9 +17,6 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/versions.env"
 
-CACHE=${GLM_K8S_CACHE:-$HOME/.cache/glm53-k8s}
-ROOT=$CACHE/$K8S_VERSION
-BIN=$ROOT/bin
 WORK=$CACHE/work
 K8S_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
 log() { printf 'k8s-build: %s\n' "$*" >&2; }

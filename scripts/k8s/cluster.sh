@@ -19,9 +19,6 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/versions.env"
 
-CACHE=${GLM_K8S_CACHE:-$HOME/.cache/glm53-k8s}
-ROOT=$CACHE/$K8S_VERSION
-BIN=$ROOT/bin
 PKI=$CACHE/pki
 STATE=${GLM_K8S_STATE:-$CACHE/node} # never under /var/lib, /run or /var/log: the node has its own
 LOGS=$STATE/logs
