@@ -56,8 +56,9 @@ AGENT_FOR_RUN = "GLM_SSH_AGENT_FOR_RUN"
 ``identityFile`` to that agent (never to the user's own)."""
 
 
-def _agent_keys() -> set[str] | None:
-    """``type base64`` of every key the agent at ``SSH_AUTH_SOCK`` holds; None without an agent."""
+def _agent_keys() -> list[str] | None:
+    """``type base64`` of every key the agent at ``SSH_AUTH_SOCK`` holds, in the order it offers
+    them; None without an agent."""
     import subprocess
 
     if not os.environ.get("SSH_AUTH_SOCK"):
@@ -65,7 +66,7 @@ def _agent_keys() -> set[str] | None:
     listed = subprocess.run(["ssh-add", "-L"], capture_output=True, text=True, check=False)
     if listed.returncode not in (0, 1):  # 1: an agent with no keys
         return None
-    return {" ".join(line.split()[:2]) for line in listed.stdout.splitlines() if line.strip()}
+    return [" ".join(line.split()[:2]) for line in listed.stdout.splitlines() if line.strip()]
 
 
 def _public_key(path: Path) -> str | None:
@@ -109,6 +110,7 @@ def require_agent_identity(host: HostConfig, ssh_private_key: pulumi.Output[str]
     public = _public_key(path)
     held = _agent_keys()
     if public is not None and held is not None and public in held:
+        _offered_in_time(key, host.identity_file, held, public)
         return
     if held is not None and os.environ.get(AGENT_FOR_RUN):
         added = subprocess.run(
@@ -119,6 +121,8 @@ def require_agent_identity(host: HostConfig, ssh_private_key: pulumi.Output[str]
             check=False,
         )
         if added.returncode == 0:
+            if public is not None:
+                _offered_in_time(key, host.identity_file, _agent_keys() or [], public)
             return
     raise ConfigError(
         f"{key}={host.identity_file}: the SSH commands (preflight, downloads) log in through the SSH "
@@ -127,6 +131,26 @@ def require_agent_identity(host: HostConfig, ssh_private_key: pulumi.Output[str]
         + f". Fix: `ssh-add {host.identity_file}` (start one with `eval $(ssh-agent)` if needed), or "
         "run through scripts/pulumi.sh / make, which start an agent for the run and add the key."
     )
+
+
+SSHD_MAX_AUTH_TRIES = 6
+"""sshd's default ``MaxAuthTries``: after this many refused keys it disconnects the client with
+"Too many authentication failures"."""
+
+
+def _offered_in_time(key: str, identity_file: str, held: list[str], public: str) -> None:
+    """pulumi-command offers the agent's keys in the agent's order and sshd refuses each one that is
+    not the host's: a key behind ``SSHD_MAX_AUTH_TRIES`` others is never reached, and every command
+    would fail after 10 retries with only "Too many authentication failures" to go on."""
+    ahead = held.index(public) if public in held else 0
+    if ahead >= SSHD_MAX_AUTH_TRIES:
+        raise ConfigError(
+            f"{key}={identity_file}: the SSH agent holds {len(held)} keys and offers this one after "
+            f"{ahead} others; sshd disconnects after {SSHD_MAX_AUTH_TRIES} refused keys (its default "
+            "MaxAuthTries), so the commands would never log in. Fix: run through scripts/pulumi.sh / "
+            "make (an agent for the run, holding only this stack's keys), or empty your agent "
+            f"(`ssh-add -D`) and `ssh-add {identity_file}` first."
+        )
 
 
 def ssh_connection(host: HostConfig, ssh_private_key: pulumi.Output[str] | None) -> remote.ConnectionArgs:

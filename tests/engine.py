@@ -70,10 +70,11 @@ def free_port() -> int:
 
 
 @functools.cache
-def ssh_agent() -> dict[str, str]:
-    """One ssh-agent for the test session, as ``scripts/pulumi.sh`` starts one for a run: the
+def ssh_agent(project: Path) -> dict[str, str]:
+    """One ssh-agent for each project copy, as ``scripts/pulumi.sh`` starts one for a run: the
     program adds each stand-in host's identityFile to it (components/target.py); the SSH commands
-    sign with it and the state never holds a key. It ends with the session."""
+    sign with it and the state never holds a key. One for the whole session held every host's key
+    it had ever met, and sshd refuses a client after 6 wrong ones. It ends with the session."""
     import atexit
     import re
 
@@ -124,7 +125,7 @@ class PulumiProject:
         )
         env.pop("PULUMI_CONFIG_PASSPHRASE_FILE", None)
         if shutil.which("ssh-agent"):
-            env.update(ssh_agent())
+            env.update(ssh_agent(self.root))
         return env
 
     def run(

@@ -97,14 +97,29 @@ def rotation_state(front: StandinHost, container: str, replica: str) -> str:
     return done.stdout.strip() or "missing"
 
 
-def wait_for(check: Callable[[], bool], limit: float, what: str) -> float:
-    """Seconds until ``check()`` holds (polled every 0.2 s); AssertionError after ``limit``."""
+def wait_for(
+    check: Callable[[], bool], limit: float, what: str, explain: Callable[[], str] = lambda: ""
+) -> float:
+    """Seconds until ``check()`` holds (polled every 0.2 s); AssertionError after ``limit``, with
+    what ``explain()`` tells of the state then."""
     start = time.monotonic()
     while time.monotonic() - start < limit:
         if check():
             return time.monotonic() - start
         time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {limit:g} s")
+    raise AssertionError(f"{what}: not within {limit:g} s\n{explain()}")
+
+
+def rotation_story(hosts: list[StandinHost], container: str) -> str:
+    """Each replica's rotation state, and the last lines the front's request loop and the probe
+    logged: why an ejection or a re-admission did not happen."""
+    front = hosts[0]
+    states = {h.name: rotation_state(front, container, h.name) for h in hosts}
+    lines = [f"rotation states: {states}"]
+    for name in (f"{container}-nginx", f"{container}-semantic-probe"):
+        done = front.docker("logs", "--tail", "40", name, timeout=30)
+        lines += [f"--- docker logs {name} (last 40 lines) ---", done.stdout[-4000:], done.stderr[-4000:]]
+    return "\n".join(lines)
 
 
 def probe_healthy(prometheus: Prometheus, targets: int) -> bool:
@@ -166,14 +181,24 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
             time.sleep(3)
             fault = time.monotonic()
             switch_faults(other, container, ["wrong-answer"])
-            wait_for(lambda: rotation_state(front, container, other.name) == "out", 60, "ejection")
+            wait_for(
+                lambda: rotation_state(front, container, other.name) == "out",
+                60,
+                "ejection",
+                lambda: rotation_story(hosts, container),
+            )
             ejected = time.monotonic()
             wait_for(lambda: bool(prometheus.firing("GlmModelAnswersWrong")), 60, "the alert")
             labels = prometheus.firing("GlmModelAnswersWrong")
             time.sleep(INTERVAL)  # traffic on the remaining replica only
             switch_faults(other, container, [])
             healed = time.monotonic()
-            wait_for(lambda: rotation_state(front, container, other.name) == "in", 60, "re-admission")
+            wait_for(
+                lambda: rotation_state(front, container, other.name) == "in",
+                60,
+                "re-admission",
+                lambda: rotation_story(hosts, container),
+            )
             back = time.monotonic()
             time.sleep(3)
         one = {
@@ -197,7 +222,10 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
             for host in hosts:
                 switch_faults(host, container, ["wrong-answer"])
             wait_for(
-                lambda: all(rotation_state(front, container, h.name) == "out" for h in hosts), 60, "all out"
+                lambda: all(rotation_state(front, container, h.name) == "out" for h in hosts),
+                60,
+                "all out",
+                lambda: rotation_story(hosts, container),
             )
             all_out = time.monotonic()
             time.sleep(INTERVAL)
@@ -205,7 +233,10 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
                 switch_faults(host, container, [])
             healed = time.monotonic()
             wait_for(
-                lambda: all(rotation_state(front, container, h.name) == "in" for h in hosts), 60, "all in"
+                lambda: all(rotation_state(front, container, h.name) == "in" for h in hosts),
+                60,
+                "all in",
+                lambda: rotation_story(hosts, container),
             )
             back = time.monotonic()
             time.sleep(3)

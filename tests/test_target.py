@@ -180,6 +180,32 @@ def test_an_agent_started_for_the_run_gets_the_identity_added(
     assert agent.with_name("id_ed25519.pub").read_text().split()[1] in held
 
 
+def _other_keys(agent: Path, count: int) -> None:
+    for n in range(count):
+        other = agent.with_name(f"other_{n}")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+        subprocess.run(["ssh-add", "-q", str(other)], check=True, capture_output=True)
+
+
+def test_a_key_the_agent_offers_after_six_others_is_refused_naming_max_auth_tries(agent: Path) -> None:
+    """CI: a session-wide agent held every stand-in's key; sshd (MaxAuthTries 6 by default,
+    sshd_config(5)) cut each command with "Too many authentication failures" after 10 retries."""
+    _other_keys(agent, 6)
+    subprocess.run(["ssh-add", "-q", str(agent)], check=True, capture_output=True)
+    with pytest.raises(
+        ConfigError, match=r"identityFile=.*holds 7 keys.*after 6 others.*MaxAuthTries.*ssh-add -D"
+    ):
+        _command(host("ssh://deploy@gpu01", identityFile=str(agent)))
+
+
+def test_a_key_after_five_others_is_still_reached(agent: Path) -> None:
+    _other_keys(agent, 5)
+    subprocess.run(["ssh-add", "-q", str(agent)], check=True, capture_output=True)
+    assert "privateKey" not in unwrap(
+        _command(host("ssh://deploy@gpu01", identityFile=str(agent)))["connection"]
+    )
+
+
 def test_no_agent_at_all_is_refused_naming_the_fix(agent: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SSH_AUTH_SOCK")
     with pytest.raises(ConfigError, match=r"no agent answers at SSH_AUTH_SOCK.*eval \$\(ssh-agent\)"):
