@@ -27,15 +27,12 @@ from urllib.parse import urlsplit
 
 from pydantic import (
     AfterValidator,
-    BaseModel,
-    ConfigDict,
     Field,
     PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from components.front_tls import (
     certificate_problems,
@@ -43,7 +40,9 @@ from components.front_tls import (
     check_tls_name,
     default_name,
 )
+from components.gate.settings import SmokeConfig
 from components.key_strength import MIN_GUESSES_LOG10, guesses_log10
+from components.model_base import Model, Positive
 from components.profiles import PROFILES, HardwareFacts, spoken_list
 from components.vllm_flags import ENV_NAME, env_name_problems, extra_args_problems
 from policy.glm_policies import binds_all_interfaces, is_loopback, is_relaxed_stack, unpinned_reason
@@ -153,15 +152,6 @@ def _at_least_one_second(value: int) -> int:
     return value
 
 
-def _positive(value: int) -> int:
-    if value <= 0:
-        raise ValueError(
-            f"{value} must be greater than 0. Fix: a positive number (README's config table has the default)"
-        )
-    return value
-
-
-Positive = Annotated[int, AfterValidator(_positive)]
 DockerSize = Annotated[str, AfterValidator(_docker_size)]
 NginxSize = Annotated[str, AfterValidator(_nginx_size)]
 PrometheusDuration = Annotated[str, AfterValidator(_prometheus_duration)]
@@ -169,11 +159,7 @@ Timeout = Annotated[int, AfterValidator(_at_least_one_second)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
-
-
-class HostConfig(_Model):
+class HostConfig(Model):
     name: str = Field(description="Short name of the host, used in resource names and outputs.")
     docker_host: str = Field(
         description="Docker endpoint of the host: `ssh://[user@]host[:port]` for a GPU box (IPv6 as "
@@ -311,7 +297,7 @@ def _public_key_line(text: str) -> str | None:
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
-class KubernetesTargetConfig(_Model):
+class KubernetesTargetConfig(Model):
     """The Kubernetes form of ``glm:target`` (components/k8s_deployment.py; docs/scaling.md)."""
 
     namespace: str = Field(description="Namespace the stack's objects live in (created by the stack).")
@@ -387,7 +373,7 @@ class KubernetesTargetConfig(_Model):
         return self
 
 
-class TargetConfig(_Model):
+class TargetConfig(Model):
     hosts: list[HostConfig] = Field(
         description="Hosts that each run one vLLM replica; with several, one Nginx front on "
         "`frontHost` balances across them (docs/scaling.md)."
@@ -468,7 +454,7 @@ def _replica_address_problem(host: HostConfig) -> str | None:
     return None
 
 
-class ImageBuildConfig(_Model):
+class ImageBuildConfig(Model):
     context: str = Field(description="Docker build context, relative to the project.")
     dockerfile: str = Field(description="Dockerfile path, relative to the project.")
     base_image: str = Field(description="`BASE_IMAGE` build argument: the image to patch.")
@@ -478,7 +464,7 @@ class ImageBuildConfig(_Model):
     )
 
 
-class ImageConfig(_Model):
+class ImageConfig(Model):
     reference: str | None = Field(
         None,
         description="A prebuilt or upstream image to pull; when set, no image is built "
@@ -510,7 +496,7 @@ class ImageConfig(_Model):
         return int(major), int(minor)
 
 
-class DownloadConfig(_Model):
+class DownloadConfig(Model):
     enabled: bool = Field(False, description="Download the weights on the host before serving.")
     source: Literal["modelscope", "huggingface"] = Field(
         "huggingface", description="Which hub CLI downloads the weights on the host."
@@ -527,7 +513,7 @@ class DownloadConfig(_Model):
         return self
 
 
-class ModelConfig(_Model):
+class ModelConfig(Model):
     host_dir: str = Field(description="Host folder holding the weights folder; mounted read-only.")
     mount_path: str = Field(description="Where `hostDir` appears inside the serving container.")
     directory: str = Field(description="Weights folder name inside `hostDir`.")
@@ -568,7 +554,7 @@ def _media_domain(value: str) -> str:
     return value
 
 
-class ServingConfig(_Model):
+class ServingConfig(Model):
     """`vllm serve` flags. Unset (null) flags are not rendered, so vLLM's default applies."""
 
     host: str | None = Field(None, description="`--host`.")
@@ -630,7 +616,7 @@ class ServingConfig(_Model):
         return {**self.env, **self.extra_env}
 
 
-class MountConfig(_Model):
+class MountConfig(Model):
     source: str = Field(description="Host path.")
     target: str = Field(description="Container path.")
     read_only: bool = Field(
@@ -638,7 +624,7 @@ class MountConfig(_Model):
     )
 
 
-class ContainerConfig(_Model):
+class ContainerConfig(Model):
     name: str = Field(description="Serving container name.")
     accelerators: list[int] = Field(description="Accelerator indices given to the container.")
     gpus: str | None = Field(
@@ -704,7 +690,7 @@ class ContainerConfig(_Model):
         return int(float(self.shm_size[:-1]) * units[self.shm_size[-1].lower()])
 
 
-class RateLimitConfig(_Model):
+class RateLimitConfig(Model):
     """The front's limits (docs/front-and-alerts.md "Limits"): per API key for key holders, per
     client address for everything else (no or a wrong key, metrics keys, ``/healthz``)."""
 
@@ -727,7 +713,7 @@ class RateLimitConfig(_Model):
     )
 
 
-class FrontConfig(_Model):
+class FrontConfig(Model):
     image: str = Field("nginx:1.27", description="Nginx image.")
     port: int = Field(8080, description="The stack's one published port (the API).")
     bind_address: str = Field("0.0.0.0", description="Host address the API port binds to.")
@@ -766,7 +752,7 @@ class FrontConfig(_Model):
         return None if value is None else check_ca_certificate(value)
 
 
-class AlertThresholds(_Model):
+class AlertThresholds(Model):
     kv_cache_usage: Fraction = Field(0.9, description="KV cache usage fraction that alerts.")
     ttft_p99_seconds: float = Field(10.0, description="TTFT p99 bound in seconds.", gt=0)
     spec_acceptance_min: Fraction = Field(0.3, description="Minimum MTP draft acceptance rate.")
@@ -775,7 +761,7 @@ class AlertThresholds(_Model):
     )
 
 
-class MonitoringConfig(_Model):
+class MonitoringConfig(Model):
     image: str = Field("prom/prometheus:v2.53.0", description="Prometheus image.")
     port: int = Field(9090, description="Host port of the Prometheus UI.")
     bind_address: str = Field("127.0.0.1", description="Host address Prometheus binds to (loopback).")
@@ -795,31 +781,7 @@ class MonitoringConfig(_Model):
     )
 
 
-SmokeStep = Literal["models", "arithmetic", "tool_call", "kv_pool", "front_auth", "streaming"]
-ALL_SMOKE_STEPS: list[SmokeStep] = ["models", "arithmetic", "tool_call", "kv_pool", "front_auth", "streaming"]
-
-
-class SmokeConfig(_Model):
-    deadline_seconds: Positive = Field(1800, description="How long the gate waits for readiness.")
-    poll_seconds: float = Field(1.0, description="Readiness poll interval (at most 1 s).", gt=0, le=1)
-    prompt: str = Field("What is 13×17? Answer with the number only.", description="Arithmetic prompt.")
-    expected_answer: str = Field("221", description="Exact expected `content` after trimming.")
-    tool_prompt: str = Field("What is the weather in Paris right now?", description="Tool-call prompt.")
-    chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Sent with each chat (e.g. `reasoning_effort: low`)."
-    )
-    steps: list[SmokeStep] = Field(
-        default_factory=lambda: list(ALL_SMOKE_STEPS), description="Which gate steps run."
-    )
-    metrics_url: str | None = Field(
-        None,
-        description="Where the gate reads vLLM's metrics for the KV-pool step instead of the default: "
-        "the front's /metrics route with a metrics key the stack generates (every stack, nothing to "
-        "open). E.g. vLLM's own /metrics or a Prometheus /federate URL.",
-    )
-
-
-class PreflightConfig(_Model):
+class PreflightConfig(Model):
     enabled: bool = Field(True, description="Check the host before creating the container.")
     min_free_disk_gib: float | None = Field(
         None, description="Free disk needed under `model.hostDir` (default: the weights size)."
@@ -852,7 +814,7 @@ def _probe_failures(value: int) -> int:
     return value
 
 
-class SemanticProbeConfig(_Model):
+class SemanticProbeConfig(Model):
     """The semantic probe: a container of the stack that runs the gate's readiness, arithmetic,
     tool-call and KV-pool checks through the front on a schedule (docs/semantic-probe.md)."""
 
@@ -956,7 +918,7 @@ def is_driver_path(path: str) -> bool:
     return any(path == p or path.startswith(p.rstrip("/") + "/") for p in DRIVER_PATHS)
 
 
-class RehearsalConfig(_Model):
+class RehearsalConfig(Model):
     enabled: bool = Field(
         False,
         description="Deploy the hardware profile as in production, with the vLLM-protocol simulator "
@@ -985,7 +947,7 @@ REPLICA_KEYS = ("hardware", "image", "model", "serving", "container")
 """The ``glm:`` keys that make a replica what it is: what a rollback puts back (``make rollback``)."""
 
 
-class StackConfig(_Model):
+class StackConfig(Model):
     _replica_values: dict[str, Any] = PrivateAttr(default_factory=dict)
     hardware: Hardware = Field(description=hardware_description())
     target: TargetConfig = Field(description="Where it runs (one host today).")

@@ -26,8 +26,9 @@ from typing import Any
 import pulumi
 import pulumi.dynamic
 
-from components.config import HostConfig, SmokeConfig
+from components.config import HostConfig
 from components.gate.resource import VERSION, SmokeTestProvider, changed_inputs, gate_outputs, gate_params
+from components.gate.settings import SmokeConfig
 from components.target import docker_ssh_opts
 from components.vllm_server import ServingSpec
 

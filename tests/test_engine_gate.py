@@ -35,7 +35,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.config import ALL_SMOKE_STEPS, build_stack_config
+from components.config import build_stack_config
+from components.gate.settings import ALL_SMOKE_STEPS
 from tests.conftest import PROJECT
 from tests.engine import PulumiProject
 from tests.gate.support import NGINX, Sim, start_front, start_sim, stop

@@ -16,8 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from components.config import ALL_SMOKE_STEPS
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, GateFailure, run_gate
+from components.gate.settings import ALL_SMOKE_STEPS
 from components.gate.tls import EndpointTls
 
 

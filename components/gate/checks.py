@@ -22,9 +22,9 @@ from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-from components.config import ALL_SMOKE_STEPS, SmokeConfig
 from components.gate.container import ContainerWatch, start_watch
 from components.gate.metrics import Sample, kv_pools, parse_samples, total
+from components.gate.settings import ALL_SMOKE_STEPS, SmokeConfig
 from components.gate.sse import DONE, MalformedChunk, chunk_deltas, chunk_error, delta_text, sse_events
 from components.gate.tls import EndpointTls
 

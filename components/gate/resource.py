@@ -23,9 +23,10 @@ from urllib.parse import urlsplit
 import pulumi
 import pulumi.dynamic
 
-from components.config import ALL_SMOKE_STEPS, HostConfig, SmokeConfig
+from components.config import HostConfig
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
 from components.gate.container import watch_params
+from components.gate.settings import ALL_SMOKE_STEPS, SmokeConfig
 from components.gate.tls import EndpointTls
 from components.profiles import PROFILES
 from components.target import docker_ssh_opts

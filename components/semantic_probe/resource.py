@@ -28,7 +28,8 @@ import pulumi
 import pulumi.dynamic
 import pulumi_docker as docker
 
-from components.config import ContainerConfig, SemanticProbeConfig, SmokeConfig, StackConfig
+from components.config import ContainerConfig, SemanticProbeConfig, StackConfig
+from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
 from components.nginx_front import CONTAINER_PORT as FRONT_PORT
 from components.replica_tls import guard_tls
@@ -47,17 +48,13 @@ REPLICA_KEY_PATH = "/etc/semantic-probe/replica-key"
 """The stack's replica key (several hosts): the probe asks each guarded replica directly with it."""
 APP_FILES = (
     "components/__init__.py",
-    "components/config.py",
-    "components/front_tls.py",
-    "components/hardware.py",
-    "components/key_strength.py",
-    "components/profiles.py",
-    "components/vllm_flags.py",
+    "components/model_base.py",
     "components/gate/__init__.py",
     "components/gate/__main__.py",  # the in-pod readiness check on Kubernetes (components/k8s_workload.py)
     "components/gate/checks.py",
     "components/gate/container.py",
     "components/gate/metrics.py",
+    "components/gate/settings.py",
     "components/gate/sse.py",
     "components/gate/startup.py",
     "components/gate/tls.py",
@@ -65,10 +62,9 @@ APP_FILES = (
     "components/semantic_probe/__main__.py",
     "components/semantic_probe/service.py",
     "components/semantic_probe/ejection.py",
-    "policy/glm_policies.py",  # components.config takes the images-pinned rule from the pack
 )
 """The project modules the probe imports: the gate's checks themselves, not a copy of their logic."""
-ROOT_DISTRIBUTIONS = ("httpx", "prometheus_client", "pydantic", "zxcvbn")
+ROOT_DISTRIBUTIONS = ("httpx", "prometheus_client", "pydantic")
 """What those modules import from outside the standard library; their requirements come along."""
 
 

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from components.config import ALL_SMOKE_STEPS, build_stack_config
+from components.config import build_stack_config
 from components.gate.checks import GateFailure, run_gate
+from components.gate.settings import ALL_SMOKE_STEPS
 from tests.gate.support import KEY, gate_fails, needs_nginx, params
 
 # ---- a passing gate ----------------------------------------------------------------------------

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from components.config import ALL_SMOKE_STEPS, SecretInputs, build_stack_config
+from components.config import SecretInputs, build_stack_config
 from components.front_tls import front_tls
 from components.gate.checks import run_gate
+from components.gate.settings import ALL_SMOKE_STEPS
 from components.gate.tls import EndpointTls
 from tests.gate.support import KEY, Sim, needs_nginx, params, start_front, stop
 from tests.tls_certs import TestCa

@@ -102,9 +102,11 @@ def test_the_key_is_generated_once_and_kept() -> None:
 
 def test_the_image_carries_the_gate_itself_and_its_packages() -> None:
     files = context_files()
-    for module in ("components/gate/checks.py", "components/gate/metrics.py", "components/config.py"):
+    for module in ("components/gate/checks.py", "components/gate/metrics.py", "components/gate/settings.py"):
         assert files[f"app/{module}"] == (PROJECT_DIR / module).read_bytes()
-    assert "app/components/gate/resource.py" not in files  # Pulumi stays out of the image
+    # Only the gate's runtime: neither Pulumi's resources nor the stack configuration.
+    for module in ("components/gate/resource.py", "components/config.py", "policy/glm_policies.py"):
+        assert f"app/{module}" not in files
     packages = {path.split("/")[1] for path in files if path.startswith("site-packages/")}
     assert {"httpx", "h11", "anyio", "idna", "certifi", "prometheus_client", "pydantic_core"} <= packages
     assert not [p for p in files if "__pycache__" in p or p.endswith(".pyc")]
@@ -114,6 +116,27 @@ def test_the_image_carries_the_gate_itself_and_its_packages() -> None:
         and tag == f"glm53-semantic-probe:{context.rsplit('-', 1)[1]}"
     )
     assert (PROJECT_DIR / context / "Dockerfile").read_bytes() == files["Dockerfile"]
+
+
+def test_the_runtime_in_the_image_imports_neither_pulumi_nor_the_stack_configuration(tmp_path: Path) -> None:
+    """Issue 28: the image's modules alone, imported as the probe and the in-pod check run them."""
+    for name, content in context_files().items():
+        if name.startswith("app/"):
+            (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / name).write_bytes(content)
+    code = (
+        "import sys\n"
+        "sys.path.insert(0, '.')\n"
+        "import components.gate.__main__, components.semantic_probe.__main__\n"
+        "import components.semantic_probe.ejection\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pulumi', 'policy', 'zxcvbn')"
+        " or m.startswith('components.config')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", code], cwd=tmp_path / "app", capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
 
 
 # ---- the program under mocks ------------------------------------------------------------------
