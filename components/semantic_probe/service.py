@@ -272,25 +272,29 @@ def run_once(
     metrics: ProbeMetrics,
     target: ProbeTarget | None = None,
     replica_key: str | None = None,
+    may_skip: bool = True,
 ) -> list[StepOutcome]:
     """One run against ``target`` (default: the front path): every step, each recorded as it ends;
     failures logged with the gate's message. ``replica_key``: for a guarded replica. Skipped (no
-    outcome, counted as ``skipped``) while the target's vLLM is saturated (:func:`saturation`)."""
+    outcome, counted as ``skipped``) while the target's vLLM is saturated (:func:`saturation`),
+    unless ``may_skip`` is false (:class:`SkipBudget`): then asked all the same."""
     target = target or settings.targets[0]
     if target.replica_key and not replica_key:
         raise ValueError(f"replica {target.host!r} is guarded but the probe has no replica key")
     key = replica_key if target.replica_key and replica_key else api_key
     metrics_key = key if target.replica_key else None
     busy = saturation(settings, target, metrics_key, metrics.progress)
-    if busy is not None:
+    if busy is not None and may_skip:
         metrics.skip(target)
         log.info(
-            "%s %s run skipped: %s (the probe never competes with users at peak)",
+            "%s %s run skipped: %s (the probe does not compete with users at peak)",
             target.path,
             target.host,
             busy,
         )
         return []
+    if busy is not None:
+        log.info("%s %s asked although %s (see SkipBudget)", target.path, target.host, busy)
     outcomes = list(
         check_steps(
             settings.gate_params(target),
@@ -337,6 +341,33 @@ def run_once(
     return outcomes
 
 
+MAX_SKIPS_IN_A_ROW = 2
+"""Saturated runs skipped in a row before the probe asks a saturated target all the same."""
+
+
+@dataclass
+class SkipBudget:
+    """When a saturated target may be skipped. Skipping spares users at peak, but a target that is
+    never idle would never be asked: the last replica in rotation carries every client, and answering
+    wrong it would go on serving them (CI: it stayed in for over a minute under a four-client load).
+    So at most ``MAX_SKIPS_IN_A_ROW`` runs in a row are skipped, and none after a failed run, so
+    that K failed runs in a row (the ejection) are never held off by load."""
+
+    skipped_in_a_row: int = 0
+    last_failed: bool = False
+
+    def may_skip(self) -> bool:
+        return self.skipped_in_a_row < MAX_SKIPS_IN_A_ROW and not self.last_failed
+
+    def ran(self, outcomes: list[StepOutcome]) -> None:
+        """After a run: ``outcomes`` empty for a skipped one (no evidence either way)."""
+        if not outcomes:
+            self.skipped_in_a_row += 1
+            return
+        self.skipped_in_a_row = 0
+        self.last_failed = not all(o.ok for o in outcomes)
+
+
 RunObserver = Callable[[ProbeTarget, list[StepOutcome]], None]
 """Told of every finished run (the ejection requests of ``rotation_requests.py``)."""
 
@@ -378,8 +409,10 @@ def _loop(
     observe: RunObserver | None,
 ) -> None:
     next_start = clock()
+    budget = SkipBudget()
     while not stop.is_set():
-        outcomes = run_once(settings, api_key, metrics, target, replica_key)
+        outcomes = run_once(settings, api_key, metrics, target, replica_key, budget.may_skip())
+        budget.ran(outcomes)
         if observe is not None and outcomes:  # a skipped run is no evidence either way
             try:
                 observe(target, outcomes)

@@ -274,9 +274,43 @@ def test_a_saturated_replica_is_skipped_not_failed(sims: Callable[..., Sim]) -> 
         for t in threads:
             t.join(timeout=60)
     assert runs() == {"ok": 0, "failed": 0, "skipped": 2}
+    # Past its skip budget: asked although saturated; it waits for a slot and passes.
+    threads = [threading.Thread(target=user, args=(40,)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    assert all(o.ok for o in run_once(settings, KEY, metrics, replica, may_skip=False))
+    for t in threads:
+        t.join(timeout=60)
+    assert runs() == {"ok": 1, "failed": 0, "skipped": 2}
     # Idle again: asked, and it passes.
     assert all(o.ok for o in run_once(settings, KEY, metrics, replica))
-    assert runs() == {"ok": 1, "failed": 0, "skipped": 2}
+    assert runs() == {"ok": 2, "failed": 0, "skipped": 2}
+
+
+def test_saturation_skips_at_most_two_runs_in_a_row_and_none_after_a_failure() -> None:
+    """CI: the last replica in rotation, carrying every client, was skipped at every run and
+    answered wrong for over a minute. The budget bounds how long load can hide a bad replica."""
+    from components.gate.checks import StepOutcome
+    from components.semantic_probe.service import MAX_SKIPS_IN_A_ROW, SkipBudget
+
+    def outcome(ok: bool) -> StepOutcome:
+        return StepOutcome(step="arithmetic", ok=ok, seconds=0.1, failure=None if ok else "got 222")
+
+    budget = SkipBudget()
+    allowed = []
+    for _ in range(MAX_SKIPS_IN_A_ROW + 1):
+        allowed.append(budget.may_skip())
+        budget.ran([])  # skipped
+    assert allowed == [True, True, False]
+    budget.ran([outcome(False)])  # asked: wrong
+    assert not budget.may_skip()
+    budget.ran([])  # a timeout while saturated counts as skipped: still no skip allowed
+    assert not budget.may_skip()
+    budget.ran([outcome(False)])
+    assert not budget.may_skip()
+    budget.ran([outcome(True)])  # passed: skips allowed again
+    assert budget.may_skip()
 
 
 def test_a_full_engine_that_generates_nothing_is_probed_not_skipped() -> None:
