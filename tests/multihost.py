@@ -4,6 +4,7 @@ benchmarks/multihost_scale.py."""
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import threading
 import time
@@ -100,7 +101,9 @@ def init_stack(
 
 class LoadLoop:
     """Bounded load through the front: at most ``LOAD_MAX_REQUESTS`` requests and
-    ``LOAD_MAX_SECONDS``; every other request streams. Only the front's (harness) address."""
+    ``LOAD_MAX_SECONDS``; every other request streams. Every answer is checked, streamed ones too
+    (13*17 -> 221; the reasoning streams first, so a stream lasts a few dozen tokens). Only the
+    front's (harness) address."""
 
     def __init__(self, endpoint: str, api_key: str, workers: int = LOAD_WORKERS) -> None:
         self.endpoint = endpoint
@@ -115,7 +118,7 @@ class LoadLoop:
         self.latencies: list[float] = []
         self.events: list[tuple[float, str, str]] = []
         """(when the request began, monotonic; ``right``/``wrong``/``failed``; what came back)."""
-        self.threads = [threading.Thread(target=self._work, args=(i,), daemon=True) for i in range(workers)]
+        self.threads = [threading.Thread(target=self._work, daemon=True) for _ in range(workers)]
         self.started = time.monotonic()
         self.ended = self.started
         self.deadline = self.started + LOAD_MAX_SECONDS
@@ -137,18 +140,17 @@ class LoadLoop:
             self.sent += 1
             return True
 
-    def _work(self, worker: int) -> None:
+    def _work(self) -> None:
         headers = {"Authorization": f"Bearer {self.api_key}"}
         with httpx.Client(timeout=60, trust_env=False, headers=headers) as client:
             n = 0
             while self._claim():
                 n += 1
                 stream = n % 2 == 0
-                prompt = f"Count to twenty. ({worker}-{n})" if stream else "What is 13*17?"
                 body = {
                     "model": "glm-5.3-flash",
-                    "messages": [{"role": "user", "content": prompt}],
-                    "max_tokens": 24 if stream else 256,
+                    "messages": [{"role": "user", "content": "What is 13*17?"}],
+                    "max_tokens": 256,
                     "temperature": 0,
                     "stream": stream,
                 }
@@ -184,8 +186,17 @@ class LoadLoop:
             if resp.status_code != 200:
                 resp.read()
                 return http_error(resp)
-            done = any(line.strip() == "data: [DONE]" for line in resp.iter_lines())
-            return None if done else "stream ended without [DONE]"
+            content, done = "", False
+            for line in resp.iter_lines():
+                data = line.strip().removeprefix("data:").strip() if line.startswith("data:") else ""
+                if data == "[DONE]":
+                    done = True
+                elif data:
+                    choices = json.loads(data).get("choices") or [{}]
+                    content += (choices[0].get("delta") or {}).get("content") or ""
+            if not done:
+                return "stream ended without [DONE]"
+            return None if content.strip() == "221" else f"wrong answer {content.strip()!r} (streamed)"
 
     def figures(self) -> dict[str, Any]:
         ordered = sorted(self.latencies)
