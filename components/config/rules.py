@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from components.config.replica import SHUTDOWN_MARGIN_SECONDS, dangerous_env
 from components.config.sections import StackSections
+from components.flag_check import check_known_flags
 from components.vllm_flags import env_name_problems, extra_args_problems
 from policy.glm_policies import binds_all_interfaces, is_loopback
 
@@ -305,8 +306,7 @@ def _check_replicas_alike(c: StackSections) -> str | None:
 
 def _check_known_flags(c: StackSections) -> str | None:
     """Every flag exists in the profile's vLLM version (the real parser's table)."""
-    from components.flag_check import check_known_flags  # both import the config package
-    from components.vllm_server import render_flags
+    from components.vllm_server import render_flags  # it imports the config package
 
     return check_known_flags(c.image.vllm_version, render_flags(c), c.serving.extra_args, c.image.added_flags)
 
