@@ -11,7 +11,7 @@ Each ``Profile`` in ``PROFILES`` is everything the project knows about one hardw
 * ``seed`` — what the seed article measured, for the probe's measured/seed ratios.
 
 Everything else is derived from ``PROFILES``: the values ``glm:hardware`` accepts
-(``components/config.py``), its description in README and ``Pulumi.yaml``
+(``components/config/values.py``), its description in README and ``Pulumi.yaml``
 (``scripts/config_table.py``, ``scripts/pulumi_yaml_config.py``), the probe's seed table and
 ``--profile`` help (``probe/``), and the stacks the tests run under mocks (one committed
 ``Pulumi.<name>.yaml`` per profile). README "Adding a hardware profile" walks through it.

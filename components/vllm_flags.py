@@ -1,6 +1,6 @@
 """The `vllm serve` flags the config renders, and the rules for what a stack may add to them.
 
-``components/vllm_server.py`` renders the tables below into the argv; ``components/config.py``
+``components/vllm_server.py`` renders the tables below into the argv; ``components/config/rules.py``
 checks ``glm:serving.extraArgs`` and the env names against them. vLLM's argparse keeps the *last*
 value of a repeated flag, so an extra ``--host=0`` after the rendered ``--host=172.17.0.1`` would
 win: every flag the config owns is refused in ``extraArgs``, with the key to set instead.

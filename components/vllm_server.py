@@ -15,7 +15,7 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from components.config import ContainerConfig, MountConfig, StackConfig
+from components.config import ContainerConfig, MountConfig, StackConfig, StackSections
 from components.vllm_flags import SWITCHES, TOGGLES, VALUE_FLAGS
 
 REPLICA_LABEL = "glm53.replica"
@@ -33,9 +33,10 @@ def _flag_value(value: Any) -> str:
     return str(value)
 
 
-def render_flags(config: StackConfig) -> dict[str, str | bool]:
+def render_flags(config: StackSections) -> dict[str, str | bool]:
     """Each `vllm serve` flag the config sets, in argv order: its rendered value, or True for a
-    bare switch. The gate's messages read flag values here; nothing parses the argv back."""
+    bare switch. The gate's messages read flag values here; nothing parses the argv back. The flag
+    check renders them too, before the rules have passed (hence ``StackSections``)."""
     serving = config.serving
     values = {**serving.model_dump(), "served_model_name": config.model.served_name}
     values["speculative_config"] = serving.speculative_config

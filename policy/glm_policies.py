@@ -157,7 +157,7 @@ def is_serving(resource: Resource) -> bool:
 
 def binds_all_interfaces(host: Any) -> bool:
     """Every spelling that makes a server (vLLM's ``--host``) or a Docker port listen on all
-    interfaces; the config's rules use this one too (components/config.py).
+    interfaces; the config's rules use this one too (components/config/target.py, rules.py).
 
     >>> [binds_all_interfaces(h) for h in (None, "", "0", "*", "::", "[::]", "0.0.0.0", "0.0.0.0/0")]
     [True, True, True, True, True, True, True, True]

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 PROJECT = Path(__file__).resolve().parent.parent
-# policy: the program applies the pack's images-pinned rule itself (components/config.py).
+# policy: the program applies the pack's images-pinned rule itself (components/config/advisories.py).
 COPIED = ["Pulumi.yaml", "__main__.py", "components", "images", "ops", "policy", "requirements.txt"]
 PROVIDERS = ("docker", "command")
 

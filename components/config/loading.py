@@ -1,0 +1,166 @@
+"""Loading: the stack's ``glm:*`` keys and one-run overrides (``GLM_SET``, ``GLM_DOCKER_HOST``)
+deep-merged over the hardware profile's defaults, validated with the secrets, and every problem
+reported in one ``ConfigError``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from components.config.advisories import floating_images
+from components.config.replica import REPLICA_KEYS
+from components.config.secret_inputs import PLAIN_TEXT_REFUSED, SecretInputs
+from components.config.stack import StackConfig
+from components.config.values import ConfigError
+from components.profiles import PROFILES
+from policy.glm_policies import is_relaxed_stack
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Merge ``override`` into a copy of ``base``: dicts merge, anything else replaces, None deletes."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+STACK_KEYS = [field.alias or name for name, field in StackConfig.model_fields.items() if name != "hardware"]
+"""The ``glm:*`` keys of the models in field order, but ``hardware``: it is read first, to pick the profile."""
+
+DOCKER_HOST_OVERRIDE = "GLM_DOCKER_HOST"
+"""Environment variable that replaces ``glm:target.hosts[0].dockerHost`` (validated like it):
+CI previews a hardware stack on the local engine with ``GLM_DOCKER_HOST=unix:///var/run/docker.sock``."""
+
+SET_OVERRIDE = "GLM_SET"
+"""Environment variable of one-run overrides, ``path=value`` separated by spaces, validated like the
+stack file: ``GLM_SET="serving.maxModelLen=32768 serving.enforceEager=true"`` is the seed's quick
+small-context check, without editing the stack file (the next plain ``up`` puts the file's values back)."""
+
+
+def parse_overrides(text: str) -> dict[str, Any]:
+    """``GLM_SET``'s ``a.b=value`` items as a nested dict; values are JSON where they parse as JSON.
+
+    >>> parse_overrides("serving.maxModelLen=32768 serving.enforceEager=true smoke.prompt=hi")
+    {'serving': {'maxModelLen': 32768, 'enforceEager': True}, 'smoke': {'prompt': 'hi'}}
+    """
+    out: dict[str, Any] = {}
+    for item in text.split():
+        path, sep, value = item.partition("=")
+        if not sep or not path or any(not part for part in path.split(".")):
+            raise ConfigError(
+                f"{SET_OVERRIDE}: {item!r} is not path=value. Fix: e.g. "
+                f'{SET_OVERRIDE}="serving.maxModelLen=32768 serving.enforceEager=true"'
+            )
+        *parents, leaf = path.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        try:
+            node[leaf] = json.loads(value)
+        except json.JSONDecodeError:
+            node[leaf] = value
+    return out
+
+
+def build_stack_config(
+    raw: dict[str, Any],
+    secrets: SecretInputs | None = None,
+    docker_host: str | None = None,
+    stack: str | None = None,
+) -> StackConfig:
+    """Validate raw ``glm:*`` values (camelCase, as in the stack file) over their profile.
+
+    ``secrets`` (when given) are checked too, and every problem is reported in one error;
+    ``docker_host`` replaces ``target.hosts[0].dockerHost`` (``GLM_DOCKER_HOST``). Floating images
+    are refused unless ``stack`` is one the policy pack relaxes (then they are an advisory).
+    """
+    hardware = raw.get("hardware")
+    if hardware not in PROFILES:
+        raise ConfigError(
+            f"glm:hardware={hardware!r} is not a known profile. Fix: set it to one of "
+            f"{', '.join(sorted(PROFILES))} (pulumi config set glm:hardware a800)."
+        )
+    merged = deep_merge(dict(PROFILES[hardware].defaults), {k: v for k, v in raw.items() if k != "hardware"})
+    hosts = merged.get("target", {}).get("hosts")
+    if docker_host and isinstance(hosts, list) and hosts and isinstance(hosts[0], dict):
+        hosts[0]["dockerHost"] = docker_host
+    problems = secrets.problems() if secrets is not None else []
+    try:
+        config = StackConfig.model_validate({"hardware": hardware, **merged})
+    except ValidationError as err:
+        raise ConfigError(_report([*_explain(err), *problems])) from None
+    if secrets is not None:
+        problems += secrets.problems_with(config)
+    if not is_relaxed_stack(stack or "", {}):
+        problems += floating_images(config)
+    if problems:
+        raise ConfigError(_report(problems))
+    if secrets is not None:
+        config = secrets.resolved(config)
+    config._replica_values = {k: raw[k] for k in REPLICA_KEYS if k in raw}
+    return config
+
+
+def _report(problems: list[str]) -> str:
+    return "invalid stack configuration:\n  " + "\n  ".join(problems)
+
+
+def _explain(err: ValidationError) -> list[str]:
+    lines = []
+    for e in err.errors():
+        location = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "value_error":
+            message = str(e["ctx"]["error"])
+            # Model rules write their own "glm:<key>=..." sentence; value types get the key here.
+            lines += message.split("\n") if message.startswith("glm:") else [f"glm:{location}={message}"]
+        else:
+            got = json.dumps(e.get("input"), default=str)[:80]
+            lines.append(f"glm:{location}: {e['msg']} (got {got})")
+    return lines
+
+
+def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
+    """Read the current stack's ``glm:*`` keys and validate them, secrets included (their values
+    are only checked here; components get them as secret Outputs from ``components.secrets``)."""
+    import pulumi
+
+    config = pulumi.Config("glm")
+    raw: dict[str, Any] = {"hardware": config.get("hardware")}
+    for key in STACK_KEYS:
+        value = config.get_object(key) if key != "promoteFrom" else config.get(key)
+        if value not in (None, "", {}):  # Pulumi.yaml's defaults mean "not set"
+            raw[key] = value
+    if environ.get(SET_OVERRIDE):
+        raw = deep_merge(raw, parse_overrides(environ[SET_OVERRIDE]))
+        pulumi.log.warn(
+            f"{SET_OVERRIDE} overrides the stack file for this run only: {environ[SET_OVERRIDE]} "
+            "(the next `up` without it puts the stack file's values back)"
+        )
+    secrets = SecretInputs(
+        api_keys=config.get_object("apiKeys"),
+        metrics_keys=config.get_object("metricsKeys"),
+        serving_env=config.get_object("servingSecretEnv"),
+        tls_certificate=config.get("tlsCertificate") is not None,
+        tls_certificate_pem=config.get("tlsCertificate"),
+        tls_key=config.get("tlsKey") is not None,
+        secret_plain_keys=tuple(
+            key for key in ["hardware", *STACK_KEYS] if pulumi.runtime.is_config_secret(f"glm:{key}")
+        ),
+        plain_secret_keys=tuple(
+            key
+            for key in PLAIN_TEXT_REFUSED
+            if config.get(key) is not None and not pulumi.runtime.is_config_secret(f"glm:{key}")
+        ),
+    )
+    return build_stack_config(raw, secrets, environ.get(DOCKER_HOST_OVERRIDE) or None, pulumi.get_stack())

@@ -1,0 +1,103 @@
+"""Value types: a bad value names its key (``_explain`` in ``loading.py`` adds it), the value and the
+fix; and ``ConfigError``, what every refused stack raises.
+
+The annotated types the sections share: sizes, durations, timeouts, the hardware profile's name,
+the served model id, a client name. Nothing here imports the rest of the package.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field
+
+from components.profiles import PROFILES, spoken_list
+
+
+class ConfigError(ValueError):
+    """A stack configuration that must not be deployed; the message says what to change."""
+
+
+_SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?[kKmMgGtT]")
+_NGINX_SIZE = re.compile(r"[0-9]+[kKmMgG]?")
+# Prometheus' model.ParseDuration, the parser promtool runs: units largest first, each at most once.
+_PROMETHEUS_DURATION = re.compile(
+    r"(?:[0-9]+y)?(?:[0-9]+w)?(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?(?:[0-9]+ms)?"
+)
+
+
+def _known_profile(name: str) -> str:
+    if name not in PROFILES:
+        raise ValueError(f"{name!r} is not a known profile. Fix: one of {spoken_list(sorted(PROFILES))}")
+    return name
+
+
+def hardware_description() -> str:
+    """``glm:hardware``'s description, naming every registered profile (README, Pulumi.yaml)."""
+    return f"Hardware profile: {spoken_list(list(PROFILES))}; selects the seed's production defaults."
+
+
+Hardware = Annotated[str, AfterValidator(_known_profile)]
+"""A name in ``components.profiles.PROFILES``, checked when validated (so a profile registered
+later is known too)."""
+
+
+def _docker_size(value: str) -> str:
+    if not _SIZE.fullmatch(value):
+        raise ValueError(f"{value!r} is not a size. Fix: a number with a unit k, m, g or t, e.g. 64g")
+    return value
+
+
+def _nginx_size(value: str) -> str:
+    if not _NGINX_SIZE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not an nginx size. Fix: a number with an optional k, m or g suffix, e.g. 20m"
+        )
+    return value
+
+
+def _prometheus_duration(value: str) -> str:
+    if value == "0" or not value or not _PROMETHEUS_DURATION.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Prometheus duration (promtool refuses it). Fix: a number with a "
+            "unit, units largest first, e.g. 15s, 2m or 1m30s"
+        )
+    return value
+
+
+def _nonzero_duration(value: str) -> str:
+    if not re.search(r"[1-9]", _prometheus_duration(value)):
+        raise ValueError(f"{value!r} is zero. Fix: a positive duration, e.g. 15s")
+    return value
+
+
+_SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+
+
+def _served_name(value: str) -> str:
+    if not _SERVED_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a model id clients can send as is. Fix: 1-128 letters, digits and "
+            "`._:/-`, starting with a letter or digit (e.g. glm-5.3-flash or zai-org/GLM-5.3-Flash)"
+        )
+    return value
+
+
+def _at_least_one_second(value: int) -> int:
+    if value < 1:
+        raise ValueError(f"{value} s: every request would time out. Fix: at least 1 s; the seed uses 600")
+    return value
+
+
+DockerSize = Annotated[str, AfterValidator(_docker_size)]
+NginxSize = Annotated[str, AfterValidator(_nginx_size)]
+PrometheusDuration = Annotated[str, AfterValidator(_prometheus_duration)]
+Timeout = Annotated[int, AfterValidator(_at_least_one_second)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+NonzeroDuration = Annotated[str, AfterValidator(_nonzero_duration)]
+ServedName = Annotated[str, AfterValidator(_served_name)]
+
+CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""A client's name in the front's key maps and access log (``glm:apiKeys``, the probe's
+``clientName``)."""
