@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from components import semantic_probe
-from components.prometheus_scrape import DEFAULT_JOB, ROTATION_JOB
+from components.prometheus_config import DEFAULT_JOB, ROTATION_JOB
 
 UID = "glm53-fleet"
 RATE = "$__rate_interval"

@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig, StackConfig
 from components.k8s_workload import labels
-from components.prometheus_scrape import (
+from components.prometheus_config import (
     CONFIG_PATH,
     CONTAINER_PORT,
     DATA_PATH,
@@ -27,10 +27,9 @@ from components.prometheus_scrape import (
     PROMETHEUS_FLAGS,
     RULES_PATH,
     ScrapeSpec,
-    _yaml,
-    alert_rules,
-    render_alert_rules,
+    to_yaml,
 )
+from components.prometheus_rules import alert_rules, render_alert_rules
 from components.semantic_probe import SCRAPE_JOB
 
 CONFIG_DIR = CONFIG_PATH.rsplit("/", 1)[0]
@@ -167,7 +166,7 @@ def deploy_monitoring(
     interval = config.monitoring.scrape_interval
 
     def prometheus_files(probe: str | None) -> dict[str, str]:
-        return {"prometheus.yml": _yaml(scrape_config(interval, probe)), "rules.yml": rules_file}
+        return {"prometheus.yml": to_yaml(scrape_config(interval, probe)), "rules.yml": rules_file}
 
     files: pulumi.Output[dict[str, str]] = pulumi.Output.from_input(probe_target).apply(prometheus_files)
     digest = files.apply(lambda f: hashlib.sha256("".join(f[k] for k in sorted(f)).encode()).hexdigest()[:16])

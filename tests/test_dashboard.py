@@ -23,7 +23,8 @@ from components.config import build_stack_config
 from components.dashboard import PANELS, RATE, panel_queries, render_json
 from components.deployment import scrape_spec
 from components.nginx_reload import ROTATION_DIR, STATUS_DIR
-from components.prometheus_scrape import ROTATION_JOB, render_alert_rules
+from components.prometheus_config import ROTATION_JOB
+from components.prometheus_rules import render_alert_rules
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics

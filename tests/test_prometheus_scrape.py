@@ -23,19 +23,21 @@ import yaml
 from components.config import StackConfig, build_stack_config
 from components.deployment import scrape_spec
 from components.profiles import PROFILES
-from components.prometheus_scrape import (
+from components.prometheus_config import (
     CONFIG_PATH,
     DEFAULT_JOB,
     PROMETHEUS_FLAGS,
     RULES_PATH,
-    PrometheusScrape,
+    render_prometheus_config,
+)
+from components.prometheus_rules import (
     alert_rules,
     checked_block_sizes,
     integers_below,
     kv_pool_below_expr,
     render_alert_rules,
-    render_prometheus_config,
 )
+from components.prometheus_scrape import PrometheusScrape
 from tests.conftest import TEST_HOST_KEY, construct
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

@@ -13,7 +13,7 @@ import pytest
 
 from components.config import ConfigError, build_stack_config
 from components.deployment import scrape_spec
-from components.prometheus_scrape import alert_rules
+from components.prometheus_rules import alert_rules
 from tests.conftest import Deployment, run_program, unwrap
 from tests.test_config import make
 
