@@ -337,7 +337,8 @@ def semantic_probe_rules(
             "warning",
             on + f"not probed for over {probe.unprobed_after_seconds} s: saturated at every run",
             "The probe skips a replica whose vLLM has requests waiting or runs --max-num-seqs "
-            "(it never competes with users at peak); this one was skipped at every run for "
+            "(at most two runs in a row; the third asks all the same, and a run that only timed out "
+            "while saturated counts as skipped too); every run of this one ended so for "
             f"{probe.unprobed_after_seconds} s (ten intervals), so nobody checked its answers. "
             "Look at its load (vllm:num_requests_waiting) and capacity: a replica that is always "
             "saturated needs more replicas or a lower glm:front.rateLimit.",
