@@ -118,7 +118,7 @@ def test_never_ready_fails_at_readiness_by_the_deadline(sims) -> None:
 
 
 def test_readiness_reports_progress(sims, monkeypatch) -> None:
-    monkeypatch.setattr("components.gate.checks.PROGRESS_EVERY_SECONDS", 0.5)
+    monkeypatch.setattr("components.gate.readiness.PROGRESS_EVERY_SECONDS", 0.5)
     sim = sims(wait=False, VLLM_SIM_NEVER_READY="1")
     lines: list[str] = []
     with pytest.raises(GateFailure):
