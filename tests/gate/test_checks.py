@@ -1,6 +1,6 @@
-"""The gate's checks (``components/gate/checks.py``) against the vLLM-protocol simulator and the
-real Nginx front, no Pulumi engine: one test per failure mode, asserting the step the gate stops at
-and what its message says (fixtures in ``tests/gate/conftest.py``).
+"""The gate's checks (``components/gate/``, through ``checks.run_gate``) against the vLLM-protocol
+simulator and the real Nginx front, no Pulumi engine: one test per failure mode, asserting the step
+the gate stops at and what its message says (fixtures in ``tests/gate/conftest.py``).
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def test_the_image_carries_the_gate_itself_and_its_packages() -> None:
     for module in ("components/gate/checks.py", "components/gate/metrics.py", "components/gate/settings.py"):
         assert files[f"app/{module}"] == (PROJECT_DIR / module).read_bytes()
     # Only the gate's runtime: neither Pulumi's resources nor the stack configuration.
-    for module in ("components/gate/resource.py", "components/config.py", "policy/glm_policies.py"):
+    for module in ("components/smoke_test.py", "components/config.py", "policy/glm_policies.py"):
         assert f"app/{module}" not in files
     packages = {path.split("/")[1] for path in files if path.startswith("site-packages/")}
     assert {"httpx", "h11", "anyio", "idna", "certifi", "prometheus_client", "pydantic_core"} <= packages

@@ -1,8 +1,10 @@
-"""SmokeTest: the Pulumi resource around the gate's checks (``components/gate/checks.py``).
+"""SmokeTest: the Pulumi resource around the gate's runtime (``components/gate/``).
 
 ``pulumi up`` reports success only after this resource's create/update has passed.
 :class:`SmokeTestProvider` is the private dynamic provider that runs :func:`run_gate`, and
-:class:`SmokeTest` is the component the program builds. docs/smoke-gate.md is the operator's view.
+:class:`SmokeTest` is the component the program builds; :class:`GateArgs`, :func:`gate_params` and
+:class:`GateComponent` are the wiring it shares with ``ReplicaGate`` (components/replica_gate.py).
+docs/smoke-gate.md is the operator's view.
 
 Secrets: the API key is a secret *input* (Pulumi stores it encrypted with the inputs). The outputs
 never carry it; they carry only a salted SHA-256 fingerprint under the same property name
@@ -16,6 +18,7 @@ from __future__ import annotations
 import ast
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,7 +29,7 @@ import pulumi.dynamic
 from components.config import HostConfig
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
 from components.gate.container import watch_params
-from components.gate.settings import ALL_SMOKE_STEPS, SmokeConfig
+from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
 from components.profiles import PROFILES
 from components.target import docker_ssh_opts
@@ -34,22 +37,25 @@ from components.vllm_server import ServingSpec
 
 PROVIDER_VERSION = "1"
 """Bump by hand for a behaviour change that must re-run every stack's gate."""
+GATE_PACKAGE = Path(__file__).with_name("gate")
 
 
-def package_hash(package: Path = Path(__file__).parent) -> str:
-    """Hash of every file of the gate package: Python files by syntax tree (a comment or format
-    change does not re-run the gate), any other file by its bytes."""
+def package_hash(package: Path = GATE_PACKAGE, *modules: Path) -> str:
+    """Hash of every file of the gate package, then of ``modules``: Python files by syntax tree
+    (a comment or format change does not re-run the gate), any other file by its bytes."""
+    files = sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    named = [(p.relative_to(package).as_posix(), p) for p in files] + [(m.name, m) for m in modules]
     digest = hashlib.sha256()
-    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    for name, path in named:
         content = path.read_bytes()
-        digest.update(path.relative_to(package).as_posix().encode() + b"\0")
+        digest.update(name.encode() + b"\0")
         digest.update(ast.dump(ast.parse(content)).encode() if path.suffix == ".py" else content)
         digest.update(b"\0")
     return digest.hexdigest()[:12]
 
 
-SOURCE_HASH = package_hash()
-"""A code change anywhere in components/gate re-runs the gate."""
+SOURCE_HASH = package_hash(GATE_PACKAGE, Path(__file__))
+"""A code change anywhere in components/gate, or in this provider, re-runs the gate."""
 VERSION = f"{PROVIDER_VERSION}+{SOURCE_HASH}"
 
 # Not a secret, a domain separator: keeps the fingerprint from matching a plain sha256 of the key.
@@ -124,20 +130,8 @@ class SmokeTestProvider(pulumi.dynamic.ResourceProvider):
             )
         if news.get("api_key") is None:
             failures.append(pulumi.dynamic.CheckFailure("api_key", "the gate needs an API key (glm:apiKeys)"))
-        smoke = news.get("smoke")
-        if isinstance(smoke, dict):
-            unknown_steps = [s for s in smoke.get("steps") or [] if s not in ALL_SMOKE_STEPS]
-            if unknown_steps:
-                failures.append(
-                    pulumi.dynamic.CheckFailure(
-                        "smoke", f"unknown steps {unknown_steps}; known: {', '.join(ALL_SMOKE_STEPS)}"
-                    )
-                )
-            poll = smoke.get("poll_seconds")
-            if isinstance(poll, (int, float)) and not 0 < poll <= 1:
-                failures.append(
-                    pulumi.dynamic.CheckFailure("smoke", f"poll_seconds={poll} must be in (0, 1]")
-                )
+        # ``smoke`` is not checked again: gate_params renders it from a SmokeConfig, which refused
+        # unknown steps and a pollSeconds outside (0, 1] with the key and the fix already.
         inputs = {k: (v if v == rpc.UNKNOWN else plain(v)) for k, v in news.items()}
         return pulumi.dynamic.CheckResult(inputs, failures)
 
@@ -170,11 +164,38 @@ def _metrics_key(props: Mapping[str, Any]) -> str | None:
     return str(key) if key else None
 
 
-class _SmokeGate(pulumi.dynamic.Resource):
-    results: pulumi.Output[dict[str, Any]]
+@dataclass(frozen=True, kw_only=True)
+class GateArgs:
+    """What every gate takes: the serving container it checks, how, with which key."""
 
-    def __init__(self, name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(SmokeTestProvider(), name, {**props, "results": None}, opts)
+    serving: ServingSpec
+    """What ``VllmServer`` runs (the gate's messages quote its flags)."""
+    smoke: SmokeConfig
+    """``glm:smoke``: the steps, the prompts, the deadline."""
+    api_key: pulumi.Output[str]
+    """The key the gate asks with; made secret whatever the caller passed."""
+    image_ref: pulumi.Input[str]
+    """The serving image: a new one re-runs the gate."""
+    container_id: pulumi.Input[str] | None = None
+    """The serving container: one replaced for any reason (mounts, devices, shm) re-runs the gate."""
+    host: HostConfig | None = None
+    """Where the serving container runs: the gate follows its log while it waits."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmokeTestArgs(GateArgs):
+    """The gate through the front door, as clients reach the model."""
+
+    front_url: pulumi.Input[str]
+    """The front's OpenAI base URL, ending in ``/v1``."""
+    metrics_url: pulumi.Input[str] | None = None
+    """Where ``kv_pool`` reads vLLM's metrics (the front's route); without it the step is skipped."""
+    metrics_key: pulumi.Output[str] | None = None
+    """The bearer token of ``metrics_url`` (the front's route); secret."""
+    front_fingerprint: pulumi.Input[str] | None = None
+    """The front's config, image and key names (``NginxFront.fingerprint``): a change re-runs the gate."""
+    tls: EndpointTls | None = None
+    """The name the front's certificate carries and what to trust (components/front_tls.py)."""
 
 
 def gate_params(
@@ -224,46 +245,58 @@ def gate_params(
     return params
 
 
-class SmokeTest(pulumi.ComponentResource):
+class GateResource(pulumi.dynamic.Resource):
+    """The dynamic child that runs a gate (``pulumi-python:dynamic:Resource``, whichever provider)."""
+
+    results: pulumi.Output[dict[str, Any]]
+
+    def __init__(
+        self,
+        provider: pulumi.dynamic.ResourceProvider,
+        name: str,
+        props: dict[str, Any],
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        super().__init__(provider, name, {**props, "results": None}, opts)
+
+
+class GateComponent(pulumi.ComponentResource):
+    """A component that blocks ``pulumi up`` on one gate child, ``<name>-gate``."""
+
+    results: pulumi.Output[dict[str, Any]]
+    gate: GateResource
+
+    def _gate(
+        self,
+        name: str,
+        provider: pulumi.dynamic.ResourceProvider,
+        params: dict[str, Any],
+        api_key: pulumi.Output[str],
+    ) -> None:
+        """The child with the key as a secret input, and its results as this component's output."""
+        # Secret whatever the caller passed: Pulumi then stores this input encrypted.
+        secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
+        props = {**params, "api_key": secret_key}
+        self.gate = GateResource(provider, f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))
+        # The results carry no secret; unsecret keeps them readable as stack outputs even though
+        # the resource also holds a secret input.
+        self.results = pulumi.Output.unsecret(self.gate.results)
+        self.register_outputs({"results": self.results})
+
+
+class SmokeTest(GateComponent):
     """Blocks ``pulumi up`` until the model answers 13x17 and calls a tool through the front."""
 
     results: pulumi.Output[dict[str, Any]]
     """Latencies per step (ms), KV pool tokens, vLLM version, served name, seconds to pass, steps
     run and skipped. Nothing secret."""
 
-    def __init__(
-        self,
-        name: str,
-        serving: ServingSpec,
-        smoke: SmokeConfig,
-        front_url: pulumi.Input[str],
-        api_key: pulumi.Output[str],
-        image_ref: pulumi.Input[str],
-        metrics_url: pulumi.Input[str] | None = None,
-        opts: pulumi.ResourceOptions | None = None,
-        container_id: pulumi.Input[str] | None = None,
-        *,
-        metrics_key: pulumi.Output[str] | None = None,
-        front_fingerprint: pulumi.Input[str] | None = None,
-        host: HostConfig | None = None,
-        tls: EndpointTls | None = None,
-    ) -> None:
-        """``serving``: what ``VllmServer`` runs (the gate's messages quote its flags).
-        ``host``: where the serving container runs; the gate follows its log while it waits.
-        ``metrics_key``: the bearer token of ``metrics_url`` (the front's route); secret.
-        ``front_fingerprint``: the front's config, image and key names (``NginxFront.fingerprint``).
-        ``tls``: the name the front's certificate carries and what to trust (components/front_tls.py)."""
+    def __init__(self, name: str, args: SmokeTestArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("glm:smoke:SmokeTest", name, None, opts)
-        # Secret whatever the caller passed: Pulumi then stores this input encrypted.
-        secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
         params = gate_params(
-            serving, smoke, front_url, image_ref, metrics_url, container_id, front_fingerprint, host, tls
-        )
-        props: dict[str, Any] = {**params, "api_key": secret_key}
-        if metrics_key is not None:
-            props["metrics_key"] = pulumi.Output.secret(metrics_key)
-        self.gate = _SmokeGate(f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))
-        # The results carry no secret; unsecret keeps them readable as stack outputs even though
-        # the resource also holds a secret input.
-        self.results = pulumi.Output.unsecret(self.gate.results)
-        self.register_outputs({"results": self.results})
+            args.serving, args.smoke, args.front_url, args.image_ref, args.metrics_url, args.container_id,
+            args.front_fingerprint, args.host, args.tls,
+        )  # fmt: skip
+        if args.metrics_key is not None:
+            params["metrics_key"] = pulumi.Output.secret(args.metrics_key)
+        self._gate(name, SmokeTestProvider(), params, args.api_key)
