@@ -66,7 +66,7 @@ class GateRun:
         self.template_kwargs = dict(smoke["chat_template_kwargs"] or {})
         self.steps = list(smoke["steps"])
         self.deadline = float(smoke["deadline_seconds"])
-        self.poll = min(float(smoke["poll_seconds"]), 1.0, FASTEST_STEADY_POLL_SECONDS)
+        self.poll = min(float(smoke["poll_seconds"]), FASTEST_STEADY_POLL_SECONDS)
         self.timeout = float(smoke.get("request_timeout_seconds", REQUEST_TIMEOUT_SECONDS))
         self.max_tokens = int(smoke.get("max_tokens") or CHAT_MAX_TOKENS)
         self.api_key = api_key
