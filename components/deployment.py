@@ -14,18 +14,18 @@ from components import rotation
 from components.change_cost import front_replacement_notice, serving_replacement_notice, warn_when_replaced
 from components.config import GATE_METRICS_CLIENT, HostConfig, StackConfig, semantic_probe_runs
 from components.front_tls import front_tls
-from components.gate.resource import SmokeTest
 from components.model_volume import ModelVolume
 from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, front_container_name
 from components.preflight import Preflight
 from components.prometheus_scrape import GuardedScrape, PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
-from components.replica_gate import Admission, ReplicaGate
+from components.replica_gate import Admission, ReplicaGate, ReplicaGateArgs
 from components.replica_guard import GuardCredentials, ReplicaGuard, guard_credentials
 from components.replica_tls import TLS_NAME
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import ProbeReplica, SemanticProbe, SemanticProbeSpec
 from components.serving_image import ServingImage
+from components.smoke_test import SmokeTest, SmokeTestArgs
 from components.target import docker_ssh_opts, exec_ssh
 from components.vllm_server import ServingSpec, VllmServer, command_line, render_serving
 
@@ -130,18 +130,20 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     front_trust = front_tls(config.front)
     smoke = SmokeTest(
         f"{stack}-smoke",
-        serving,
-        config.smoke,
-        front_url=front.url,
-        api_key=api_key,
-        image_ref=home.image.ref,
-        metrics_url=config.smoke.metrics_url or front.metrics_url,
-        metrics_key=keys.gate_metrics,
-        front_fingerprint=front.fingerprint,
-        tls=front_trust,
-        host=config.target.host,  # the gate follows the front host's serving container while it waits
-        # Several replicas: any one replaced re-runs the front's gate.
-        container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join),
+        SmokeTestArgs(
+            serving=serving,
+            smoke=config.smoke,
+            front_url=front.url,
+            api_key=api_key,
+            image_ref=home.image.ref,
+            metrics_url=config.smoke.metrics_url or front.metrics_url,
+            metrics_key=keys.gate_metrics,
+            front_fingerprint=front.fingerprint,
+            tls=front_trust,
+            host=config.target.host,  # the gate follows the front host's serving container while it waits
+            # Several replicas: any one replaced re-runs the front's gate.
+            container_id=pulumi.Output.all(*[r.server.container.id for r in replicas]).apply(",".join),
+        ),
         opts=pulumi.ResourceOptions(depends_on=[*[r.gate for r in replicas], front, monitoring]),
     )
     probe = None
@@ -374,18 +376,20 @@ def _gated(
         upstream = address = guard.upstream
     gate = ReplicaGate(
         f"{base.prefix}-replica",
-        serving,
-        config.smoke,
-        base.host,
-        api_key=api_key,
-        image_ref=base.image.ref,
-        container_id=server.container.id,
-        admission=Admission(
-            # Known at preview: a front release (a key revoked) is not a change of the gate's.
-            front=front_on,
-            front_container_id=front.container.id,
-            address=address,
-            grace_seconds=config.container.stop_grace_seconds,
+        ReplicaGateArgs(
+            serving=serving,
+            smoke=config.smoke,
+            host=base.host,
+            api_key=api_key,
+            image_ref=base.image.ref,
+            container_id=server.container.id,
+            admission=Admission(
+                # Known at preview: a front release (a key revoked) is not a change of the gate's.
+                front=front_on,
+                front_container_id=front.container.id,
+                address=address,
+                grace_seconds=config.container.stop_grace_seconds,
+            ),
         ),
         # The front's config (which includes the rotation) and the guard's are live before the
         # replica is admitted through them.

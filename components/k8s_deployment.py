@@ -25,7 +25,6 @@ import pulumi_kubernetes as k8s
 
 from components import k8s_workload as workload
 from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, StackConfig, semantic_probe_runs
-from components.gate.resource import SmokeTest
 from components.k8s_monitoring import deploy_monitoring
 from components.k8s_probe import deploy_probe, probe_service
 from components.nginx_front import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
@@ -33,6 +32,7 @@ from components.promotion import fingerprint, served_model
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbeSpec, build_context
 from components.serving_image import ServingImage
+from components.smoke_test import SmokeTest, SmokeTestArgs
 from components.target import docker_ssh_opts
 from components.vllm_server import ServingSpec, command_line, render_serving
 
@@ -335,16 +335,18 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     front_url = k8s_target.front_url
     smoke = SmokeTest(
         f"{stack}-smoke",
-        serving,
-        config.smoke,
-        front_url=front_url,
-        api_key=api_key,
-        image_ref=images.serving,
-        metrics_url=config.smoke.metrics_url or front_url.removesuffix("/v1") + "/metrics",
-        metrics_key=metrics_key,
-        # A new pod template (any serving change) or a new front re-runs the gate.
-        container_id=pulumi.Output.all(pods.metadata.generation, front.metadata.generation).apply(
-            lambda g: f"deployment-generation-{g[0]}-front-{g[1]}"
+        SmokeTestArgs(
+            serving=serving,
+            smoke=config.smoke,
+            front_url=front_url,
+            api_key=api_key,
+            image_ref=images.serving,
+            metrics_url=config.smoke.metrics_url or front_url.removesuffix("/v1") + "/metrics",
+            metrics_key=metrics_key,
+            # A new pod template (any serving change) or a new front re-runs the gate.
+            container_id=pulumi.Output.all(pods.metadata.generation, front.metadata.generation).apply(
+                lambda g: f"deployment-generation-{g[0]}-front-{g[1]}"
+            ),
         ),
         opts=pulumi.ResourceOptions(depends_on=[pods, service, front, front_service, monitoring]),
     )

@@ -27,10 +27,16 @@ import pulumi
 import pulumi.dynamic
 
 from components.config import HostConfig
-from components.gate.resource import VERSION, SmokeTestProvider, changed_inputs, gate_outputs, gate_params
-from components.gate.settings import SmokeConfig
+from components.smoke_test import (
+    VERSION,
+    GateArgs,
+    GateComponent,
+    SmokeTestProvider,
+    changed_inputs,
+    gate_outputs,
+    gate_params,
+)
 from components.target import docker_ssh_opts
-from components.vllm_server import ServingSpec
 
 REPLICA_INPUTS = ("address", "front", "front_container_id", "grace_seconds", "host", "tunnel")
 """Besides the gate's own inputs: a new front container (its rotation is new) re-admits."""
@@ -160,13 +166,6 @@ class ReplicaGateProvider(SmokeTestProvider):
         return {**gate_outputs(props, results), **{k: plain(props.get(k)) for k in REPLICA_INPUTS}}
 
 
-class _ReplicaGateResource(pulumi.dynamic.Resource):
-    results: pulumi.Output[dict[str, Any]]
-
-    def __init__(self, name: str, props: dict[str, Any], opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(ReplicaGateProvider(), name, {**props, "results": None}, opts)
-
-
 def tunnel_spec(host: HostConfig, target: str) -> dict[str, Any] | None:
     """How the gate reaches ``target`` (an address on the host's private Docker network): none for
     the local engine (this machine routes to its bridges), else ``ssh -L`` with the provider's
@@ -193,32 +192,32 @@ class Admission:
     """How long a removed replica's requests in flight may run (``glm:container.stopGraceSeconds``)."""
 
 
-class ReplicaGate(pulumi.ComponentResource):
+@dataclass(frozen=True, kw_only=True)
+class ReplicaGateArgs(GateArgs):
+    """The gate against one replica's own vLLM, and where the replica goes once it passed."""
+
+    host: HostConfig
+    """The replica's host: the gate reaches vLLM through an SSH tunnel to it and follows its log."""
+    container_id: pulumi.Input[str]
+    """The replica's serving container: a new one is gated, and admitted, again."""
+    admission: Admission
+    """The front whose rotation admits the replica."""
+
+
+class ReplicaGate(GateComponent):
     """Blocks ``pulumi up`` until this host's replica answers the gate's steps directly, then admits
     it to the front's rotation."""
 
     results: pulumi.Output[dict[str, Any]]
     """The gate's results for this replica, plus ``host``."""
 
-    def __init__(
-        self,
-        name: str,
-        serving: ServingSpec,
-        smoke: SmokeConfig,
-        host: HostConfig,
-        *,
-        api_key: pulumi.Output[str],
-        image_ref: pulumi.Input[str],
-        container_id: pulumi.Input[str],
-        admission: Admission,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
+    def __init__(self, name: str, args: ReplicaGateArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("glm:smoke:ReplicaGate", name, None, opts)
-        secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
+        serving, host, admission = args.serving, args.host, args.admission
         target = f"{serving.container.vllm_address}:{serving.port}"
         params = gate_params(
-            serving, smoke, f"http://{target}/v1", image_ref, f"http://{target}/metrics", container_id,
-            host=host,
+            serving, args.smoke, f"http://{target}/v1", args.image_ref, f"http://{target}/metrics",
+            args.container_id, host=host,
         )  # fmt: skip
         steps = [s for s in params["smoke"]["steps"] if s != "front_auth"]
         props = {
@@ -231,8 +230,5 @@ class ReplicaGate(pulumi.ComponentResource):
             "front_container_id": admission.front_container_id,
             "address": admission.address,
             "grace_seconds": admission.grace_seconds,
-            "api_key": secret_key,
         }
-        self.gate = _ReplicaGateResource(f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))
-        self.results = pulumi.Output.unsecret(self.gate.results)
-        self.register_outputs({"results": self.results})
+        self._gate(name, ReplicaGateProvider(), props, args.api_key)

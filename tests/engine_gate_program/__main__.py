@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO))
 import pulumi  # noqa: E402
 
 from components.config import ConfigError, build_stack_config  # noqa: E402
-from components.gate.resource import SmokeTest  # noqa: E402
+from components.smoke_test import SmokeTest, SmokeTestArgs  # noqa: E402
 from components.vllm_server import render_serving  # noqa: E402
 
 config = pulumi.Config("glm")
@@ -36,12 +36,14 @@ except ConfigError as err:
 api_keys = config.require_secret_object("apiKeys")
 smoke = SmokeTest(
     "gate",
-    render_serving(stack_config),
-    stack_config.smoke,
-    front_url=config.require("frontUrl"),
-    api_key=api_keys.apply(lambda keys: keys[sorted(keys)[0]]),
-    image_ref=config.get("imageRef") or "glm53-vllm-sim:engine-test",
-    metrics_url=stack_config.smoke.metrics_url,
+    SmokeTestArgs(
+        serving=render_serving(stack_config),
+        smoke=stack_config.smoke,
+        front_url=config.require("frontUrl"),
+        api_key=api_keys.apply(lambda keys: keys[sorted(keys)[0]]),
+        image_ref=config.get("imageRef") or "glm53-vllm-sim:engine-test",
+        metrics_url=stack_config.smoke.metrics_url,
+    ),
 )
 pulumi.export("smoke", smoke.results)
 # Which interpreter ran the program: the language host must honour Pulumi.yaml's `virtualenv`.

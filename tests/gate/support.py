@@ -25,8 +25,8 @@ import pytest
 
 from components.config import StackConfig, build_stack_config
 from components.gate.checks import GateFailure, run_gate
-from components.gate.resource import gate_params
 from components.nginx_front import render_nginx_conf
+from components.smoke_test import gate_params
 from components.vllm_server import render_argv, render_serving
 from tests.conftest import PROJECT
 from tests.engine import free_port

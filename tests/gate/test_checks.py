@@ -1,6 +1,6 @@
-"""The gate's checks (``components/gate/checks.py``) against the vLLM-protocol simulator and the
-real Nginx front, no Pulumi engine: one test per failure mode, asserting the step the gate stops at
-and what its message says (fixtures in ``tests/gate/conftest.py``).
+"""The gate's checks (``components/gate/``, through ``checks.run_gate``) against the vLLM-protocol
+simulator and the real Nginx front, no Pulumi engine: one test per failure mode, asserting the step
+the gate stops at and what its message says (fixtures in ``tests/gate/conftest.py``).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def test_never_ready_fails_at_readiness_by_the_deadline(sims) -> None:
 
 
 def test_readiness_reports_progress(sims, monkeypatch) -> None:
-    monkeypatch.setattr("components.gate.checks.PROGRESS_EVERY_SECONDS", 0.5)
+    monkeypatch.setattr("components.gate.readiness.PROGRESS_EVERY_SECONDS", 0.5)
     sim = sims(wait=False, VLLM_SIM_NEVER_READY="1")
     lines: list[str] = []
     with pytest.raises(GateFailure):

@@ -1,4 +1,4 @@
-"""The dynamic provider and the component's inputs (``components/gate/resource.py``): create and
+"""The dynamic provider and the component's inputs (``components/smoke_test.py``): create and
 update run the gate and return full outputs without the key; diff, check and delete; the inputs are
 deterministic; the version covers the whole package; the local stack reads vLLM's own metrics.
 """
@@ -13,7 +13,8 @@ import pytest
 
 from components.config import GATE_METRICS_CLIENT, ConfigError, SecretInputs, build_stack_config
 from components.gate.checks import GateFailure, plain
-from components.gate.resource import (
+from components.gate.settings import SmokeConfig
+from components.smoke_test import (
     SmokeTestProvider,
     changed_inputs,
     gate_outputs,
@@ -113,17 +114,28 @@ def test_diff_treats_unknown_inputs_as_changes() -> None:
     assert SmokeTestProvider().diff("smoke-x", _stored_outputs(), news).changes is True
 
 
-def test_check_coerces_floats_and_refuses_bad_settings() -> None:
+def test_check_coerces_floats_and_refuses_bad_inputs() -> None:
     provider = SmokeTestProvider()
     news = {**params("http://127.0.0.1:8080/v1"), "api_key": KEY}
     ok = provider.check({}, news)
     assert ok.failures == []
     assert ok.inputs["max_model_len"] == 32768 and isinstance(ok.inputs["max_model_len"], int)
 
-    bad = {**news, "endpoint": "127.0.0.1:8080", "smoke": {**news["smoke"], "steps": ["models", "vibes"]}}
+    bad = {**news, "endpoint": "127.0.0.1:8080", "metrics_url": "m:1/metrics"}
+    del bad["api_key"]
     failures = {f.property: f.reason for f in provider.check({}, bad).failures}
     assert "not an http(s) URL" in failures["endpoint"]
-    assert "vibes" in failures["smoke"]
+    assert "not an http(s) URL" in failures["metrics_url"]
+    assert "glm:apiKeys" in failures["api_key"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "refused"), [({"steps": ["models", "vibes"]}, "vibes"), ({"pollSeconds": 2}, "poll")]
+)
+def test_the_gate_settings_are_refused_by_their_model_before_any_provider(settings, refused) -> None:
+    """The provider does not check ``smoke`` again: its input is always rendered from a SmokeConfig."""
+    with pytest.raises(ValueError, match=refused):
+        SmokeConfig.model_validate(settings)
 
 
 def test_delete_is_a_tolerant_no_op() -> None:
@@ -219,3 +231,19 @@ def test_the_gate_reruns_when_the_front_changes_and_only_key_names_show() -> Non
     timeout = _gate_inputs(run_program("local", overrides={"glm:front": {"readTimeoutSeconds": 30}}))
     assert changed_inputs(stored, timeout) == ["front_fingerprint"]
     assert changed_inputs(stored, _gate_inputs(run_program("local"))) == []
+
+
+def test_a_provider_stored_under_its_old_module_still_loads() -> None:
+    """Pulumi keeps the provider pickled by reference (dill.loads of the state's ``__provider``); the
+    provider lived in ``components.gate.resource`` until this release, so destroying or refreshing a
+    stack deployed before must still find it there."""
+    import pickle
+
+    import dill
+
+    from components.smoke_test import SmokeTestProvider
+
+    stored = pickle.dumps(SmokeTestProvider(), protocol=0)
+    assert b"components.smoke_test" in stored
+    old = stored.replace(b"components.smoke_test", b"components.gate.resource")
+    assert isinstance(dill.loads(old), SmokeTestProvider)

@@ -16,7 +16,7 @@ import pytest
 from pulumi.runtime import rpc
 
 from components.config import StackConfig, build_stack_config
-from components.gate.resource import VERSION, SmokeTest, SmokeTestProvider
+from components.smoke_test import VERSION, SmokeTest, SmokeTestArgs, SmokeTestProvider
 from components.vllm_server import render_env, render_flags, render_serving
 from tests.conftest import redacted, stack_config
 
@@ -59,12 +59,14 @@ def build(
     def program() -> pulumi.Output[None]:
         smoke = SmokeTest(
             "a800-smoke",
-            render_serving(a800_config()),
-            a800_config().smoke,
-            front_url=pulumi.Output.from_input(FRONT_URL),
-            api_key=api_key,
-            image_ref=pulumi.Output.from_input(IMAGE_REF),
-            metrics_url=metrics_url,
+            SmokeTestArgs(
+                serving=render_serving(a800_config()),
+                smoke=a800_config().smoke,
+                front_url=pulumi.Output.from_input(FRONT_URL),
+                api_key=api_key,
+                image_ref=pulumi.Output.from_input(IMAGE_REF),
+                metrics_url=metrics_url,
+            ),
         )
         secret = pulumi.Output.from_input(smoke.results.is_secret())
         return pulumi.Output.all(smoke.results, secret).apply(
