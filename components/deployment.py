@@ -16,7 +16,7 @@ from components.config import GATE_METRICS_CLIENT, HostConfig, StackConfig, sema
 from components.front_tls import front_tls
 from components.gate.resource import SmokeTest
 from components.model_volume import ModelVolume
-from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, front_container_name
+from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, NginxFrontArgs, front_container_name
 from components.preflight import Preflight
 from components.prometheus_scrape import GuardedScrape, PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
@@ -89,15 +89,17 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         if front is None:
             front = NginxFront(
                 f"{stack}-front",
-                config.front,
-                config.target.host,
-                config.container,
-                network_name=server.network_name,
-                api_keys=_with_key(secrets.api_keys, config.semantic_probe.client_name, keys.probe)
-                or secrets.api_keys,
-                tls_files=secrets.tls_files,
-                metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
-                replica_files=guards.front_files() if guards else None,
+                NginxFrontArgs(
+                    front=config.front,
+                    host=config.target.host,
+                    container=config.container,
+                    network_name=server.network_name,
+                    api_keys=_with_key(secrets.api_keys, config.semantic_probe.client_name, keys.probe)
+                    or secrets.api_keys,
+                    tls_files=secrets.tls_files,
+                    metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
+                    replica_files=guards.front_files() if guards else None,
+                ),
                 # Only once the hosts passed preflight: a refused host leaves nothing in the state.
                 opts=pulumi.ResourceOptions(providers=[base.provider], depends_on=preflights),
             )

@@ -34,23 +34,22 @@ from components.config import (
     binds_all_interfaces,
     check_api_keys,
 )
-from components.nginx_front import (
+from components.nginx_conf import (
     CONF_FILE,
     FRONT_SNIPPET,
     FRONT_TRUST,
     HEALTH_READ_TIMEOUT_SECONDS,
     INFERENCE_ROUTES,
     OLD_WORKER_GRACE_SECONDS,
-    STOP_GRACE_SECONDS,
     TLS_CERT,
     TLS_KEY,
     UPSTREAM_CONNECT_TIMEOUT_SECONDS,
     UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS,
-    front_fingerprint,
-    openai_error,
     render_key_map,
 )
+from components.nginx_front import STOP_GRACE_SECONDS, front_fingerprint
 from components.nginx_reload import START_COMMAND, NginxReload, secrets_digest
+from components.openai_errors import openai_error
 from components.replica_tls import TLS_NAME, ReplicaCertificate
 from components.secrets import GeneratedKey
 from components.target import exec_ssh

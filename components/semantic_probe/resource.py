@@ -31,7 +31,7 @@ import pulumi_docker as docker
 from components.config import ContainerConfig, SemanticProbeConfig, StackConfig
 from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
-from components.nginx_front import CONTAINER_PORT as FRONT_PORT
+from components.nginx_conf import CONTAINER_PORT as FRONT_PORT
 from components.replica_tls import guard_tls
 from components.rotation_requests import PROBE_REQUESTS_DIR
 from components.semantic_probe import container_name
