@@ -149,7 +149,6 @@ class NginxFront(pulumi.ComponentResource):
         super().__init__("glm:front:NginxFront", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         front, host, container = args.front, args.host, args.container
-        api_keys, tls_files, replica_files = args.api_keys, args.tls_files, args.replica_files
         container_name = front_container_name(container)
 
         image = docker.RemoteImage(f"{name}-image", name=front.image, keep_locally=True, opts=child)
@@ -193,21 +192,21 @@ class NginxFront(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
 
-        nginx_conf = render_release_conf(front, tls=front.tls, guarded=replica_files is not None)
+        nginx_conf = render_release_conf(front, tls=front.tls, guarded=args.replica_files is not None)
         # The names are config keys, not secrets: a reviewer sees which clients change.
-        key_names = pulumi.Output.unsecret(pulumi.Output.from_input(api_keys).apply(sorted))
+        key_names = pulumi.Output.unsecret(pulumi.Output.from_input(args.api_keys).apply(sorted))
         metrics = pulumi.Output.from_input(args.metrics_keys if args.metrics_keys is not None else {})
         metrics_names = pulumi.Output.unsecret(metrics.apply(sorted))
-        files = _secret_files(front, api_keys, metrics, tls_files, replica_files)
+        files = _secret_files(front, args.api_keys, metrics, args.tls_files, args.replica_files)
         # Hashes, not values: shown in the diff and fed to the gate, so they are safe in plain.
         digest = pulumi.Output.unsecret(files.apply(secrets_digest))
         cert_sha = (
-            pulumi.Output.unsecret(tls_files[0].apply(_sha256))
-            if front.tls and tls_files is not None
+            pulumi.Output.unsecret(args.tls_files[0].apply(_sha256))
+            if front.tls and args.tls_files is not None
             else None
         )
         self.fingerprint = pulumi.Output.all(image.image_id, key_names, metrics_names, digest).apply(
-            lambda args: front_fingerprint(nginx_conf, str(args[0]), args[1], args[2], str(args[3]))
+            lambda a: front_fingerprint(nginx_conf, str(a[0]), a[1], a[2], str(a[3]))
         )
         ssh = exec_ssh(host)
         self.reload = NginxReload(
