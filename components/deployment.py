@@ -15,19 +15,24 @@ from components.change_cost import front_replacement_notice, serving_replacement
 from components.config import GATE_METRICS_CLIENT, HostConfig, StackConfig, semantic_probe_runs
 from components.front_tls import front_tls
 from components.model_volume import ModelVolume
-from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, front_container_name
-from components.preflight import Preflight
+from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, NginxFrontArgs, front_container_name
+from components.preflight import Preflight, PreflightArgs
 from components.prometheus_scrape import GuardedScrape, PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
 from components.replica_gate import Admission, ReplicaGate, ReplicaGateArgs
-from components.replica_guard import GuardCredentials, ReplicaGuard, guard_credentials
+from components.replica_guard import GuardCredentials, ReplicaGuard, ReplicaGuardArgs, guard_credentials
 from components.replica_tls import TLS_NAME
 from components.secrets import GeneratedKey, Secrets
-from components.semantic_probe.resource import ProbeReplica, SemanticProbe, SemanticProbeSpec
+from components.semantic_probe.resource import (
+    ProbeReplica,
+    SemanticProbe,
+    SemanticProbeArgs,
+    SemanticProbeSpec,
+)
 from components.serving_image import ServingImage
 from components.smoke_test import SmokeTest, SmokeTestArgs
 from components.target import docker_ssh_opts, exec_ssh
-from components.vllm_server import ServingSpec, VllmServer, command_line, render_serving
+from components.vllm_server import ServingSpec, VllmServer, VllmServerArgs, command_line, render_serving
 
 
 def _first_key(keys: dict[str, str]) -> str:
@@ -89,15 +94,17 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         if front is None:
             front = NginxFront(
                 f"{stack}-front",
-                config.front,
-                config.target.host,
-                config.container,
-                network_name=server.network_name,
-                api_keys=_with_key(secrets.api_keys, config.semantic_probe.client_name, keys.probe)
-                or secrets.api_keys,
-                tls_files=secrets.tls_files,
-                metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
-                replica_files=guards.front_files() if guards else None,
+                NginxFrontArgs(
+                    front=config.front,
+                    host=config.target.host,
+                    container=config.container,
+                    network_name=server.network_name,
+                    api_keys=_with_key(secrets.api_keys, config.semantic_probe.client_name, keys.probe)
+                    or secrets.api_keys,
+                    tls_files=secrets.tls_files,
+                    metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
+                    replica_files=guards.front_files() if guards else None,
+                ),
                 # Only once the hosts passed preflight: a refused host leaves nothing in the state.
                 opts=pulumi.ResourceOptions(providers=[base.provider], depends_on=preflights),
             )
@@ -151,16 +158,18 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         # Started once the gate passed: a loading engine is the gate's business, not an alert.
         probe = SemanticProbe(
             f"{stack}-semantic-probe",
-            SemanticProbeSpec.of(config, serving, front_trust),
-            network_name=home.server.network_name,
-            front_host=front.hostname,  # the probe starts after the gate, which waits for the front
-            upstream=home.server.upstream,
-            api_key=keys.probe,
-            # Every replica directly too, by the address the front uses: so a result names its host.
-            replicas=tuple(ProbeReplica(r.host.name, r.upstream, r.guarded) for r in replicas),
-            replica_key=guards.key if guards else None,
-            replica_certificate=guards.certificate.certificate if guards and guards.certificate else None,
-            requests_volume=front.requests_volume if config.semantic_probe.eject_replicas else None,
+            SemanticProbeArgs(
+                spec=SemanticProbeSpec.of(config, serving, front_trust),
+                network_name=home.server.network_name,
+                front_host=front.hostname,  # the probe starts after the gate, which waits for the front
+                upstream=home.server.upstream,
+                api_key=keys.probe,
+                # Every replica directly too, by the address the front uses: so a result names its host.
+                replicas=tuple(ProbeReplica(r.host.name, r.upstream, r.guarded) for r in replicas),
+                replica_key=guards.key if guards else None,
+                requests_volume=front.requests_volume if config.semantic_probe.eject_replicas else None,
+                replica_certificate=guards.certificate.certificate if guards and guards.certificate else None,
+            ),
             opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[smoke]),
         )
     outputs = _outputs(config, serving, served, home, front, monitoring, smoke)
@@ -308,14 +317,16 @@ def _host_base(
     preflight = (
         Preflight(
             f"{prefix}-preflight",
-            config.preflight,
-            config.model,
-            config.facts,
-            config.hardware,
-            config.container.accelerators,
-            config.serving.gpu_memory_utilization,
-            host,
-            secrets.ssh_private_key,
+            PreflightArgs(
+                preflight=config.preflight,
+                model=config.model,
+                facts=config.facts,
+                profile=config.hardware,
+                accelerators=config.container.accelerators,
+                gpu_memory_utilization=config.serving.gpu_memory_utilization,
+                host=host,
+                ssh_private_key=secrets.ssh_private_key,
+            ),
         )
         if config.preflight.enabled
         else None
@@ -346,16 +357,18 @@ def _server(
 ) -> VllmServer:
     return VllmServer(
         f"{base.prefix}-serving",
-        serving,
-        base.image.ref,
-        base.volume.mounts,
-        secret_env=secrets.serving_env,
+        VllmServerArgs(
+            serving=serving,
+            image=base.image.ref,
+            mounts=base.volume.mounts,
+            secret_env=secrets.serving_env,
+            replica=base.host.name,
+            drain=drain,
+        ),
         opts=pulumi.ResourceOptions(
             providers=[base.provider],
             depends_on=[*[d for d in (base.preflight, base.volume.download) if d is not None], *after],
         ),
-        replica=base.host.name,
-        drain=drain,
     )
 
 
@@ -414,12 +427,14 @@ def _guard(
         return None
     return ReplicaGuard(
         f"{base.prefix}-guard",
-        serving,
-        config.front,
-        base.host,
-        publish_address=None if on_front else base.host.replica_address,
-        network_name=server.network_name,
-        credentials=guards,
+        ReplicaGuardArgs(
+            serving=serving,
+            front=config.front,
+            host=base.host,
+            publish_address=None if on_front else base.host.replica_address,
+            network_name=server.network_name,
+            credentials=guards,
+        ),
         opts=pulumi.ResourceOptions(
             providers=[base.provider], depends_on=[base.preflight] if base.preflight else []
         ),

@@ -27,7 +27,7 @@ from components import k8s_workload as workload
 from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, StackConfig, semantic_probe_runs
 from components.k8s_monitoring import deploy_monitoring
 from components.k8s_probe import deploy_probe, probe_service
-from components.nginx_front import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
+from components.nginx_conf import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
 from components.promotion import fingerprint, served_model
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbeSpec, build_context

@@ -14,6 +14,7 @@ The checks are ``components/preflight.sh`` (bash and awk, run as is by the tests
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 import pulumi
@@ -77,33 +78,48 @@ def preflight_script(
     return script + PREFLIGHT_SH.read_text()
 
 
+@dataclass(frozen=True)
+class PreflightArgs:
+    """What the checks compare the host with, and how to reach it."""
+
+    preflight: PreflightConfig
+    """``glm:preflight``: the free disk (default: the weights' size) and /dev/shm the host must have."""
+    model: ModelConfig
+    """``glm:model``: where the weights are on the host, their size, and whether the download step
+    fetches them (else they are checked in place)."""
+    facts: HardwareFacts
+    """The hardware profile's facts: the accelerator, the card, the driver the image's CUDA needs."""
+    profile: str
+    """The profile's name (``glm:hardware``), for the messages."""
+    accelerators: list[int]
+    """``glm:container.accelerators``: the indices the container gets."""
+    gpu_memory_utilization: float
+    """``glm:serving.gpuMemoryUtilization``: the share of each card's memory that must be free."""
+    host: HostConfig
+    """Which of ``glm:target.hosts`` runs the checks."""
+    ssh_private_key: pulumi.Output[str] | None = None
+    """``glm:sshPrivateKey``, refused for an SSH host (the checks log in through the SSH agent)."""
+
+
 class Preflight(pulumi.ComponentResource):
     """Host checks that must pass before the serving container is created."""
 
     stdout: pulumi.Output[str]
     """What the checks found (accelerators, free memory, driver, runtime, disk, shm, weights)."""
 
-    def __init__(
-        self,
-        name: str,
-        preflight: PreflightConfig,
-        model: ModelConfig,
-        facts: HardwareFacts,
-        profile: str,
-        accelerators: list[int],
-        gpu_memory_utilization: float,
-        host: HostConfig,
-        ssh_private_key: pulumi.Output[str] | None,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """What is checked as in :func:`preflight_script`; ``host``: which of ``glm:target.hosts``."""
+    def __init__(self, name: str, args: PreflightArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """What is checked as in :func:`preflight_script`."""
         super().__init__("glm:preflight:Preflight", name, None, opts)
+        script = preflight_script(
+            args.preflight,
+            args.model,
+            args.facts,
+            args.profile,
+            args.accelerators,
+            args.gpu_memory_utilization,
+        )
         self.check = host_command(
-            f"{name}-check",
-            host,
-            preflight_script(preflight, model, facts, profile, accelerators, gpu_memory_utilization),
-            ssh_private_key,
-            pulumi.ResourceOptions(parent=self),
+            f"{name}-check", args.host, script, args.ssh_private_key, pulumi.ResourceOptions(parent=self)
         )
         self.stdout = self.check.stdout
         self.register_outputs({"stdout": self.stdout})

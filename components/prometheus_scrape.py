@@ -12,7 +12,8 @@ import pulumi
 import pulumi_docker as docker
 
 from components import semantic_probe
-from components.nginx_front import STATUS_PORT, front_container_name
+from components.nginx_conf import STATUS_PORT
+from components.nginx_front import front_container_name
 from components.prometheus_config import (
     CONFIG_PATH,
     CONTAINER_PORT,

@@ -34,23 +34,22 @@ from components.config import (
     binds_all_interfaces,
     check_api_keys,
 )
-from components.nginx_front import (
+from components.nginx_conf import (
     CONF_FILE,
     FRONT_SNIPPET,
     FRONT_TRUST,
     HEALTH_READ_TIMEOUT_SECONDS,
     INFERENCE_ROUTES,
     OLD_WORKER_GRACE_SECONDS,
-    STOP_GRACE_SECONDS,
     TLS_CERT,
     TLS_KEY,
     UPSTREAM_CONNECT_TIMEOUT_SECONDS,
     UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS,
-    front_fingerprint,
-    openai_error,
     render_key_map,
 )
+from components.nginx_front import STOP_GRACE_SECONDS, front_fingerprint
 from components.nginx_reload import START_COMMAND, NginxReload, secrets_digest
+from components.openai_errors import openai_error
 from components.replica_tls import TLS_NAME, ReplicaCertificate
 from components.secrets import GeneratedKey
 from components.target import exec_ssh
@@ -236,6 +235,26 @@ def _one_address(name: str, address: str) -> str:
     return address.strip("[]")
 
 
+@dataclass(frozen=True)
+class ReplicaGuardArgs:
+    """The replica a guard stands in front of, where it publishes, and what it accepts."""
+
+    serving: ServingSpec
+    """The replica's serving container: vLLM's fixed address and port, the guard's name and logs."""
+    front: FrontConfig
+    """``glm:front``: the nginx image, limits and timeouts the guard shares with the front, and TLS."""
+    host: HostConfig
+    """The replica's host (pass its Docker provider in ``opts``)."""
+    publish_address: str | None
+    """The host's private address the guard publishes ``serving.port`` on; None publishes nothing:
+    the replica on the front's own host, guarded all the same so that every server of the front's
+    upstream speaks the same scheme (with TLS a ``proxy_pass https://`` cannot mix in a plain-HTTP vLLM)."""
+    network_name: pulumi.Input[str]
+    """The replica's private network, where vLLM keeps ``serving.container.vllm_address``."""
+    credentials: GuardCredentials
+    """The stack's replica key and, with ``glm:front.tls``, the certificate the guard serves."""
+
+
 class ReplicaGuard(pulumi.ComponentResource):
     """Nginx on a replica's host: the replica's one published port, answering only the replica key."""
 
@@ -247,26 +266,11 @@ class ReplicaGuard(pulumi.ComponentResource):
     fingerprint: pulumi.Output[str]
     """Changes whenever the guard's behaviour can: config, image, key or TLS pair (no value in it)."""
 
-    def __init__(
-        self,
-        name: str,
-        serving: ServingSpec,
-        front: FrontConfig,
-        host: HostConfig,
-        publish_address: str | None,
-        network_name: pulumi.Input[str],
-        credentials: GuardCredentials,
-        opts: pulumi.ResourceOptions | None = None,
-    ) -> None:
-        """``host`` is the replica's (pass its Docker provider in ``opts``); ``network_name`` the
-        replica's private network, where vLLM keeps ``serving.container.vllm_address``.
-        TLS follows ``front.tls``, with ``credentials.certificate``.
-
-        ``publish_address`` None publishes nothing: the replica on the front's own host, guarded
-        all the same so that every server of the front's upstream speaks the same scheme (with TLS
-        a ``proxy_pass https://`` cannot mix in a plain-HTTP vLLM)."""
+    def __init__(self, name: str, args: ReplicaGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        """TLS follows ``args.front.tls``, with ``args.credentials.certificate``."""
         super().__init__("glm:serving:ReplicaGuard", name, None, opts)
-        text = None if publish_address is None else _one_address(name, publish_address)
+        serving, front, credentials = args.serving, args.front, args.credentials
+        text = None if args.publish_address is None else _one_address(name, args.publish_address)
         tls = credentials.certificate if front.tls else None
         if front.tls and tls is None:
             raise ValueError(f"{name}: glm:front.tls is on but the guard credentials carry no certificate")
@@ -289,7 +293,7 @@ class ReplicaGuard(pulumi.ComponentResource):
             entrypoints=["/bin/sh", "-c"],
             command=[START_COMMAND],
             networks_advanced=[
-                docker.ContainerNetworksAdvancedArgs(name=network_name, ipv4_address=guard_address(c))
+                docker.ContainerNetworksAdvancedArgs(name=args.network_name, ipv4_address=guard_address(c))
             ],
             ports=[docker.ContainerPortArgs(internal=CONTAINER_PORT, external=serving.port, ip=text)]
             if text is not None
@@ -329,11 +333,11 @@ class ReplicaGuard(pulumi.ComponentResource):
         self.fingerprint = pulumi.Output.all(image.image_id, digest).apply(
             lambda a: front_fingerprint(nginx_conf, str(a[0]), [CLIENT], [], str(a[1]))
         )
-        ssh = exec_ssh(host)
+        ssh = exec_ssh(args.host)
         self.reload = NginxReload(
             f"{name}-config",
             {
-                "docker_host": host.docker_host,
+                "docker_host": args.host.docker_host,
                 "ssh": ssh,
                 "container": self.container.name,
                 "container_id": self.container.id,

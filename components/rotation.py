@@ -28,11 +28,7 @@ from typing import Any
 
 import pulumi
 
-from components.nginx_front import (
-    UPSTREAM_FAIL_TIMEOUT_SECONDS,
-    UPSTREAM_MAX_FAILS,
-    openai_error,
-)
+from components.nginx_conf import UPSTREAM_FAIL_TIMEOUT_SECONDS, UPSTREAM_MAX_FAILS
 from components.nginx_reload import (
     CURRENT_CONF,
     RELOAD_WAIT_SECONDS,
@@ -41,6 +37,7 @@ from components.nginx_reload import (
     container_exec_argv,
     docker_argv,
 )
+from components.openai_errors import openai_error
 from components.template import shell_program
 from components.vllm_server import REPLICA_LABEL
 

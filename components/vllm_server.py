@@ -211,6 +211,26 @@ def health_probe(port: int) -> list[str]:
     return ["CMD", "python3", "-c", script]
 
 
+@dataclass(frozen=True)
+class VllmServerArgs:
+    """The serving container as rendered, the image it runs, and what it mounts besides."""
+
+    serving: ServingSpec
+    """:func:`render_serving`'s, rendered once per deployment."""
+    image: pulumi.Input[str]
+    """The serving image (``ServingImage.ref``)."""
+    mounts: list[docker.ContainerMountArgs]
+    """The model volume's mounts (``ModelVolume.mounts``); ``serving.mounts`` are added after them."""
+    secret_env: Mapping[str, pulumi.Output[str]] | None = None
+    """``glm:servingSecretEnv``: joins the env as secret entries. The SDK then stores the whole
+    ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env stays readable in the
+    ``verified`` output and the fingerprint)."""
+    replica: str | None = None
+    """The replica's name in the front's rotation: a label, read by ``drain``."""
+    drain: pulumi.ResourceHook | None = None
+    """The ``before_delete`` hook that takes the replica out of rotation before Docker stops it."""
+
+
 class VllmServer(pulumi.ComponentResource):
     """The serving container on a private Docker network; it publishes no port."""
 
@@ -221,28 +241,9 @@ class VllmServer(pulumi.ComponentResource):
     upstream: str
     """host:port of vLLM on the private network."""
 
-    def __init__(
-        self,
-        name: str,
-        serving: ServingSpec,
-        image: pulumi.Input[str],
-        mounts: list[docker.ContainerMountArgs],
-        opts: pulumi.ResourceOptions | None = None,
-        *,
-        secret_env: Mapping[str, pulumi.Output[str]] | None = None,
-        replica: str | None = None,
-        drain: pulumi.ResourceHook | None = None,
-    ) -> None:
-        """``serving``: :func:`render_serving`'s, rendered once per deployment.
-
-        ``secret_env`` (``glm:servingSecretEnv``) joins the env as secret entries; the SDK then
-        stores the whole ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env
-        stays readable in the ``verified`` output and the fingerprint).
-
-
-        ``replica`` names it in the front's rotation (a label, read by ``drain``: the
-        ``before_delete`` hook that takes it out of rotation before Docker stops it)."""
+    def __init__(self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("glm:serving:VllmServer", name, None, opts)
+        serving = args.serving
         c = serving.container
         self.network = docker.Network(
             f"{name}-network",
@@ -262,12 +263,12 @@ class VllmServer(pulumi.ComponentResource):
         self.container = docker.Container(
             f"{name}-vllm",
             name=c.name,
-            image=image,
+            image=args.image,
             entrypoints=["vllm", "serve"],
             command=serving.argv,
             envs=[
                 *[f"{k}={v}" for k, v in serving.env.items()],
-                *[_env_entry(k, v) for k, v in sorted((secret_env or {}).items())],
+                *[_env_entry(k, v) for k, v in sorted((args.secret_env or {}).items())],
             ],
             gpus="all" if serving.nvidia_gpus else None,
             devices=[
@@ -275,7 +276,7 @@ class VllmServer(pulumi.ComponentResource):
                 for d in serving.devices
             ],
             mounts=[
-                *mounts,
+                *args.mounts,
                 *[
                     docker.ContainerMountArgs(
                         type="bind", source=m.source, target=m.target, read_only=m.read_only
@@ -313,14 +314,18 @@ class VllmServer(pulumi.ComponentResource):
             labels=[
                 docker.ContainerLabelArgs(label="glm53.hardware", value=serving.hardware),
                 docker.ContainerLabelArgs(label="glm53.served-model", value=serving.served_name),
-                *([docker.ContainerLabelArgs(label=REPLICA_LABEL, value=replica)] if replica else []),
+                *(
+                    [docker.ContainerLabelArgs(label=REPLICA_LABEL, value=args.replica)]
+                    if args.replica
+                    else []
+                ),
             ],
             wait=False,
             # A fixed container name cannot exist twice: remove the old one first.
             opts=pulumi.ResourceOptions(
                 parent=self,
                 delete_before_replace=True,
-                hooks=pulumi.ResourceHookBinding(before_delete=[drain]) if drain else None,
+                hooks=pulumi.ResourceHookBinding(before_delete=[args.drain]) if args.drain else None,
             ),
         )
         self.container_name = self.container.name

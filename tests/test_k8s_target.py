@@ -307,7 +307,7 @@ def test_the_front_release_with_the_service_upstream_passes_nginx_t(tmp_path: Pa
     """The real nginx: the release as mounted in the front's pod (nginx.conf, key maps, and the
     upstream file naming the serving Service), paths moved under tmp_path."""
     from components.k8s_deployment import _upstream_conf
-    from components.nginx_front import render_front_files
+    from components.nginx_conf import render_front_files
 
     config = build_stack_config({"hardware": "local", "target": k8s_target()})
     files = render_front_files(

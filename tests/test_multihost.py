@@ -16,7 +16,7 @@ import yaml
 
 from components.config import ConfigError, build_stack_config
 from components.deployment import scrape_spec
-from components.nginx_front import render_nginx_conf
+from components.nginx_conf import render_nginx_conf
 from components.prometheus_config import DEFAULT_JOB, render_prometheus_config
 from components.prometheus_rules import render_alert_rules
 from tests.conftest import TEST_HOST_KEY, Deployment, run_program, unwrap

@@ -35,18 +35,17 @@ import pytest
 from pulumi.runtime import rpc
 
 from components.config import ConfigError, StackConfig, build_stack_config
-from components.nginx_front import (
+from components.nginx_conf import (
     API_KEYS_FILE,
     CONF_FILE,
     METRICS_KEYS_FILE,
     TLS_CERT,
     TLS_KEY,
-    NginxFront,
-    public_url,
     render_front_files,
     render_nginx_conf,
     render_release_conf,
 )
+from components.nginx_front import NginxFront, NginxFrontArgs, public_url
 from components.nginx_reload import START_COMMAND
 from components.profiles import PROFILES
 from components.template import render_template
@@ -763,15 +762,19 @@ def test_key_stays_at_the_front_and_paths_are_normalized() -> None:
 RELOAD = "pulumi-python:dynamic:Resource"
 
 
+def front_args(
+    config: StackConfig, network_name: str, api_keys: pulumi.Output[dict[str, str]], **more: Any
+) -> NginxFrontArgs:
+    """The front of ``config``'s stack on its front host, as deploy() builds it."""
+    return NginxFrontArgs(config.front, config.target.host, config.container, network_name, api_keys, **more)
+
+
 @pytest.mark.parametrize("hardware", HARDWARE)
 def test_nginx_front_under_mocks(hardware: str) -> None:
     config = stack(hardware)
     mocks, outputs = construct(
-        lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "glm-net",
-            pulumi.Output.secret(KEYS), None,
-        )
-    )  # fmt: skip
+        lambda: NginxFront("front", front_args(config, "glm-net", pulumi.Output.secret(KEYS)))
+    )
     assert {name: typ for name, (typ, _) in mocks.registered.items()} == {
         "front": "glm:front:NginxFront",
         "front-image": "docker:index/remoteImage:RemoteImage",
@@ -828,12 +831,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
 
 def test_ssh_targets_reload_with_the_docker_providers_host_key_check() -> None:
     config = stack("a800")
-    mocks, _ = construct(
-        lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "net",
-            pulumi.Output.secret(KEYS), None,
-        )
-    )  # fmt: skip
+    mocks, _ = construct(lambda: NginxFront("front", front_args(config, "net", pulumi.Output.secret(KEYS))))
     opts = mocks.registered["front-config"][1]["ssh"]["opts"]
     assert "StrictHostKeyChecking=yes" in opts and "UserKnownHostsFile=/dev/null" in opts
     assert f"KnownHostsCommand=/bin/echo gpu01 {TEST_HOST_KEY}" in opts
@@ -845,12 +843,7 @@ def test_key_files_are_a_secret_and_keys_appear_nowhere_else(secret_keys: bool) 
     keys = pulumi.Output.secret(KEYS) if secret_keys else pulumi.Output.from_input(KEYS)
     scrapers = pulumi.Output.secret(METRICS)
     config = stack("local")
-    mocks, _ = construct(
-        lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "net", keys, None,
-            metrics_keys=scrapers,
-        )
-    )  # fmt: skip
+    mocks, _ = construct(lambda: NginxFront("front", front_args(config, "net", keys, metrics_keys=scrapers)))
     reload = mocks.registered["front-config"][1]
     assert rpc.is_rpc_secret(reload["secret_files"])
     files = rpc.unwrap_rpc_secret(reload["secret_files"])
@@ -866,12 +859,7 @@ def test_front_reaches_a_host_network_vllm_through_the_gateway() -> None:
     config = stack(
         "ascend", container={"networkMode": "host"}, serving={"host": "172.17.0.1"}, front={"port": 8078}
     )
-    mocks, _ = construct(
-        lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "net",
-            pulumi.Output.secret(KEYS), None,
-        )
-    )  # fmt: skip
+    mocks, _ = construct(lambda: NginxFront("front", front_args(config, "net", pulumi.Output.secret(KEYS))))
     inputs = mocks.registered["front-nginx"][1]
     assert inputs["hosts"] == [{"host": "host.docker.internal", "ip": "host-gateway"}]
     # The release lists no replica: the rotation does, by the address each gate admitted.
@@ -886,11 +874,15 @@ def test_tls_files_are_delivered_with_the_key_secret() -> None:
     cert, key = "-----BEGIN CERTIFICATE-----\nx\n", "-----BEGIN PRIVATE KEY-----\ny\n"
     mocks, outputs = construct(
         lambda: NginxFront(
-            "front", config.front, config.target.host, config.container, "net",
-            pulumi.Output.secret(KEYS),
-            (pulumi.Output.secret(cert), pulumi.Output.secret(key)),
+            "front",
+            front_args(
+                config,
+                "net",
+                pulumi.Output.secret(KEYS),
+                tls_files=(pulumi.Output.secret(cert), pulumi.Output.secret(key)),
+            ),
         )
-    )  # fmt: skip
+    )
     reload = mocks.registered["front-config"][1]
     files = rpc.unwrap_rpc_secret(reload["secret_files"])
     assert files[TLS_CERT] == cert and files[TLS_KEY] == key

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from components import rotation
-from components.nginx_front import render_front_files
+from components.nginx_conf import render_front_files
 from components.nginx_reload import START_COMMAND, apply_release
 from tests.test_nginx_front import KEYS, METRICS, SERVED, free_port, self_signed, stack, vllm_sim
 

@@ -35,6 +35,7 @@ from components.replica_guard import (
     KEY_FILE,
     GuardCredentials,
     ReplicaGuard,
+    ReplicaGuardArgs,
     render_front_snippet,
     render_guard_files,
 )
@@ -282,8 +283,11 @@ def build_guard(tls: bool, publish: str | None = "10.1.2.3") -> tuple[RecordingM
         key = pulumi.Output.secret(GATE_METRICS_TEST_KEY)
         cert = ReplicaCertificate("stack-replica-tls", [publish or "gpu01"]) if tls else None
         guard = ReplicaGuard(
-            "gpu02-guard", render_serving(config), config.front, config.target.host, publish,
-            "glm-net", GuardCredentials(key, cert),
+            "gpu02-guard",
+            ReplicaGuardArgs(
+                render_serving(config), config.front, config.target.host, publish, "glm-net",
+                GuardCredentials(key, cert),
+            ),
         )  # fmt: skip
         seen["upstream"] = guard.upstream
         return GuardCredentials(key, cert).front_files().apply(lambda f: seen.update(front_files=f))

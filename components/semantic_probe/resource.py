@@ -31,7 +31,7 @@ import pulumi_docker as docker
 from components.config import ContainerConfig, SemanticProbeConfig, StackConfig
 from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
-from components.nginx_front import CONTAINER_PORT as FRONT_PORT
+from components.nginx_conf import CONTAINER_PORT as FRONT_PORT
 from components.replica_tls import guard_tls
 from components.rotation_requests import PROBE_REQUESTS_DIR
 from components.semantic_probe import container_name
@@ -249,6 +249,35 @@ def render_params(settings: ProbeSettings) -> str:
     return json.dumps(fields, sort_keys=True, indent=2, default=dict) + "\n"
 
 
+@dataclass(frozen=True)
+class SemanticProbeArgs:
+    """What the probe asks, whom, with which keys, and where its container runs."""
+
+    spec: SemanticProbeSpec
+    """What the probe reads from the stack config."""
+    network_name: pulumi.Input[str]
+    """The stack's private network, on the front's host."""
+    front_host: pulumi.Input[str]
+    """The front's container name: the probe's way into the front on the private network."""
+    upstream: str
+    """vLLM's ``host:port`` on the private network, for its ``/metrics``."""
+    api_key: pulumi.Output[str]
+    """The probe's own API key (``GeneratedKey.key``)."""
+    replicas: tuple[ProbeReplica, ...] = ()
+    """The replicas it also asks directly, so that a result names its host."""
+    replica_key: pulumi.Output[str] | None = None
+    """The stack's replica key; needed when one of ``replicas`` is guarded."""
+    requests_volume: pulumi.Input[str] | None = None
+    """The front's requests volume (components/rotation_requests.py), the one thing of the front the
+    probe mounts: it ejects and re-admits replicas through it."""
+    replica_certificate: pulumi.Output[str] | None = None
+    """The guards' pinned certificate, when they serve TLS."""
+
+    def __post_init__(self) -> None:
+        if any(r.guarded for r in self.replicas) and self.replica_key is None:
+            raise ValueError("a guarded replica needs the stack's replica key")
+
+
 class SemanticProbe(pulumi.ComponentResource):
     """The probe container on the stack's private network, scraped by the stack's Prometheus."""
 
@@ -258,29 +287,11 @@ class SemanticProbe(pulumi.ComponentResource):
     """The probe image (content-hash tag)."""
 
     def __init__(
-        self,
-        name: str,
-        spec: SemanticProbeSpec,
-        network_name: pulumi.Input[str],
-        front_host: pulumi.Input[str],
-        upstream: str,
-        api_key: pulumi.Output[str],
-        replicas: tuple[ProbeReplica, ...] = (),
-        replica_key: pulumi.Output[str] | None = None,
-        requests_volume: pulumi.Input[str] | None = None,
-        opts: pulumi.ResourceOptions | None = None,
-        replica_certificate: pulumi.Output[str] | None = None,
+        self, name: str, args: SemanticProbeArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        """``front_host``: the front's container name; ``upstream``: vLLM's ``host:port`` on the
-        private network; ``api_key``: the probe's key (``GeneratedKey.key``); ``replicas``: each
-        asked directly; ``replica_key``: the stack's replica key, when one of them is guarded;
-        ``requests_volume``: the front's requests volume (components/rotation_requests.py), the one
-        thing of the front the probe mounts: it ejects and re-admits replicas through it;
-        ``replica_certificate``: the guards' pinned certificate, when they serve TLS."""
-        if any(r.guarded for r in replicas) and replica_key is None:
-            raise ValueError("a guarded replica needs the stack's replica key")
         super().__init__("glm:semanticProbe:SemanticProbe", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
+        spec = args.spec
         context, tag = build_context()
         image = docker.Image(
             f"{name}-image",
@@ -295,13 +306,15 @@ class SemanticProbe(pulumi.ComponentResource):
             opts=child,
         )
         certificate = (
-            replica_certificate if replica_certificate is not None else pulumi.Output.from_input(None)
+            args.replica_certificate
+            if args.replica_certificate is not None
+            else pulumi.Output.from_input(None)
         )
-        params = pulumi.Output.all(pulumi.Output.from_input(front_host), certificate).apply(
+        params = pulumi.Output.all(pulumi.Output.from_input(args.front_host), certificate).apply(
             lambda values: render_params(
                 dataclasses.replace(
-                    probe_settings(spec, values[0], upstream, replicas, values[1]),
-                    requests_dir=PROBE_REQUESTS_DIR if requests_volume is not None else None,
+                    probe_settings(spec, values[0], args.upstream, args.replicas, values[1]),
+                    requests_dir=PROBE_REQUESTS_DIR if args.requests_volume is not None else None,
                 )
             )
         )
@@ -309,30 +322,32 @@ class SemanticProbe(pulumi.ComponentResource):
             f"{name}-container",
             name=container_name(spec.container.name),
             image=image.image_name,
-            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
+            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=args.network_name)],
             uploads=[
                 docker.ContainerUploadArgs(file=PARAMS_PATH, content=params, permissions="0444"),
                 # The probe runs as nobody in a container of its own: the key file is its only reader.
                 docker.ContainerUploadArgs(
-                    file=KEY_PATH, content=pulumi.Output.secret(api_key), permissions="0444"
+                    file=KEY_PATH, content=pulumi.Output.secret(args.api_key), permissions="0444"
                 ),
                 *(
                     [
                         docker.ContainerUploadArgs(
                             file=REPLICA_KEY_PATH,
-                            content=pulumi.Output.secret(replica_key),
+                            content=pulumi.Output.secret(args.replica_key),
                             permissions="0444",
                         )
                     ]
-                    if replica_key is not None and any(r.guarded for r in replicas)
+                    if args.replica_key is not None and any(r.guarded for r in args.replicas)
                     else []
                 ),
             ],
             # Nothing else is mounted: no Docker socket, no host path, none of the front's config.
             volumes=[
-                docker.ContainerVolumeArgs(volume_name=requests_volume, container_path=PROBE_REQUESTS_DIR)
+                docker.ContainerVolumeArgs(
+                    volume_name=args.requests_volume, container_path=PROBE_REQUESTS_DIR
+                )
             ]
-            if requests_volume is not None
+            if args.requests_volume is not None
             else None,
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="semantic-probe")],
             hosts=upstream_hosts(spec.container),

@@ -167,7 +167,7 @@ def front_requires_api_key(resource: Resource, config: Mapping[str, Any]) -> lis
             return [
                 f"{resource.name} (the front's config): nginx_conf lacks {' and '.join(missing)}, so "
                 "requests reach vLLM without an API key. Fix: render it with "
-                "components/nginx_front.render_release_conf and set glm:apiKeys."
+                "components/nginx_conf.render_release_conf and set glm:apiKeys."
             ]
         return []
     if not is_front(resource):
@@ -189,7 +189,7 @@ def front_requires_api_key(resource: Resource, config: Mapping[str, Any]) -> lis
         return [
             f"{resource.name} (the Nginx front): {NGINX_CONF} lacks {' and '.join(missing)}, so "
             "requests reach vLLM without an API key. Fix: render it with "
-            "components/nginx_front.render_nginx_conf and set glm:apiKeys."
+            "components/nginx_conf.render_nginx_conf and set glm:apiKeys."
         ]
     return []
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pulumi
 import pytest
 
 from components.config import ConfigError, SecretInputs, build_stack_config, check_api_keys
@@ -17,9 +18,13 @@ from components.semantic_probe.resource import (
     KEY_PATH,
     PARAMS_PATH,
     PROJECT_DIR,
+    ProbeReplica,
+    SemanticProbeArgs,
+    SemanticProbeSpec,
     build_context,
     context_files,
 )
+from components.vllm_server import render_serving
 from tests.conftest import (
     PROBE_TEST_KEY,
     REPLICA_TEST_CERTIFICATE,
@@ -71,6 +76,22 @@ def test_a_user_key_named_like_the_probe_is_refused_with_the_fix() -> None:
     build_stack_config(
         {"hardware": "local", "semanticProbe": {"enabled": False}}, SecretInputs(api_keys=keys)
     )
+
+
+def test_a_guarded_replica_without_the_replica_key_is_refused_in_the_args() -> None:
+    config = build_stack_config({"hardware": "local"})
+    key = pulumi.Output.from_input(PROBE_TEST_KEY)
+    args = {
+        "spec": SemanticProbeSpec.of(config, render_serving(config)),
+        "network_name": "net",
+        "front_host": "front",
+        "upstream": "vllm:8000",
+        "api_key": key,
+        "replicas": (ProbeReplica("box2", "10.0.0.2:8000", guarded=True),),
+    }
+    with pytest.raises(ValueError, match="a guarded replica needs the stack's replica key"):
+        SemanticProbeArgs(**args)
+    assert SemanticProbeArgs(**args, replica_key=key).replica_key is key
 
 
 def test_production_defaults() -> None:
