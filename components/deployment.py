@@ -8,20 +8,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-import pulumi_docker as docker
 
 from components import rotation
 from components.change_cost import front_replacement_notice, serving_replacement_notice, warn_when_replaced
-from components.config import GATE_METRICS_CLIENT, HostConfig, StackConfig, semantic_probe_runs
+from components.config import GATE_METRICS_CLIENT, StackConfig, semantic_probe_runs
 from components.front_tls import front_tls
-from components.model_volume import ModelVolume
 from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, NginxFrontArgs, front_container_name
-from components.preflight import Preflight, PreflightArgs
-from components.prometheus_scrape import GuardedScrape, PrometheusScrape, ScrapeSpec
+from components.preflight import Preflight
+from components.prometheus_scrape import PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
-from components.replica_gate import Admission, ReplicaGate, ReplicaGateArgs
-from components.replica_guard import GuardCredentials, ReplicaGuard, ReplicaGuardArgs, guard_credentials
-from components.replica_tls import TLS_NAME
+from components.replica_guard import guard_credentials
+from components.replicas import Replica, gated, guarded_scrape, host_base, replica_guard, serving_container
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import (
     ProbeReplica,
@@ -29,10 +26,9 @@ from components.semantic_probe.resource import (
     SemanticProbeArgs,
     SemanticProbeSpec,
 )
-from components.serving_image import ServingImage
 from components.smoke_test import SmokeTest, SmokeTestArgs
-from components.target import docker_ssh_opts, exec_ssh
-from components.vllm_server import ServingSpec, VllmServer, VllmServerArgs, command_line, render_serving
+from components.target import exec_ssh
+from components.vllm_server import ServingSpec, command_line, render_serving
 
 
 def _first_key(keys: dict[str, str]) -> str:
@@ -64,7 +60,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     api_key = secrets.api_keys.apply(_first_key)
     # The front's host first, then the others in list order: the order of a first load and a roll.
     hosts = [config.target.host, *[h for h in config.target.hosts if h is not config.target.host]]
-    bases = [_host_base(config, secrets, stack, host, promoted) for host in hosts]
+    bases = [host_base(config, secrets, stack, host, promoted) for host in hosts]
     preflights = [b.preflight for b in bases if b.preflight]
     keys = _GeneratedKeys.create(config, stack, after=preflights)
     # Several hosts: each replica off the front's host answers only the stack's replica key, through
@@ -84,13 +80,13 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     )
     # Before Docker stops a replica (replaced, restarted, removed), the front stops sending it requests.
     drain = rotation.drain_hook(front_on, config.container.stop_grace_seconds)
-    replicas: list[_Replica] = []
+    replicas: list[Replica] = []
     front: NginxFront | None = None
     for base in bases:
         # A rolling update replaces one replica at a time: each waits until the previous one is
         # back in the front's rotation (its gate passed).
         after: list[pulumi.Resource] = [replicas[-1].gate] if replicas else []
-        server = _server(config, serving, secrets, base, after, drain)
+        server = serving_container(config, serving, secrets, base, after, drain)
         if front is None:
             front = NginxFront(
                 f"{stack}-front",
@@ -108,8 +104,8 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                 # Only once the hosts passed preflight: a refused host leaves nothing in the state.
                 opts=pulumi.ResourceOptions(providers=[base.provider], depends_on=preflights),
             )
-        guard = _guard(config, serving, base, server, guards)
-        replicas.append(_gated(config, serving, base, server, guard, front, front_on, api_key))
+        guard = replica_guard(config, serving, base, server, guards)
+        replicas.append(gated(config, serving, base, server, guard, front, front_on, api_key))
     assert front is not None
     home = replicas[0]  # the front's host
     several = len(replicas) > 1
@@ -131,7 +127,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
         network_name=home.server.network_name,
         target={r.host.name: r.upstream for r in replicas} if several else home.upstream,
         opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[home.server]),
-        guarded=_guarded_scrape(config, guards),
+        guarded=guarded_scrape(config, guards),
     )
     # A TLS front's certificate names neither the gate's way in nor the probe's: both verify its name.
     front_trust = front_tls(config.front)
@@ -216,7 +212,7 @@ def _outputs(
     config: StackConfig,
     serving: ServingSpec,
     served: dict[str, Any],
-    home: _Replica,
+    home: Replica,
     front: NginxFront,
     monitoring: PrometheusScrape,
     smoke: SmokeTest,
@@ -270,183 +266,6 @@ def scrape_spec(config: StackConfig) -> ScrapeSpec:
         semantic_probe=config.semantic_probe if semantic_probe_runs(config) else None,
         smoke=config.smoke,
     )
-
-
-@dataclass
-class _HostBase:
-    """What a host needs before its serving container: Docker, preflight, image, weights."""
-
-    host: HostConfig
-    prefix: str
-    """Resource name prefix: the front's host keeps the one-host names, the others add their name."""
-    provider: docker.Provider
-    preflight: Preflight | None
-    image: ServingImage
-    volume: ModelVolume
-
-
-@dataclass
-class _Replica:
-    host: HostConfig
-    provider: docker.Provider
-    image: ServingImage
-    volume: ModelVolume
-    server: VllmServer
-    upstream: str
-    """Where Prometheus reaches this replica: the private network alias, or the host's address."""
-    gate: ReplicaGate
-    guarded: bool
-    """Behind a guard (``upstream`` is the guard's): asked with the replica key, over TLS with TLS."""
-
-
-def _host_base(
-    config: StackConfig,
-    secrets: Secrets,
-    stack: str,
-    host: HostConfig,
-    promoted: pulumi.Output[str] | None,
-) -> _HostBase:
-    on_front = host is config.target.host
-    prefix = stack if on_front else f"{stack}-{host.name}"
-    docker_host = host.docker_host
-    provider = docker.Provider(
-        f"{host.name}-docker",
-        host=docker_host,
-        ssh_opts=docker_ssh_opts(host) if docker_host.startswith("ssh://") else None,
-    )
-    preflight = (
-        Preflight(
-            f"{prefix}-preflight",
-            PreflightArgs(
-                preflight=config.preflight,
-                model=config.model,
-                facts=config.facts,
-                profile=config.hardware,
-                accelerators=config.container.accelerators,
-                gpu_memory_utilization=config.serving.gpu_memory_utilization,
-                host=host,
-                ssh_private_key=secrets.ssh_private_key,
-            ),
-        )
-        if config.preflight.enabled
-        else None
-    )
-    after_preflight = pulumi.ResourceOptions(
-        providers=[provider], depends_on=[preflight] if preflight else []
-    )
-    # After preflight too: a host that fails its checks gets no image build or pull (tens of GB).
-    image = ServingImage(f"{prefix}-image", config.serving_image, pinned=promoted, opts=after_preflight)
-    volume = ModelVolume(
-        f"{prefix}-model",
-        config.model,
-        config.container.name,
-        host,
-        secrets.ssh_private_key,
-        opts=after_preflight,
-    )
-    return _HostBase(host, prefix, provider, preflight, image, volume)
-
-
-def _server(
-    config: StackConfig,
-    serving: ServingSpec,
-    secrets: Secrets,
-    base: _HostBase,
-    after: list[pulumi.Resource],
-    drain: pulumi.ResourceHook,
-) -> VllmServer:
-    return VllmServer(
-        f"{base.prefix}-serving",
-        VllmServerArgs(
-            serving=serving,
-            image=base.image.ref,
-            mounts=base.volume.mounts,
-            secret_env=secrets.serving_env,
-            replica=base.host.name,
-            drain=drain,
-        ),
-        opts=pulumi.ResourceOptions(
-            providers=[base.provider],
-            depends_on=[*[d for d in (base.preflight, base.volume.download) if d is not None], *after],
-        ),
-    )
-
-
-def _gated(
-    config: StackConfig,
-    serving: ServingSpec,
-    base: _HostBase,
-    server: VllmServer,
-    guard: ReplicaGuard | None,
-    front: NginxFront,
-    front_on: dict[str, Any],
-    api_key: pulumi.Output[str],
-) -> _Replica:
-    """The replica's gate, which admits it to the front's rotation once it passed: by the fixed
-    address of its guard, else of its vLLM."""
-    upstream, address = server.upstream, server.address
-    if guard is not None:
-        upstream = address = guard.upstream
-    gate = ReplicaGate(
-        f"{base.prefix}-replica",
-        ReplicaGateArgs(
-            serving=serving,
-            smoke=config.smoke,
-            host=base.host,
-            api_key=api_key,
-            image_ref=base.image.ref,
-            container_id=server.container.id,
-            admission=Admission(
-                # Known at preview: a front release (a key revoked) is not a change of the gate's.
-                front=front_on,
-                front_container_id=front.container.id,
-                address=address,
-                grace_seconds=config.container.stop_grace_seconds,
-            ),
-        ),
-        # The front's config (which includes the rotation) and the guard's are live before the
-        # replica is admitted through them.
-        opts=pulumi.ResourceOptions(depends_on=[server, front, *([guard] if guard else [])]),
-    )
-    return _Replica(
-        base.host, base.provider, base.image, base.volume, server, upstream, gate, guard is not None
-    )
-
-
-def _guard(
-    config: StackConfig,
-    serving: ServingSpec,
-    base: _HostBase,
-    server: VllmServer,
-    guards: GuardCredentials | None,
-) -> ReplicaGuard | None:
-    """A replica off the front's host is published only through its guard; with TLS the front's
-    own replica too (one upstream speaks one scheme), on its private network only."""
-    on_front = base.host is config.target.host
-    if guards is None or (on_front and not config.front.tls):
-        return None
-    return ReplicaGuard(
-        f"{base.prefix}-guard",
-        ReplicaGuardArgs(
-            serving=serving,
-            front=config.front,
-            host=base.host,
-            publish_address=None if on_front else base.host.replica_address,
-            network_name=server.network_name,
-            credentials=guards,
-        ),
-        opts=pulumi.ResourceOptions(
-            providers=[base.provider], depends_on=[base.preflight] if base.preflight else []
-        ),
-    )
-
-
-def _guarded_scrape(config: StackConfig, guards: GuardCredentials | None) -> GuardedScrape | None:
-    if guards is None:
-        return None
-    if guards.certificate is None:
-        return GuardedScrape(key=guards.key)
-    return GuardedScrape(key=guards.key, certificate=guards.certificate.certificate, tls_name=TLS_NAME)
 
 
 def _curl(url: str, served_name: str) -> str:

@@ -11,6 +11,7 @@ passes) through the front's requests volume (components/rotation_requests.py), n
 socket.
 
 - ``service.py``: the loops and their metrics, plain Python (runs in the probe container);
+- ``saturation.py``: when a saturated target is left alone, and for how many runs in a row;
 - ``ejection.py``: the eject/readmit requests (runs in the probe container);
 - ``__main__.py``: ``python -m components.semantic_probe`` (the container's entrypoint);
 - ``resource.py``: the Pulumi side (the stack-generated key, the image, the container).

@@ -65,6 +65,7 @@ APP_FILES = (
     "components/gate/transport.py",
     "components/semantic_probe/__init__.py",
     "components/semantic_probe/__main__.py",
+    "components/semantic_probe/saturation.py",
     "components/semantic_probe/service.py",
     "components/semantic_probe/ejection.py",
 )

@@ -292,7 +292,7 @@ def test_saturation_skips_at_most_two_runs_in_a_row_and_none_after_a_failure() -
     """CI: the last replica in rotation, carrying every client, was skipped at every run and
     answered wrong for over a minute. The budget bounds how long load can hide a bad replica."""
     from components.gate.checks import StepOutcome
-    from components.semantic_probe.service import MAX_SKIPS_IN_A_ROW, SkipBudget
+    from components.semantic_probe.saturation import MAX_SKIPS_IN_A_ROW, SkipBudget
 
     def outcome(ok: bool) -> StepOutcome:
         return StepOutcome(step="arithmetic", ok=ok, seconds=0.1, failure=None if ok else "got 222")
@@ -318,7 +318,8 @@ def test_a_full_engine_that_generates_nothing_is_probed_not_skipped() -> None:
     generates tokens between two readings is busy. Served as vLLM's own text format."""
     import http.server
 
-    from components.semantic_probe.service import ProbeTarget, saturation
+    from components.semantic_probe.saturation import saturation
+    from components.semantic_probe.service import ProbeTarget
 
     state = {"generated": 100.0}
 

@@ -1,0 +1,201 @@
+"""One replica per host, as ``components/deployment.py`` wires it: what a host needs before its serving
+container (Docker, preflight, image, weights), the container, the guard that publishes it off the
+front's host, and the gate that admits it to the front's rotation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+
+from components.config import HostConfig, StackConfig
+from components.model_volume import ModelVolume
+from components.nginx_front import NginxFront
+from components.preflight import Preflight, PreflightArgs
+from components.prometheus_scrape import GuardedScrape
+from components.replica_gate import Admission, ReplicaGate, ReplicaGateArgs
+from components.replica_guard import GuardCredentials, ReplicaGuard, ReplicaGuardArgs
+from components.replica_tls import TLS_NAME
+from components.secrets import Secrets
+from components.serving_image import ServingImage
+from components.target import docker_ssh_opts
+from components.vllm_server import ServingSpec, VllmServer, VllmServerArgs
+
+
+@dataclass
+class HostBase:
+    """What a host needs before its serving container: Docker, preflight, image, weights."""
+
+    host: HostConfig
+    prefix: str
+    """Resource name prefix: the front's host keeps the one-host names, the others add their name."""
+    provider: docker.Provider
+    preflight: Preflight | None
+    image: ServingImage
+    volume: ModelVolume
+
+
+@dataclass
+class Replica:
+    host: HostConfig
+    provider: docker.Provider
+    image: ServingImage
+    volume: ModelVolume
+    server: VllmServer
+    upstream: str
+    """Where Prometheus reaches this replica: the private network alias, or the host's address."""
+    gate: ReplicaGate
+    guarded: bool
+    """Behind a guard (``upstream`` is the guard's): asked with the replica key, over TLS with TLS."""
+
+
+def host_base(
+    config: StackConfig,
+    secrets: Secrets,
+    stack: str,
+    host: HostConfig,
+    promoted: pulumi.Output[str] | None,
+) -> HostBase:
+    on_front = host is config.target.host
+    prefix = stack if on_front else f"{stack}-{host.name}"
+    docker_host = host.docker_host
+    provider = docker.Provider(
+        f"{host.name}-docker",
+        host=docker_host,
+        ssh_opts=docker_ssh_opts(host) if docker_host.startswith("ssh://") else None,
+    )
+    preflight = (
+        Preflight(
+            f"{prefix}-preflight",
+            PreflightArgs(
+                preflight=config.preflight,
+                model=config.model,
+                facts=config.facts,
+                profile=config.hardware,
+                accelerators=config.container.accelerators,
+                gpu_memory_utilization=config.serving.gpu_memory_utilization,
+                host=host,
+                ssh_private_key=secrets.ssh_private_key,
+            ),
+        )
+        if config.preflight.enabled
+        else None
+    )
+    after_preflight = pulumi.ResourceOptions(
+        providers=[provider], depends_on=[preflight] if preflight else []
+    )
+    # After preflight too: a host that fails its checks gets no image build or pull (tens of GB).
+    image = ServingImage(f"{prefix}-image", config.serving_image, pinned=promoted, opts=after_preflight)
+    volume = ModelVolume(
+        f"{prefix}-model",
+        config.model,
+        config.container.name,
+        host,
+        secrets.ssh_private_key,
+        opts=after_preflight,
+    )
+    return HostBase(host, prefix, provider, preflight, image, volume)
+
+
+def serving_container(
+    config: StackConfig,
+    serving: ServingSpec,
+    secrets: Secrets,
+    base: HostBase,
+    after: list[pulumi.Resource],
+    drain: pulumi.ResourceHook,
+) -> VllmServer:
+    return VllmServer(
+        f"{base.prefix}-serving",
+        VllmServerArgs(
+            serving=serving,
+            image=base.image.ref,
+            mounts=base.volume.mounts,
+            secret_env=secrets.serving_env,
+            replica=base.host.name,
+            drain=drain,
+        ),
+        opts=pulumi.ResourceOptions(
+            providers=[base.provider],
+            depends_on=[*[d for d in (base.preflight, base.volume.download) if d is not None], *after],
+        ),
+    )
+
+
+def gated(
+    config: StackConfig,
+    serving: ServingSpec,
+    base: HostBase,
+    server: VllmServer,
+    guard: ReplicaGuard | None,
+    front: NginxFront,
+    front_on: dict[str, Any],
+    api_key: pulumi.Output[str],
+) -> Replica:
+    """The replica's gate, which admits it to the front's rotation once it passed: by the fixed
+    address of its guard, else of its vLLM."""
+    upstream, address = server.upstream, server.address
+    if guard is not None:
+        upstream = address = guard.upstream
+    gate = ReplicaGate(
+        f"{base.prefix}-replica",
+        ReplicaGateArgs(
+            serving=serving,
+            smoke=config.smoke,
+            host=base.host,
+            api_key=api_key,
+            image_ref=base.image.ref,
+            container_id=server.container.id,
+            admission=Admission(
+                # Known at preview: a front release (a key revoked) is not a change of the gate's.
+                front=front_on,
+                front_container_id=front.container.id,
+                address=address,
+                grace_seconds=config.container.stop_grace_seconds,
+            ),
+        ),
+        # The front's config (which includes the rotation) and the guard's are live before the
+        # replica is admitted through them.
+        opts=pulumi.ResourceOptions(depends_on=[server, front, *([guard] if guard else [])]),
+    )
+    return Replica(
+        base.host, base.provider, base.image, base.volume, server, upstream, gate, guard is not None
+    )
+
+
+def replica_guard(
+    config: StackConfig,
+    serving: ServingSpec,
+    base: HostBase,
+    server: VllmServer,
+    guards: GuardCredentials | None,
+) -> ReplicaGuard | None:
+    """A replica off the front's host is published only through its guard; with TLS the front's
+    own replica too (one upstream speaks one scheme), on its private network only."""
+    on_front = base.host is config.target.host
+    if guards is None or (on_front and not config.front.tls):
+        return None
+    return ReplicaGuard(
+        f"{base.prefix}-guard",
+        ReplicaGuardArgs(
+            serving=serving,
+            front=config.front,
+            host=base.host,
+            publish_address=None if on_front else base.host.replica_address,
+            network_name=server.network_name,
+            credentials=guards,
+        ),
+        opts=pulumi.ResourceOptions(
+            providers=[base.provider], depends_on=[base.preflight] if base.preflight else []
+        ),
+    )
+
+
+def guarded_scrape(config: StackConfig, guards: GuardCredentials | None) -> GuardedScrape | None:
+    if guards is None:
+        return None
+    if guards.certificate is None:
+        return GuardedScrape(key=guards.key)
+    return GuardedScrape(key=guards.key, certificate=guards.certificate.certificate, tls_name=TLS_NAME)
