@@ -42,9 +42,8 @@ PROJECT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(PROJECT))
 
 from components.config import GATE_METRICS_CLIENT, build_stack_config  # noqa: E402
-from components.deployment import scrape_spec  # noqa: E402
 from components.gate.checks import run_gate  # noqa: E402
-from components.prometheus_config import render_prometheus_config  # noqa: E402
+from components.prometheus_config import ScrapeSpec, render_prometheus_config  # noqa: E402
 from components.prometheus_rules import render_alert_rules  # noqa: E402
 from components.smoke_test import gate_params  # noqa: E402
 from components.vllm_server import render_argv, render_serving  # noqa: E402
@@ -72,7 +71,7 @@ def start_prometheus(config: Any, sim_port: int, runtime: str) -> tuple[subproce
     """A real Prometheus with the stack's rendered config, scraping the simulator; its /federate URL."""
     port = free_port()
     rules = Path(runtime, "rules.yml")
-    rules.write_text(render_alert_rules(scrape_spec(config)))
+    rules.write_text(render_alert_rules(ScrapeSpec.of(config)))
     conf = Path(runtime, "prometheus.yml")
     conf.write_text(
         render_prometheus_config(config.monitoring, f"127.0.0.1:{sim_port}", "vllm", rules_path=str(rules))

@@ -123,7 +123,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     warn_when_replaced(front.container, front_replacement_notice(STOP_GRACE_SECONDS))
     monitoring = PrometheusScrape(
         f"{stack}-monitoring",
-        scrape_spec(config),
+        ScrapeSpec.of(config),
         network_name=home.server.network_name,
         target={r.host.name: r.upstream for r in replicas} if several else home.upstream,
         opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[home.server]),
@@ -251,21 +251,6 @@ def _outputs(
         # Stated in the outputs too, so that nobody mistakes this stack's gate for the model's.
         outputs["rehearsal"] = {"hardware": config.hardware, "replaced": config.rehearsal_replaced()}
     return outputs
-
-
-def scrape_spec(config: StackConfig) -> ScrapeSpec:
-    """What Prometheus and its alert rules read of the stack (public: the tests and benchmarks
-    render the rules from a stack config)."""
-    return ScrapeSpec(
-        hardware=config.hardware,
-        monitoring=config.monitoring,
-        container=config.container,
-        host=config.target.host,
-        serving=config.serving,
-        engine_start_seconds=config.facts.known_engine_start_seconds,
-        semantic_probe=config.semantic_probe if semantic_probe_runs(config) else None,
-        smoke=config.smoke,
-    )
 
 
 def _curl(url: str, served_name: str) -> str:

@@ -28,6 +28,7 @@ from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, Stack
 from components.k8s_monitoring import deploy_monitoring
 from components.k8s_probe import deploy_probe, probe_service
 from components.nginx_conf import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
+from components.prometheus_config import ScrapeSpec
 from components.promotion import fingerprint, served_model
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbeSpec, build_context
@@ -286,15 +287,12 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         spec=workload.serving_service_spec(serving, stack),
         opts=in_ns,
     )
-    # Imported here: components.deployment imports this module when the target is Kubernetes.
-    from components.deployment import scrape_spec
-
     probe_spec = SemanticProbeSpec.of(config, serving) if semantic_probe_runs(config) else None
     probe_svc = probe_service(stack, probe_spec, k8s_target, in_ns) if probe_spec else None
     loaded = pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=images.loaded))
     monitoring = deploy_monitoring(
         config,
-        scrape_spec(config),
+        ScrapeSpec.of(config),
         stack,
         k8s_target,
         loaded,

@@ -23,6 +23,8 @@ from components.config import (
     SemanticProbeConfig,
     ServingConfig,
     SmokeConfig,
+    StackConfig,
+    semantic_probe_runs,
 )
 
 DEFAULT_JOB = "vllm"
@@ -73,6 +75,21 @@ class ScrapeSpec:
     else None."""
     smoke: SmokeConfig
     """The arithmetic question and answer the probe asks, which its alert quotes."""
+
+    @classmethod
+    def of(cls, config: StackConfig) -> ScrapeSpec:
+        """What Prometheus and its alert rules read of ``config`` (the Docker and the Kubernetes
+        deployments build it alike; tests and benchmarks render the rules from it)."""
+        return cls(
+            hardware=config.hardware,
+            monitoring=config.monitoring,
+            container=config.container,
+            host=config.target.host,
+            serving=config.serving,
+            engine_start_seconds=config.facts.known_engine_start_seconds,
+            semantic_probe=config.semantic_probe if semantic_probe_runs(config) else None,
+            smoke=config.smoke,
+        )
 
 
 @dataclass(frozen=True)

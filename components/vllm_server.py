@@ -10,13 +10,17 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 import pulumi_docker as docker
 
-from components.config import ContainerConfig, MountConfig, StackConfig, StackSections
+from components.config.replica import ContainerConfig, MountConfig
+from components.config.sections import StackSections
 from components.vllm_flags import SWITCHES, TOGGLES, VALUE_FLAGS
+
+if TYPE_CHECKING:
+    from components.config.stack import StackConfig
 
 REPLICA_LABEL = "glm53.replica"
 """The serving container's label naming its replica in the front's rotation (components/rotation.py)."""

@@ -21,9 +21,8 @@ import yaml
 from components import rotation
 from components.config import build_stack_config
 from components.dashboard import PANELS, RATE, panel_queries, render_json
-from components.deployment import scrape_spec
 from components.nginx_reload import ROTATION_DIR, STATUS_DIR
-from components.prometheus_config import ROTATION_JOB
+from components.prometheus_config import ROTATION_JOB, ScrapeSpec
 from components.prometheus_rules import render_alert_rules
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
@@ -185,7 +184,7 @@ def test_every_panel_returns_data_from_a_real_prometheus(tmp_path: Path) -> None
         try:
             # The stack's own alert rules for several hosts (K = 2), as its Prometheus loads them.
             stack = build_stack_config({"hardware": "local", "semanticProbe": {"failuresBeforeAlert": 2}})
-            rules = render_alert_rules(scrape_spec(stack), by_host=True)
+            rules = render_alert_rules(ScrapeSpec.of(stack), by_host=True)
             with (
                 rotation_status(tmp_path) as rotation_port,
                 prometheus(

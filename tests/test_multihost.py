@@ -15,9 +15,8 @@ import pytest
 import yaml
 
 from components.config import ConfigError, build_stack_config
-from components.deployment import scrape_spec
 from components.nginx_conf import render_nginx_conf
-from components.prometheus_config import DEFAULT_JOB, render_prometheus_config
+from components.prometheus_config import DEFAULT_JOB, ScrapeSpec, render_prometheus_config
 from components.prometheus_rules import render_alert_rules
 from tests.conftest import TEST_HOST_KEY, Deployment, run_program, unwrap
 from tests.test_nginx_front import NGINX
@@ -281,7 +280,7 @@ def test_nginx_accepts_a_front_with_three_replicas(tmp_path: Path) -> None:
 def test_promtool_alerts_name_the_host(tmp_path: Path) -> None:
     config = build_stack_config({"hardware": "local"})
     targets = {"gpu01": "vllm:8000", "gpu02": "10.0.0.12:8000"}
-    (tmp_path / "rules.yml").write_text(render_alert_rules(scrape_spec(config), by_host=True))
+    (tmp_path / "rules.yml").write_text(render_alert_rules(ScrapeSpec.of(config), by_host=True))
     (tmp_path / "prometheus.yml").write_text(
         render_prometheus_config(
             config.monitoring, targets, DEFAULT_JOB, rules_path=str(tmp_path / "rules.yml")
@@ -327,7 +326,7 @@ def test_promtool_alerts_name_the_host(tmp_path: Path) -> None:
 
 def annotations(config: Any, labels: dict[str, str]) -> dict[str, str]:
     """VllmTargetDown's annotations with the templates filled in for ``labels``."""
-    rules = yaml.safe_load(render_alert_rules(scrape_spec(config), by_host=True))["groups"][0]["rules"]
+    rules = yaml.safe_load(render_alert_rules(ScrapeSpec.of(config), by_host=True))["groups"][0]["rules"]
     rule = next(r for r in rules if r["alert"] == "VllmTargetDown")
     filled = {}
     for key, text in rule["annotations"].items():

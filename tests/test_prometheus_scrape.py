@@ -21,13 +21,13 @@ import pytest
 import yaml
 
 from components.config import StackConfig, build_stack_config
-from components.deployment import scrape_spec
 from components.profiles import PROFILES
 from components.prometheus_config import (
     CONFIG_PATH,
     DEFAULT_JOB,
     PROMETHEUS_FLAGS,
     RULES_PATH,
+    ScrapeSpec,
     render_prometheus_config,
 )
 from components.prometheus_rules import (
@@ -60,7 +60,7 @@ STACKS = {hw: (hw, {}) for hw in HARDWARE} | {"rtx5090-block96": ("rtx5090", {"s
 
 
 def rules_of(config: StackConfig) -> dict[str, dict[str, Any]]:
-    [group] = yaml.safe_load(render_alert_rules(scrape_spec(config)))["groups"]
+    [group] = yaml.safe_load(render_alert_rules(ScrapeSpec.of(config)))["groups"]
     return {rule["alert"]: rule for rule in group["rules"]}
 
 
@@ -218,7 +218,7 @@ def test_semantic_probe_rules_follow_the_stack_config() -> None:
     assert not [name for name in off if name.startswith("Glm")]
     # Behind a TLS front the probe runs too (issue 23), and so do its rules.
     tls = stack("local", front={"tls": True})
-    assert scrape_spec(tls).semantic_probe == tls.semantic_probe
+    assert ScrapeSpec.of(tls).semantic_probe == tls.semantic_probe
     assert rules_of(tls).keys() == rules_of(stack("local")).keys()
 
 
@@ -240,7 +240,7 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 
 def write_files(config: StackConfig, directory: Path) -> tuple[Path, Path]:
     rules = directory / "rules.yml"
-    rules.write_text(render_alert_rules(scrape_spec(config)))
+    rules.write_text(render_alert_rules(ScrapeSpec.of(config)))
     prometheus = directory / "prometheus.yml"
     prometheus.write_text(
         render_prometheus_config(config.monitoring, TARGET, DEFAULT_JOB, rules_path=str(rules))
@@ -262,7 +262,7 @@ def test_promtool_checks_config_and_rules(name: str, tmp_path: Path) -> None:
 
 def test_promtool_check_rejects_a_broken_rule(tmp_path: Path) -> None:
     """The checks above can fail."""
-    broken = render_alert_rules(scrape_spec(stack("local"))).replace(
+    broken = render_alert_rules(ScrapeSpec.of(stack("local"))).replace(
         "histogram_quantile(0.99, sum by", "histogram_quantile(0.99 sum by"
     )
     (tmp_path / "rules.yml").write_text(broken)
@@ -595,7 +595,7 @@ def semantic_probe_promtool_tests(
 def run_promtool_tests(
     config: StackConfig, tests: list[dict[str, Any]], directory: Path
 ) -> subprocess.CompletedProcess[str]:
-    (directory / "rules.yml").write_text(render_alert_rules(scrape_spec(config)))
+    (directory / "rules.yml").write_text(render_alert_rules(ScrapeSpec.of(config)))
     document = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests}
     (directory / "rules_test.yml").write_text(yaml.safe_dump(document, sort_keys=False))
     return promtool("test", "rules", "rules_test.yml", cwd=directory)
@@ -619,7 +619,7 @@ def test_promtool_several_hosts_each_replica_alerts_under_its_own_host(tmp_path:
     """Issue 23: box2 answering wrong K runs in a row fires naming box2 while box1's engine is down;
     it holds back only while box2's own engine is down; the front path holds back while any is."""
     config = stack("local", semanticProbe={"failuresBeforeAlert": 2})
-    rules = {r["alert"]: r for r in alert_rules(scrape_spec(config), by_host=True)}
+    rules = {r["alert"]: r for r in alert_rules(ScrapeSpec.of(config), by_host=True)}
     expect = Expect(rules)
     probe = {"job": "semantic-probe", "instance": "p:9101"}
     box2 = {**probe, "host": "box2", "path": "replica", "step": "arithmetic"}
@@ -700,7 +700,7 @@ def test_promtool_test_catches_a_wrong_expectation(tmp_path: Path) -> None:
 def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     config = stack(hardware)
     mocks, seen = construct(
-        lambda: PrometheusScrape("metrics", scrape_spec(config), "glm-net", f"vllm:{config.serving.port}")
+        lambda: PrometheusScrape("metrics", ScrapeSpec.of(config), "glm-net", f"vllm:{config.serving.port}")
     )
     assert {name: typ for name, (typ, _) in mocks.registered.items()} == {
         "metrics": "glm:monitoring:PrometheusScrape",
@@ -718,7 +718,7 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     ]
     assert "volumes" not in inputs and "mounts" not in inputs  # TSDB: the image's own volume
     uploads = {u["file"]: u["content"] for u in inputs["uploads"]}
-    assert uploads[RULES_PATH] == render_alert_rules(scrape_spec(config))
+    assert uploads[RULES_PATH] == render_alert_rules(ScrapeSpec.of(config))
     scraped = yaml.safe_load(uploads[CONFIG_PATH])
     assert scraped["scrape_configs"][0]["static_configs"] == [{"targets": [f"vllm:{config.serving.port}"]}]
     assert scraped["scrape_configs"][1]["static_configs"] == [

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, build_stack_config
-from components.deployment import scrape_spec
+from components.prometheus_config import ScrapeSpec
 from components.prometheus_rules import alert_rules
 from tests.conftest import Deployment, run_program, unwrap
 from tests.test_config import make
@@ -69,10 +69,10 @@ def test_a_rehearsal_says_so_and_what_it_leaves_out(hardware: str) -> None:
 
 def test_target_down_for_can_be_shortened() -> None:
     """A fault drill (tests/test_rehearsal.py) waits seconds, not the profile's 8 minutes."""
-    [default] = [r for r in alert_rules(scrape_spec(make("a800"))) if r["alert"] == "VllmTargetDown"]
+    [default] = [r for r in alert_rules(ScrapeSpec.of(make("a800"))) if r["alert"] == "VllmTargetDown"]
     [short] = [
         r
-        for r in alert_rules(scrape_spec(make("a800", monitoring={"targetDownFor": "4s"})))
+        for r in alert_rules(ScrapeSpec.of(make("a800", monitoring={"targetDownFor": "4s"})))
         if r["alert"] == "VllmTargetDown"
     ]
     assert (default["for"], short["for"]) == ("8m", "4s")

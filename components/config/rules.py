@@ -306,7 +306,9 @@ def _check_replicas_alike(c: StackSections) -> str | None:
 
 def _check_known_flags(c: StackSections) -> str | None:
     """Every flag exists in the profile's vLLM version (the real parser's table)."""
-    from components.vllm_server import render_flags  # it imports the config package
+    from components.vllm_server import (
+        render_flags,  # here: it brings Pulumi, which loading the config does not need
+    )
 
     return check_known_flags(c.image.vllm_version, render_flags(c), c.serving.extra_args, c.image.added_flags)
 
