@@ -4,7 +4,6 @@ benchmarks/multihost_scale.py."""
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import threading
 import time
@@ -15,6 +14,7 @@ from typing import Any
 import httpx
 import yaml
 
+from components.gate.sse import DONE, MalformedChunk, chunk_deltas, sse_events
 from tests.engine import PulumiProject
 from tests.standin_host import StandinHost, link_private_network
 
@@ -186,17 +186,15 @@ class LoadLoop:
             if resp.status_code != 200:
                 resp.read()
                 return http_error(resp)
-            content, done = "", False
-            for line in resp.iter_lines():
-                data = line.strip().removeprefix("data:").strip() if line.startswith("data:") else ""
-                if data == "[DONE]":
-                    done = True
-                elif data:
-                    choices = json.loads(data).get("choices") or [{}]
-                    content += (choices[0].get("delta") or {}).get("content") or ""
-            if not done:
-                return "stream ended without [DONE]"
-            return None if content.strip() == "221" else f"wrong answer {content.strip()!r} (streamed)"
+            try:
+                events = list(sse_events(resp.iter_lines()))
+                if not events or events[-1] is not DONE:
+                    return "stream ended without [DONE]"
+                deltas = [d for chunk in events[:-1] for d in chunk_deltas(chunk)]
+            except MalformedChunk as err:
+                return f"malformed stream: {err}"
+            content = "".join(d.get("content") or "" for d in deltas).strip()
+            return None if content == "221" else f"wrong answer {content!r} (streamed)"
 
     def figures(self) -> dict[str, Any]:
         ordered = sorted(self.latencies)

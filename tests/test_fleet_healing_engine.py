@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -92,15 +93,13 @@ def switch_faults(host: StandinHost, container: str, faults: list[str]) -> None:
     assert json.loads(done.stdout) == {"faults": sorted(faults)}, done.stdout + done.stderr
 
 
-def rotation_state(front: StandinHost, container: str, replica: str) -> str:
-    """``in`` or ``out`` as the front's running nginx has it: the status the rotation publishes once
-    nginx has loaded the change (its ``.state`` file flips before the reload, and a request begun in
-    between still reaches the replica)."""
+def rotation_states(front: StandinHost, container: str) -> dict[str, str]:
+    """Each replica ``in`` or ``out`` as the front's running nginx has it: the status the rotation
+    publishes once nginx has loaded the change (its ``.state`` file flips before the reload, and a
+    request begun in between still reaches the replica). One read for every replica."""
     done = front.docker("exec", f"{container}-nginx", "cat", f"{STATUS_DIR}/rotation.prom", timeout=30)
-    for line in done.stdout.splitlines():
-        if line.startswith(f'glm_rotation_in{{host="{replica}"}} '):
-            return "in" if line.split()[-1] == "1" else "out"
-    return "missing"
+    found = re.findall(r'^glm_rotation_in\{host="([^"]+)"\} (\S+)$', done.stdout, re.MULTILINE)
+    return {host: "in" if value == "1" else "out" for host, value in found}
 
 
 def wait_for(
@@ -120,12 +119,24 @@ def rotation_story(hosts: list[StandinHost], container: str) -> str:
     """Each replica's rotation state, and the last lines the front's request loop and the probe
     logged: why an ejection or a re-admission did not happen."""
     front = hosts[0]
-    states = {h.name: rotation_state(front, container, h.name) for h in hosts}
-    lines = [f"rotation states: {states}"]
+    lines = [f"rotation states: {rotation_states(front, container)}"]
     for name in (f"{container}-nginx", f"{container}-semantic-probe"):
         done = front.docker("logs", "--tail", "40", name, timeout=30)
         lines += [f"--- docker logs {name} (last 40 lines) ---", done.stdout[-4000:], done.stderr[-4000:]]
     return "\n".join(lines)
+
+
+def wait_for_rotation(
+    hosts: list[StandinHost], container: str, replicas: list[str], state: str, what: str
+) -> None:
+    """Until every one of ``replicas`` is ``state`` in the front's loaded rotation (at most 60 s)."""
+    front = hosts[0]
+    wait_for(
+        lambda: all(rotation_states(front, container).get(r) == state for r in replicas),
+        60,
+        what,
+        lambda: rotation_story(hosts, container),
+    )
 
 
 def probe_healthy(prometheus: Prometheus, targets: int) -> bool:
@@ -187,24 +198,14 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
             time.sleep(3)
             fault = time.monotonic()
             switch_faults(other, container, ["wrong-answer"])
-            wait_for(
-                lambda: rotation_state(front, container, other.name) == "out",
-                60,
-                "ejection",
-                lambda: rotation_story(hosts, container),
-            )
+            wait_for_rotation(hosts, container, [other.name], "out", "ejection")
             ejected = time.monotonic()
             wait_for(lambda: bool(prometheus.firing("GlmModelAnswersWrong")), 60, "the alert")
             labels = prometheus.firing("GlmModelAnswersWrong")
             time.sleep(INTERVAL)  # traffic on the remaining replica only
             switch_faults(other, container, [])
             healed = time.monotonic()
-            wait_for(
-                lambda: rotation_state(front, container, other.name) == "in",
-                60,
-                "re-admission",
-                lambda: rotation_story(hosts, container),
-            )
+            wait_for_rotation(hosts, container, [other.name], "in", "re-admission")
             back = time.monotonic()
             time.sleep(3)
         one = {
@@ -227,12 +228,7 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
             fault = time.monotonic()
             for host in hosts:
                 switch_faults(host, container, ["wrong-answer"])
-            wait_for(
-                lambda: all(rotation_state(front, container, h.name) == "out" for h in hosts),
-                60,
-                "all out",
-                lambda: rotation_story(hosts, container),
-            )
+            wait_for_rotation(hosts, container, [h.name for h in hosts], "out", "all out")
             all_out = time.monotonic()
             time.sleep(INTERVAL)
             # The heal begins with the first switch: a replica healed first may be re-admitted
@@ -240,12 +236,7 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
             healed = time.monotonic()
             for host in hosts:
                 switch_faults(host, container, [])
-            wait_for(
-                lambda: all(rotation_state(front, container, h.name) == "in" for h in hosts),
-                60,
-                "all in",
-                lambda: rotation_story(hosts, container),
-            )
+            wait_for_rotation(hosts, container, [h.name for h in hosts], "in", "all in")
             back = time.monotonic()
             time.sleep(3)
         while_out = after(load, all_out, "failed", until=healed)
@@ -271,7 +262,8 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
             for r in prometheus.query(runs)
             for key in [tuple(r["metric"].values())]
         }
-        states = {h.name: rotation_state(front, container, h.name) for h in hosts}
+        loaded = rotation_states(front, container)
+        states = {h.name: loaded.get(h.name, "missing") for h in hosts}
         figures["saturated"] = {"runs_during": during, "streams": saturation, "rotation": states}
         print("saturated:", json.dumps(figures["saturated"]))
 

@@ -8,8 +8,8 @@ replica key → removing a host takes it out of the front's rotation before its 
 destroy. The failure path: a version that answers wrongly rolls out under load; ``up`` fails
 naming the host, no client gets a wrong answer or an error, and ``make rollback`` restores it.
 
-Every load loop checks every answer (13x17 → 221 in the short requests, ``[DONE]`` in the
-streams) with the stack's defaults for the roll (stop grace, shutdown timeout). Figures are printed;
+Every load loop checks every answer (13x17 → 221, streamed or not; a stream must also end in
+``[DONE]``) with the stack's defaults for the roll (stop grace, shutdown timeout). Figures are printed;
 ``GLM_MULTIHOST_REPORT=path`` also writes them as JSON.
 """
 

@@ -16,6 +16,7 @@ import socket
 import ssl
 import subprocess
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -321,7 +322,7 @@ def test_clients_sending_back_to_back_lose_no_request_across_reloads(sim_port: i
     with live_front(sim_port) as front:
         front.apply(front.props(KEYS))
         stop, lock = threading.Event(), threading.Lock()
-        got: dict[str, int] = {}
+        got: Counter[str] = Counter()
 
         def client() -> None:
             headers = {"Authorization": f"Bearer {KEYS['alice']}"}
@@ -332,7 +333,7 @@ def test_clients_sending_back_to_back_lose_no_request_across_reloads(sim_port: i
                     except httpx.HTTPError as err:
                         what = type(err).__name__
                     with lock:
-                        got[what] = got.get(what, 0) + 1
+                        got[what] += 1
 
         clients = [threading.Thread(target=client, daemon=True) for _ in range(4)]
         for c in clients:
