@@ -259,8 +259,9 @@ def run_once(
     )
     failed = [o for o in outcomes if not o.ok]
     if failed and all(o.timed_out for o in failed):
-        # Timed out in a queue that filled during the run: no evidence either way, as for a skip.
-        busy = saturation(settings, target, metrics_key, metrics.progress)
+        # Timed out in a queue: no evidence either way, as for a skip. Saturated before the run
+        # (asked past the skip budget), or in a queue that filled during it.
+        busy = busy or saturation(settings, target, metrics_key, metrics.progress)
         if busy is not None:
             metrics.skip(target)
             log.info(

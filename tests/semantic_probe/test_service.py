@@ -12,6 +12,7 @@ from typing import cast
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from components.semantic_probe import PROBE_STEPS
@@ -23,6 +24,7 @@ from components.semantic_probe.service import (
     run_once,
     serve_metrics,
 )
+from components.vllm_server import render_serving
 from tests.gate.support import KEY, Sim, free_port, local_config
 
 RUNTIME = {"VLLM_SIM_RUNTIME_FAULTS": "1"}
@@ -357,3 +359,35 @@ def test_a_full_engine_that_generates_nothing_is_probed_not_skipped() -> None:
         assert saturation(settings, target, None, progress) is None
     finally:
         server.shutdown()
+
+
+def test_a_timeout_after_asking_a_target_known_saturated_counts_as_skipped(
+    sims: Callable[..., Sim], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Asked past its skip budget, a saturated replica's chats queue; their timeouts are no evidence
+    even when its metrics cannot be read again after the run (CI: the one failure of a saturated
+    phase came from asking a busy replica)."""
+    from components.config import build_stack_config
+    from components.semantic_probe import service
+
+    config = build_stack_config({"hardware": "local", "semanticProbe": {"timeoutSeconds": 1}})
+    sim = sims(config=config, VLLM_SIM_DECODE_TOKEN_SECONDS="0.2")
+    spec = SemanticProbeSpec.of(config, render_serving(config))
+    settings = probe_settings(
+        spec,
+        "unused",
+        f"127.0.0.1:{sim.port}",
+        (ProbeReplica("box1", f"127.0.0.1:{sim.port}", guarded=False),),
+    )
+    readings = iter(["2 running = --max-num-seqs"])
+    monkeypatch.setattr(service, "saturation", lambda *_: next(readings, None))
+    metrics = ProbeMetrics(settings)
+    assert run_once(settings, KEY, metrics, settings.targets[1], may_skip=False) == []
+    text = generate_latest(metrics.registry).decode()
+    runs = {
+        s.labels["result"]: s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "glm_semantic_probe_runs_total" and s.labels["host"] == "box1"
+    }
+    assert runs == {"ok": 0, "failed": 0, "skipped": 1}
