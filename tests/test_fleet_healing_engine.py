@@ -151,6 +151,11 @@ def after(load: LoadLoop, moment: float, kind: str, until: float = float("inf"))
         return [what for began, k, what in load.events if moment < began < until and k == kind]
 
 
+def names_replica(labels: list[dict[str, str]], host: StandinHost) -> bool:
+    """Whether an alert names the host's replica, asked directly."""
+    return any(label.get("host") == host.name and label.get("path") == "replica" for label in labels)
+
+
 def summary(load: LoadLoop, moment: float, until: float = float("inf")) -> dict[str, int]:
     with load.lock:
         later = [k for began, k, _ in load.events if moment < began < until]
@@ -200,7 +205,10 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
             switch_faults(other, container, ["wrong-answer"])
             wait_for_rotation(hosts, container, [other.name], "out", "ejection")
             ejected = time.monotonic()
-            wait_for(lambda: bool(prometheus.firing("GlmModelAnswersWrong")), 60, "the alert")
+            # The front path's alert may fire first (its runs met the wrong replica too); the test
+            # waits for the one that names the replica.
+            wait_for(lambda: names_replica(prometheus.firing("GlmModelAnswersWrong"), other), 60, "the alert")
+            alerted = time.monotonic()
             labels = prometheus.firing("GlmModelAnswersWrong")
             time.sleep(INTERVAL)  # traffic on the remaining replica only
             switch_faults(other, container, [])
@@ -210,6 +218,7 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
             time.sleep(3)
         one = {
             "fault_to_ejection_s": round(ejected - fault, 2),
+            "fault_to_replica_alert_s": round(alerted - fault, 2),
             "ejection_target_s": EJECTION_TARGET,
             "heal_to_readmission_s": round(back - healed, 2),
             "wrong_before_ejection": len(after(load, fault, "wrong")) - len(after(load, ejected, "wrong")),
@@ -267,12 +276,9 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
         figures["saturated"] = {"runs_during": during, "streams": saturation, "rotation": states}
         print("saturated:", json.dumps(figures["saturated"]))
 
-        # The time to the ejection is a figure (the issue's target: EJECTION_TARGET), printed above,
-        # not asserted: the wait_for above bounds it at 60 s.
+        # The times to the ejection and to the replica's alert are figures (the issue's target:
+        # EJECTION_TARGET), printed above, not asserted: the wait_fors above bound them at 60 s.
         assert one["wrong_after_ejection"] == 0 and one["load"]["failed"] == 0, one
-        assert any(label.get("host") == other.name and label.get("path") == "replica" for label in labels), (
-            labels
-        )
         assert every["wrong_after_all_ejected"] == 0, every
         assert every["while_all_out"]["right"] == 0 and every["while_all_out"]["failed"] > 0, every
         assert set(while_out) == {
