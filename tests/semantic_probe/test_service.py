@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from components.config import build_stack_config
 from components.semantic_probe import PROBE_STEPS
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import (
@@ -45,13 +46,22 @@ def settings_for(endpoint: str, sim: Sim, **probe: int) -> ProbeSettings:
 
 
 def samples(metrics: ProbeMetrics) -> dict[tuple[str, str], float]:
-    from prometheus_client import generate_latest
-
     text = generate_latest(metrics.registry).decode()
     return {
         (s.name, s.labels.get("step") or s.labels.get("result", "")): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
+    }
+
+
+def replica_runs(metrics: ProbeMetrics, host: str) -> dict[str, float]:
+    """The probe's runs of one replica, by result (ok, failed, skipped)."""
+    text = generate_latest(metrics.registry).decode()
+    return {
+        s.labels["result"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "glm_semantic_probe_runs_total" and s.labels["host"] == host
     }
 
 
@@ -188,8 +198,6 @@ def test_each_replica_is_asked_directly_and_its_results_name_its_host(
         for t in settings.targets
     }
     assert failed == {"front": [], "box1": [], "box2": ["arithmetic"]}
-    from prometheus_client import generate_latest
-
     text = generate_latest(metrics.registry).decode()
     consecutive = {
         (s.labels["host"], s.labels["path"]): s.value
@@ -219,8 +227,6 @@ def test_a_guarded_replica_without_the_replica_key_is_refused_before_asking() ->
 def test_a_saturated_replica_is_skipped_not_failed(sims: Callable[..., Sim]) -> None:
     """Issue 23: while the replica runs --max-num-seqs requests, or has one waiting, the probe does
     not ask it: the run counts as skipped, the failure counts stay, nothing is ejected."""
-    from components.config import build_stack_config
-
     config = build_stack_config(
         {
             "hardware": "local",
@@ -256,17 +262,6 @@ def test_a_saturated_replica_is_skipped_not_failed(sims: Callable[..., Sim]) -> 
         }
         httpx.post(f"{sim.url}/v1/chat/completions", json=body, timeout=60)
 
-    def runs() -> dict[str, float]:
-        from prometheus_client import generate_latest
-
-        text = generate_latest(metrics.registry).decode()
-        return {
-            s.labels["result"]: s.value
-            for f in text_string_to_metric_families(text)
-            for s in f.samples
-            if s.name == "glm_semantic_probe_runs_total" and s.labels["host"] == "box1"
-        }
-
     for users in (2, 3):  # at --max-num-seqs, then with one waiting
         threads = [threading.Thread(target=user, args=(120,)) for _ in range(users)]
         for t in threads:
@@ -275,7 +270,7 @@ def test_a_saturated_replica_is_skipped_not_failed(sims: Callable[..., Sim]) -> 
         assert run_once(settings, KEY, metrics, replica) == [], f"{users} users: not skipped"
         for t in threads:
             t.join(timeout=60)
-    assert runs() == {"ok": 0, "failed": 0, "skipped": 2}
+    assert replica_runs(metrics, "box1") == {"ok": 0, "failed": 0, "skipped": 2}
     # Past its skip budget: asked although saturated; it waits for a slot and passes.
     threads = [threading.Thread(target=user, args=(40,)) for _ in range(2)]
     for t in threads:
@@ -284,10 +279,10 @@ def test_a_saturated_replica_is_skipped_not_failed(sims: Callable[..., Sim]) -> 
     assert all(o.ok for o in run_once(settings, KEY, metrics, replica, may_skip=False))
     for t in threads:
         t.join(timeout=60)
-    assert runs() == {"ok": 1, "failed": 0, "skipped": 2}
+    assert replica_runs(metrics, "box1") == {"ok": 1, "failed": 0, "skipped": 2}
     # Idle again: asked, and it passes.
     assert all(o.ok for o in run_once(settings, KEY, metrics, replica))
-    assert runs() == {"ok": 2, "failed": 0, "skipped": 2}
+    assert replica_runs(metrics, "box1") == {"ok": 2, "failed": 0, "skipped": 2}
 
 
 def test_saturation_skips_at_most_two_runs_in_a_row_and_none_after_a_failure() -> None:
@@ -367,7 +362,6 @@ def test_a_timeout_after_asking_a_target_known_saturated_counts_as_skipped(
     """Asked past its skip budget, a saturated replica's chats queue; their timeouts are no evidence
     even when its metrics cannot be read again after the run (CI: the one failure of a saturated
     phase came from asking a busy replica)."""
-    from components.config import build_stack_config
     from components.semantic_probe import service
 
     config = build_stack_config({"hardware": "local", "semanticProbe": {"timeoutSeconds": 1}})
@@ -383,11 +377,4 @@ def test_a_timeout_after_asking_a_target_known_saturated_counts_as_skipped(
     monkeypatch.setattr(service, "saturation", lambda *_: next(readings, None))
     metrics = ProbeMetrics(settings)
     assert run_once(settings, KEY, metrics, settings.targets[1], may_skip=False) == []
-    text = generate_latest(metrics.registry).decode()
-    runs = {
-        s.labels["result"]: s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-        if s.name == "glm_semantic_probe_runs_total" and s.labels["host"] == "box1"
-    }
-    assert runs == {"ok": 0, "failed": 0, "skipped": 1}
+    assert replica_runs(metrics, "box1") == {"ok": 0, "failed": 0, "skipped": 1}
