@@ -127,6 +127,10 @@ class ContainerWatch:
         self._proc: subprocess.Popen[str] | None = None
         self._events: subprocess.Popen[str] | None = None
         self._died = threading.Event()
+        # Held while a docker process is started and while close() stops them: a close() that
+        # came before the thread started `docker logs -f` would otherwise leave it following (and
+        # close() waiting out its join).
+        self._spawning = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.name}", daemon=True)
 
     # -- control --
@@ -136,8 +140,10 @@ class ContainerWatch:
         return self
 
     def close(self) -> None:
-        self._done.set()
-        for proc in (self._proc, self._events):
+        with self._spawning:
+            self._done.set()
+            procs = (self._proc, self._events)
+        for proc in procs:
             if proc is not None and proc.poll() is None:
                 proc.kill()
         self._thread.join(timeout=5)
@@ -178,6 +184,15 @@ class ContainerWatch:
             errors="replace", timeout=DOCKER_TIMEOUT_SECONDS,
         )  # fmt: skip
 
+    def _spawn(self, argv: list[str], env: dict[str, str], stdout: int) -> subprocess.Popen[str] | None:
+        """A long-running docker command (``logs -f``, ``events``), or None once the watch is closed."""
+        with self._spawning:
+            if self._done.is_set():
+                return None
+            return subprocess.Popen(
+                argv, env=env, stdout=subprocess.PIPE, stderr=stdout, text=True, errors="replace"
+            )
+
     def _inspect(self, argv: list[str], env: dict[str, str]) -> dict[str, Any] | None:
         # Only the state and the restart count: the whole inspect would carry the container's env.
         fmt = '{"Id":"{{.Id}}","State":{{json .State}},"RestartCount":{{.RestartCount}}}'
@@ -205,24 +220,21 @@ class ContainerWatch:
         since = started
         # `docker logs -f` may follow the restarted run (it did on Docker 20.10 when the restart
         # came at once): Docker's own `die` event ends the stream the moment the engine exits.
-        self._events = subprocess.Popen(
+        self._events = self._spawn(
             [*argv, "events", "--since", started, "--filter", f"container={first['Id']}", "--filter", "event=die",
              "--format", "{{.Actor.Attributes.exitCode}}"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env, subprocess.DEVNULL,
         )  # fmt: skip
+        if self._events is None:
+            return
         threading.Thread(target=self._on_die, name=f"die-{self.name}", daemon=True).start()
         for _attempt in range(FOLLOW_ATTEMPTS):
             state = first if first.get("Restarting") or not first.get("Running") else None
             if state is None:
                 cmd = [*argv, "logs", "-f", "--timestamps", "--since", since, self.name]
-                self._proc = subprocess.Popen(
-                    cmd,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    errors="replace",
-                )
+                self._proc = self._spawn(cmd, env, subprocess.STDOUT)
+                if self._proc is None:
+                    return
                 assert self._proc.stdout is not None
                 said = ""
                 for line in self._proc.stdout:

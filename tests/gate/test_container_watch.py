@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from components.gate.checks import GateFailure, run_gate
+from components.gate.container import start_watch
 from components.vllm_server import render_serving
 from tests.gate.support import local_config
 
@@ -161,3 +162,21 @@ def test_a_crash_while_loading_fails_the_gate(serving: Run) -> None:
     failure, failed_at, _lines = gate_failure(params)
     assert "Engine core proc EngineCore_DP0 died unexpectedly" in failure.message
     assert failed_at - first_exit(name, began) <= 10
+
+
+def followers_of(name: str) -> list[str]:
+    """The ``docker logs -f`` / ``docker events`` processes still running for container ``name``."""
+    found = subprocess.run(["pgrep", "-af", f"docker .*(logs -f|events).*{name}"], capture_output=True, text=True)
+    return found.stdout.splitlines()
+
+
+def test_a_watch_closed_before_it_follows_leaves_no_docker_process(serving: Run) -> None:
+    """A replica that is ready at the gate's first poll: the gate closes the watch while its thread
+    is still reading ``docker inspect``. Nothing may follow the log after that (it did, and close()
+    waited out its 5 s join: 5 s of every gate of a ready replica)."""
+    name, params = serving()
+    for _ in range(5):
+        watch = start_watch(params["container_watch"], lambda _line: None, set())
+        assert watch is not None
+        watch.close()
+        assert followers_of(name) == [], "a docker process follows the container after close()"
