@@ -151,7 +151,6 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     )
     probe = None
     if keys.probe is not None:
-        # Started once the gate passed: a loading engine is the gate's business, not an alert.
         probe = SemanticProbe(
             f"{stack}-semantic-probe",
             SemanticProbeArgs(
@@ -165,8 +164,11 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                 replica_key=guards.key if guards else None,
                 requests_volume=front.requests_volume if config.semantic_probe.eject_replicas else None,
                 replica_certificate=guards.certificate.certificate if guards and guards.certificate else None,
+                # Its container starts once the gate passed; its image builds while the gates run.
+                started_after=(smoke,),
             ),
-            opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=[smoke]),
+            # Only once the hosts passed preflight: a refused host leaves nothing in the state.
+            opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=preflights),
         )
     outputs = _outputs(config, serving, served, home, front, monitoring, smoke)
     if probe is not None:

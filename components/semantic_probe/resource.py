@@ -273,6 +273,9 @@ class SemanticProbeArgs:
     probe mounts: it ejects and re-admits replicas through it."""
     replica_certificate: pulumi.Output[str] | None = None
     """The guards' pinned certificate, when they serve TLS."""
+    started_after: tuple[pulumi.Resource, ...] = ()
+    """The container starts once these are done (the gate: a loading engine is the gate's business,
+    not an alert); the image builds meanwhile."""
 
     def __post_init__(self) -> None:
         if any(r.guarded for r in self.replicas) and self.replica_key is None:
@@ -356,7 +359,9 @@ class SemanticProbe(pulumi.ComponentResource):
             log_driver="json-file",
             log_opts=spec.container.log_opts,
             # A fixed container name cannot exist twice: remove the old one first.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+            opts=pulumi.ResourceOptions(
+                parent=self, delete_before_replace=True, depends_on=list(args.started_after)
+            ),
         )
         self.container_name = container.name
         self.image_ref = image.image_name

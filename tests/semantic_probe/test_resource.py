@@ -203,9 +203,12 @@ def test_the_local_stack_runs_the_probe_through_the_front(deployed: dict[str, De
     prometheus = unwrap(uploads(container(local, "-prometheus"))["/etc/prometheus/prometheus.yml"])
     assert "glm53-flash-local-semantic-probe:9101" in prometheus
     assert local.outputs["semanticProbe"] == "glm53-flash-local-semantic-probe"
-    # Started after the gate passed.
-    depends = local.options["local-semantic-probe"].depends_on
+    # Its container starts after the gate passed; its image is built while the gates run (only
+    # after the preflight, like everything on the host).
+    depends = local.options["local-semantic-probe-container"].depends_on
     assert any(getattr(d, "_name", "") == "local-smoke" for d in depends)
+    probe = local.options["local-semantic-probe"].depends_on
+    assert [getattr(d, "_name", "") for d in probe] == ["local-preflight"]
 
 
 @pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
