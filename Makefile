@@ -8,12 +8,14 @@ endif
 PULUMI = scripts/pulumi.sh
 OPS = scripts/ops.sh
 
-.PHONY: up test preview diff destroy images engine lint fmt logs status smoke restart debug rollback \
+.PHONY: up test test-fast preview diff destroy images engine lint fmt logs status smoke restart debug rollback \
 	k8s-build k8s-start k8s-stop test-k8s
 up:        ## local stack from scratch to a passing smoke gate; STACK=a800: pulumi up of that stack
 	@if [ "$(STACK)" = local ]; then scripts/up.sh; else $(PULUMI) up -s $(STACK); fi
-test:      ## lint, type check, the whole test suite
+test:      ## lint, type check, the whole test suite (CI; ~30 min on 2 cores)
 	scripts/test.sh
+test-fast: ## lint, type check, unit, mocks, renderers on real nginx/promtool: after each change (~3 min)
+	scripts/test.sh --fast
 preview:   ## pulumi preview --diff of STACK (e.g. make preview STACK=a800)
 	$(PULUMI) preview --diff -s $(STACK)
 destroy:   ## destroy STACK (the weights and the JIT cache volume stay)

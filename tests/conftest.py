@@ -215,6 +215,43 @@ E2E_MODULES = (
 )  # fmt: skip
 
 
+CONTAINER_MODULES = (
+    "test_local_containers.py", "test_nginx_reload.py", "test_rotation.py", "test_rotation_requests.py",
+    "test_standin_host.py", "test_container_watch.py", "test_multihost.py", "test_serving_image.py",
+)  # fmt: skip
+"""Modules beyond the end-to-end ones that start containers or stand-in hosts: with them,
+``make test-fast`` (``-m "not e2e and not containers"``) is the inner loop."""
+
+LONGEST_FIRST = (
+    "test_fleet_healing_engine.py", "test_multihost_engine.py", "test_rehearsal.py",
+    "test_semantic_probe_tls_multihost_e2e.py", "test_ops.py", "test_semantic_probe_e2e.py",
+    "test_engine_gate.py", "test_e2e.py", "test_first_hour.py", "test_semantic_probe_tls_e2e.py",
+    "test_e2e_front.py", "test_standin_host.py", "test_k8s_engine.py", "test_k8s_rehearsal_engine.py",
+    "test_engine_program.py",
+)  # fmt: skip
+"""Measured order (``--durations``, CI's log): the suite's workers take modules in collection order
+(``--dist loadscope --no-loadscope-reorder``), so the long ones start first and the short ones
+fill the gaps."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: on the real engine (tests/conftest.py E2E_MODULES)")
+    config.addinivalue_line("markers", "containers: starts Docker containers or stand-in hosts")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+
+    for item in items:
+        if module(item) in E2E_MODULES:
+            item.add_marker(pytest.mark.e2e)
+        elif module(item) in CONTAINER_MODULES:
+            item.add_marker(pytest.mark.containers)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(module(item), len(rank)))  # stable: the rest as collected
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     reports = [
         report

@@ -496,6 +496,7 @@ def link_private_network(hosts: list[StandinHost]) -> None:
             [
                 *netns,
                 "iptables",
+                "-w",  # the xtables lock is one for every namespace: hosts made side by side wait
                 "-t",
                 "nat",
                 "-A",

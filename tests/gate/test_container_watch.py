@@ -166,7 +166,9 @@ def test_a_crash_while_loading_fails_the_gate(serving: Run) -> None:
 
 def followers_of(name: str) -> list[str]:
     """The ``docker logs -f`` / ``docker events`` processes still running for container ``name``."""
-    found = subprocess.run(["pgrep", "-af", f"docker .*(logs -f|events).*{name}"], capture_output=True, text=True)
+    found = subprocess.run(
+        ["pgrep", "-af", f"docker .*(logs -f|events).*{name}"], capture_output=True, text=True
+    )
     return found.stdout.splitlines()
 
 
