@@ -46,6 +46,7 @@ from components.nginx_conf import (
     UPSTREAM_CONNECT_TIMEOUT_SECONDS,
     UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS,
     render_key_map,
+    render_server_tls,
 )
 from components.nginx_front import STOP_GRACE_SECONDS, front_fingerprint
 from components.nginx_reload import START_COMMAND, NginxReload, secrets_digest
@@ -139,9 +140,7 @@ def render_guard_conf(
         "keepalive": str(front.keepalive),
         "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
         "listen": f"{listen} ssl" if tls else listen,
-        "ssl": render_file("guard-ssl.conf", {"certificate": TLS_CERT, "key": TLS_KEY}).rstrip("\n")
-        if tls
-        else "",
+        "ssl": render_server_tls(TLS_CERT, TLS_KEY) if tls else "",
         "max_body_size": front.max_body_size,
         "upstream_connect_timeout": str(UPSTREAM_CONNECT_TIMEOUT_SECONDS),
         "read_timeout": str(front.read_timeout_seconds),

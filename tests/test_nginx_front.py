@@ -687,26 +687,30 @@ def test_tls_front_serves_https(sim_port: int, tls_pair: tuple[bytes, bytes], tm
             httpx.get(f"http://127.0.0.1:{tls.port}/healthz", timeout=5).raise_for_status()
 
 
+def assert_forward_secret_tls(port: int) -> None:
+    """Checked with the openssl client: TLS 1.2 with a SHA-1 CBC suite (the review's
+    ECDHE-ECDSA-AES128-SHA; the certificates are ECDSA) must fail, a GCM suite must not, and the
+    server must send no NewSessionTicket."""
+
+    def handshake(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-tls1_2", *args],
+            input="", capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+
+    assert handshake("-cipher", "ECDHE-ECDSA-AES128-SHA").returncode != 0
+    modern = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256", "-no_ticket")
+    assert modern.returncode == 0 and "ECDHE-ECDSA-AES128-GCM-SHA256" in modern.stdout
+    offered = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256")
+    assert offered.returncode == 0, offered.stderr
+    assert "TLS session ticket:" not in offered.stdout, "the server issued a session ticket"
+
+
 def test_tls_refuses_sha1_suites_and_issues_no_session_tickets(
     sim_port: int, tls_pair: tuple[bytes, bytes]
 ) -> None:
-    """Checked with the openssl client: TLS 1.2 with a SHA-1 CBC suite (the review's
-    ECDHE-ECDSA-AES128-SHA; the certificate is ECDSA) must fail, a GCM suite must not, and the
-    server must send no NewSessionTicket."""
     with nginx_front(stack("local", front={"tls": True}), f"127.0.0.1:{sim_port}", tls_pair) as tls:
-
-        def handshake(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                ["openssl", "s_client", "-connect", f"127.0.0.1:{tls.port}", "-tls1_2", *args],
-                input="", capture_output=True, text=True, timeout=20,
-            )  # fmt: skip
-
-        assert handshake("-cipher", "ECDHE-ECDSA-AES128-SHA").returncode != 0
-        modern = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256", "-no_ticket")
-        assert modern.returncode == 0 and "ECDHE-ECDSA-AES128-GCM-SHA256" in modern.stdout
-        offered = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256")
-        assert offered.returncode == 0, offered.stderr
-        assert "TLS session ticket:" not in offered.stdout, "the server issued a session ticket"
+        assert_forward_secret_tls(tls.port)
 
 
 class _RecordingUpstream(BaseHTTPRequestHandler):

@@ -47,6 +47,7 @@ from tests.test_nginx_front import (
     NGINX,
     SERVED,
     _RecordingUpstream,
+    assert_forward_secret_tls,
     recording_upstream,
     running,
     runtime_dir,
@@ -233,6 +234,12 @@ def test_tls_guard_is_verified_by_a_front_that_pins_its_certificate(pair: tuple[
         with pytest.raises(http.client.RemoteDisconnected):
             request(guard, "GET", "/v1/models", AUTH)
         assert len(_RecordingUpstream.seen) == seen
+
+
+def test_tls_guard_is_as_strict_as_the_front(pair: tuple[str, str]) -> None:
+    """Issue 33 finding 4: no CBC or non-forward-secret TLS 1.2 suite, no session tickets."""
+    with recording_upstream() as upstream, nginx(guard_files(f"127.0.0.1:{upstream}", pair)) as (guard, _):
+        assert_forward_secret_tls(guard)
 
 
 def test_a_front_trusting_another_certificate_refuses_the_guard(pair: tuple[str, str]) -> None:
