@@ -100,7 +100,16 @@ class PrometheusScrape(pulumi.ComponentResource):
                 ),
                 *_credential_uploads(guarded),
             ],
-            labels=[docker.ContainerLabelArgs(label="glm53.role", value="monitoring")],
+            labels=[
+                docker.ContainerLabelArgs(label="glm53.role", value="monitoring"),
+                # Prometheus checks no credential: beyond loopback only as the stack's explicit choice,
+                # which the policy pack (published-port-needs-credential) reads here.
+                *(
+                    [docker.ContainerLabelArgs(label="glm53.public-bind", value="accepted")]
+                    if monitoring.allow_public_bind
+                    else []
+                ),
+            ],
             hosts=upstream_hosts(container),
             restart="unless-stopped",
             log_driver="json-file",
