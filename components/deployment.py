@@ -162,6 +162,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                 # Every replica directly too, by the address the front uses: so a result names its host.
                 replicas=tuple(ProbeReplica(r.host.name, r.upstream, r.guarded) for r in replicas),
                 replica_key=guards.key if guards else None,
+                scrape_key=guards.scrape_key if guards else None,
                 requests_volume=front.requests_volume if config.semantic_probe.eject_replicas else None,
                 replica_certificate=guards.certificate.certificate if guards and guards.certificate else None,
                 # Its container starts once the gate passed; its image builds while the gates run.

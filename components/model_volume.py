@@ -32,15 +32,19 @@ def verify_script(model: ModelConfig, served: ServedArchitecture | None = None) 
 
 
 def download_script(model: ModelConfig) -> str:
-    """Shell that downloads the weights with the hub's CLI, then verifies them."""
-    dest = shlex.quote(model.host_path)
-    repo = shlex.quote(model.download.repo or "")
-    rev = "" if model.revision == "unpinned" else f" --revision {shlex.quote(model.revision)}"
+    """Shell that downloads the weights with the hub's CLI, then verifies them.
+
+    ``shlex.quote`` stops the shell, not the CLI's option parser: every option's value is glued to
+    it (``--revision=…``) and the repository, Hugging Face's positional argument, follows ``--``, so
+    no configured value can be read as an option (the config refuses such values too).
+    """
+    dest = model.host_path
+    rev = [] if model.revision == "unpinned" else [f"--revision={model.revision}"]
     if model.download.source == "modelscope":
-        fetch = f"modelscope download --model {repo}{rev} --local_dir {dest}"
+        fetch = ["modelscope", "download", f"--model={model.download.repo}", *rev, f"--local_dir={dest}"]
     else:
-        fetch = f"huggingface-cli download {repo}{rev} --local-dir {dest}"
-    return f"set -eu\nmkdir -p {dest}\n{fetch}\n" + verify_script(model)
+        fetch = ["huggingface-cli", "download", *rev, f"--local-dir={dest}", "--", model.download.repo or ""]
+    return f"set -eu\nmkdir -p -- {shlex.quote(dest)}\n{shlex.join(fetch)}\n" + verify_script(model)
 
 
 def cache_volume_name(container_name: str) -> str:

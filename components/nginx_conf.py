@@ -170,6 +170,13 @@ ones, which need a dhparam file: forward secrecy and AEAD only, no SHA-1 or CBC 
 suites are all modern and not set by ``ssl_ciphers``."""
 
 
+def render_server_tls(certificate: str, key: str) -> str:
+    """The ``server`` block's TLS lines, the front's and the guards' alike: TLS 1.2+ with
+    ``TLS12_CIPHERS`` only and no session tickets (forward secrecy for resumed sessions too)."""
+    values = {"certificate": certificate, "key": key, "ciphers": TLS12_CIPHERS}
+    return render_file("nginx-ssl.conf", values).rstrip("\n")
+
+
 def _upstream_servers(upstream: Sequence[str] | None, rotation_dir: str) -> str:
     """The ``upstream vllm`` block's servers: ``upstream`` inline (a one-file harness), or the
     rotation's file, which lists only replicas whose gate passed (components/rotation.py)."""
@@ -248,11 +255,7 @@ def _render(
     routes = "".join(
         render_file("nginx-route.conf", {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
     )
-    ssl = ""
-    if tls_paths is not None:
-        ssl = render_file(
-            "nginx-ssl.conf", {"certificate": tls_paths[0], "key": tls_paths[1], "ciphers": TLS12_CIPHERS}
-        ).rstrip("\n")
+    ssl = render_server_tls(*tls_paths) if tls_paths is not None else ""
     values = {
         "worker_processes": str(WORKER_PROCESSES),
         "worker_shutdown_timeout": str(OLD_WORKER_GRACE_SECONDS),

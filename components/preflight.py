@@ -2,10 +2,12 @@
 
 What a failed start would otherwise show only after a 6-12 minute load, in seconds on the box:
 on NVIDIA, that every listed GPU exists, has the free memory ``gpuMemoryUtilization`` asks for
-(naming the processes that hold it), is the card the profile is for, has a driver new enough for the
-image's CUDA, and that Docker can hand GPUs to a container; on Ascend, the ``/dev/davinciN`` devices,
-the chip and its HBM in use; everywhere, free disk, /dev/shm and the weights (unless the download step
-fetches them). Every problem is reported at once, each naming the config key and the fix.
+(naming the processes that hold it, by GPU UUID whatever their names hold), is the card the
+profile is for, has a driver new enough for the image's CUDA, and that Docker can hand GPUs to a
+container; on Ascend, the ``/dev/davinciN`` devices, the chip and its HBM in use; everywhere, free
+disk, /dev/shm and the weights (unless the download step fetches them). Every problem is reported
+at once, each naming the config key and the fix; of what the box reports (names, tools' errors)
+only printable ASCII is shown.
 
 The checks are ``components/preflight.sh`` (bash and awk, run as is by the tests) and
 ``components/weights_check.py``; this module assigns the stack's values above them.

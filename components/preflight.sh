@@ -15,24 +15,35 @@
 set -u
 problems=''
 problem() { problems="${problems}preflight: $*"$'\n'; }
+# What the box reports (process and GPU names, tools' errors, file names) can hold any byte, e.g. a
+# terminal escape a local user put in a process name: only printable ASCII (bytes 0x20-0x7e in the
+# C locale, here and in the awk programs' shown_as) reaches the operator, the rest shows as "?".
+printable() { LC_ALL=C tr -c '\n -~' '?'; }
+say() { printf '%s\n' "$*" | printable; }
 
-# One "ok …" or "problem …" line per finding, from --query-gpu rows on stdin; apps: the
-# --query-compute-apps output in its default csv form (header, "MiB" units; names may hold ", ").
+# One "ok …" or "problem …" line per finding, from --query-gpu rows on stdin; ENVIRON["APPS"]: the
+# --query-compute-apps output in its default csv form (header, "MiB" units). It comes through the
+# environment, not -v (which turns a name's `\n` into a newline), and a process's record is read
+# from its end, ", <memory>, <GPU UUID>" closing a line: a name may hold ", " and newlines.
 read -r -d '' NVIDIA_SMI_AWK <<'AWK'
 function older(a, b,   x, y, i, n) {
   n = split(a, x, "."); split(b, y, ".")
   for (i = 1; i <= n || i in y; i++) if (x[i] + 0 != y[i] + 0) return x[i] + 0 < y[i] + 0
   return 0
 }
+function shown_as(s) { gsub(/[^ -~]/, "?", s); return s }
 BEGIN {
-  n = split(apps, lines, "\n")
+  n = split(ENVIRON["APPS"], lines, "\n"); rec = ""
   for (i = 2; i <= n; i++) {
-    m = split(lines[i], f, ", "); if (m < 4) continue
-    name = f[2]; for (j = 3; j <= m - 2; j++) name = name ", " f[j]
-    held[f[m]] = held[f[m]] (held[f[m]] == "" ? "" : ", ") "pid " f[1] " " name " " f[m - 1]
+    rec = rec (rec == "" ? "" : "\n") lines[i]
+    if (!match(rec, /, [^,\n]*, GPU-[0-9A-Fa-f-]+$/)) continue
+    tail = substr(rec, RSTART + 2); head = substr(rec, 1, RSTART - 1); rec = ""
+    g = substr(tail, index(tail, ", GPU-") + 2); mem = substr(tail, 1, index(tail, ", GPU-") - 1)
+    p = index(head, ", "); pid = p ? substr(head, 1, p - 1) : head; name = p ? substr(head, p + 2) : ""
+    held[g] = held[g] (held[g] == "" ? "" : ", ") "pid " shown_as(pid) " " shown_as(name) " " shown_as(mem)
   }
 }
-{ idx[$1] = 1; gname[$1] = $2; uuid[$1] = $3; driver = $5; total[$1] = $6; free[$1] = $8; ccap[$1] = $9; shown = shown (shown == "" ? "" : ",") $1 }
+{ idx[$1] = 1; gname[$1] = shown_as($2); uuid[$1] = $3; driver = shown_as($5); total[$1] = $6; free[$1] = $8; ccap[$1] = shown_as($9); shown = shown (shown == "" ? "" : ",") shown_as($1) }
 END {
   k = split(want, listed, " ")
   for (i = 1; i <= k; i++) {
@@ -71,15 +82,16 @@ AWK
 # "| chip | bus-id | aicore  mem used / total  hbm used / total |"; then the process table
 # "| npu  chip | pid | name | MB |" (one more column).
 read -r -d '' NPU_SMI_AWK <<'AWK'
+function shown_as(s) { gsub(/[^ -~]/, "?", s); return s }
 NF == 5 && $3 !~ /[0-9A-Fa-f]+:[0-9A-Fa-f]+:/ && split($2, h, " ") >= 2 && h[1] ~ /^[0-9]+$/ {
-  npu = h[1]; npus++; name[npu] = h[2]; health[npu] = $3; gsub(/ /, "", health[npu]); next
+  npu = h[1]; npus++; name[npu] = shown_as(h[2]); health[npu] = shown_as($3); gsub(/ /, "", health[npu]); next
 }
 NF == 5 && $3 ~ /[0-9A-Fa-f]+:[0-9A-Fa-f]+:/ && npu != "" && !(npu in total) {
   s = $4; sub(/ +$/, "", s); match(s, /[0-9]+ *\/ *[0-9]+$/); split(substr(s, RSTART), u, "/")
   used[npu] = u[1] + 0; total[npu] = u[2] + 0; next
 }
 NF == 6 && split($2, p, " ") == 2 && p[1] ~ /^[0-9]+$/ {
-  mb = $5; gsub(/ /, "", mb); pid = $3; gsub(/ /, "", pid); pname = $4; gsub(/^ +| +$/, "", pname)
+  mb = shown_as($5); gsub(/ /, "", mb); pid = shown_as($3); gsub(/ /, "", pid); pname = shown_as($4); gsub(/^ +| +$/, "", pname)
   held[p[1]] = held[p[1]] (held[p[1]] == "" ? "" : ", ") "pid " pid (pname == "" ? "" : " " pname) " " mb " MB"
 }
 END {
@@ -117,13 +129,13 @@ check_nvidia() {
     return
   fi
   apps=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv 2>/dev/null) || apps=''
-  verdict=$(printf '%s\n' "$gpus" | awk -F', ' -v want="$ACCELERATORS" -v gmu="$GMU" -v ctx="$CONTEXT_MIB" \
+  verdict=$(printf '%s\n' "$gpus" | APPS="$apps" LC_ALL=C awk -F', ' -v want="$ACCELERATORS" -v gmu="$GMU" -v ctx="$CONTEXT_MIB" \
     -v chip="$CHIP" -v cc="$CHIP_CC" -v profile="$PROFILE" -v cuda="$IMAGE_CUDA" -v dmin="$DRIVER_MINIMUM" \
-    -v apps="$apps" "$NVIDIA_SMI_AWK")
+    "$NVIDIA_SMI_AWK")
   while IFS= read -r line; do
     case "$line" in
       problem\ *) problem "${line#problem }" ;;
-      ok\ *) echo "preflight: ${line#ok }" ;;
+      ok\ *) say "preflight: ${line#ok }" ;;
     esac
   done <<<"$verdict"
   check_container_runtime
@@ -134,13 +146,13 @@ check_container_runtime() {
   local runtimes spec
   runtimes=$(docker info --format '{{range $name, $_ := .Runtimes}}{{$name}} {{end}}' 2>/dev/null) || runtimes=''
   case " $runtimes " in *" nvidia "*)
-    echo "preflight: NVIDIA container runtime: docker runtime nvidia"; return ;;
+    say "preflight: NVIDIA container runtime: docker runtime nvidia"; return ;;
   esac
   if command -v nvidia-container-runtime-hook >/dev/null; then
-    echo "preflight: NVIDIA container runtime: $(command -v nvidia-container-runtime-hook)"; return
+    say "preflight: NVIDIA container runtime: $(command -v nvidia-container-runtime-hook)"; return
   fi
   spec=$(grep -ls 'nvidia.com/gpu' /etc/cdi/* /var/run/cdi/* 2>/dev/null | head -n1)
-  if [ -n "$spec" ]; then echo "preflight: NVIDIA container runtime: CDI spec $spec"; return; fi
+  if [ -n "$spec" ]; then say "preflight: NVIDIA container runtime: CDI spec $spec"; return; fi
   problem "no NVIDIA container runtime: docker info lists runtimes '${runtimes% }', no nvidia-container-runtime-hook on PATH, no CDI spec for nvidia.com/gpu in /etc/cdi or /var/run/cdi; the serving container's GPU request would fail (glm:hardware $PROFILE). Fix: install nvidia-container-toolkit, then 'sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker'"
 }
 
@@ -157,12 +169,12 @@ check_ascend() {
   fi
   for i in $ACCELERATORS; do [ -e "/dev/davinci$i" ] || missing="$missing${missing:+,}$i"; done
   [ -z "$missing" ] || problem "glm:container.accelerators lists NPU $missing but /dev/davinci$missing does not exist ($(ls /dev/davinci[0-9]* 2>/dev/null | wc -l) /dev/davinciN on the host). Fix: list only NPUs the host has"
-  verdict=$(printf '%s\n' "$info" | awk -F'|' -v want="$ACCELERATORS" -v gmu="$GMU" -v idle="$IDLE_HBM_MIB" \
+  verdict=$(printf '%s\n' "$info" | LC_ALL=C awk -F'|' -v want="$ACCELERATORS" -v gmu="$GMU" -v idle="$IDLE_HBM_MIB" \
     -v chip="$CHIP" -v profile="$PROFILE" "$NPU_SMI_AWK")
   while IFS= read -r line; do
     case "$line" in
       problem\ *) problem "${line#problem }" ;;
-      ok\ *) echo "preflight: ${line#ok }" ;;
+      ok\ *) say "preflight: ${line#ok }" ;;
     esac
   done <<<"$verdict"
 }
@@ -176,7 +188,7 @@ check_host() {
   shm_kib=$(df -Pk /dev/shm | awk 'NR==2 {print $2}')
   need_shm_kib=$(awk -v g="$MIN_SHM_GIB" 'BEGIN {printf "%d", g * 1048576}')
   [ "$shm_kib" -ge "$need_shm_kib" ] || problem "/dev/shm on the host is $((shm_kib / 1024)) MiB, glm:preflight.minShmGib asks for $MIN_SHM_GIB GiB. Fix: enlarge /dev/shm on the host"
-  echo "preflight: $((free_kib / 1048576)) GiB free under $probe, /dev/shm $((shm_kib / 1024)) MiB"
+  say "preflight: $((free_kib / 1048576)) GiB free under $probe, /dev/shm $((shm_kib / 1024)) MiB"
 }
 
 case "$ACCELERATOR" in
@@ -188,9 +200,9 @@ check_host
 if declare -F check_weights >/dev/null && ! weights=$(check_weights 2>&1); then
   problems="$problems$weights"$'\n'
 elif [ -n "${weights:-}" ]; then
-  echo "$weights"
+  say "$weights"
 fi
 if [ -n "$problems" ]; then
-  printf '%s' "$problems" >&2
+  printf '%s' "$problems" | printable >&2
   exit 1
 fi

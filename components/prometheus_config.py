@@ -32,9 +32,10 @@ ROTATION_JOB = "front-rotation"
 """The front's status port: which replicas are in rotation, and their gate and ejection history."""
 CONFIG_PATH = "/etc/prometheus/prometheus.yml"
 RULES_PATH = "/etc/prometheus/rules.yml"
-REPLICA_KEY_PATH = "/etc/prometheus/replica-key"
+SCRAPE_KEY_PATH = "/etc/prometheus/scrape-key"
 REPLICA_CA_PATH = "/etc/prometheus/replica-ca.crt"
-"""With several hosts: the replica key (and, with TLS, the pinned certificate) for their guards."""
+"""With several hosts: the guards' scrape key (and, with TLS, the pinned certificate). The scrape
+key reads /metrics, /version and /health; the guards refuse it on every inference route."""
 CONTAINER_PORT = 9090
 DATA_PATH = "/prometheus"
 """The image's TSDB ``VOLUME``: an anonymous volume that goes with the container. Series restart
@@ -97,6 +98,7 @@ class GuardedScrape:
     """How Prometheus reaches replicas behind their guards (components/replica_guard.py)."""
 
     key: pulumi.Output[str]
+    """The guards' scrape key (``GuardCredentials.scrape_key``), never the replica key the front sends."""
     certificate: pulumi.Output[str] | None = None
     tls_name: str | None = None
     """The name the pinned certificate carries; None: plain HTTP to the guards."""
@@ -117,7 +119,8 @@ def render_prometheus_config(
     load the rules.
 
     Several replicas: ``target`` maps each host's name to its ``host:port``; its series carry
-    the label ``host``. ``guarded``: the replicas answer only the replica key (their guards)."""
+    the label ``host``. ``guarded``: the replicas answer only their guards' keys; Prometheus holds
+    the scrape key."""
     vllm: dict[str, Any] = {
         "job_name": job,
         "metrics_path": "/metrics",
@@ -126,7 +129,7 @@ def render_prometheus_config(
         else [{"targets": [address], "labels": {"host": name}} for name, address in target.items()],
     }
     if guarded is not None:
-        vllm["authorization"] = {"type": "Bearer", "credentials_file": REPLICA_KEY_PATH}
+        vllm["authorization"] = {"type": "Bearer", "credentials_file": SCRAPE_KEY_PATH}
         if guarded.tls_name is not None:
             vllm["scheme"] = "https"
             vllm["tls_config"] = {"ca_file": REPLICA_CA_PATH, "server_name": guarded.tls_name}

@@ -20,8 +20,8 @@ from components.prometheus_config import (
     DEFAULT_JOB,
     PROMETHEUS_FLAGS,
     REPLICA_CA_PATH,
-    REPLICA_KEY_PATH,
     RULES_PATH,
+    SCRAPE_KEY_PATH,
     GuardedScrape,
     ScrapeSpec,
     render_prometheus_config,
@@ -33,7 +33,7 @@ from components.vllm_server import upstream_hosts
 def _credential_uploads(guarded: GuardedScrape | None) -> list[docker.ContainerUploadArgs]:
     if guarded is None:
         return []
-    files = [docker.ContainerUploadArgs(file=REPLICA_KEY_PATH, content=guarded.key, permissions="0644")]
+    files = [docker.ContainerUploadArgs(file=SCRAPE_KEY_PATH, content=guarded.key, permissions="0644")]
     if guarded.certificate is not None:
         files.append(
             docker.ContainerUploadArgs(file=REPLICA_CA_PATH, content=guarded.certificate, permissions="0644")
@@ -59,7 +59,7 @@ class PrometheusScrape(pulumi.ComponentResource):
         guarded: GuardedScrape | None = None,
     ) -> None:
         """``target``: vLLM's host:port, or several replicas' by host name; ``guarded``: their
-        guards' credential (readable inside this container only: the image runs as ``nobody``)."""
+        guards' scrape key (readable inside this container only: the image runs as ``nobody``)."""
         super().__init__("glm:monitoring:PrometheusScrape", name, None, opts)
         monitoring, container, probe = spec.monitoring, spec.container, spec.semantic_probe
         probe_target = semantic_probe.scrape_target(container.name, probe.port) if probe else None
@@ -77,8 +77,9 @@ class PrometheusScrape(pulumi.ComponentResource):
                     internal=CONTAINER_PORT, external=monitoring.port, ip=monitoring.bind_address
                 )
             ],
-            # The image runs as `nobody`: the files must be world-readable (only the replica key, inside
-            # this container, is a secret; the config and the rules are not).
+            # The image runs as `nobody`: the files must be world-readable (only the guards' scrape key,
+            # inside this container, is a secret, and it opens no inference route; the config and the
+            # rules are not).
             uploads=[
                 docker.ContainerUploadArgs(
                     file=CONFIG_PATH,
@@ -99,7 +100,16 @@ class PrometheusScrape(pulumi.ComponentResource):
                 ),
                 *_credential_uploads(guarded),
             ],
-            labels=[docker.ContainerLabelArgs(label="glm53.role", value="monitoring")],
+            labels=[
+                docker.ContainerLabelArgs(label="glm53.role", value="monitoring"),
+                # Prometheus checks no credential: beyond loopback only as the stack's explicit choice,
+                # which the policy pack (published-port-needs-credential) reads here.
+                *(
+                    [docker.ContainerLabelArgs(label="glm53.public-bind", value="accepted")]
+                    if monitoring.allow_public_bind
+                    else []
+                ),
+            ],
             hosts=upstream_hosts(container),
             restart="unless-stopped",
             log_driver="json-file",

@@ -4,9 +4,16 @@ Such a replica must be reachable from the front's host, so something listens on 
 address; vLLM itself checks no key (or, with ``--api-key``, only on ``/v1``; SPEC §6), and an open
 vLLM port was scanned and used within a day (A100 seed §6.4). The guard is an nginx on the replica's
 private Docker network that publishes ``publish_address:serving.port`` and forwards to vLLM's fixed
-address only requests that carry the stack's replica key, only on the front's routes plus
-``/metrics``, ``/version`` and ``/health`` (the replica gate and Prometheus read those). With
-``glm:front.tls`` it serves TLS with a per-stack self-signed certificate that the front pins, so
+address only requests that carry one of the stack's two guard keys, each on its own routes:
+
+- the replica key (the front's, and the semantic probe's for asking a replica directly) on the
+  front's inference routes and on ``/metrics``, ``/version``, ``/health``, which the front proxies
+  for its metrics keys;
+- the scrape key (Prometheus', and the probe's for its ``/metrics`` reads) on those three read-only
+  routes only: whoever reads Prometheus' files cannot run inference on a replica (issue 33,
+  finding 3).
+
+With ``glm:front.tls`` it serves TLS with a per-stack self-signed certificate that the front pins, so
 keys and prompts never cross the network in clear.
 
 ``render_guard_files`` is pure and is what the tests run through the real ``nginx``;
@@ -46,6 +53,7 @@ from components.nginx_conf import (
     UPSTREAM_CONNECT_TIMEOUT_SECONDS,
     UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS,
     render_key_map,
+    render_server_tls,
 )
 from components.nginx_front import STOP_GRACE_SECONDS, front_fingerprint
 from components.nginx_reload import START_COMMAND, NginxReload, secrets_digest
@@ -59,10 +67,14 @@ from components.vllm_server import ServingSpec
 CONTAINER_PORT = 8080
 """Port the guard listens on inside its container; the host port is ``serving.port``."""
 KEY_FILE = "replica-key.map"
-SECRET_FILES = (KEY_FILE, TLS_CERT, TLS_KEY)
+SCRAPE_KEY_FILE = "scrape-key.map"
+SECRET_FILES = (KEY_FILE, SCRAPE_KEY_FILE, TLS_CERT, TLS_KEY)
 KEY_PREFIX = "sk-replica-"
+SCRAPE_KEY_PREFIX = "sk-scrape-"
 CLIENT = "front"
-"""The one name in the guard's key map: the key is the front's (and the gate's, Prometheus')."""
+"""The replica key's name in the guard's key map: the front's key (the probe asks replicas with it too)."""
+SCRAPER = "scrape"
+"""The scrape key's name: Prometheus' and the probe's ``/metrics`` reads, never inference."""
 GUARD_ROUTES = (*INFERENCE_ROUTES, "/metrics", "/version", "/health")
 READ_ONLY_ROUTES = ("/metrics", "/version", "/health")
 WORKER_PROCESSES = 2
@@ -82,10 +94,10 @@ _LOG_FIELDS = {
 }
 
 
-def _check_key(key: str) -> None:
-    problems = check_api_keys({CLIENT: key})
+def _check_key(key: str, name: str = CLIENT) -> None:
+    problems = check_api_keys({name: key})
     if problems:
-        raise ConfigError("the replica key: " + "\n".join(problems))
+        raise ConfigError(f"the guards' {name} key: " + "\n".join(problems))
 
 
 def _errors(front: FrontConfig) -> dict[str, str]:
@@ -122,10 +134,11 @@ def render_guard_conf(
     for numeric in ("status", "bytes_sent", "request_time"):
         log_format = log_format.replace(f'"${numeric}"', f"${numeric}")
     read_only = render_file("guard-read-only.conf", {"health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS)})
+    inference = render_file("guard-inference.conf", {"client": CLIENT})
     routes = "".join(
         render_file(
             "guard-route.conf",
-            {"route": r, "read_only": read_only.rstrip("\n") if r in READ_ONLY_ROUTES else ""},
+            {"route": r, "access": (read_only if r in READ_ONLY_ROUTES else inference).rstrip("\n")},
         )
         for r in GUARD_ROUTES
     )
@@ -134,14 +147,12 @@ def render_guard_conf(
         "runtime_dir": runtime_dir,
         "worker_shutdown_timeout": str(OLD_WORKER_GRACE_SECONDS),
         "log_format": log_format,
-        "replica_key": f"        include {KEY_FILE};",
+        "replica_key": f"        include {KEY_FILE};\n        include {SCRAPE_KEY_FILE};",
         "upstream": upstream,
         "keepalive": str(front.keepalive),
         "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
         "listen": f"{listen} ssl" if tls else listen,
-        "ssl": render_file("guard-ssl.conf", {"certificate": TLS_CERT, "key": TLS_KEY}).rstrip("\n")
-        if tls
-        else "",
+        "ssl": render_server_tls(TLS_CERT, TLS_KEY) if tls else "",
         "max_body_size": front.max_body_size,
         "upstream_connect_timeout": str(UPSTREAM_CONNECT_TIMEOUT_SECONDS),
         "read_timeout": str(front.read_timeout_seconds),
@@ -156,19 +167,25 @@ def render_guard_files(
     front: FrontConfig,
     upstream: str,
     key: str,
+    scrape_key: str,
     tls_pair: tuple[str, str] | None = None,
     *,
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
 ) -> dict[str, str]:
-    """Every file of one guard release by name: ``nginx.conf``, ``replica-key.map`` and, with
-    ``tls_pair`` (certificate PEM, key PEM), ``tls.crt``/``tls.key``."""
+    """Every file of one guard release by name: ``nginx.conf``, ``replica-key.map`` (``key``),
+    ``scrape-key.map`` (``scrape_key``) and, with ``tls_pair`` (certificate PEM, key PEM),
+    ``tls.crt``/``tls.key``."""
     _check_key(key)
+    _check_key(scrape_key, SCRAPER)
+    if key == scrape_key:
+        raise ConfigError("the guards' replica key and scrape key are one key: a scraper could run inference")
     files = {
         CONF_FILE: render_guard_conf(
             front, upstream, tls_pair is not None, listen=listen, runtime_dir=runtime_dir
         ),
         KEY_FILE: render_key_map({CLIENT: key}),
+        SCRAPE_KEY_FILE: render_key_map({SCRAPER: scrape_key}),
     }
     if tls_pair is not None:
         files[TLS_CERT], files[TLS_KEY] = tls_pair
@@ -203,7 +220,11 @@ class GuardCredentials:
     """What every guard of a stack accepts and serves, and what the front sends and trusts."""
 
     key: pulumi.Output[str]
-    """The replica key (secret): ``Authorization: Bearer <key>``."""
+    """The replica key (secret): ``Authorization: Bearer <key>`` on every route. The front sends
+    it; the probe asks replicas directly with it."""
+    scrape_key: pulumi.Output[str]
+    """The scrape key (secret): ``/metrics``, ``/version``, ``/health`` only. Prometheus scrapes
+    with it, the probe reads ``/metrics`` with it."""
     certificate: ReplicaCertificate | None
     """The TLS pair with ``glm:front.tls``; None without."""
 
@@ -217,10 +238,14 @@ class GuardCredentials:
 def guard_credentials(
     name: str, addresses: Sequence[str], tls: bool, opts: pulumi.ResourceOptions | None = None
 ) -> GuardCredentials:
-    """The stack's one replica key and, with ``tls``, one certificate for every replica address."""
+    """The stack's replica key, its scrape key and, with ``tls``, one certificate for every replica
+    address."""
     key = GeneratedKey(f"{name}-replica-key", client_name="replica-guard", prefix=KEY_PREFIX, opts=opts)
+    scrape = GeneratedKey(
+        f"{name}-replica-scrape-key", client_name="replica-scrape", prefix=SCRAPE_KEY_PREFIX, opts=opts
+    )
     cert = ReplicaCertificate(f"{name}-replica-tls", addresses, opts=opts) if tls else None
-    return GuardCredentials(key.key, cert)
+    return GuardCredentials(key.key, scrape.key, cert)
 
 
 def guard_address(container: ContainerConfig) -> str:
@@ -252,11 +277,11 @@ class ReplicaGuardArgs:
     network_name: pulumi.Input[str]
     """The replica's private network, where vLLM keeps ``serving.container.vllm_address``."""
     credentials: GuardCredentials
-    """The stack's replica key and, with ``glm:front.tls``, the certificate the guard serves."""
+    """The stack's replica and scrape keys and, with ``glm:front.tls``, the certificate the guard serves."""
 
 
 class ReplicaGuard(pulumi.ComponentResource):
-    """Nginx on a replica's host: the replica's one published port, answering only the replica key."""
+    """Nginx on a replica's host: the replica's one published port, answering only the guard keys."""
 
     upstream: str
     """``host:port`` the front lists for this replica (known at preview): the published address, or
@@ -320,10 +345,11 @@ class ReplicaGuard(pulumi.ComponentResource):
         nginx_conf = render_guard_conf(front, f"{c.vllm_address}:{serving.port}", tls is not None)
 
         def secret_files(args: list[Any]) -> dict[str, str]:
-            files = render_guard_files(front, "vllm:0", str(args[0]), (args[1], args[2]) if tls else None)
+            pair = (args[2], args[3]) if tls else None
+            files = render_guard_files(front, "vllm:0", str(args[0]), str(args[1]), pair)
             return {k: v for k, v in files.items() if k in SECRET_FILES}
 
-        inputs: list[pulumi.Input[Any]] = [credentials.key]
+        inputs: list[pulumi.Input[Any]] = [credentials.key, credentials.scrape_key]
         if tls is not None:
             inputs += [tls.certificate, tls.private_key]
         files: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
@@ -331,7 +357,7 @@ class ReplicaGuard(pulumi.ComponentResource):
         )
         digest = pulumi.Output.unsecret(files.apply(secrets_digest))
         self.fingerprint = pulumi.Output.all(image.image_id, digest).apply(
-            lambda a: front_fingerprint(nginx_conf, str(a[0]), [CLIENT], [], str(a[1]))
+            lambda a: front_fingerprint(nginx_conf, str(a[0]), [CLIENT], [SCRAPER], str(a[1]))
         )
         ssh = exec_ssh(args.host)
         self.reload = NginxReload(
@@ -343,7 +369,7 @@ class ReplicaGuard(pulumi.ComponentResource):
                 "container_id": self.container.id,
                 "nginx_conf": nginx_conf,
                 "api_key_names": [CLIENT],
-                "metrics_key_names": [],
+                "metrics_key_names": [SCRAPER],
                 "tls_certificate_sha256": tls.certificate_sha256 if tls is not None else None,
                 "secrets_digest": digest,
                 "secret_files": files,

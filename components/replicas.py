@@ -194,8 +194,9 @@ def replica_guard(
 
 
 def guarded_scrape(config: StackConfig, guards: GuardCredentials | None) -> GuardedScrape | None:
+    """Prometheus' way to the guards: the scrape key, which no inference route takes."""
     if guards is None:
         return None
     if guards.certificate is None:
-        return GuardedScrape(key=guards.key)
-    return GuardedScrape(key=guards.key, certificate=guards.certificate.certificate, tls_name=TLS_NAME)
+        return GuardedScrape(key=guards.scrape_key)
+    return GuardedScrape(key=guards.scrape_key, certificate=guards.certificate.certificate, tls_name=TLS_NAME)

@@ -17,6 +17,23 @@ front's command beside nginx, which stays PID 1) applies them with the rotation 
 - never a restart: a graceful reload, as for every rotation change.
 
 Holding the Docker socket would be root on the host; this volume gives the probe two verbs.
+
+Why the boundary holds against a compromised probe, which runs as uid 65534, owns the folder and
+may put anything in it (issue 33 found the loop following a planted ``gpu01.req`` link to the key
+map and logging the key it read):
+
+- What the loop reads is what the probe wrote, nothing else. ``dd iflag=nofollow`` opens the file
+  with ``O_NOFOLLOW``: a link as the file's last component fails to open, atomically (a link
+  swapped in after any check fails the same way). The folder itself is the volume's mount point,
+  which the probe cannot replace with a link, so no earlier component of the path is the probe's.
+  A hard link cannot point outside either: the probe sees no path of the front but this volume.
+- A FIFO opens non-blocking and reads as empty (refused): the probe cannot stall the loop; a folder
+  named ``*.req`` is not removed (``rm -f``) and never read.
+- Nothing read reaches the log: a request is refused with the file's name once that name has
+  passed the replica alphabet (``[A-Za-z0-9._-]``), else with no name; the verb, time and text are
+  never echoed, and ``since`` is checked to be digits before ``rotation.sh`` could echo it.
+  So even the probe's own bytes (terminal escapes, a key it holds) stay out of ``docker logs``.
+- The loop deletes the link, never its target (``rm`` of a link).
 """
 
 from __future__ import annotations

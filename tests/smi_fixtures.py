@@ -81,9 +81,12 @@ def apps_header_and_busy_line() -> tuple[str, str]:
     return header, line
 
 
-def eight_gpus(count: int = 8, busy: tuple[int, ...] = (), driver: str | None = None) -> NvidiaSmi:
+def eight_gpus(
+    count: int = 8, busy: tuple[int, ...] = (), driver: str | None = None, process: str | None = None
+) -> NvidiaSmi:
     """``count`` H200s derived from the real one (module docstring); ``busy`` GPUs held by the real
-    busy capture's process; ``driver`` replaces the real driver version (an older host)."""
+    busy capture's process; ``driver`` replaces the real driver version (an older host); ``process``
+    replaces that process's name (what any user on the box can set, bytes included)."""
     _, name, uuid, bus, real_driver, *_, cc = idle_row()
     header, busy_line = apps_header_and_busy_line()
     rows, apps = [], [header]
@@ -93,8 +96,8 @@ def eight_gpus(count: int = 8, busy: tuple[int, ...] = (), driver: str | None = 
         pci = f"{bus[:-4]}{6 + i:02X}.0"
         rows.append(", ".join([str(i), name, gpu_uuid, pci, driver or real_driver, *memory, cc]))
         if i in busy:
-            pid, process, used, _ = busy_line.split(", ")
-            apps.append(", ".join([pid, process, used, gpu_uuid]))
+            pid, real_process, used, _ = busy_line.split(", ")
+            apps.append(", ".join([pid, real_process if process is None else process, used, gpu_uuid]))
     return NvidiaSmi("\n".join(rows) + "\n", "\n".join(apps) + "\n")
 
 

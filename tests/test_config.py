@@ -120,6 +120,29 @@ def test_download_needs_a_repo() -> None:
         make("rtx5090", model={"download": {"enabled": True}})
 
 
+@pytest.mark.parametrize(
+    ("model", "key"),
+    [
+        ({"download": {"enabled": True, "repo": "--local-dir=/root/.ssh"}}, "model.download.repo"),
+        ({"download": {"enabled": True, "repo": "GLM-5.3-Flash"}}, "model.download.repo"),
+        ({"download": {"enabled": True, "repo": "zai-org/../../etc"}}, "model.download.repo"),
+        ({"revision": "-h"}, "model.revision"),
+        ({"revision": "--local-dir=/root/.ssh"}, "model.revision"),
+        ({"revision": "main\n--help"}, "model.revision"),
+    ],
+)
+def test_download_values_that_read_as_options_are_refused(model: dict[str, object], key: str) -> None:
+    """Issue 33 finding 6: each value once rendered ``huggingface-cli download --local-dir=… ``."""
+    with pytest.raises(ConfigError, match=rf"glm:{re.escape(key)}=.*Fix:"):
+        make("a800", model=model)
+
+
+def test_the_seeds_hub_ids_and_a_commit_revision_are_accepted() -> None:
+    for hardware, repo in (("a800", "zai-org/GLM-5.3-Flash"), ("ascend", "Eco-Tech/GLM-5.3-Flash-w8a8")):
+        config = make(hardware, model={"revision": "0a1b2c3d" * 5, "download": {"enabled": True}})
+        assert (config.model.download.repo, config.model.revision) == (repo, "0a1b2c3d" * 5)
+
+
 def test_mtp_on_ascend_warns_with_the_seed_numbers() -> None:
     config = make("ascend", serving={"numSpeculativeTokens": 3})
     [warning] = [w for w in config.advisories() if "numSpeculativeTokens" in w]

@@ -36,14 +36,33 @@ def test_download_uses_the_hub_cli_then_verifies(tmp_path: Path) -> None:
         }
     )
     script = download_script(config.model)
-    assert (
-        f"modelscope download --model Eco-Tech/GLM-5.3-Flash-w8a8 --revision v1.0 --local_dir {tmp_path}/GLM-5.3-Flash-w8a8"
-        in script
-    )
     # With a fake hub CLI that writes nothing, the verification fails the download step.
-    fake_tool(tmp_path / "bin", "modelscope", "exit 0")
+    fake_tool(tmp_path / "bin", "modelscope", 'printf "%s\\n" "$@"')
     result = run(script, tmp_path / "bin")
+    assert result.stdout.splitlines() == [
+        "download",
+        "--model=Eco-Tech/GLM-5.3-Flash-w8a8",
+        "--revision=v1.0",
+        f"--local_dir={tmp_path}/GLM-5.3-Flash-w8a8",
+    ]
     assert result.returncode == 1 and "config.json is missing" in result.stderr
+
+
+def test_hugging_face_download_reads_the_repo_only_as_a_positional(tmp_path: Path) -> None:
+    """Issue 33 finding 6: option values are glued to their option and the repository follows
+    ``--``, so huggingface-cli's parser (argparse) cannot take a value for an option."""
+    config = a800(
+        tmp_path, model={"hostDir": str(tmp_path), "revision": "v1.0", "download": {"enabled": True}}
+    )
+    fake_tool(tmp_path / "bin", "huggingface-cli", 'printf "%s\\n" "$@"')
+    result = run(download_script(config.model), tmp_path / "bin")
+    assert result.stdout.splitlines() == [
+        "download",
+        "--revision=v1.0",
+        f"--local-dir={tmp_path}/GLM-5.3-Flash",
+        "--",
+        "zai-org/GLM-5.3-Flash",
+    ]
 
 
 @pytest.mark.parametrize("stack", profile_stacks())

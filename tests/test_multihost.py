@@ -18,7 +18,14 @@ from components.config import ConfigError, build_stack_config
 from components.nginx_conf import render_nginx_conf
 from components.prometheus_config import DEFAULT_JOB, ScrapeSpec, render_prometheus_config
 from components.prometheus_rules import render_alert_rules
-from tests.conftest import TEST_HOST_KEY, Deployment, run_program, unwrap
+from tests.conftest import (
+    REPLICA_SCRAPE_TEST_KEY,
+    REPLICA_TEST_KEY,
+    TEST_HOST_KEY,
+    Deployment,
+    run_program,
+    unwrap,
+)
 from tests.test_nginx_front import NGINX
 from tests.test_prometheus_scrape import PROMTOOL
 
@@ -186,18 +193,45 @@ def test_prometheus_scrapes_every_replica_with_a_host_label(three: Deployment) -
         {"targets": ["10.0.0.12:8000"], "labels": {"host": "gpu02"}},
         {"targets": ["10.0.0.13:8000"], "labels": {"host": "gpu03"}},
     ]
-    # The replicas answer only the replica key (their guards); vLLM on the front's host ignores it.
+    # The replicas answer only their guards' keys, Prometheus the scrape key; vLLM on the front's
+    # host ignores it.
     job = yaml.safe_load(uploads[0]["content"])["scrape_configs"][0]
-    assert job["authorization"] == {"type": "Bearer", "credentials_file": "/etc/prometheus/replica-key"}
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": "/etc/prometheus/scrape-key"}
     assert "scheme" not in job  # plain HTTP on the private network without glm:front.tls
     assert [u["file"] for u in uploads] == [
-        "/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml", "/etc/prometheus/replica-key",
+        "/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml", "/etc/prometheus/scrape-key",
     ]  # fmt: skip
     rules = yaml.safe_load(uploads[1]["content"])["groups"][0]["rules"]
     vllm_rules = [r for r in rules if r["alert"].startswith("Vllm")]  # the probe's are per stack
     assert vllm_rules and all(
         r["annotations"]["description"].startswith("On host {{ $labels.host }}: ") for r in vllm_rules
     )
+
+
+def test_prometheus_holds_the_scrape_key_and_only_the_front_and_probe_the_replica_key(
+    three: Deployment,
+) -> None:
+    """Issue 33 finding 3: Prometheus' file (world-readable in its container) opens no inference
+    route; the inference key is the front's, and the probe's in a file of its own."""
+    prometheus = unwrap(three.one(CONTAINER, "monitoring-prometheus").inputs)
+    files = {u["file"]: u["content"] for u in prometheus["uploads"]}
+    assert files["/etc/prometheus/scrape-key"] == REPLICA_SCRAPE_TEST_KEY
+    assert REPLICA_TEST_KEY not in str(prometheus)
+    front = unwrap(three.one(GATE, "front-config").inputs)["secret_files"]["replica-guard-auth.conf"]
+    assert f'proxy_set_header Authorization "Bearer {REPLICA_TEST_KEY}";' in front
+    assert REPLICA_SCRAPE_TEST_KEY not in front
+    probe = unwrap(three.one(CONTAINER, "semantic-probe-container").inputs)
+    probe_files = {u["file"]: u["content"] for u in probe["uploads"]}
+    assert probe_files["/etc/semantic-probe/replica-key"] == REPLICA_TEST_KEY
+    assert probe_files["/etc/semantic-probe/scrape-key"] == REPLICA_SCRAPE_TEST_KEY
+    # Who holds the replica key at all: the front's and the guards' releases, and the probe.
+    holders = sorted(r.name for r in three.resources if REPLICA_TEST_KEY in str(unwrap(r.inputs)))
+    assert holders == [
+        "a800-front-config", "a800-gpu02-guard-config", "a800-gpu03-guard-config", "a800-semantic-probe-container",
+    ]  # fmt: skip
+    guard = unwrap(three.one(GATE, "gpu02-guard-config").inputs)["secret_files"]
+    assert REPLICA_TEST_KEY in guard["replica-key.map"] and REPLICA_TEST_KEY not in guard["scrape-key.map"]
+    assert REPLICA_SCRAPE_TEST_KEY in guard["scrape-key.map"]
 
 
 def test_a_gate_per_replica_then_one_through_the_front(three: Deployment) -> None:

@@ -48,6 +48,7 @@ from components.nginx_conf import (
 from components.nginx_front import NginxFront, NginxFrontArgs, public_url
 from components.nginx_reload import START_COMMAND
 from components.profiles import PROFILES
+from components.rotation import no_replica_body
 from components.template import render_template
 from tests.conftest import PROJECT, TEST_HOST_KEY, construct, redacted
 from tests.engine import free_port
@@ -565,6 +566,49 @@ def test_healthz_reflects_vllm_health_without_a_key(front: Front) -> None:
     assert reply.status_code == 200
 
 
+GATE_FAILURE = (
+    "the replica on host 'gpu02.example.internal' failed its gate at step 'arithmetic': asked "
+    "'What is 13 * 17? Answer with the number only.', got '222' (glm53-flash-gpu02)"
+)
+"""What the rotation keeps as a replica's reason (the gate's wording, tests/test_rotation.py)."""
+
+
+def test_healthz_says_only_down_without_a_metrics_key(sim_port: int) -> None:
+    """Issue 33 finding 2: while no replica is in rotation, /healthz without a key (or with an
+    inference key) says down, not why; a metrics key and the inference routes still get the why."""
+    directory, port = runtime_dir(), free_port()
+    rotation_dir = directory / "rotation"
+    rotation_dir.mkdir()
+    files = render_front_files(
+        stack("local").front, KEYS, METRICS, listen=f"127.0.0.1:{port}", runtime_dir=str(directory),
+        rotation_dir=str(rotation_dir), status_listen=f"127.0.0.1:{free_port()}",
+    )  # fmt: skip
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    # As rotation.sh renders a replica kept out: its server `down`, its reason in reason.map.
+    (rotation_dir / "upstream.conf").write_text(f"server 127.0.0.1:{sim_port} down;\n")
+    (rotation_dir / "reason.map").write_text(f"glm '{no_replica_body(GATE_FAILURE)}';\n")
+    argv = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e", "stderr",
+            "-g", "daemon off;"]  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    with running(argv, directory / "nginx.log") as proc:
+        wait_for_port(port, proc)
+        for headers in ({}, {"Authorization": f"Bearer {KEYS['alice']}"}):
+            down = httpx.get(f"{base}/healthz", headers=headers, timeout=5)
+            assert down.status_code == 503 and down.json()["error"]["code"] == "upstream_unavailable"
+            assert "gpu02" not in down.text and "13 * 17" not in down.text, down.text
+        detail = httpx.get(
+            f"{base}/healthz", headers={"Authorization": f"Bearer {METRICS['prom']}"}, timeout=5
+        )
+        assert detail.status_code == 503 and "gpu02.example.internal" in detail.json()["error"]["message"]
+        models = httpx.get(
+            f"{base}/v1/models", headers={"Authorization": f"Bearer {KEYS['alice']}"}, timeout=5
+        )
+        assert models.status_code == 503 and models.json()["error"]["code"] == "no_replica_in_rotation"
+        assert httpx.get(f"{base}/v1/models", timeout=5).status_code == 401
+    shutil.rmtree(directory, ignore_errors=True)
+
+
 def test_access_log_is_json_with_client_name_and_no_key(front: Front) -> None:
     front.client(KEYS["bob"]).models.list()
     time.sleep(0.2)
@@ -687,26 +731,30 @@ def test_tls_front_serves_https(sim_port: int, tls_pair: tuple[bytes, bytes], tm
             httpx.get(f"http://127.0.0.1:{tls.port}/healthz", timeout=5).raise_for_status()
 
 
+def assert_forward_secret_tls(port: int) -> None:
+    """Checked with the openssl client: TLS 1.2 with a SHA-1 CBC suite (the review's
+    ECDHE-ECDSA-AES128-SHA; the certificates are ECDSA) must fail, a GCM suite must not, and the
+    server must send no NewSessionTicket."""
+
+    def handshake(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-tls1_2", *args],
+            input="", capture_output=True, text=True, timeout=20,
+        )  # fmt: skip
+
+    assert handshake("-cipher", "ECDHE-ECDSA-AES128-SHA").returncode != 0
+    modern = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256", "-no_ticket")
+    assert modern.returncode == 0 and "ECDHE-ECDSA-AES128-GCM-SHA256" in modern.stdout
+    offered = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256")
+    assert offered.returncode == 0, offered.stderr
+    assert "TLS session ticket:" not in offered.stdout, "the server issued a session ticket"
+
+
 def test_tls_refuses_sha1_suites_and_issues_no_session_tickets(
     sim_port: int, tls_pair: tuple[bytes, bytes]
 ) -> None:
-    """Checked with the openssl client: TLS 1.2 with a SHA-1 CBC suite (the review's
-    ECDHE-ECDSA-AES128-SHA; the certificate is ECDSA) must fail, a GCM suite must not, and the
-    server must send no NewSessionTicket."""
     with nginx_front(stack("local", front={"tls": True}), f"127.0.0.1:{sim_port}", tls_pair) as tls:
-
-        def handshake(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                ["openssl", "s_client", "-connect", f"127.0.0.1:{tls.port}", "-tls1_2", *args],
-                input="", capture_output=True, text=True, timeout=20,
-            )  # fmt: skip
-
-        assert handshake("-cipher", "ECDHE-ECDSA-AES128-SHA").returncode != 0
-        modern = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256", "-no_ticket")
-        assert modern.returncode == 0 and "ECDHE-ECDSA-AES128-GCM-SHA256" in modern.stdout
-        offered = handshake("-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256")
-        assert offered.returncode == 0, offered.stderr
-        assert "TLS session ticket:" not in offered.stdout, "the server issued a session ticket"
+        assert_forward_secret_tls(tls.port)
 
 
 class _RecordingUpstream(BaseHTTPRequestHandler):

@@ -504,7 +504,7 @@ def test_protect_reaches_the_volume_rule(analyze) -> None:
     assert list(diagnostics) == [("volumes-retained", "MANDATORY")]
 
 
-def test_the_pack_serves_exactly_the_seven_policies(monkeypatch, capfd) -> None:
+def test_the_pack_serves_exactly_the_eight_policies(monkeypatch, capfd) -> None:
     """Run policy/ as the engine does; stop the server at its first idle sleep; ask it what it serves."""
     pytest.importorskip("pulumi_policy", reason="pip install -r policy/requirements.txt")
     import pulumi_policy.policy as sdk
@@ -534,6 +534,7 @@ def test_the_pack_serves_exactly_the_seven_policies(monkeypatch, capfd) -> None:
         "weights-read-only",
         "volumes-retained",
         "front-tls-on-public-bind",
+        "published-port-needs-credential",
     ]
     assert {p.enforcementLevel for p in info.policies} == {sdk.proto.MANDATORY}
 
@@ -557,7 +558,7 @@ def test_the_pack_answers_the_engine_over_grpc(tmp_path: Path) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = analyzer_pb2_grpc.AnalyzerStub(channel)
             info = stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
-            assert (info.name, len(info.policies)) == ("glm-serving", 7)
+            assert (info.name, len(info.policies)) == ("glm-serving", 8)
             properties = struct_pb2.Struct()
             properties.update({"ports": [{"internal": 8000, "external": 8000, "ip": "127.0.0.1"}]})
             request = analyzer_pb2.AnalyzeRequest(
@@ -606,6 +607,66 @@ def test_tls_an_explicit_opt_in_or_loopback_pass(props: dict[str, Any]) -> None:
 def test_an_unknown_front_bind_is_undecidable() -> None:
     with pytest.raises(Undecidable):
         check(gp.front_tls_on_public_bind, front(ports=[{"internal": 8080.0, "ip": UNKNOWN_STRING}]))
+
+
+# --- 8. published-port-needs-credential ---------------------------------------------------------
+
+PRIVATE_PORT = [{"internal": 9090.0, "external": 9090.0, "ip": "10.0.0.5"}]
+MONITORING_LABELS = [{"label": "glm53.role", "value": "monitoring"}]
+
+
+def prometheus(**props: Any) -> Resource:
+    base = {"labels": MONITORING_LABELS, "ports": PRIVATE_PORT}
+    return resource(CONTAINER, "a800-monitoring-prometheus", **{**base, **props})
+
+
+def test_a_port_on_a_private_address_without_a_credential_is_refused() -> None:
+    """Rule 1 lets a specific address through; Prometheus checks no key, so anyone on that network
+    reads every metric and queries the API."""
+    assert check(gp.no_public_serving_port, prometheus()) == []
+    [message] = check(gp.published_port_needs_credential, prometheus())
+    assert "a800-monitoring-prometheus publishes 10.0.0.5:9090 with no credential in front of it" in message
+    assert "glm:monitoring.allowPublicBind: true (label glm53.public-bind=accepted)" in message
+
+
+@pytest.mark.parametrize(
+    "res",
+    [
+        prometheus(labels=[*MONITORING_LABELS, {"label": "glm53.public-bind", "value": "accepted"}]),
+        prometheus(ports=[{"internal": 9090.0, "external": 9090.0, "ip": "127.0.0.1"}]),
+        prometheus(ports=[{"internal": 9090.0, "external": 9090.0, "ip": "0.0.0.0"}]),  # rule 1's
+        prometheus(ports=None),
+        front(ports=PRIVATE_PORT),
+        resource(CONTAINER, "a800-gpu02-guard-nginx", ports=PRIVATE_PORT,
+                 labels=[{"label": "glm53.role", "value": "replica-guard"}]),
+        vllm(ports=PRIVATE_PORT),  # rule 1's: vLLM may publish nothing at all
+    ],
+    ids=["opted-in", "loopback", "all-interfaces", "no-port", "front", "guard", "vllm"],
+)  # fmt: skip
+def test_a_keyed_container_an_opt_in_or_loopback_pass(res: Resource) -> None:
+    assert check(gp.published_port_needs_credential, res) == []
+
+
+def test_an_unknown_bind_address_is_undecidable() -> None:
+    with pytest.raises(Undecidable):
+        check(
+            gp.published_port_needs_credential, prometheus(ports=[{"internal": 9090.0, "ip": UNKNOWN_STRING}])
+        )
+
+
+def test_a_stack_that_opted_in_to_a_public_prometheus_passes() -> None:
+    """The program labels Prometheus from glm:monitoring.allowPublicBind, so the pack sees the choice."""
+    from tests.conftest import run_program
+
+    deployment = run_program(
+        "a800", overrides={"glm:monitoring": {"bindAddress": "10.0.0.5", "allowPublicBind": True}}
+    )
+    [container] = [r for r in deployment.of_type(CONTAINER) if r.name.endswith("-prometheus")]
+    res = Resource(
+        CONTAINER, container.name, gp.normalize(container.inputs), urn="urn:pulumi:a800::glm::c::p"
+    )
+    assert [p["ip"] for p in res.known("ports")] == ["10.0.0.5"]
+    assert check(gp.published_port_needs_credential, res) == []
 
 
 # --- the committed stacks -----------------------------------------------------------------------

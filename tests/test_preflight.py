@@ -54,6 +54,30 @@ def test_a_gpu_held_by_another_process_is_named_with_the_holder(tmp_path: Path) 
     assert "lower glm:serving.gpuMemoryUtilization to 0.56 or less" in result.stderr  # (81190-528)/143771
 
 
+@pytest.mark.parametrize(
+    ("process", "shown"),
+    [
+        ("\x1b]0;owned\x07\x1b[2Jpython3", "?]0;owned??[2Jpython3"),
+        ("py\\nthon, 3", "py\\nthon, 3"),  # a backslash and an n, which awk -v made a newline
+        ("python3\n0, x, 1 MiB", "python3?0, x, 1 MiB"),
+        ("\u202e\xff", "?????"),  # right-to-left override and ÿ: five bytes in UTF-8
+    ],
+    ids=["terminal-escapes", "backslash-n", "newline", "non-ascii"],
+)
+def test_the_holder_is_named_by_uuid_in_printable_characters_only(
+    tmp_path: Path, process: str, shown: str
+) -> None:
+    """Issue 33 finding 5: whatever a process's name holds, GPU 3's holder is the real busy line's
+    pid and memory (on GPU 3's UUID), and nothing but printable ASCII reaches the terminal."""
+    weights(tmp_path)
+    box = nvidia_box(tmp_path, busy=(3,), process=process)
+    result = run(preflight_of(a800(tmp_path), H200_FACTS, "h200"), box)
+    assert result.returncode == 1
+    assert "GPU 3 (NVIDIA H200) has 81190 MiB free;" in result.stderr
+    assert f"; held by pid 828 {shown} 61958 MiB. Fix:" in result.stderr
+    assert all(" " <= c <= "~" for c in (result.stdout + result.stderr).replace("\n", ""))
+
+
 def test_an_index_the_box_lacks_is_refused(tmp_path: Path) -> None:
     weights(tmp_path)
     config = a800(tmp_path, container={"accelerators": [0, 1, 2, 3, 4, 5, 6, 9]})

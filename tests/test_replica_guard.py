@@ -27,12 +27,13 @@ import pulumi
 import pytest
 from pulumi.runtime import rpc
 
-from components.config import build_stack_config
+from components.config import ConfigError, build_stack_config
 from components.nginx_reload import START_COMMAND
 from components.replica_guard import (
     FRONT_SNIPPET,
     FRONT_TRUST,
     KEY_FILE,
+    SCRAPE_KEY_FILE,
     GuardCredentials,
     ReplicaGuard,
     ReplicaGuardArgs,
@@ -41,12 +42,20 @@ from components.replica_guard import (
 )
 from components.replica_tls import TLS_NAME, ReplicaCertificate, _ReplicaCertificateProvider, self_signed
 from components.vllm_server import render_serving
-from tests.conftest import GATE_METRICS_TEST_KEY, PROJECT, TEST_HOST_KEY, RecordingMocks, redacted
+from tests.conftest import (
+    GATE_METRICS_TEST_KEY,
+    PROJECT,
+    REPLICA_SCRAPE_TEST_KEY,
+    TEST_HOST_KEY,
+    RecordingMocks,
+    redacted,
+)
 from tests.engine import free_port
 from tests.test_nginx_front import (
     NGINX,
     SERVED,
     _RecordingUpstream,
+    assert_forward_secret_tls,
     recording_upstream,
     running,
     runtime_dir,
@@ -56,8 +65,10 @@ from tests.test_nginx_front import (
 )
 
 KEY = "sk-replica-7f3a9c1e5b28d4f06a9e3c71b5d2f8a4"
+SCRAPE_KEY = "sk-scrape-0b5e8d2a7c4f19e36b0a5d8c2e7f1a94"
 FRONT = build_stack_config({"hardware": "local"}).front
 AUTH = {"Authorization": f"Bearer {KEY}"}
+SCRAPE_AUTH = {"Authorization": f"Bearer {SCRAPE_KEY}"}
 
 
 @contextlib.contextmanager
@@ -76,7 +87,9 @@ def nginx(files: dict[str, str]) -> Iterator[tuple[int, Path]]:
 
 
 def guard_files(upstream: str, tls_pair: tuple[str, str] | None = None) -> dict[str, str]:
-    return render_guard_files(FRONT, upstream, KEY, tls_pair, listen="127.0.0.1:{port}", runtime_dir="{dir}")
+    return render_guard_files(
+        FRONT, upstream, KEY, SCRAPE_KEY, tls_pair, listen="127.0.0.1:{port}", runtime_dir="{dir}"
+    )
 
 
 def request(port: int, method: str, path: str, headers: dict[str, str]) -> tuple[int, str, dict[str, str]]:
@@ -131,6 +144,28 @@ def test_with_the_key_the_allowed_routes_reach_vllm_without_the_key(guarded: int
     for _, _, headers in _RecordingUpstream.seen:
         assert "authorization" not in headers
         assert headers["x-request-id"] == "r1"  # the front's id passes through
+
+
+@pytest.mark.parametrize("method,path", [(m, p) for m, p in ALLOWED if p.startswith("/v1/")])
+def test_the_scrape_key_opens_no_inference_route(guarded: int, method: str, path: str) -> None:
+    """Issue 33 finding 3: the key Prometheus and the probe's metrics reads hold runs no inference."""
+    status, body, headers = request(guarded, method, path, SCRAPE_AUTH)
+    assert (status, json.loads(body)["error"]["code"]) == (401, "invalid_api_key")
+    assert headers["www-authenticate"] == 'Bearer realm="glm-replica"'
+    assert _RecordingUpstream.seen == []
+
+
+def test_the_scrape_key_reads_metrics_version_and_health(guarded: int) -> None:
+    for path in ("/metrics", "/version", "/health"):
+        assert request(guarded, "GET", path, SCRAPE_AUTH)[0] == 200, path
+    assert [path for _, path, _ in _RecordingUpstream.seen] == ["/metrics", "/version", "/health"]
+    assert all("authorization" not in headers for _, _, headers in _RecordingUpstream.seen)
+    assert request(guarded, "POST", "/metrics", SCRAPE_AUTH)[0] == 405  # still GET only
+
+
+def test_one_key_for_both_is_refused() -> None:
+    with pytest.raises(ConfigError, match="one key"):
+        render_guard_files(FRONT, "vllm:0", KEY, KEY)
 
 
 @pytest.mark.parametrize(
@@ -235,6 +270,12 @@ def test_tls_guard_is_verified_by_a_front_that_pins_its_certificate(pair: tuple[
         assert len(_RecordingUpstream.seen) == seen
 
 
+def test_tls_guard_is_as_strict_as_the_front(pair: tuple[str, str]) -> None:
+    """Issue 33 finding 4: no CBC or non-forward-secret TLS 1.2 suite, no session tickets."""
+    with recording_upstream() as upstream, nginx(guard_files(f"127.0.0.1:{upstream}", pair)) as (guard, _):
+        assert_forward_secret_tls(guard)
+
+
 def test_a_front_trusting_another_certificate_refuses_the_guard(pair: tuple[str, str]) -> None:
     other = self_signed(["127.0.0.1"])[0]
     with (
@@ -281,16 +322,17 @@ def build_guard(tls: bool, publish: str | None = "10.1.2.3") -> tuple[RecordingM
     @pulumi.runtime.test
     def program() -> pulumi.Output[None]:
         key = pulumi.Output.secret(GATE_METRICS_TEST_KEY)
+        scrape = pulumi.Output.secret(REPLICA_SCRAPE_TEST_KEY)
         cert = ReplicaCertificate("stack-replica-tls", [publish or "gpu01"]) if tls else None
         guard = ReplicaGuard(
             "gpu02-guard",
             ReplicaGuardArgs(
                 render_serving(config), config.front, config.target.host, publish, "glm-net",
-                GuardCredentials(key, cert),
+                GuardCredentials(key, scrape, cert),
             ),
         )  # fmt: skip
         seen["upstream"] = guard.upstream
-        return GuardCredentials(key, cert).front_files().apply(lambda f: seen.update(front_files=f))
+        return GuardCredentials(key, scrape, cert).front_files().apply(lambda f: seen.update(front_files=f))
 
     program()
     return mocks, (config, seen)
@@ -315,13 +357,21 @@ def test_guard_under_mocks_publishes_on_one_address_with_the_key_secret(tls: boo
     assert f"server {config.container.vllm_address}:{config.serving.port};" in reload["nginx_conf"]
     assert rpc.is_rpc_secret(reload["secret_files"])
     files = rpc.unwrap_rpc_secret(reload["secret_files"])
-    assert GATE_METRICS_TEST_KEY in files[KEY_FILE]
+    assert GATE_METRICS_TEST_KEY in files[KEY_FILE] and REPLICA_SCRAPE_TEST_KEY not in files[KEY_FILE]
+    assert (
+        REPLICA_SCRAPE_TEST_KEY in files[SCRAPE_KEY_FILE]
+        and GATE_METRICS_TEST_KEY not in files[SCRAPE_KEY_FILE]
+    )
     assert ("listen 8080 ssl;" in reload["nginx_conf"]) is tls
     assert (files.get("tls.key") == PRIVATE) is tls
-    assert reload["api_key_names"] == ["front"] and len(reload["fingerprint"]) == 64
+    assert (reload["api_key_names"], reload["metrics_key_names"]) == (["front"], ["scrape"])
+    assert len(reload["fingerprint"]) == 64
+    # The front sends the replica key, never the scrape key.
     assert f'"Bearer {GATE_METRICS_TEST_KEY}"' in seen["front_files"][FRONT_SNIPPET]
+    assert REPLICA_SCRAPE_TEST_KEY not in json.dumps(seen["front_files"])
     visible = json.dumps(redacted(registered), default=str)
-    assert GATE_METRICS_TEST_KEY not in visible and "PRIVATE KEY" not in visible
+    assert GATE_METRICS_TEST_KEY not in visible and REPLICA_SCRAPE_TEST_KEY not in visible
+    assert "PRIVATE KEY" not in visible
 
 
 @pytest.mark.parametrize("address", ["0.0.0.0", "::", "[::]", "", "0"])

@@ -1,4 +1,5 @@
-"""Ejection and return without the Docker socket (issue 23), in a real nginx front container.
+"""Ejection and return without the Docker socket (issue 23), in a real nginx front container; and
+the request loop alone, run with ``sh`` here, against what a compromised probe can plant.
 
 The front runs the production command (``rotation_requests.FRONT_COMMAND``: the request loop, then
 nginx as PID 1) from the local nginx image, the requests directory bind-mounted as the probe's
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import subprocess
 import threading
 import time
@@ -23,19 +25,22 @@ import httpx
 import pytest
 
 from components import rotation
+from components.nginx_conf import render_key_map
 from components.nginx_reload import apply_release
 from components.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DIR
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_forever
+from components.template import shell_program
 from tests.gate.support import local_config
 from tests.test_nginx_front import KEYS, SERVED, vllm_sim
 from tests.test_nginx_reload import DOCKER_HOST, IMAGE, LiveFront, _docker_ready, free_port
 from tests.test_rotation import KEY, ask
 
-pytestmark = pytest.mark.skipif(_docker_ready() is not None, reason=str(_docker_ready()))
+needs_docker = pytest.mark.skipif(_docker_ready() is not None, reason=str(_docker_ready()))
 
 INTERVAL, K, M, TIMEOUT = 1.0, 2, 2, 2
+PLANTED_KEY = "sk-planted-4f9a2c7e1b8d3f60a5c9e2b7d4f1a8c3"
 RUNTIME = {"VLLM_SIM_RUNTIME_FAULTS": "1"}
 
 
@@ -92,6 +97,7 @@ def settings_for(front: LiveFront, box1: int, box2: int):  # type: ignore[no-unt
     return dataclasses.replace(base, endpoint=f"{front.base}/v1")
 
 
+@needs_docker
 def test_a_wrong_answering_replica_is_ejected_and_readmitted_by_the_probe(tmp_path: Path) -> None:
     requests = tmp_path / "requests"
     requests.mkdir()
@@ -170,6 +176,7 @@ def test_a_wrong_answering_replica_is_ejected_and_readmitted_by_the_probe(tmp_pa
         assert "semantic probe took box" in error["message"] and "arithmetic" in error["message"], body
 
 
+@needs_docker
 def test_the_request_loop_does_nothing_but_eject_and_readmit_known_replicas(tmp_path: Path) -> None:
     """What a compromised probe can write is refused: unknown names, a name that is not its file's,
     paths, other verbs, quote injection; and it cannot re-admit a replica a failed gate keeps out."""
@@ -212,8 +219,58 @@ def test_the_request_loop_does_nothing_but_eject_and_readmit_known_replicas(tmp_
         assert ask(front.base) == (200, "221")
         logs = subprocess.run(["docker", "logs", front.container], capture_output=True, text=True).stderr
         assert "no replica named box3" in logs and "refused: box1.req names box2" in logs, logs[-2000:]
-        assert "refused an unknown request 'restart'" in logs, logs[-2000:]
-        assert "refused a request naming '-rf'" in logs, logs[-2000:]
-        assert "refused a request naming '*'" in logs, logs[-2000:]
-        assert "eject needs SINCE in epoch seconds, got 'x'" in logs, logs[-2000:]
+        assert "refused: box1.req asks neither eject nor readmit" in logs, logs[-2000:]
+        assert "refused a request file not named after a replica" in logs, logs[-2000:]  # -rf.req
+        assert "refused: box1.req's eject has no time the failures began" in logs, logs[-2000:]
         assert f"not before the failures began ({later - 60}); not ejected" in logs, logs[-2000:]
+        assert "restart" not in logs and "return 200" not in logs and "$host" not in logs, logs[-2000:]
+
+
+def test_the_loop_never_follows_a_link_nor_logs_what_it_read(tmp_path: Path) -> None:
+    """Issue 33 finding 1: the probe (uid 65534) owns the requests folder and plants links: to the
+    front's key map (as rendered), to a readable file outside holding a request; the loop, as root,
+    must neither apply nor log what is behind them, must not block on a FIFO, and must log nothing
+    of a request's content. The rotation script is a stand-in that records its arguments."""
+    requests, keys, outside = tmp_path / "requests", tmp_path / "api-keys.map", tmp_path / "outside"
+    keys.write_text(render_key_map({"alice": PLANTED_KEY}))
+    keys.chmod(0o600)
+    outside.write_text("readmit gpu02\n")
+    calls, errors = tmp_path / "calls", tmp_path / "loop.log"
+    (tmp_path / "rotation.sh").write_text(f'echo "$*" >> {calls}\n')
+    values = {"REQUESTS": str(requests), "SCRIPT": str(tmp_path / "rotation.sh")}
+    with errors.open("w") as err:
+        proc = subprocess.Popen(
+            ["sh", "-c", shell_program("rotation-requests.sh", values, nginx=False)], stderr=err
+        )
+    try:
+        deadline = time.monotonic() + 10
+        while not requests.is_dir():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        (requests / "gpu01.req").symlink_to(keys)  # the review's planted link
+        (requests / "gpu02.req").symlink_to(outside)
+        (requests / "gpu03.req").symlink_to(tmp_path / "nowhere")
+        (requests / "gpu04.req").write_text("eject gpu04 \x1b]0;owned\x07\x1b[2J 1 sk-in-a-request\n")
+        (requests / "sk-planted.req").write_text("readmit sk-planted\n")
+        (requests / "\x1b[2J.req").write_text("readmit x\n")
+        os.mkfifo(requests / "gpu09.req")
+        while list(requests.iterdir()):
+            assert time.monotonic() < deadline, (
+                sorted(p.name for p in requests.iterdir()),
+                errors.read_text(),
+            )
+            time.sleep(0.1)
+        (requests / "gpu05.req").write_text("readmit gpu05\n")  # a request: still served after all that
+        while not calls.exists() or "gpu05" not in calls.read_text():
+            assert time.monotonic() < deadline, errors.read_text()
+            time.sleep(0.1)
+    finally:
+        proc.kill()
+        proc.wait()
+    log = errors.read_text()
+    print(log)
+    assert calls.read_text().splitlines() == ["readmit sk-planted", "readmit gpu05"]
+    assert keys.read_text() == render_key_map({"alice": PLANTED_KEY})  # rm removed the link only
+    assert PLANTED_KEY not in log and "sk-in-a-request" not in log and "owned" not in log
+    assert all(" " <= c <= "~" for c in log.replace("\n", "")), log
+    assert log.count("refused: gpu0") == 5 and "refused a request file not named after a replica" in log

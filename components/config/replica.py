@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from components.config.values import DockerSize, ServedName
+from components.config.values import DockerSize, HubRepo, Revision, ServedName
 from components.model_base import Model, Positive
 
 VISIBILITY_ENV = (
@@ -94,7 +94,7 @@ class DownloadConfig(Model):
     source: Literal["modelscope", "huggingface"] = Field(
         "huggingface", description="Which hub CLI downloads the weights on the host."
     )
-    repo: str | None = Field(None, description="Hub repository id of the weights.")
+    repo: HubRepo | None = Field(None, description="Hub repository id of the weights, `owner/name`.")
 
     @model_validator(mode="after")
     def _repo_when_enabled(self) -> DownloadConfig:
@@ -113,7 +113,11 @@ class ModelConfig(Model):
     served_name: ServedName = Field(
         description="`--served-model-name`: the model id clients send (letters, digits, `._:/-`)."
     )
-    revision: str = Field("unpinned", description="Weights revision, part of the served-model fingerprint.")
+    revision: Revision = Field(
+        "unpinned",
+        description="Weights revision (branch, tag or commit; not starting with `-`), part of the "
+        "served-model fingerprint.",
+    )
     weights_gib: float = Field(description="Total weights size in GiB, for the fit check.", ge=0)
     max_context_length: Positive = Field(description="The model's own context limit in tokens.")
     download: DownloadConfig = Field(default_factory=DownloadConfig)

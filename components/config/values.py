@@ -2,7 +2,7 @@
 fix; and ``ConfigError``, what every refused stack raises.
 
 The annotated types the sections share: sizes, durations, timeouts, the hardware profile's name,
-the served model id, a client name. Nothing here imports the rest of the package.
+the served model id, a hub repository id and revision, a client name. Nothing here imports the rest of the package.
 """
 
 from __future__ import annotations
@@ -84,6 +84,32 @@ def _served_name(value: str) -> str:
     return value
 
 
+# Hugging Face's validate_repo_id and ModelScope's model ids: word characters, `.` and `-`, starting
+# and ending with a word character, so an id can never be read as a command-line option.
+_HUB_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+_HUB_REPO = re.compile(rf"{_HUB_PART}/{_HUB_PART}")
+
+
+def _hub_repo(value: str) -> str:
+    if not _HUB_REPO.fullmatch(value) or ".." in value or "--" in value:
+        raise ValueError(
+            f"{value!r} is not a hub repository id: the download command would read it as something "
+            "else (an option, a path). Fix: owner/name, each of letters, digits and `_.-`, neither "
+            "starting nor ending with `.` or `-`, without `..` or `--` (e.g. zai-org/GLM-5.3-Flash)"
+        )
+    return value
+
+
+def _revision(value: str) -> str:
+    if not value or value.startswith("-") or any(not c.isprintable() or c.isspace() for c in value):
+        raise ValueError(
+            f"{value!r} is not a revision the hub CLI reads as one: it starts with `-` (an option) or "
+            "holds a space or control character. Fix: a branch, tag or commit hash (e.g. v1.0 or "
+            "the commit's 40 hex digits), or unpinned"
+        )
+    return value
+
+
 def _at_least_one_second(value: int) -> int:
     if value < 1:
         raise ValueError(f"{value} s: every request would time out. Fix: at least 1 s; the seed uses 600")
@@ -97,6 +123,8 @@ Timeout = Annotated[int, AfterValidator(_at_least_one_second)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 NonzeroDuration = Annotated[str, AfterValidator(_nonzero_duration)]
 ServedName = Annotated[str, AfterValidator(_served_name)]
+HubRepo = Annotated[str, AfterValidator(_hub_repo)]
+Revision = Annotated[str, AfterValidator(_revision)]
 
 CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 """A client's name in the front's key maps and access log (``glm:apiKeys``, the probe's

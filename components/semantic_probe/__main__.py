@@ -22,6 +22,7 @@ from pathlib import Path
 from components.semantic_probe.service import (
     ProbeMetrics,
     ProbeSettings,
+    ReplicaKeys,
     run_forever,
     run_once,
     serve_metrics,
@@ -38,12 +39,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per run is enough
     settings = ProbeSettings.from_json(args.params.read_text())
     api_key = args.api_key_file.read_text().strip()
-    replica_key = Path(settings.replica_key_file).read_text().strip() if settings.replica_key_file else None
+    replica_keys = (
+        ReplicaKeys(
+            Path(settings.replica_key_file).read_text().strip(),
+            Path(settings.scrape_key_file).read_text().strip(),
+        )
+        if settings.replica_key_file and settings.scrape_key_file
+        else None
+    )
     metrics = ProbeMetrics(settings)
     if args.once:
         results = {}
         for target in settings.targets:
-            outcomes = run_once(settings, api_key, metrics, target, replica_key)
+            outcomes = run_once(settings, api_key, metrics, target, replica_keys)
             results[f"{target.path}:{target.host}"] = [dataclasses.asdict(o) for o in outcomes]
         print(json.dumps(results, indent=2))
         return 0 if all(o["ok"] for run in results.values() for o in run) else 1
@@ -63,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
         k = settings.failures_before_alert
         observe = Ejector(Path(settings.requests_dir), k, k, metrics)
-    run_forever(settings, api_key, metrics, stop, replica_key=replica_key, observe=observe)
+    run_forever(settings, api_key, metrics, stop, replica_keys=replica_keys, observe=observe)
     return 0
 
 

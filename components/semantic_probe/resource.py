@@ -46,6 +46,8 @@ PARAMS_PATH = "/etc/semantic-probe/params.json"
 KEY_PATH = "/etc/semantic-probe/api-key"
 REPLICA_KEY_PATH = "/etc/semantic-probe/replica-key"
 """The stack's replica key (several hosts): the probe asks each guarded replica directly with it."""
+SCRAPE_KEY_PATH = "/etc/semantic-probe/scrape-key"
+"""The guards' scrape key (several hosts): the probe reads a guarded replica's ``/metrics`` with it."""
 APP_FILES = (
     "components/__init__.py",
     "components/model_base.py",
@@ -228,6 +230,7 @@ def probe_settings(
         port=probe.port,
         replicas=tuple(_replica_target(r, guard if r.guarded else None) for r in replicas),
         replica_key_file=REPLICA_KEY_PATH if any(r.guarded for r in replicas) else None,
+        scrape_key_file=SCRAPE_KEY_PATH if any(r.guarded for r in replicas) else None,
         tls=spec.front_tls.params() if spec.front_tls else None,
     )
 
@@ -268,6 +271,8 @@ class SemanticProbeArgs:
     """The replicas it also asks directly, so that a result names its host."""
     replica_key: pulumi.Output[str] | None = None
     """The stack's replica key; needed when one of ``replicas`` is guarded."""
+    scrape_key: pulumi.Output[str] | None = None
+    """The guards' scrape key, for guarded replicas' ``/metrics``; needed with ``replica_key``."""
     requests_volume: pulumi.Input[str] | None = None
     """The front's requests volume (components/rotation_requests.py), the one thing of the front the
     probe mounts: it ejects and re-admits replicas through it."""
@@ -278,8 +283,18 @@ class SemanticProbeArgs:
     not an alert); the image builds meanwhile."""
 
     def __post_init__(self) -> None:
-        if any(r.guarded for r in self.replicas) and self.replica_key is None:
-            raise ValueError("a guarded replica needs the stack's replica key")
+        if any(r.guarded for r in self.replicas) and (self.replica_key is None or self.scrape_key is None):
+            raise ValueError("a guarded replica needs the stack's replica key and the guards' scrape key")
+
+
+def _guard_key_uploads(args: SemanticProbeArgs) -> list[docker.ContainerUploadArgs]:
+    """The guards' two keys, each in a file of its own: inference reads one, ``/metrics`` the other."""
+    if not any(r.guarded for r in args.replicas) or args.replica_key is None or args.scrape_key is None:
+        return []
+    return [
+        docker.ContainerUploadArgs(file=path, content=pulumi.Output.secret(key), permissions="0444")
+        for path, key in ((REPLICA_KEY_PATH, args.replica_key), (SCRAPE_KEY_PATH, args.scrape_key))
+    ]
 
 
 class SemanticProbe(pulumi.ComponentResource):
@@ -333,17 +348,7 @@ class SemanticProbe(pulumi.ComponentResource):
                 docker.ContainerUploadArgs(
                     file=KEY_PATH, content=pulumi.Output.secret(args.api_key), permissions="0444"
                 ),
-                *(
-                    [
-                        docker.ContainerUploadArgs(
-                            file=REPLICA_KEY_PATH,
-                            content=pulumi.Output.secret(args.replica_key),
-                            permissions="0444",
-                        )
-                    ]
-                    if args.replica_key is not None and any(r.guarded for r in args.replicas)
-                    else []
-                ),
+                *_guard_key_uploads(args),
             ],
             # Nothing else is mounted: no Docker socket, no host path, none of the front's config.
             volumes=[

@@ -4,8 +4,8 @@ Prometheus metrics. Plain Python, no Pulumi: it runs in the probe container.
 The probe has several targets (issue 23): the whole path through the front (``host="front"``,
 ``path="front"``: what a client gets, whichever replica answers) and every replica directly
 (``host=<its glm:target.hosts name>``, ``path="replica"``): the front's own replica on the private
-network, the others through their guard with the stack's replica key. Each target has a loop of its
-own. One run = readiness, arithmetic, tool_call, kv_pool, one request at a time, each bounded by the
+network, the others through their guard: the steps with the stack's replica key, ``/metrics`` with
+the guards' scrape key (:class:`ReplicaKeys`). Each target has a loop of its own. One run = readiness, arithmetic, tool_call, kv_pool, one request at a time, each bounded by the
 request timeout. Runs start every ``interval_seconds`` (fixed rate; a run that overruns is followed
 at once, never by a burst). Each step's metrics are published the moment it ends, so an alert does
 not wait for the rest of the run.
@@ -47,10 +47,21 @@ class ProbeTarget:
     metrics_url: str
     """vLLM's ``/metrics`` as this target reaches it (the kv_pool step)."""
     replica_key: bool = False
-    """Asked with the stack's replica key (a guarded replica), else with the probe's API key."""
+    """A guarded replica: asked with :class:`ReplicaKeys`, else with the probe's API key."""
     tls: Mapping[str, Any] | None = None
     """An ``https`` endpoint's certificate name and trust (``EndpointTls.params``): the front's
     certificate names neither its container name nor a guard's address."""
+
+
+@dataclass(frozen=True)
+class ReplicaKeys:
+    """What the probe holds for guarded replicas (components/replica_guard.py), in two files."""
+
+    inference: str
+    """The stack's replica key: the steps' requests to a guard's inference routes."""
+    scrape: str
+    """The guards' scrape key: ``/metrics`` (kv_pool, the saturation check), the key Prometheus
+    holds; a guard refuses it on every inference route."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,8 @@ class ProbeSettings:
     (:class:`ProbeTarget`'s fields)."""
     replica_key_file: str | None = None
     """Where the stack's replica key is, when a replica is guarded."""
+    scrape_key_file: str | None = None
+    """Where the guards' scrape key is, when a replica is guarded."""
     max_num_seqs: int = 0
     """vLLM's ``--max-num-seqs``: a replica running that many requests is saturated (0: unknown,
     only a queue counts)."""
@@ -224,18 +237,18 @@ def run_once(
     api_key: str,
     metrics: ProbeMetrics,
     target: ProbeTarget | None = None,
-    replica_key: str | None = None,
+    replica_keys: ReplicaKeys | None = None,
     may_skip: bool = True,
 ) -> list[StepOutcome]:
     """One run against ``target`` (default: the front path): every step, each recorded as it ends;
-    failures logged with the gate's message. ``replica_key``: for a guarded replica. Skipped (no
+    failures logged with the gate's message. ``replica_keys``: for a guarded replica. Skipped (no
     outcome, counted as ``skipped``) while the target's vLLM is saturated (:func:`saturation`),
     unless ``may_skip`` is false (:class:`SkipBudget`): then asked all the same."""
     target = target or settings.targets[0]
-    if target.replica_key and not replica_key:
-        raise ValueError(f"replica {target.host!r} is guarded but the probe has no replica key")
-    key = replica_key if target.replica_key and replica_key else api_key
-    metrics_key = key if target.replica_key else None
+    if target.replica_key and not replica_keys:
+        raise ValueError(f"replica {target.host!r} is guarded but the probe has no replica keys")
+    key = replica_keys.inference if target.replica_key and replica_keys else api_key
+    metrics_key = replica_keys.scrape if target.replica_key and replica_keys else None
     busy = saturation(settings, target, metrics_key, metrics.progress)
     if busy is not None and may_skip:
         metrics.skip(target)
@@ -305,7 +318,7 @@ def run_forever(
     metrics: ProbeMetrics,
     stop: threading.Event,
     clock: Callable[[], float] = time.monotonic,
-    replica_key: str | None = None,
+    replica_keys: ReplicaKeys | None = None,
     observe: RunObserver | None = None,
 ) -> None:
     """Every target in a loop of its own, each at a fixed rate until ``stop`` is set (a late run
@@ -313,7 +326,7 @@ def run_forever(
     loops = [
         threading.Thread(
             target=_loop,
-            args=(settings, api_key, metrics, stop, clock, target, replica_key, observe),
+            args=(settings, api_key, metrics, stop, clock, target, replica_keys, observe),
             name=f"probe-{target.path}-{target.host}",
             daemon=True,
         )
@@ -332,13 +345,13 @@ def _loop(
     stop: threading.Event,
     clock: Callable[[], float],
     target: ProbeTarget,
-    replica_key: str | None,
+    replica_keys: ReplicaKeys | None,
     observe: RunObserver | None,
 ) -> None:
     next_start = clock()
     budget = SkipBudget()
     while not stop.is_set():
-        outcomes = run_once(settings, api_key, metrics, target, replica_key, budget.may_skip())
+        outcomes = run_once(settings, api_key, metrics, target, replica_keys, budget.may_skip())
         budget.ran(outcomes)
         if observe is not None and outcomes:  # a skipped run is no evidence either way
             try:

@@ -13,7 +13,7 @@ The package is imported two ways: as ``glm_policies`` by the pack (the engine ru
 a program) and as ``policy.glm_policies`` by the program's config; hence relative imports inside.
 
 * ``resource``: what a rule sees (``Resource``, ``normalize``, ``UNKNOWN``) and what a resource is;
-* ``exposure``: rules 1, 2 and 7, what the network can reach;
+* ``exposure``: rules 1, 2, 7 and 8, what the network can reach;
 * ``images``: rule 3, pinned images, and the stacks where it is advisory;
 * ``storage``: rules 4, 5 and 6, /dev/shm, read-only weights, kept volumes;
 * here: ``RULES``, the table ``glm_analyzer`` builds the pack from.
@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .exposure import (
+    GUARD_LABEL,
     NGINX_CONF,
     PLAIN_HTTP_LABEL,
+    PUBLIC_BIND_LABEL,
     RELOADED_CONF,
     TLS_LABEL,
     binds_all_interfaces,
@@ -35,6 +37,7 @@ from .exposure import (
     front_tls_on_public_bind,
     is_loopback,
     no_public_serving_port,
+    published_port_needs_credential,
 )
 from .images import (
     DEFAULT_RELAXED_STACK_SUFFIXES,
@@ -84,9 +87,11 @@ __all__ = [
     "DYNAMIC",
     "FRONT_LABEL",
     "FRONT_SUFFIX",
+    "GUARD_LABEL",
     "IMAGE",
     "NGINX_CONF",
     "PLAIN_HTTP_LABEL",
+    "PUBLIC_BIND_LABEL",
     "RELOADED_CONF",
     "REMOTE_IMAGE",
     "RULES",
@@ -112,6 +117,7 @@ __all__ = [
     "labels",
     "no_public_serving_port",
     "normalize",
+    "published_port_needs_credential",
     "shm_for_tensor_parallel",
     "stack_of",
     "tensor_parallel_size",
@@ -171,6 +177,12 @@ RULES: tuple[Rule, ...] = (
         "front-tls-on-public-bind",
         "The Nginx front serves TLS when it binds beyond loopback, unless the stack opted in to plain HTTP.",
         front_tls_on_public_bind,
+    ),
+    Rule(
+        "published-port-needs-credential",
+        "A port published beyond loopback belongs to a container that checks a key (the front, a replica "
+        "guard), unless the stack opted in (glm:monitoring.allowPublicBind).",
+        published_port_needs_credential,
     ),
 )
 """The pack's rules, in the order of docs/policy.md."""

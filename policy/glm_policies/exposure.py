@@ -1,5 +1,6 @@
-"""Rules 1, 2 and 7: what the network can reach. No published port but the front's, never one
-from vLLM; the front checks the API key; the front serves TLS when it binds beyond loopback."""
+"""Rules 1, 2, 7 and 8: what the network can reach. No published port but the front's, never one
+from vLLM; the front checks the API key; the front serves TLS when it binds beyond loopback; a port
+beyond loopback has a credential in front of it."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ TLS_LABEL = "glm53.tls"
 """``on`` when the front serves TLS (``components/nginx_front.py``)."""
 PLAIN_HTTP_LABEL = ("glm53.plain-http", "accepted")
 """Set only from ``glm:front.allowPlainHttp``: the stack opted in to plain HTTP on a public bind."""
+GUARD_LABEL = ("glm53.role", "replica-guard")
+"""Set by ``components/replica_guard.py``: nginx answering only the stack's guard keys (its
+``nginx_conf``, an ``NginxReload`` input, is checked by rule 2 as the front's is)."""
+PUBLIC_BIND_LABEL = ("glm53.public-bind", "accepted")
+"""Set only from ``glm:monitoring.allowPublicBind``: the stack opted in to Prometheus, which checks
+no credential, beyond loopback."""
 NGINX_CONF = "/etc/nginx/nginx.conf"
 RELOADED_CONF = "/etc/nginx/glm/current/nginx.conf"
 """Where a front delivered by ``NginxReload`` (components/nginx_reload.py) reads its config."""
@@ -216,4 +223,38 @@ def front_tls_on_public_bind(resource: Resource, config: Mapping[str, Any]) -> l
         'glm:tlsKey (docs/front-and-alerts.md "TLS"), a loopback glm:front.bindAddress behind your '
         "own TLS proxy, or an explicit glm:front.allowPlainHttp: true (label "
         f"{PLAIN_HTTP_LABEL[0]}={PLAIN_HTTP_LABEL[1]})."
+    ]
+
+
+# --- 8. published-port-needs-credential ---------------------------------------------------------
+
+
+def published_port_needs_credential(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """A port published on an address beyond loopback belongs to a container that checks a key:
+    the labelled front or a labelled replica guard, unless the stack opted in (``PUBLIC_BIND_LABEL``).
+    vLLM and the all-interfaces spellings are rule 1's."""
+    if resource.type != CONTAINER or is_serving(resource):
+        return []
+    found = labels(resource)
+    if (
+        is_labelled_front(resource)
+        or found.get(GUARD_LABEL[0]) == GUARD_LABEL[1]
+        or found.get(PUBLIC_BIND_LABEL[0]) == PUBLIC_BIND_LABEL[1]
+    ):
+        return []
+    public = []
+    for port in resource.known("ports", []):
+        if port is UNKNOWN or port.get("ip") is UNKNOWN:
+            raise Undecidable(f"{resource.name}: the bind address of its port is not known yet")
+        ip = port.get("ip")
+        if not binds_all_interfaces(ip) and not is_loopback(ip):
+            public.append(f"{ip}:{_port(port.get('external'))}")
+    if not public:
+        return []
+    return [
+        f"{resource.name} publishes {', '.join(public)} with no credential in front of it: anyone who "
+        f"reaches that address uses it. Only the Nginx front ({FRONT_LABEL[0]}={FRONT_LABEL[1]}) and the "
+        f"replica guards ({GUARD_LABEL[0]}={GUARD_LABEL[1]}) check a key. Fix: bind it to 127.0.0.1 "
+        "and reach it through an SSH tunnel, or put it behind the front; for Prometheus an explicit "
+        f"glm:monitoring.allowPublicBind: true (label {PUBLIC_BIND_LABEL[0]}={PUBLIC_BIND_LABEL[1]})."
     ]

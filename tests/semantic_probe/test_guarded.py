@@ -1,16 +1,18 @@
 """A replica off the front's host, asked directly through its real guard (nginx, the rendered guard
-config) with the stack's replica key: every step passes, /metrics is read with the key (kv_pool and
-the saturation check), and another key gets nothing."""
+config) with the stack's replica key: every step passes, /metrics is read with the guards' scrape key
+(kv_pool and the saturation check), and another key gets nothing."""
 
 from __future__ import annotations
 
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.saturation import saturation
-from components.semantic_probe.service import ProbeMetrics, run_once
+from components.semantic_probe.service import ProbeMetrics, ReplicaKeys, run_once
 from tests.gate.support import local_config
 from tests.test_nginx_front import SERVED, vllm_sim
 from tests.test_replica_guard import KEY as REPLICA_KEY
-from tests.test_replica_guard import guard_files, nginx
+from tests.test_replica_guard import SCRAPE_KEY, guard_files, nginx
+
+KEYS = ReplicaKeys(REPLICA_KEY, SCRAPE_KEY)
 
 
 def test_a_guarded_replica_is_probed_with_the_replica_key() -> None:
@@ -30,7 +32,7 @@ def test_a_guarded_replica_is_probed_with_the_replica_key() -> None:
         assert (target.host, target.replica_key) == ("box2", True)
         assert target.metrics_url == f"http://127.0.0.1:{guard}/metrics"
         outcomes = run_once(
-            settings, "sk-the-probe-api-key-not-for-guards", ProbeMetrics(settings), target, REPLICA_KEY
+            settings, "sk-the-probe-api-key-not-for-guards", ProbeMetrics(settings), target, KEYS
         )
         assert [(o.step, o.ok) for o in outcomes] == [
             ("readiness", True),
@@ -38,8 +40,24 @@ def test_a_guarded_replica_is_probed_with_the_replica_key() -> None:
             ("tool_call", True),
             ("kv_pool", True),
         ], outcomes
-        assert saturation(settings, target, REPLICA_KEY, {}) is None
+        assert saturation(settings, target, SCRAPE_KEY, {}) is None
         # Another key: the guard's JSON 401 fails readiness (and the saturation check cannot read
         # /metrics, so it lets the run go ahead and report).
-        wrong = run_once(settings, "x", ProbeMetrics(settings), target, "sk-replica-not-this-stacks-key-0000")
+        other = "sk-replica-not-this-stacks-key-0000"
+        wrong = run_once(settings, "x", ProbeMetrics(settings), target, ReplicaKeys(other, SCRAPE_KEY))
         assert not wrong[0].ok and "401" in (wrong[0].failure or ""), wrong[0]
+        # The scrape key for inference: refused there as well (issue 33, finding 3).
+        scraping = run_once(
+            settings, "x", ProbeMetrics(settings), target, ReplicaKeys(SCRAPE_KEY, SCRAPE_KEY)
+        )
+        assert not scraping[0].ok and "401" in (scraping[0].failure or ""), scraping[0]
+        # /metrics is read with the scrape key: another one there fails kv_pool alone.
+        metrics_wrong = run_once(
+            settings, "x", ProbeMetrics(settings), target, ReplicaKeys(REPLICA_KEY, other)
+        )
+        assert [(o.step, o.ok) for o in metrics_wrong] == [
+            ("readiness", True),
+            ("arithmetic", True),
+            ("tool_call", True),
+            ("kv_pool", False),
+        ], metrics_wrong

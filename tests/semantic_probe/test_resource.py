@@ -89,9 +89,13 @@ def test_a_guarded_replica_without_the_replica_key_is_refused_in_the_args() -> N
         "api_key": key,
         "replicas": (ProbeReplica("box2", "10.0.0.2:8000", guarded=True),),
     }
-    with pytest.raises(ValueError, match="a guarded replica needs the stack's replica key"):
+    with pytest.raises(
+        ValueError, match="a guarded replica needs the stack's replica key and the guards' scrape key"
+    ):
         SemanticProbeArgs(**args)
-    assert SemanticProbeArgs(**args, replica_key=key).replica_key is key
+    with pytest.raises(ValueError, match="scrape key"):
+        SemanticProbeArgs(**args, replica_key=key)
+    assert SemanticProbeArgs(**args, replica_key=key, scrape_key=key).replica_key is key
 
 
 def test_production_defaults() -> None:
@@ -287,6 +291,7 @@ def test_a_tls_stacks_replicas_are_probed_through_their_guards(front_pair: tuple
     assert all(r["tls"]["server_name"] == TLS_NAME for r in replicas.values())
     assert all(r["tls"]["ca"] == REPLICA_TEST_CERTIFICATE for r in replicas.values())
     assert params["replica_key_file"] == "/etc/semantic-probe/replica-key"
+    assert params["scrape_key_file"] == "/etc/semantic-probe/scrape-key"
 
 
 def test_the_context_is_not_in_git() -> None:
@@ -334,7 +339,7 @@ def test_the_probe_mounts_nothing_of_the_front_but_the_requests_volume(
     assert [(r["host"], r["replica_key"]) for r in params["replicas"]] == [
         ("localhost", False)
     ]  # the local stack's one host (glm:target)
-    assert params["replica_key_file"] is None
+    assert params["replica_key_file"] is None and params["scrape_key_file"] is None
 
 
 def test_eject_replicas_false_means_alerts_only_and_no_mount() -> None:

@@ -220,7 +220,8 @@ def test_a_guarded_replica_without_the_replica_key_is_refused_before_asking() ->
     )
     settings = probe_settings(spec, "f", "v:8000", (ProbeReplica("box2", "10.0.0.2:8000", guarded=True),))
     assert settings.replica_key_file == "/etc/semantic-probe/replica-key"
-    with pytest.raises(ValueError, match="replica 'box2' is guarded but the probe has no replica key"):
+    assert settings.scrape_key_file == "/etc/semantic-probe/scrape-key"
+    with pytest.raises(ValueError, match="replica 'box2' is guarded but the probe has no replica keys"):
         run_once(settings, KEY, ProbeMetrics(settings), settings.targets[1])
 
 

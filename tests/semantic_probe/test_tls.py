@@ -15,11 +15,11 @@ from components.replica_tls import TLS_NAME, self_signed
 from components.semantic_probe import PROBE_STEPS
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.saturation import saturation
-from components.semantic_probe.service import ProbeMetrics, ProbeSettings, run_once
+from components.semantic_probe.service import ProbeMetrics, ProbeSettings, ReplicaKeys, run_once
 from tests.gate.support import KEY, Sim, needs_nginx, start_front, stop
 from tests.test_nginx_front import SERVED, vllm_sim
 from tests.test_replica_guard import KEY as REPLICA_KEY
-from tests.test_replica_guard import guard_files, nginx
+from tests.test_replica_guard import SCRAPE_KEY, guard_files, nginx
 from tests.tls_certs import TestCa
 
 pytestmark = needs_nginx
@@ -102,11 +102,15 @@ def test_a_guard_serving_tls_is_probed_with_the_pinned_certificate_and_the_repli
         )
         settings = dataclasses.replace(settings, served_name=SERVED, max_model_len=32768)
         outcomes = run_once(
-            settings, "sk-the-probe-api-key-not-for-guards", ProbeMetrics(settings), target, REPLICA_KEY
+            settings,
+            "sk-the-probe-api-key-not-for-guards",
+            ProbeMetrics(settings),
+            target,
+            ReplicaKeys(REPLICA_KEY, SCRAPE_KEY),
         )
         assert [(o.step, o.ok) for o in outcomes] == [(step, True) for step in PROBE_STEPS], outcomes
         # The saturation check reads the guard's /metrics over TLS too (None: read, not busy).
-        assert saturation(settings, target, REPLICA_KEY, {}) is None
+        assert saturation(settings, target, SCRAPE_KEY, {}) is None
         # Another pinned certificate than the guard serves: the run fails and says what to do.
         stale = probe_settings(
             spec_for(pem, stack_ca.certificate),
@@ -116,7 +120,9 @@ def test_a_guard_serving_tls_is_probed_with_the_pinned_certificate_and_the_repli
             self_signed(["127.0.0.1"])[0],
         )
         stale = dataclasses.replace(stale, served_name=SERVED, max_model_len=32768)
-        wrong = run_once(stale, "x", ProbeMetrics(stale), stale.targets[1], REPLICA_KEY)
+        wrong = run_once(
+            stale, "x", ProbeMetrics(stale), stale.targets[1], ReplicaKeys(REPLICA_KEY, SCRAPE_KEY)
+        )
         assert not wrong[0].ok and "against the stack's pinned replica certificate" in (
             wrong[0].failure or ""
         )
