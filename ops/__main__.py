@@ -239,12 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "rollback":  # before reading the config: the current one may be what failed
-        # The local stack's config is the repository's Pulumi.local.yaml, unless GLM_PULUMI points
-        # the commands at another project (the tests).
-        tracked = (
-            ROOT / "Pulumi.local.yaml" if args.stack == "local" and not os.environ.get("GLM_PULUMI") else None
-        )
-        return rollback(args.stack, pulumi, PULUMI, tracked)
+        return rollback(args.stack, pulumi, PULUMI)
     config = stack_config(args.stack)
     if args.command == "logs":
         return logs(config, args.stack, follow=not args.no_follow)
