@@ -25,11 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from components.config import (
+    REPLICA_KEYS,
     SECRET_KEYS,
+    ConfigError,
     SecretInputs,
     StackConfig,
     build_stack_config,
 )
+from components.config.loading import STACK_KEYS
 from components.front_tls import front_tls
 from components.gate.startup import is_error, milestone
 from components.model_volume import weights_and_cache
@@ -50,15 +53,48 @@ def pulumi(*args: str, stack: str) -> str:
     return result.stdout
 
 
-def stack_config(stack: str) -> StackConfig:
-    """The stack's config as the program validates it (secrets left out: not needed here)."""
+def stack_output(name: str, stack: str) -> Any:
+    """One stack output, None when the stack has none of that name."""
+    result = subprocess.run(
+        [*PULUMI, "stack", "output", name, "--json", "-s", stack], capture_output=True, text=True
+    )
+    return json.loads(result.stdout or "null") if result.returncode == 0 else None
+
+
+def stack_config(stack: str, command: str) -> StackConfig:
+    """The stack's config as the program validates it (secrets left out: not needed here).
+
+    A stack file the program would refuse does not stop a look at the running stack: its replica
+    keys are taken from the last version that passed its gate (the ``verified`` output), which is
+    what runs, and the command says so in one line; else it refuses in one line, with the fix."""
     values = json.loads(pulumi("config", "--json", stack=stack))
     raw: dict[str, Any] = {}
     for key, entry in values.items():
         name = key.removeprefix("glm:")
         if key.startswith("glm:") and name not in SECRET_KEYS and not entry.get("secret"):
             raw[name] = entry.get("objectValue", entry.get("value"))
-    return build_stack_config(raw, docker_host=os.environ.get("GLM_DOCKER_HOST") or None)
+    docker_host = os.environ.get("GLM_DOCKER_HOST") or None
+    try:
+        return build_stack_config(raw, docker_host=docker_host)
+    except ConfigError as err:
+        problems = [line.strip() for line in str(err).splitlines()[1:]] or [str(err)]
+    more = f" (and {len(problems) - 1} more: make preview STACK={stack})" if len(problems) > 1 else ""
+    problem = f"stack {stack}'s config is refused: {problems[0].rstrip('.')}{more}"
+    fix = f"Fix: scripts/pulumi.sh config … -s {stack}, or make rollback STACK={stack}"
+    if command == "restart":
+        sys.exit(f"ops: {problem}; restart runs `pulumi up`, which refuses it. {fix}.")
+    verified = stack_output("verified", stack)
+    last = verified.get("config") if isinstance(verified, dict) else None
+    if not isinstance(last, dict):
+        sys.exit(f"ops: {problem}. {fix}.")
+    # The running version's replica keys; the other keys (target, front, smoke) as the file has them.
+    known = {k: v for k, v in raw.items() if k in STACK_KEYS and k not in REPLICA_KEYS}
+    try:
+        config = build_stack_config({**known, **last}, docker_host=docker_host)
+    except ConfigError:
+        sys.exit(f"ops: {problem}. {fix}.")
+    print(f"ops: {problem}. {command} reads the last version that passed its gate. {fix}.", file=sys.stderr)
+    return config
 
 
 def docker(config: StackConfig) -> list[str]:
@@ -240,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "rollback":  # before reading the config: the current one may be what failed
         return rollback(args.stack, pulumi, PULUMI)
-    config = stack_config(args.stack)
+    config = stack_config(args.stack, args.command)
     if args.command == "logs":
         return logs(config, args.stack, follow=not args.no_follow)
     if args.command == "status":
@@ -254,5 +290,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run(argv: list[str] | None = None) -> int:
+    """``main`` with no traceback: Ctrl-C is one line and exit 130; anything unforeseen is one line
+    naming it (``GLM_DEBUG=1`` shows the traceback)."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("\nops: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # the user gets one line, not a traceback
+        if os.environ.get("GLM_DEBUG"):
+            raise
+        print(f"ops: {type(err).__name__}: {err} (GLM_DEBUG=1 shows where)", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -191,7 +191,8 @@ def run_program(
     def program() -> pulumi.Output[None]:
         pulumi.runtime.register_stack_transformation(record_options)
         namespace = runpy.run_path(str(PROJECT / "__main__.py"), run_name="__pulumi_program__")
-        return pulumi.Output.all(**namespace["outputs"]).apply(deployment.outputs.update)
+        # No outputs: the program refused the config (make destroy's way, components/rotation.py).
+        return pulumi.Output.all(**namespace.get("outputs", {})).apply(deployment.outputs.update)
 
     try:
         program()
