@@ -145,19 +145,35 @@ def status(config: StackConfig, stack: str) -> int:
         ("endpoint", outputs.get("endpoint", "(not deployed)")),
         ("image", outputs.get("imageRef", "?")),
         ("last update", f"{last.get('result', '?')} at {last.get('endTime', '?')} ({last.get('kind', '?')})"),
-        ("last gate", _gate_summary(smoke)),
+        ("last gate", _gate_summary(smoke, history)),
     ]
     for label, value in rows:
         print(f"{label:12s} {value}")
     return 0 if state and state.get("Running") else 1
 
 
-def _gate_summary(smoke: dict[str, Any]) -> str:
+def _gate_summary(smoke: dict[str, Any], history: list[dict[str, Any]]) -> str:
+    """The gate the ``smoke`` output holds: the one of the last update that succeeded, which is not
+    the last update when that one failed (a failed update leaves the outputs as they were).
+
+    >>> _gate_summary({"kv_pool_tokens": 9}, [{"kind": "update", "result": "failed"},
+    ...     {"kind": "update", "result": "succeeded", "version": 3, "endTime": "T"}])
+    'passed with update 3 at T (not with the last update, which failed); kv_pool 9'
+    """
     if not smoke:
         return "never passed"
     steps = smoke.get("latencies_ms") or smoke.get("steps") or {}
     parts = ", ".join(f"{k} {v:.0f} ms" for k, v in steps.items() if isinstance(v, int | float))
-    return f"passed with the last update{': ' + parts if parts else ''}; kv_pool {smoke.get('kv_pool_tokens', '?')}"
+    updates = [h for h in history if h.get("kind") == "update"]
+    passed = next((h for h in updates if h.get("result") == "succeeded"), None)
+    if passed is None or passed is (updates[0] if updates else None):
+        when = "passed with the last update"
+    else:
+        when = (
+            f"passed with update {passed.get('version', '?')} at {passed.get('endTime', '?')} "
+            f"(not with the last update, which {updates[0].get('result', '?')})"
+        )
+    return f"{when}{': ' + parts if parts else ''}; kv_pool {smoke.get('kv_pool_tokens', '?')}"
 
 
 def smoke(config: StackConfig, stack: str, deadline: float) -> int:
