@@ -36,6 +36,7 @@ from components.config.loading import STACK_KEYS
 from components.front_tls import front_tls
 from components.gate.startup import is_error, milestone
 from components.model_volume import weights_and_cache
+from components.nginx_front import front_container_name
 from components.target import docker_ssh_opts
 from components.vllm_server import render_argv, render_serving
 from ops.rollback import rollback
@@ -129,19 +130,17 @@ def logs(config: StackConfig, stack: str, follow: bool) -> int:
 def status(config: StackConfig, stack: str) -> int:
     outputs = json.loads(pulumi("stack", "output", "--json", stack=stack) or "{}")
     history = json.loads(pulumi("stack", "history", "--json", stack=stack) or "[]")
-    inspect = subprocess.run(
-        [*docker(config), "inspect", "--format", "{{json .State}}", config.container.name],
-        capture_output=True,
-        text=True,
+    state, front = (
+        _state(config, config.container.name),
+        _state(config, front_container_name(config.container)),
     )
-    state = json.loads(inspect.stdout) if inspect.returncode == 0 else None
-    health = (state or {}).get("Health", {}).get("Status", "no health check")
     last = history[0] if history else {}
     smoke = outputs.get("smoke") or {}
     rows = [
         ("stack", f"{stack} ({config.hardware})"),
         ("container", f"{config.container.name} on {config.target.host.docker_host}"),
-        ("state", f"{state['Status']} since {state['StartedAt']}, health {health}" if state else "not found"),
+        ("state", _state_line(state)),
+        ("front", f"{front_container_name(config.container)}: {_state_line(front)}"),
         ("endpoint", outputs.get("endpoint", "(not deployed)")),
         ("image", outputs.get("imageRef", "?")),
         ("last update", f"{last.get('result', '?')} at {last.get('endTime', '?')} ({last.get('kind', '?')})"),
@@ -149,7 +148,22 @@ def status(config: StackConfig, stack: str) -> int:
     ]
     for label, value in rows:
         print(f"{label:12s} {value}")
-    return 0 if state and state.get("Running") else 1
+    return 0 if state and state.get("Running") and front and front.get("Running") else 1
+
+
+def _state(config: StackConfig, container: str) -> dict[str, Any] | None:
+    """``docker inspect``'s State of a container on the stack's host; None when there is none."""
+    inspect = subprocess.run(
+        [*docker(config), "inspect", "--format", "{{json .State}}", container], capture_output=True, text=True
+    )
+    return json.loads(inspect.stdout) if inspect.returncode == 0 else None
+
+
+def _state_line(state: dict[str, Any] | None) -> str:
+    if not state:
+        return "not found"
+    health = state.get("Health", {}).get("Status", "no health check")
+    return f"{state['Status']} since {state['StartedAt']}, health {health}"
 
 
 def _gate_summary(smoke: dict[str, Any], history: list[dict[str, Any]]) -> str:
@@ -158,7 +172,7 @@ def _gate_summary(smoke: dict[str, Any], history: list[dict[str, Any]]) -> str:
 
     >>> _gate_summary({"kv_pool_tokens": 9}, [{"kind": "update", "result": "failed"},
     ...     {"kind": "update", "result": "succeeded", "version": 3, "endTime": "T"}])
-    'passed with update 3 at T (not with the last update, which failed); kv_pool 9'
+    'passed with the update that ended T (not with the last update, which failed); kv_pool 9'
     """
     if not smoke:
         return "never passed"
@@ -170,7 +184,7 @@ def _gate_summary(smoke: dict[str, Any], history: list[dict[str, Any]]) -> str:
         when = "passed with the last update"
     else:
         when = (
-            f"passed with update {passed.get('version', '?')} at {passed.get('endTime', '?')} "
+            f"passed with the update that ended {passed.get('endTime', '?')} "
             f"(not with the last update, which {updates[0].get('result', '?')})"
         )
     return f"{when}{': ' + parts if parts else ''}; kv_pool {smoke.get('kv_pool_tokens', '?')}"

@@ -220,6 +220,7 @@ E2E_MODULES = (
     "test_first_hour.py", "test_ops.py", "test_rehearsal.py", "test_multihost_engine.py",
     "test_semantic_probe_e2e.py", "test_semantic_probe_tls_e2e.py", "test_semantic_probe_tls_multihost_e2e.py",
     "test_fleet_healing_engine.py", "test_k8s_engine.py", "test_k8s_rehearsal_engine.py",
+    "test_first_hour_walkthrough.py",
 )  # fmt: skip
 
 
@@ -233,7 +234,7 @@ CONTAINER_MODULES = (
 LONGEST_FIRST = (
     "test_fleet_healing_engine.py", "test_multihost_engine.py", "test_rehearsal.py",
     "test_semantic_probe_tls_multihost_e2e.py", "test_ops.py", "test_semantic_probe_e2e.py",
-    "test_engine_gate.py", "test_e2e.py", "test_first_hour.py", "test_semantic_probe_tls_e2e.py",
+    "test_engine_gate.py", "test_first_hour_walkthrough.py", "test_e2e.py", "test_first_hour.py", "test_semantic_probe_tls_e2e.py",
     "test_e2e_front.py", "test_standin_host.py", "test_k8s_engine.py", "test_k8s_rehearsal_engine.py",
     "test_engine_program.py",
 )  # fmt: skip

@@ -44,5 +44,5 @@ def test_status_after_a_failed_update_does_not_say_the_gate_passed_with_it() -> 
     ]
     summary = _gate_summary({"kv_pool_tokens": 9}, history)
     assert "with the last update" not in summary.split("(")[0]
-    assert summary.startswith("passed with update 3 at T3 (not with the last update, which failed)")
+    assert summary.startswith("passed with the update that ended T3 (not with the last update, which failed)")
     assert _gate_summary({"kv_pool_tokens": 9}, history[1:]).startswith("passed with the last update")
