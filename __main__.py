@@ -8,18 +8,21 @@ import pulumi
 
 from components.config import ConfigError, load_stack_config
 from components.deployment import deploy
+from components.rotation import drain_for_destroy
 from components.secrets import Secrets
 
 try:
     config = load_stack_config()
 except ConfigError as err:
-    # RunError prints the message alone: the user sees what to fix, not a traceback.
-    raise pulumi.RunError(str(err)) from None
+    # `make destroy` removes the stack whatever its file says; anything else is refused, the
+    # message alone (RunError): the user sees what to fix, not a traceback.
+    if not drain_for_destroy(str(err)):
+        raise pulumi.RunError(str(err)) from None
+else:
+    for advisory in config.advisories():
+        pulumi.log.warn(advisory)
 
-for advisory in config.advisories():
-    pulumi.log.warn(advisory)
+    outputs = deploy(config, Secrets.from_config(), pulumi.get_stack())
 
-outputs = deploy(config, Secrets.from_config(), pulumi.get_stack())
-
-for name, value in outputs.items():
-    pulumi.export(name, value)
+    for name, value in outputs.items():
+        pulumi.export(name, value)

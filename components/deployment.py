@@ -172,6 +172,8 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
             opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=preflights),
         )
     outputs = _outputs(config, serving, served, home, front, monitoring, smoke)
+    # What the drain needs when `make destroy` meets a config the program refuses (rotation.py).
+    outputs["drain"] = {"front": front_on, "graceSeconds": config.container.stop_grace_seconds}
     if probe is not None:
         outputs["semanticProbe"] = probe.container_name
     if keys.gate_metrics is not None:

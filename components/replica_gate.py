@@ -105,10 +105,12 @@ def run_replica_gate(props: dict[str, Any]) -> dict[str, Any]:
             results = run_gate(params, str(props["api_key"]), lambda line: stderr_progress(f"{host}: {line}"))
         except GateFailure as err:
             failure = f"the replica on host {host!r} failed its gate at step {err.step!r}: {err.message}"
-            kept = _rotation_note(lambda: rotation.keep_out(params["front"], host, failure))
+            one_box = bool(params.get("one_box"))
+            kept = _rotation_note(lambda: rotation.keep_out(params["front"], host, failure), one_box)
+            stopped = "" if one_box else "The roll stopped here; no other host was touched. "
             raise OperatorError(
-                f"{failure}\n{kept}\nThe roll stopped here; no other host was touched. "
-                "To go back to the last version that passed: make rollback STACK=<stack>."
+                f"{failure}\n{kept}\n{stopped}To go back to the last version that passed: "
+                f"make rollback STACK={params.get('stack') or '<stack>'}."
             ) from None
     try:
         stderr_progress(f"{host}: passed; {rotation.admit(params['front'], host, params['address'])}")
@@ -119,14 +121,25 @@ def run_replica_gate(props: dict[str, Any]) -> dict[str, Any]:
     return {**results, "host": host}
 
 
-def _rotation_note(change: Any) -> str:
+def _rotation_note(change: Any, one_box: bool) -> str:
+    """What clients get now. On one box the failed replica was the only one: no replica is in
+    rotation, and the front answers every API request 503 until a version that passes is back.
+
+    >>> _rotation_note(lambda: None, one_box=True)[:70]
+    "It is out of the front's rotation, and it was the stack's only replica"
+    """
     from components.rotation import RotationError
 
     try:
         change()
     except RotationError as err:
         return f"It could not be marked out of the front's rotation ({err}); it was drained before its replacement."
-    return "It is out of the front's rotation: clients are served by the replicas that passed."
+    if one_box:
+        return (
+            "It is out of the front's rotation, and it was the stack's only replica: the API answers 503 "
+            "(no_replica_in_rotation, naming this failure) until a version that passes is back."
+        )
+    return "It is out of the front's rotation: clients are served by the other hosts' replicas, which passed."
 
 
 class ReplicaGateProvider(SmokeTestProvider):
@@ -190,6 +203,10 @@ class Admission:
     """host:port the front proxies to for this replica."""
     grace_seconds: int
     """How long a removed replica's requests in flight may run (``glm:container.stopGraceSeconds``)."""
+    stack: str
+    """The stack's name, for the way back a failure prints (``make rollback STACK=…``)."""
+    one_box: bool
+    """The stack's only replica: while it is out, no replica is in rotation and the API answers 503."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,5 +247,8 @@ class ReplicaGate(GateComponent):
             "front_container_id": admission.front_container_id,
             "address": admission.address,
             "grace_seconds": admission.grace_seconds,
+            # Read by a failure's message only: not compared by diff, a rename re-gates nothing.
+            "stack": admission.stack,
+            "one_box": admission.one_box,
         }
         self._gate(name, ReplicaGateProvider(), props, args.api_key)

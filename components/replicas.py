@@ -154,6 +154,8 @@ def gated(
                 front_container_id=front.container.id,
                 address=address,
                 grace_seconds=config.container.stop_grace_seconds,
+                stack=pulumi.get_stack(),
+                one_box=len(config.target.hosts) == 1,
             ),
         ),
         # The front's config (which includes the rotation) and the guard's are live before the

@@ -21,6 +21,8 @@ Every change runs through ``docker exec`` on the front's host, as the front's re
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import subprocess
 import time
 from collections.abc import Mapping
@@ -59,6 +61,9 @@ DRAIN_HOOK = "glm53-drain-replica"
 """The serving containers' ``before_delete`` hook. One name for every replica, registered on every
 run, so that a host removed from the stack is still drained; ``pulumi destroy`` needs
 ``--run-program`` to find it (``make destroy`` passes it)."""
+DESTROY_DRAIN = "GLM_DESTROY_DRAIN"
+"""Set by ``make destroy`` (``scripts/pulumi.sh destroy``) to the stack's ``drain`` output (JSON):
+the program registers the drain hook from it when it refuses the stack's config."""
 
 
 class RotationError(RuntimeError):
@@ -197,3 +202,31 @@ def drain_hook(front: Mapping[str, Any], grace_seconds: int) -> pulumi.ResourceH
         pulumi.log.info(f"replica {replica!r} left the front's rotation before its container: {done}")
 
     return pulumi.ResourceHook(DRAIN_HOOK, before_delete)
+
+
+def drain_for_destroy(problem: str) -> bool:
+    """In ``make destroy``, on a config the program refuses: register the drain hook from the stack's
+    ``drain`` output (the front's access and the grace) instead of the config, so that the destroy
+    removes the stack whatever its file now says. False outside a destroy: the refusal stands.
+
+    The drain needs the replicas and the front, which the state has, not a valid config."""
+    if DESTROY_DRAIN not in os.environ:
+        return False
+    first = problem.splitlines()[-1].strip()
+    drain = json.loads(os.environ[DESTROY_DRAIN] or "null")
+    if isinstance(drain, dict) and isinstance(drain.get("front"), dict):
+        _destroy_hooks.append(drain_hook(drain["front"], int(drain.get("graceSeconds", 30))))
+        how = "each serving container drained from the front first (the stack's `drain` output)"
+    else:
+
+        async def nothing(args: pulumi.ResourceHookArgs) -> None:
+            return None
+
+        _destroy_hooks.append(pulumi.ResourceHook(DRAIN_HOOK, nothing))
+        how = "without a drain: the stack has no `drain` output (deployed before it existed)"
+    pulumi.log.warn(f"the stack's config is refused ({first}); destroying from the state, {how}")
+    return True
+
+
+_destroy_hooks: list[pulumi.ResourceHook] = []
+"""The hooks registered for a destroy, kept for the run."""

@@ -25,14 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from components.config import (
+    REPLICA_KEYS,
     SECRET_KEYS,
+    ConfigError,
     SecretInputs,
     StackConfig,
     build_stack_config,
 )
+from components.config.loading import STACK_KEYS
 from components.front_tls import front_tls
 from components.gate.startup import is_error, milestone
 from components.model_volume import weights_and_cache
+from components.nginx_front import front_container_name
 from components.target import docker_ssh_opts
 from components.vllm_server import render_argv, render_serving
 from ops.rollback import rollback
@@ -50,15 +54,48 @@ def pulumi(*args: str, stack: str) -> str:
     return result.stdout
 
 
-def stack_config(stack: str) -> StackConfig:
-    """The stack's config as the program validates it (secrets left out: not needed here)."""
+def stack_output(name: str, stack: str) -> Any:
+    """One stack output, None when the stack has none of that name."""
+    result = subprocess.run(
+        [*PULUMI, "stack", "output", name, "--json", "-s", stack], capture_output=True, text=True
+    )
+    return json.loads(result.stdout or "null") if result.returncode == 0 else None
+
+
+def stack_config(stack: str, command: str) -> StackConfig:
+    """The stack's config as the program validates it (secrets left out: not needed here).
+
+    A stack file the program would refuse does not stop a look at the running stack: its replica
+    keys are taken from the last version that passed its gate (the ``verified`` output), which is
+    what runs, and the command says so in one line; else it refuses in one line, with the fix."""
     values = json.loads(pulumi("config", "--json", stack=stack))
     raw: dict[str, Any] = {}
     for key, entry in values.items():
         name = key.removeprefix("glm:")
         if key.startswith("glm:") and name not in SECRET_KEYS and not entry.get("secret"):
             raw[name] = entry.get("objectValue", entry.get("value"))
-    return build_stack_config(raw, docker_host=os.environ.get("GLM_DOCKER_HOST") or None)
+    docker_host = os.environ.get("GLM_DOCKER_HOST") or None
+    try:
+        return build_stack_config(raw, docker_host=docker_host)
+    except ConfigError as err:
+        problems = [line.strip() for line in str(err).splitlines()[1:]] or [str(err)]
+    more = f" (and {len(problems) - 1} more: make preview STACK={stack})" if len(problems) > 1 else ""
+    problem = f"stack {stack}'s config is refused: {problems[0].rstrip('.')}{more}"
+    fix = f"Fix: scripts/pulumi.sh config … -s {stack}, or make rollback STACK={stack}"
+    if command == "restart":
+        sys.exit(f"ops: {problem}; restart runs `pulumi up`, which refuses it. {fix}.")
+    verified = stack_output("verified", stack)
+    last = verified.get("config") if isinstance(verified, dict) else None
+    if not isinstance(last, dict):
+        sys.exit(f"ops: {problem}. {fix}.")
+    # The running version's replica keys; the other keys (target, front, smoke) as the file has them.
+    known = {k: v for k, v in raw.items() if k in STACK_KEYS and k not in REPLICA_KEYS}
+    try:
+        config = build_stack_config({**known, **last}, docker_host=docker_host)
+    except ConfigError:
+        sys.exit(f"ops: {problem}. {fix}.")
+    print(f"ops: {problem}. {command} reads the last version that passed its gate. {fix}.", file=sys.stderr)
+    return config
 
 
 def docker(config: StackConfig) -> list[str]:
@@ -93,35 +130,64 @@ def logs(config: StackConfig, stack: str, follow: bool) -> int:
 def status(config: StackConfig, stack: str) -> int:
     outputs = json.loads(pulumi("stack", "output", "--json", stack=stack) or "{}")
     history = json.loads(pulumi("stack", "history", "--json", stack=stack) or "[]")
-    inspect = subprocess.run(
-        [*docker(config), "inspect", "--format", "{{json .State}}", config.container.name],
-        capture_output=True,
-        text=True,
+    state, front = (
+        _state(config, config.container.name),
+        _state(config, front_container_name(config.container)),
     )
-    state = json.loads(inspect.stdout) if inspect.returncode == 0 else None
-    health = (state or {}).get("Health", {}).get("Status", "no health check")
     last = history[0] if history else {}
     smoke = outputs.get("smoke") or {}
     rows = [
         ("stack", f"{stack} ({config.hardware})"),
         ("container", f"{config.container.name} on {config.target.host.docker_host}"),
-        ("state", f"{state['Status']} since {state['StartedAt']}, health {health}" if state else "not found"),
+        ("state", _state_line(state)),
+        ("front", f"{front_container_name(config.container)}: {_state_line(front)}"),
         ("endpoint", outputs.get("endpoint", "(not deployed)")),
         ("image", outputs.get("imageRef", "?")),
         ("last update", f"{last.get('result', '?')} at {last.get('endTime', '?')} ({last.get('kind', '?')})"),
-        ("last gate", _gate_summary(smoke)),
+        ("last gate", _gate_summary(smoke, history)),
     ]
     for label, value in rows:
         print(f"{label:12s} {value}")
-    return 0 if state and state.get("Running") else 1
+    return 0 if state and state.get("Running") and front and front.get("Running") else 1
 
 
-def _gate_summary(smoke: dict[str, Any]) -> str:
+def _state(config: StackConfig, container: str) -> dict[str, Any] | None:
+    """``docker inspect``'s State of a container on the stack's host; None when there is none."""
+    inspect = subprocess.run(
+        [*docker(config), "inspect", "--format", "{{json .State}}", container], capture_output=True, text=True
+    )
+    return json.loads(inspect.stdout) if inspect.returncode == 0 else None
+
+
+def _state_line(state: dict[str, Any] | None) -> str:
+    if not state:
+        return "not found"
+    health = state.get("Health", {}).get("Status", "no health check")
+    return f"{state['Status']} since {state['StartedAt']}, health {health}"
+
+
+def _gate_summary(smoke: dict[str, Any], history: list[dict[str, Any]]) -> str:
+    """The gate the ``smoke`` output holds: the one of the last update that succeeded, which is not
+    the last update when that one failed (a failed update leaves the outputs as they were).
+
+    >>> _gate_summary({"kv_pool_tokens": 9}, [{"kind": "update", "result": "failed"},
+    ...     {"kind": "update", "result": "succeeded", "version": 3, "endTime": "T"}])
+    'passed with the update that ended T (not with the last update, which failed); kv_pool 9'
+    """
     if not smoke:
         return "never passed"
     steps = smoke.get("latencies_ms") or smoke.get("steps") or {}
     parts = ", ".join(f"{k} {v:.0f} ms" for k, v in steps.items() if isinstance(v, int | float))
-    return f"passed with the last update{': ' + parts if parts else ''}; kv_pool {smoke.get('kv_pool_tokens', '?')}"
+    updates = [h for h in history if h.get("kind") == "update"]
+    passed = next((h for h in updates if h.get("result") == "succeeded"), None)
+    if passed is None or passed is (updates[0] if updates else None):
+        when = "passed with the last update"
+    else:
+        when = (
+            f"passed with the update that ended {passed.get('endTime', '?')} "
+            f"(not with the last update, which {updates[0].get('result', '?')})"
+        )
+    return f"{when}{': ' + parts if parts else ''}; kv_pool {smoke.get('kv_pool_tokens', '?')}"
 
 
 def smoke(config: StackConfig, stack: str, deadline: float) -> int:
@@ -239,13 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "rollback":  # before reading the config: the current one may be what failed
-        # The local stack's config is the repository's Pulumi.local.yaml, unless GLM_PULUMI points
-        # the commands at another project (the tests).
-        tracked = (
-            ROOT / "Pulumi.local.yaml" if args.stack == "local" and not os.environ.get("GLM_PULUMI") else None
-        )
-        return rollback(args.stack, pulumi, PULUMI, tracked)
-    config = stack_config(args.stack)
+        return rollback(args.stack, pulumi, PULUMI)
+    config = stack_config(args.stack, args.command)
     if args.command == "logs":
         return logs(config, args.stack, follow=not args.no_follow)
     if args.command == "status":
@@ -259,5 +320,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run(argv: list[str] | None = None) -> int:
+    """``main`` with no traceback: Ctrl-C is one line and exit 130; anything unforeseen is one line
+    naming it (``GLM_DEBUG=1`` shows the traceback)."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        print("\nops: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # the user gets one line, not a traceback
+        if os.environ.get("GLM_DEBUG"):
+            raise
+        print(f"ops: {type(err).__name__}: {err} (GLM_DEBUG=1 shows where)", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

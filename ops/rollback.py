@@ -16,7 +16,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from components.config import REPLICA_KEYS
@@ -47,27 +46,11 @@ def changes(current: Mapping[str, Any], verified: Mapping[str, Any]) -> dict[str
     return found
 
 
-def write_tracked(path: Path, todo: Mapping[str, Any | None]) -> None:
-    """The local stack's config is the repository's ``Pulumi.local.yaml`` (scripts/env.sh copies it
-    over the user's own on every run): the rollback is written there."""
-    import yaml
-
-    data = yaml.safe_load(path.read_text()) or {}
-    config = data.setdefault("config", {})
-    for key, value in todo.items():
-        if value is None:
-            config.pop(key, None)
-        else:
-            config[key] = value
-    head = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
-    path.write_text(head + yaml.safe_dump(data, sort_keys=False))
-
-
-def rollback(
-    stack: str, pulumi: Callable[..., str], pulumi_cli: list[str], tracked: Path | None = None
-) -> int:
+def rollback(stack: str, pulumi: Callable[..., str], pulumi_cli: list[str]) -> int:
     """Put the verified replica config back and run ``pulumi up``; returns its exit status.
-    ``tracked``: the stack's config lives in this repository file (the local stack)."""
+
+    The keys are written with ``pulumi config``, where the stack's config lives: the local stack's
+    is the user's copy (``scripts/pulumi.sh`` passes ``--config-file``), never the tracked file."""
     verified = json.loads(pulumi("stack", "output", "verified", "--json", stack=stack) or "null")
     if not isinstance(verified, dict) or not isinstance(verified.get("config"), dict):
         sys.exit(
@@ -81,10 +64,6 @@ def rollback(
     for key, value in todo.items():
         shown = "removed" if value is None else json.dumps(value, separators=(",", ":"))
         print(f"ops: {key} back to the last version that passed its gate: {shown}")
-    if tracked is not None and todo:
-        write_tracked(tracked, todo)
-        print(f"ops: written to {tracked.name}: review and commit it")
-        todo = {}
     for key, value in todo.items():
         if value is None:
             pulumi("config", "rm", key, stack=stack)

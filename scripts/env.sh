@@ -9,8 +9,9 @@ export PULUMI_SKIP_UPDATE_CHECK=true
 export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true
 # The weights folder the local stack mounts (a tiny fixture: the simulator reads no weights).
 GLM_LOCAL_WEIGHTS=/var/lib/glm53-local/models/GLM-5.3-Flash-sim
-# The local stack's secrets (its API key and passphrase salt) live in this copy of Pulumi.local.yaml,
-# outside the repository: the tracked file stays as committed.
+# The local stack's config lives in this copy of Pulumi.local.yaml, outside the repository: its API
+# key and passphrase salt never land there, the tracked file stays as committed, and what the user
+# sets with `scripts/pulumi.sh config set … -s local` stays set (sync_local_config).
 GLM_LOCAL_CONFIG=$GLM_STATE_DIR/Pulumi.local.yaml
 
 say() { echo "glm53: $*" >&2; }
@@ -95,28 +96,10 @@ JSON
   printf '\0\0\0\0\0\0\0\0' >"$GLM_LOCAL_WEIGHTS/model-00001-of-00001.safetensors"
 }
 
-# The user's copy of Pulumi.local.yaml: the tracked settings, plus this user's salt and key
-# (the salt is taken from the tracked file when `stack init` has just written it there).
+# The user's copy of Pulumi.local.yaml, where the local stack's config lives: what the user set is
+# kept, the repository's later changes are merged in key by key (scripts/local_config.py).
 sync_local_config() {
-  python3 - "$GLM_ROOT/Pulumi.local.yaml" "$GLM_LOCAL_CONFIG" <<'PY'
-import sys, yaml
-tracked, mine = sys.argv[1], sys.argv[2]
-with open(tracked) as f:
-    want = yaml.safe_load(f) or {}
-try:
-    with open(mine) as f:
-        have = yaml.safe_load(f) or {}
-except FileNotFoundError:
-    have = {}
-if "encryptionsalt" in have:
-    want["encryptionsalt"] = have["encryptionsalt"]
-config = want.setdefault("config", {})
-if "glm:apiKeys" in have.get("config", {}):
-    config["glm:apiKeys"] = have["config"]["glm:apiKeys"]
-with open(mine, "w") as f:
-    f.write("# Made by scripts/env.sh from the repository's Pulumi.local.yaml; holds this user's local key.\n")
-    yaml.safe_dump(want, f, sort_keys=False)
-PY
+  python3 "$GLM_ROOT/scripts/local_config.py" "$GLM_ROOT/Pulumi.local.yaml" "$GLM_LOCAL_CONFIG"
 }
 
 # ensure_stack STACK: select it, creating it on first use (a new user never needs `stack init`).

@@ -25,7 +25,13 @@ if [ "$stack" = local ]; then
 fi
 # `destroy` runs the program: the serving containers' drain hook (components/rotation.py) is
 # registered by it, and the engine refuses to delete a resource whose hook it cannot find.
-if [ "${1:-}" = destroy ]; then args+=(--run-program); fi
+# On a config the program refuses, it registers the hook from the stack's `drain` output instead
+# (GLM_DESTROY_DRAIN): the stack is destroyed whatever its file now says.
+if [ "${1:-}" = destroy ]; then
+  args+=(--run-program)
+  GLM_DESTROY_DRAIN=$(pulumi stack output drain --json ${stack:+-s "$stack"} 2>/dev/null) || GLM_DESTROY_DRAIN=null
+  export GLM_DESTROY_DRAIN
+fi
 # The SSH commands (preflight, downloads) sign with an SSH agent, never with a key in the state
 # (components/target.py). Without an agent of the user's, one lives for this run only, and the
 # program adds the stack's identityFile to it.

@@ -136,9 +136,16 @@ class PulumiProject:
         timeout: float = 900,
         extra_env: dict[str, str] | None = None,
     ) -> str:
-        if args[:1] == ("destroy",) and "--run-program" not in args:
-            # The serving containers' drain hook lives in the program (components/rotation.py).
-            args = (*args, "--run-program")
+        if args[:1] == ("destroy",):
+            # The serving containers' drain hook lives in the program (components/rotation.py); as
+            # scripts/pulumi.sh does, it gets the stack's `drain` output for a config it refuses.
+            args = args if "--run-program" in args else (*args, "--run-program")
+            stack = args[args.index("-s") + 1] if "-s" in args else None
+            drain = subprocess.run(
+                ["pulumi", "stack", "output", "drain", "--json", *(["-s", stack] if stack else [])],
+                cwd=self.root, env=self.env, capture_output=True, text=True,
+            )  # fmt: skip
+            extra_env = {"GLM_DESTROY_DRAIN": drain.stdout.strip() or "null", **(extra_env or {})}
         start = time.monotonic()
         result = subprocess.run(
             ["pulumi", *args, "--non-interactive"],

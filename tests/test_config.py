@@ -106,7 +106,10 @@ def test_host_network_with_vllm_on_all_interfaces_is_refused() -> None:
 
 
 def test_unknown_key_is_named() -> None:
-    with pytest.raises(ConfigError, match=r"glm:serving.maxModelLength: Extra inputs are not permitted"):
+    with pytest.raises(
+        ConfigError,
+        match=r"glm:serving.maxModelLength is not a known key; did you mean glm:serving.maxModelLen\?",
+    ):
         make("a800", serving={"maxModelLength": 4096})
 
 

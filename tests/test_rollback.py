@@ -1,17 +1,14 @@
 """ops rollback (ops/rollback.py): what it writes back, from a stack's real `pulumi config --json`
-shape, and that the local stack's tracked file keeps its comments. The whole way back on the
-real engine, after a failed roll, is in tests/test_multihost_engine.py."""
+shape (the local stack's: tests/test_local_config.py). The whole way back on the real engine, after a failed roll, is in tests/test_multihost_engine.py."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from ops.rollback import changes, rollback, write_tracked
+from ops.rollback import changes, rollback
 
 # `pulumi config --json` of a stack after `config set --path glm:serving.extraEnv.F wrong-answer`
 # (the shape the CLI prints: objects as JSON text in "value" and parsed in "objectValue").
@@ -72,15 +69,3 @@ def test_a_stack_without_a_verified_config_is_told_what_to_do() -> None:
 
     with pytest.raises(SystemExit, match="no verified config to go back to"):
         rollback("a800", pulumi, ["pulumi"])
-
-
-def test_the_local_stacks_tracked_file_keeps_its_comments(tmp_path: Path) -> None:
-    path = tmp_path / "Pulumi.local.yaml"
-    path.write_text(
-        "# the local stack\nconfig:\n  glm:hardware: local\n  glm:serving:\n    extraEnv:\n      F: x\n"
-    )
-    write_tracked(path, {"glm:serving": None, "glm:model": {"revision": "r1"}})
-    assert path.read_text().startswith("# the local stack\n")
-    assert yaml.safe_load(path.read_text()) == {
-        "config": {"glm:hardware": "local", "glm:model": {"revision": "r1"}}
-    }

@@ -6,16 +6,18 @@ reported in one ``ConfigError``.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import os
-from collections.abc import Mapping
+import typing
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from components.config.advisories import floating_images
 from components.config.replica import REPLICA_KEYS
-from components.config.secret_inputs import PLAIN_TEXT_REFUSED, SecretInputs
+from components.config.secret_inputs import PLAIN_TEXT_REFUSED, SECRET_KEYS, SecretInputs
 from components.config.stack import StackConfig
 from components.config.values import ConfigError
 from components.profiles import PROFILES
@@ -37,6 +39,9 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
 
 STACK_KEYS = [field.alias or name for name, field in StackConfig.model_fields.items() if name != "hardware"]
 """The ``glm:*`` keys of the models in field order, but ``hardware``: it is read first, to pick the profile."""
+
+KNOWN_KEYS = ("hardware", *STACK_KEYS, *SECRET_KEYS)
+"""Every ``glm:*`` key the program reads: any other is a typo, refused with the nearest of these."""
 
 DOCKER_HOST_OVERRIDE = "GLM_DOCKER_HOST"
 """Environment variable that replaces ``glm:target.hosts[0].dockerHost`` (validated like it):
@@ -116,11 +121,71 @@ def _report(problems: list[str]) -> str:
     return "invalid stack configuration:\n  " + "\n  ".join(problems)
 
 
+def config_path(location: Sequence[str | int]) -> str:
+    """A pydantic location as ``pulumi config --path`` writes it.
+
+    >>> config_path(["target", "hosts", 0, "hostKy"])
+    'glm:target.hosts[0].hostKy'
+    """
+    text = "glm:" + str(location[0])
+    for part in location[1:]:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text
+
+
+def nearest_key(location: Sequence[str | int]) -> str | None:
+    """The real key nearest to the unknown one at ``location``, as a full path, or None.
+
+    >>> nearest_key(["servng"])
+    'glm:serving'
+    >>> nearest_key(["front", "rateLimit", "burts"])
+    'glm:front.rateLimit.burst'
+    """
+    *parents, unknown = location
+    model: Any = StackConfig
+    for part in parents:
+        if isinstance(part, int):
+            continue  # a list's item: the model is the list's
+        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        model = _model_in(field.annotation) if field is not None else None
+        if model is None:
+            return None
+    names = list(KNOWN_KEYS) if not parents else [f.alias or n for n, f in model.model_fields.items()]
+    found = difflib.get_close_matches(str(unknown), names, n=1, cutoff=0.6)
+    if not found and str(unknown).lower() in {n.lower() for n in names}:
+        found = [n for n in names if n.lower() == str(unknown).lower()]
+    return config_path([*parents, found[0]]) if found else None
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, through ``X | None``, ``list[X]`` and ``Annotated[X, …]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if (model := _model_in(arg)) is not None:
+            return model
+    return None
+
+
+def _unknown_key(location: Sequence[str | int]) -> str:
+    path, nearest = config_path(location), nearest_key(location)
+    remove = f"scripts/pulumi.sh config rm --path '{path}'"
+    if nearest is None:
+        return (
+            f"{path} is not a known key. Fix: remove it ({remove}); README's Configuration lists every key."
+        )
+    return (
+        f"{path} is not a known key; did you mean {nearest}? Fix: rename it ({remove}, then set {nearest})."
+    )
+
+
 def _explain(err: ValidationError) -> list[str]:
     lines = []
     for e in err.errors():
         location = ".".join(str(p) for p in e["loc"])
-        if e["type"] == "value_error":
+        if e["type"] == "extra_forbidden":
+            lines.append(_unknown_key(e["loc"]))
+        elif e["type"] == "value_error":
             message = str(e["ctx"]["error"])
             # Model rules write their own "glm:<key>=..." sentence; value types get the key here.
             lines += message.split("\n") if message.startswith("glm:") else [f"glm:{location}={message}"]
@@ -141,6 +206,10 @@ def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
         value = config.get_object(key) if key != "promoteFrom" else config.get(key)
         if value not in (None, "", {}):  # Pulumi.yaml's defaults mean "not set"
             raw[key] = value
+    # Any other glm:* key is a typo (glm:servng): the models refuse it, naming the nearest real key.
+    for name in _stack_file_keys():
+        if name not in KNOWN_KEYS:
+            raw[name] = config.get(name)
     if environ.get(SET_OVERRIDE):
         raw = deep_merge(raw, parse_overrides(environ[SET_OVERRIDE]))
         pulumi.log.warn(
@@ -164,3 +233,11 @@ def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
         ),
     )
     return build_stack_config(raw, secrets, environ.get(DOCKER_HOST_OVERRIDE) or None, pulumi.get_stack())
+
+
+def _stack_file_keys() -> list[str]:
+    """The ``glm:*`` keys the engine gave this run (the stack file's and Pulumi.yaml's defaults)."""
+    from pulumi.runtime import config as runtime_config
+
+    keys = {*runtime_config.CONFIG.get(), *runtime_config.get_config_env()}
+    return sorted(key.removeprefix("glm:") for key in keys if key.startswith("glm:"))
