@@ -141,15 +141,15 @@ def test_request_lines_are_neither_milestones_nor_errors() -> None:
     assert milestone(line) is None and not is_error(line)
 
 
-FAILURES = [
+FAILURES = [  # the --max-num-seqs lines: vLLM 0.25.0's own (tests/fixtures/vllm-0.25.0-h200/bad-flag.log)
     # the issue's own log line, on a flag from extraArgs
     (
         ["vllm serve: error: invalid numeric argument: invalid literal for int() with base 10: 'abc'"],
         set(),
         "glm:serving.extraArgs, or the glm:serving key that renders the flag",
     ),
-    (["vllm serve: error: argument --max-num-seqs: invalid int value: 'abc'"], {"--max-num-seqs"}, "glm:serving.maxNumSeqs"),
-    (["vllm serve: error: argument --max-num-seqs: invalid int value: 'abc'"], set(), "glm:serving.extraArgs"),
+    (["main.py serve: error: argument --max-num-seqs: invalid int value: 'abc'"], {"--max-num-seqs"}, "glm:serving.maxNumSeqs"),
+    (["main.py serve: error: argument --max-num-seqs: invalid int value: 'abc'"], set(), "glm:serving.extraArgs"),
     (["vllm serve: error: unrecognized arguments: --enable-prefix-cacheing"], set(), "glm:serving.extraArgs"),
     (
         ["ValueError: Free memory on device cuda:0 (12.41/79.25 GiB) on startup is less than desired GPU memory utilization (0.95, 75.29 GiB)."],
@@ -178,7 +178,7 @@ def test_known_failures_name_the_key(lines: list[str], rendered: set[str], key: 
 
 
 def test_a_restart_loop_shows_its_error_once_and_the_newest_cause_wins() -> None:
-    loop = ["vllm serve: error: argument --max-num-seqs: invalid int value: 'abc'"] * 5
+    loop = ["main.py serve: error: argument --max-num-seqs: invalid int value: 'abc'"] * 5
     found = diagnose(["CUDA out of memory. (an older run)", *loop], {"--max-num-seqs"})
     assert found.key == "glm:serving.maxNumSeqs"
     assert found.lines[-1] == loop[0] and found.lines.count(loop[0]) == 1
