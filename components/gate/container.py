@@ -27,12 +27,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from components.gate.startup import ENGINE_INIT, READY, SERVER, WEIGHTS, Diagnosis, diagnose, milestone
+from components.gate.startup import (
+    ENGINE_INIT,
+    READY,
+    SERVER,
+    WEIGHTS,
+    Diagnosis,
+    Milestone,
+    diagnose,
+    milestone,
+)
 
 DOCKER_TIMEOUT_SECONDS = 30.0
 # vLLM's "INFO 12-01 10:24:25 [core.py:93] " (the time is beside each progress line already).
 _LOG_PREFIX = re.compile(
-    r"^(\(\w+ pid=\d+\) )?(INFO|WARNING|DEBUG)( \d\d-\d\d [\d:.]+)? (\[[\w.:]+\] )?|^INFO:\s+"
+    r"^(\(\w+ pid=\d+\) )?((INFO|WARNING|DEBUG)( \d\d-\d\d [\d:.]+)? (\[[\w.:]+\] )?|INFO:\s+)"
 )
 TAIL_LINES = 200
 FOLLOW_ATTEMPTS = 5
@@ -119,6 +128,8 @@ class ContainerWatch:
         self.stage = WEIGHTS
         self.stage_since: float | None = None  # container clock, epoch seconds
         self.detail = ""
+        self._last_at: float | None = None
+        self._last_mark: str | None = None
         self.started_at: float | None = None
         self.offset: float | None = None  # local clock - container clock, smallest seen
         self.stopped: ContainerStop | None = None
@@ -238,7 +249,7 @@ class ContainerWatch:
                 assert self._proc.stdout is not None
                 said = ""
                 for line in self._proc.stdout:
-                    stamp = self._line(line)
+                    stamp = self.read_line(line)
                     since, said = (stamp, said) if stamp else (since, line.strip())
                 self._proc.wait()
                 if self._done.is_set():
@@ -265,19 +276,33 @@ class ContainerWatch:
             if self._proc is not None and self._proc.poll() is None:
                 self._proc.kill()
 
-    def _line(self, raw: str) -> str | None:
+    def read_line(self, raw: str) -> str | None:
+        """One ``docker logs --timestamps`` line: a milestone is printed through ``progress`` and
+        moves the stage; returns the line's timestamp (None when it has none)."""
         stamp, _, line = raw.rstrip("\n").partition(" ")
         at = _timestamp(stamp)
         if at is None:
+            # Docker stamps each \n line; read in text mode, a tqdm bar's \r redraws come unstamped
+            # (vLLM 0.25.0: "(EngineCore pid=2005) \rCapturing CUDA graphs (PIECEWISE): 0%…").
+            if self._last_at is not None and (mark := milestone(raw)) is not None:
+                self._mark(mark, raw.rstrip("\n"), self._last_at)
             return None
+        self._last_at = at
         self.offset = min(self.offset, time.time() - at) if self.offset is not None else time.time() - at
         mark = milestone(line)
         if mark is None:
             return stamp
+        self._mark(mark, line, at)
+        return stamp
+
+    def _mark(self, mark: Milestone, line: str, at: float) -> None:
         shard = mark.pattern.search(line)
         if mark.name == "weights shard" and shard:
             self.detail = f"shard {shard.group(1)}/{shard.group(2)}"
-            return stamp
+            return
+        if mark.name == self._last_mark:  # a bar redrawn, or the next bar of the same stage
+            return
+        self._last_mark = mark.name
         elapsed = at - self.started_at if self.started_at else None
         self.detail = f"last: {mark.name}"
         # The stage that just ended, beside the profile's known time for it.
@@ -288,7 +313,6 @@ class ContainerWatch:
         self.progress(f"start-up: {mark.name} at {clock(elapsed)}{beside}: {said}")
         if mark.stage != self.stage:
             self.stage, self.stage_since = mark.stage, at
-        return stamp
 
     def _record_stop(self, argv: list[str], env: dict[str, str], state: dict[str, Any]) -> None:
         # The stopped run's log (the newest run's if it restarted since): the lines with the error.

@@ -2,18 +2,45 @@
 
 One table for the gate (which prints the milestones while it waits for readiness, and names the
 cause when the engine exits: ``components/gate/container.py``) and for ``make logs``
-(``ops/__main__.py`` marks the same lines). The patterns are vLLM's own log messages, checked in
-the vLLM 0.33.0 source (file noted beside each) and in the seeds' logs (a800 §4 milestone table,
-rtx5090 §4 log). No Pulumi, no I/O: plain functions over log lines.
+(``ops/__main__.py`` marks the same lines). The patterns are vLLM's own log messages: every entry
+carries, for each profile's vLLM version (0.23.0 under vllm-ascend, 0.25.0 of the H200 rehearsal, the
+rtx5090 nightly's 0.28.0/0.29.0, 0.33.0), the format string at a cited source line and a sample
+line built from it (``startup_lines.json``); the patterns must match every sample. Older wordings
+stay recognised (``vLLM API server version``, ``Starting vLLM API server``). No Pulumi, no I/O
+beyond reading that table once: plain functions over log lines.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from pydantic.alias_generators import to_camel
+
+
+@dataclass(frozen=True)
+class Sample:
+    """How one vLLM version prints a line: the format string at ``source`` and a line built from it."""
+
+    version: str
+    source: str
+    format: str
+    line: str
+
+
+_LINES = json.loads((Path(__file__).with_name("startup_lines.json")).read_text(encoding="utf-8"))
+
+
+def _samples(kind: str, name: str) -> tuple[Sample, ...]:
+    by_version = _LINES[kind].get(name, {})
+    return tuple(
+        Sample(version, s["source"], s["format"], s["sample"])
+        for version, ss in by_version.items()
+        for s in ss
+    )
 
 
 @dataclass(frozen=True)
@@ -23,27 +50,43 @@ class Milestone:
     name: str
     pattern: re.Pattern[str]
     stage: str
+    samples: tuple[Sample, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "samples", _samples("milestones", self.name))
 
 
 WEIGHTS, ENGINE_INIT, SERVER, READY = "weights loading", "engine init", "API server start", "ready"
 
+# The samples and their source lines: startup_lines.json (the file and line per version).
 MILESTONES: tuple[Milestone, ...] = (
-    # entrypoints/openai/api_server.py banner; the rtx5090 seed's 12:47:16 line.
-    Milestone("vLLM started", re.compile(r"vLLM API server version"), WEIGHTS),
-    # model_executor/model_loader/weight_utils.py tqdm: "Loading safetensors checkpoint shards:  40% | 6/15"
-    Milestone("weights shard", re.compile(r"Loading safetensors checkpoint shards:.*?(\d+)/(\d+)"), WEIGHTS),
-    # default_loader.py "Loading weights took %.2f seconds" (rtx5090 seed: 632.80 s)
+    # "vLLM server version %s, serving model %s", or the ASCII logo whose second line ends in
+    # "version ${w}%s${r}" (colour codes only on a terminal); "vLLM API server version" before.
+    Milestone(
+        "vLLM started",
+        re.compile(r"vLLM (?:API )?server version|▀▄▀ █(?:\x1b\[[\d;]*m)*\s+version\b"),
+        WEIGHTS,
+    ),
+    # tqdm with vLLM's _BAR_FORMAT: "Loading safetensors checkpoint shards (eager):  40% Completed | 6/15"
+    Milestone(
+        "weights shard",
+        re.compile(r"Loading safetensors checkpoint shards(?: \(\w+\))?:.*?(\d+)/(\d+)"),
+        WEIGHTS,
+    ),
     Milestone("weights loaded", re.compile(r"Loading weights took [\d.]+ ?s"), ENGINE_INIT),
-    # v1/worker/gpu_model_runner.py "Model loading took %s GiB memory and %.6f seconds" (a800 seed)
-    Milestone("model loaded", re.compile(r"Model loading took [\d.]+ ?GiB"), ENGINE_INIT),
-    # v1/core/kv_cache_utils.py "GPU KV cache size: 149,796 tokens" (rtx5090 seed)
+    # vLLM's GPU runners, and vllm-ascend's NPU runner ("Loading model weights took %.4f GB").
+    Milestone(
+        "model loaded",
+        re.compile(r"Model loading took [\d.]+ ?GiB|Loading model weights took [\d.]+ ?GB"),
+        ENGINE_INIT,
+    ),
+    # "GPU KV cache size: %s tokens" (0.33.0: "%s KV cache size", the pool's device first)
     Milestone("KV cache sized", re.compile(r"KV cache size: [\d,]+ tokens"), ENGINE_INIT),
-    # v1/worker/gpu_model_runner.py tqdm "Capturing CUDA graphs (...)" then "Graph capturing finished in 66 secs"
     Milestone("CUDA graph capture", re.compile(r"Capturing CUDA graphs?"), ENGINE_INIT),
     Milestone("CUDA graphs captured", re.compile(r"Graph capturing finished in \d+"), ENGINE_INIT),
-    # v1/engine/core.py "init engine (profile, create kv cache, warmup model) took %.2f s" (a800 seed)
     Milestone("engine initialised", re.compile(r"init engine \(.*\) took [\d.]+"), SERVER),
-    Milestone("API server starting", re.compile(r"Starting vLLM API server"), SERVER),
+    # "Starting vLLM server on %s"; "Starting vLLM API server" before.
+    Milestone("API server starting", re.compile(r"Starting vLLM (?:API )?server"), SERVER),
     # uvicorn: "INFO:     Application startup complete." (a800 seed)
     Milestone("startup complete", re.compile(r"Application startup complete"), READY),
 )
@@ -57,12 +100,16 @@ class StartupFailure:
     pattern: re.Pattern[str]
     key: str
     fix: str
+    samples: tuple[Sample, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "samples", _samples("failures", self.cause))
 
 
 FLAG_KEY = "glm:serving.extraArgs, or the glm:serving key that renders the flag"
 
 STARTUP_FAILURES: tuple[StartupFailure, ...] = (
-    # argparse, as `vllm serve` words it (FlexibleArgumentParser): "vllm serve: error: unrecognized arguments: --x"
+    # argparse's own wording (vLLM's FlexibleArgumentParser is one): "vllm serve: error: unrecognized arguments: --x"
     StartupFailure(
         "a flag this vLLM does not have",
         re.compile(r"unrecognized arguments?:"),
@@ -76,14 +123,12 @@ STARTUP_FAILURES: tuple[StartupFailure, ...] = (
         FLAG_KEY,
         "give the flag a value of the type and choices vLLM lists for it",
     ),
-    # v1/worker/utils.py
     StartupFailure(
         "GPU memory utilization above the free memory",
         re.compile(r"is less than desired GPU memory utilization"),
         "glm:serving.gpuMemoryUtilization",
         "lower it, or stop what else holds the accelerators (nvidia-smi / npu-smi info)",
     ),
-    # v1/core/kv_cache_planning.py
     StartupFailure(
         "KV pool too small for max-model-len",
         re.compile(
@@ -135,7 +180,8 @@ STARTUP_FAILURES: tuple[StartupFailure, ...] = (
     ),
     StartupFailure(
         "the port is taken",
-        re.compile(r"Address already in use|cannot bind"),
+        # not vLLM's own "Address already in use. Retrying with a new port." (config/parallel.py): it retries
+        re.compile(r"Address already in use(?!\. Retrying)|cannot bind"),
         "glm:serving.port",
         "pick a free port, or stop what listens on it",
     ),

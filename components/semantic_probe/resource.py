@@ -62,6 +62,7 @@ APP_FILES = (
     "components/gate/settings.py",
     "components/gate/sse.py",
     "components/gate/startup.py",
+    "components/gate/startup_lines.json",  # startup.py reads its samples at import
     "components/gate/steps.py",
     "components/gate/tls.py",
     "components/gate/transport.py",
