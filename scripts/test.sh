@@ -7,13 +7,13 @@
 #                                   nginx and promtool: no container, no engine (make test-fast)
 #
 # The suite runs on GLM_TEST_WORKERS processes (4): the end-to-end modules mostly wait on
-# containers, so they run side by side, longest first (tests/conftest.py LONGEST_FIRST), each
+# containers, so they run side by side, longest first (tests/conftest.py SECONDS), each
 # module on one worker (its module fixtures: one stack, one pair of stand-in hosts). The ten
 # slowest tests and the total close every run.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$GLM_ROOT"
-workers=(-n "${GLM_TEST_WORKERS:-4}" --dist loadscope --no-loadscope-reorder --durations=10)
+workers=(-n "${GLM_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder --durations=10)
 if [[ ${1:-} == --fast ]]; then
   shift
   ensure_packages "${TEST_PACKAGES[@]}"

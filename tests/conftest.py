@@ -231,16 +231,28 @@ CONTAINER_MODULES = (
 """Modules beyond the end-to-end ones that start containers or stand-in hosts: with them,
 ``make test-fast`` (``-m "not e2e and not containers"``) is the inner loop."""
 
-LONGEST_FIRST = (
-    "test_fleet_healing_engine.py", "test_multihost_engine.py", "test_rehearsal.py",
-    "test_semantic_probe_tls_multihost_e2e.py", "test_ops.py", "test_semantic_probe_e2e.py",
-    "test_engine_gate.py", "test_first_hour_walkthrough.py", "test_e2e.py", "test_first_hour.py", "test_semantic_probe_tls_e2e.py",
-    "test_e2e_front.py", "test_standin_host.py", "test_k8s_engine.py", "test_k8s_rehearsal_engine.py",
-    "test_engine_program.py",
-)  # fmt: skip
-"""Measured order (``--durations``, CI's log): the suite's workers take modules in collection order
-(``--dist loadscope --no-loadscope-reorder``), so the long ones start first and the short ones
-fill the gaps."""
+SECONDS = {
+    "test_rehearsal.py#2": 470, "test_multihost_engine.py": 390, "test_first_hour_walkthrough.py": 390,
+    "test_rehearsal.py": 380, "test_fleet_healing_engine.py": 257, "test_multihost_engine.py#2": 220,
+    "test_semantic_probe_e2e.py": 192, "test_e2e.py": 164, "test_ops.py": 148,
+    "test_semantic_probe_tls_multihost_e2e.py": 119, "test_e2e_front.py": 115, "test_rotation.py": 112,
+    "test_semantic_probe_tls_e2e.py": 69, "test_first_hour.py": 67, "test_engine_gate.py": 58,
+    "test_local_containers.py": 48, "test_service.py": 42, "test_nginx_reload.py": 40,
+    "test_rotation_requests.py": 36, "test_standin_host.py": 33, "test_checks.py": 32,
+    "test_container_watch.py": 29, "test_nginx_front.py": 27, "test_probe.py": 27,
+}  # fmt: skip
+"""What each group of tests took, one after another on the 2-core machine (``--durations``, the
+run of 2026-12-02: 53 min in all). The suite's workers take groups in collection order
+(``--dist loadgroup --no-loadscope-reorder``): the long ones start first, the short ones fill in."""
+
+SPLIT = {
+    "test_rehearsal.py": (
+        "test_promotion_between", "test_sshd_stopped", "test_docker_engine_restarted", "test_vllm_killed",
+    ),
+    "test_multihost_engine.py": ("test_a_version_that_answers_wrongly",),
+}  # fmt: skip
+"""Modules whose tests share only a module fixture (a stand-in host, a fleet), split in two groups
+(``<module>#2``: these tests) so that two workers run them, each with its own fixture."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -248,17 +260,27 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "containers: starts Docker containers or stand-in hosts")
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def module(item: pytest.Item) -> str:
-        return item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+def _group(item: pytest.Item) -> tuple[str, str]:
+    """The item's group: its file, or ``<file>#2`` for the second half of a SPLIT module; and the
+    key under which SECONDS knows it."""
+    path = item.nodeid.split("::")[0]
+    module = path.rsplit("/", 1)[-1]
+    if item.name.startswith(SPLIT.get(module, ())):
+        return f"{path}#2", f"{module}#2"
+    return path, module
 
+
+@pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if module(item) in E2E_MODULES:
+        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        if module in E2E_MODULES:
             item.add_marker(pytest.mark.e2e)
-        elif module(item) in CONTAINER_MODULES:
+        elif module in CONTAINER_MODULES:
             item.add_marker(pytest.mark.containers)
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(module(item), len(rank)))  # stable: the rest as collected
+        item.add_marker(pytest.mark.xdist_group(_group(item)[0]))
+    # Stable: within a group and among the groups SECONDS does not know, the collection's order.
+    items.sort(key=lambda item: -SECONDS.get(_group(item)[1], 0))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
