@@ -192,6 +192,26 @@ def main(spec_path: str, out_dir: str) -> int:
     out = Path(out_dir)
     summary: dict[str, Any] = {"argv": spec["argv"], "changed": spec["changed"]}
     engine = Engine(spec, out, spec["argv"], "serve")
+    # The gate's command line follows no process: while it polls, watch vLLM ourselves, and stop
+    # at once (with the watcher's diagnosis) if it exits instead of becoming ready.
+    while engine.proc.poll() is None and time.time() - engine.t0 < 420:
+        try:
+            if httpx.get(f"{BASE}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    if engine.proc.poll() is not None:
+        engine.wait(10)
+        found = diagnose(engine.lines, {t.split("=")[0] for t in spec["argv"] if t.startswith("--")})
+        summary["exited_before_ready"] = {"exit_code": engine.proc.returncode,
+                                          "seconds": round(time.time() - engine.t0, 1),
+                                          "diagnosis": found.describe(),
+                                          "last_lines": engine.lines[-8:]}  # fmt: skip
+        summary["startup"] = [f"+{at:6.1f}s {line}" for at, line in engine.timeline]
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        print(json.dumps(summary["exited_before_ready"], indent=1))
+        return 1
     summary["gate"] = [gate(spec, "models,kv_pool,streaming", out)]
     summary["ready_after_s"] = round(time.time() - engine.t0, 1)
     summary["gate"] += [gate(spec, step, out) for step in ("arithmetic", "tool_call")]

@@ -163,3 +163,36 @@ def test_every_metric_the_project_reads_is_in_the_real_metrics_but_speculative_d
         "vllm:prefix_cache_hits_total",
         "vllm:prefix_cache_queries_total",
     } <= found
+
+
+REHEARSAL = PROJECT / "tests" / "fixtures" / "h200-rehearsal-2026-12-02"
+
+
+@pytest.mark.parametrize("line", (REHEARSAL / "SHA256SUMS").read_text().splitlines())
+def test_the_rehearsal_files_are_what_came_back(line: str) -> None:
+    digest, name = line.split()
+    assert hashlib.sha256((REHEARSAL / name).read_bytes()).hexdigest() == digest
+
+
+def test_the_watcher_reads_the_rehearsals_start_up_in_order() -> None:
+    """The project's own rehearsal (scripts/h200) on the real H200, read off its log: the banner at
+    17:53:48, ``Model loading took`` at 17:54:27, the KV pool at 17:54:39 (the capture bar that
+    follows carries no clock of its own), the capture's end at 17:54:42, ``init engine`` at
+    17:54:57, ``Starting vLLM server on`` at 17:55:01 and uvicorn's line after it."""
+    printed: list[str] = []
+    watch = ContainerWatch({"name": "rehearsal", "known_start_seconds": 116.0}, printed.append, set())
+    watch.started_at = datetime.fromisoformat("2026-12-02T17:53:48+00:00").timestamp()
+    for line in _stamped((REHEARSAL / "serve.log").read_bytes().decode("utf-8")):
+        watch.read_line(line)
+    timeline = [re.match(r"start-up: (.+?) at (\d+:\d\d)", p).groups() for p in printed]  # type: ignore[union-attr]
+    assert timeline[:8] == [
+        ("vLLM started", "0:00"),
+        ("model loaded", "0:39"),
+        ("KV cache sized", "0:51"),
+        ("CUDA graph capture", "0:51"),
+        ("CUDA graphs captured", "0:54"),
+        ("engine initialised", "1:09"),
+        ("API server starting", "1:13"),
+        ("startup complete", "1:13"),
+    ]
+    assert watch.stage == "ready"
