@@ -25,8 +25,8 @@ import httpx
 import pytest
 
 from components import rotation
-from components.nginx_conf import render_key_map
-from components.nginx_reload import apply_release
+from components.nginx_conf import API_KEYS_FILE, render_key_map
+from components.nginx_reload import CONF_ROOT, apply_release
 from components.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DIR
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
@@ -276,3 +276,28 @@ def test_the_loop_never_follows_a_link_nor_logs_what_it_read(tmp_path: Path) -> 
     assert PLANTED_KEY not in log and "sk-in-a-request" not in log and "owned" not in log
     assert all(" " <= c <= "~" for c in log.replace("\n", "")), log
     assert log.count("refused: gpu0") == 5 and "refused a request file not named after a replica" in log
+
+
+@needs_docker
+def test_a_planted_link_to_the_key_map_puts_no_key_in_the_fronts_log(tmp_path: Path) -> None:
+    """Issue 33 finding 1, in the real front container: the probe owns the requests folder and
+    plants ``box1.req -> /etc/nginx/glm/current/api-keys.map``; the loop runs as root. It consumes
+    the link without opening it, and ``docker logs`` of the front holds no key."""
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    with vllm_sim() as box1, front_with_requests(box1, requests) as front:
+        apply_release(front.props(KEYS))
+        access = rotation.front_access(DOCKER_HOST, None, front.container)
+        rotation.admit(access, "box1", f"127.0.0.1:{box1}")
+        planted = requests / "box1.req"
+        planted.symlink_to(f"{CONF_ROOT}/current/{API_KEYS_FILE}")
+        deadline = time.monotonic() + 10
+        while planted.is_symlink():
+            assert time.monotonic() < deadline, "the planted link was not consumed"
+            time.sleep(0.1)
+        logs = subprocess.run(["docker", "logs", front.container], capture_output=True, text=True)
+        seen = logs.stdout + logs.stderr
+        print(f"docker logs {front.container} (last 1000 characters):\n{seen[-1000:]}")
+        assert [key for key in KEYS.values() if key in seen] == [], seen[-2000:]
+        assert show(access) == {"box1": "in"}
+        assert ask(front.base) == (200, "221")
