@@ -13,7 +13,7 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$GLM_ROOT"
-workers=(-n "${GLM_TEST_WORKERS:-4}" --dist loadgroup --no-loadscope-reorder --durations=10)
+workers=(-n "${GLM_TEST_WORKERS:-4}" --dist loadscope --no-loadscope-reorder --durations=10)
 if [[ ${1:-} == --fast ]]; then
   shift
   ensure_packages "${TEST_PACKAGES[@]}"

@@ -243,7 +243,7 @@ SECONDS = {
 }  # fmt: skip
 """What each group of tests took, one after another on the 2-core machine (``--durations``, the
 run of 2026-12-02: 53 min in all). The suite's workers take groups in collection order
-(``--dist loadgroup --no-loadscope-reorder``): the long ones start first, the short ones fill in."""
+(``--dist loadscope --no-loadscope-reorder``, the scopes ``pytest_xdist_make_scheduler`` makes): the long ones start first, the short ones fill in."""
 
 SPLIT = {
     "test_rehearsal.py": (
@@ -260,27 +260,39 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "containers: starts Docker containers or stand-in hosts")
 
 
-def _group(item: pytest.Item) -> tuple[str, str]:
-    """The item's group: its file, or ``<file>#2`` for the second half of a SPLIT module; and the
-    key under which SECONDS knows it."""
-    path = item.nodeid.split("::")[0]
+def _group(nodeid: str) -> tuple[str, str]:
+    """A test's group: its file, or ``<file>#2`` for the second half of a SPLIT module; and the key
+    under which SECONDS knows it."""
+    path = nodeid.split("::")[0]
     module = path.rsplit("/", 1)[-1]
-    if item.name.startswith(SPLIT.get(module, ())):
+    if nodeid.split("::")[-1].startswith(SPLIT.get(module, ())):
         return f"{path}#2", f"{module}#2"
     return path, module
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist names the groups in the node ids
+def pytest_itemcollected(item: pytest.Item) -> None:
+    module = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    if module in E2E_MODULES:
+        item.add_marker(pytest.mark.e2e)
+    elif module in CONTAINER_MODULES:
+        item.add_marker(pytest.mark.containers)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's loadscope with our groups as its scopes (xdist 3.8's own loadgroup renames node ids
+    through an attribute pytest 9 no longer reads, so its groups never form)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)[0]
+
+    return ByGroup(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
-        if module in E2E_MODULES:
-            item.add_marker(pytest.mark.e2e)
-        elif module in CONTAINER_MODULES:
-            item.add_marker(pytest.mark.containers)
-        item.add_marker(pytest.mark.xdist_group(_group(item)[0]))
     # Stable: within a group and among the groups SECONDS does not know, the collection's order.
-    items.sort(key=lambda item: -SECONDS.get(_group(item)[1], 0))
+    items.sort(key=lambda item: -SECONDS.get(_group(item.nodeid)[1], 0))
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
