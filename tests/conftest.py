@@ -260,18 +260,22 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "containers: starts Docker containers or stand-in hosts")
 
 
+def _module(nodeid: str) -> str:
+    """The test file's name of a node id (``tests/gate/test_x.py::test_y`` → ``test_x.py``)."""
+    return nodeid.split("::")[0].rsplit("/", 1)[-1]
+
+
 def _group(nodeid: str) -> tuple[str, str]:
     """A test's group: its file, or ``<file>#2`` for the second half of a SPLIT module; and the key
     under which SECONDS knows it."""
-    path = nodeid.split("::")[0]
-    module = path.rsplit("/", 1)[-1]
+    path, module = nodeid.split("::")[0], _module(nodeid)
     if nodeid.split("::")[-1].startswith(SPLIT.get(module, ())):
         return f"{path}#2", f"{module}#2"
     return path, module
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    module = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+    module = _module(item.nodeid)
     if module in E2E_MODULES:
         item.add_marker(pytest.mark.e2e)
     elif module in CONTAINER_MODULES:
@@ -301,7 +305,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         for outcome in ("passed", "failed", "skipped", "error")
         for report in terminalreporter.stats.get(outcome, [])
         if getattr(report, "when", "call") in ("call", "setup")
-        and report.nodeid.split("::")[0].rsplit("/", 1)[-1] in E2E_MODULES
+        and _module(report.nodeid) in E2E_MODULES
         and not (report.when == "setup" and report.passed)
     ]
     if not reports:
