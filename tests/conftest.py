@@ -282,6 +282,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.containers)
 
 
+@pytest.hookimpl(optionalhook=True)  # so that -p no:xdist (one process, e.g. a debugger) still runs
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """xdist's loadscope with our groups as its scopes (xdist 3.8's own loadgroup renames node ids
     through an attribute pytest 9 no longer reads, so its groups never form)."""

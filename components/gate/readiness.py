@@ -43,6 +43,8 @@ def _poll_ready(run: GateRun, url: str, deadline: float, watch: ContainerWatch |
 
     last_report = run.start
     last = "no answer yet"
+    # The last HTTP answer, kept apart: a final poll cut short by the deadline must not hide it.
+    answered: str | None = None
     interval = min(FIRST_POLL_SECONDS, run.poll)
     while True:
         if watch is not None and watch.stopped is not None:
@@ -55,7 +57,7 @@ def _poll_ready(run: GateRun, url: str, deadline: float, watch: ContainerWatch |
             )
             if status == 200:
                 break
-            last = f"HTTP {status}: {excerpt(raw.decode(errors='replace'), 120)}"
+            last = answered = f"HTTP {status}: {excerpt(raw.decode(errors='replace'), 120)}"
             _refuse_unexpected(url, status, last)
         except (Overrun, httpx.TimeoutException) as err:
             last = f"no complete answer within {limit:.3g} s ({type(err).__name__})"
@@ -68,7 +70,9 @@ def _poll_ready(run: GateRun, url: str, deadline: float, watch: ContainerWatch |
             raise GateFailure(
                 "readiness",
                 f"not ready after {now - run.start:.0f} s (glm:smoke.deadlineSeconds="
-                f"{run.deadline:g}); last answer from {url}: {last}. vLLM refuses connections "
+                f"{run.deadline:g}); last answer from {url}: "
+                + (f"{answered} (the last poll: {last})" if answered and answered != last else last)
+                + ". vLLM refuses connections "
                 "while the weights load and the engine starts (normal: 632 s load on rtx5090, "
                 f"5.5 min init on a800). Look at: docker logs {run.container} (still loading, or "
                 "crashed?), VLLM_ENGINE_READY_TIMEOUT_S, and raise glm:smoke.deadlineSeconds if "

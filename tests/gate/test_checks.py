@@ -5,7 +5,9 @@ the gate stops at and what its message says (fixtures in ``tests/gate/conftest.p
 
 from __future__ import annotations
 
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -115,6 +117,39 @@ def test_never_ready_fails_at_readiness_by_the_deadline(sims) -> None:
     assert "connection refused" in failure.message
     assert "glm:smoke.deadlineSeconds" in failure.message
     assert 1.9 < elapsed < 4
+
+
+def test_a_503_stays_the_last_answer_when_the_final_poll_is_cut_by_the_deadline() -> None:
+    """A front that answers 503, then stalls: the message keeps the 503 and names the stalled poll
+    (under CI's load the final poll, cut short by the deadline, once replaced the 503 with a timeout)."""
+    answered = threading.Event()
+
+    class ThenStall(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if answered.is_set():
+                time.sleep(3)
+                return
+            answered.set()
+            body = b'{"message": "no upstream"}'
+            self.send_response(503)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ThenStall)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        failure = gate_fails(params(f"http://127.0.0.1:{server.server_port}/v1", deadline_seconds=1.5))
+    finally:
+        server.shutdown()
+    assert failure.step == "readiness"
+    assert "not ready after 2 s" in failure.message or "not ready after 1 s" in failure.message
+    assert "HTTP 503" in failure.message, failure.message
+    assert "(the last poll: no complete answer within" in failure.message, failure.message
 
 
 def test_readiness_reports_progress(sims, monkeypatch) -> None:
