@@ -270,6 +270,18 @@ def test_a_buffering_front_fails_streaming(sims, buffering_front) -> None:
     assert failure.step == "streaming"
     assert "proxy_buffering off" in failure.message
     assert "arrived bunched" in failure.message
+    assert "in 1 burst(s)" in failure.message or "in 2 burst(s)" in failure.message, failure.message
+
+
+@needs_nginx
+def test_a_fast_engine_after_a_slow_first_token_streams_through_the_front(sims, front) -> None:
+    """The real vLLM 0.25.0 on the H200 (tests/fixtures/h200-rehearsal-2026-12-02/gate.err): first
+    chunk at 0.822 s, 32 chunks by 0.870 s: a spread of 6 %, yet streamed, a read per token. The
+    simulator as fast: a slow prefill (~0.5 s to the first token), then a token every 1.5 ms."""
+    sim = sims(VLLM_SIM_PREFILL_TOKENS_PER_S="40", VLLM_SIM_DECODE_TOKEN_SECONDS="0.0015")
+    results = run_gate(params(front(sim), sim, steps=["streaming"]), KEY, lambda _line: None)
+    assert results["stream_spread"] < 0.3, results  # what failed the gate on the H200
+    assert results["stream_bursts"] >= results["stream_chunks"] // 4, results
 
 
 def test_messages_carry_at_most_an_excerpt_of_the_body(sims) -> None:
