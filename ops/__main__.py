@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # The pulumi CLI with the project's environment; GLM_PULUMI points elsewhere (tests use a throwaway backend).
 PULUMI = shlex.split(os.environ.get("GLM_PULUMI", "")) or [str(ROOT / "scripts" / "pulumi.sh")]
 DEBUG_PORT = 8007  # the seed's run_debug.sh port
+INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C (128 + SIGINT)
 
 
 def pulumi(*args: str, stack: str) -> str:
@@ -124,6 +126,10 @@ def logs(config: StackConfig, stack: str, follow: bool) -> int:
         assert proc.stdout is not None
         for line in proc.stdout:
             print(mark(line), end="", flush=True)
+    if proc.returncode in (INTERRUPTED, -signal.SIGINT):
+        # The CLI was interrupted with us (Ctrl-C reaches the whole process group); where this
+        # process ignores SIGINT (a shell's background job), only the CLI's exit code says so.
+        raise KeyboardInterrupt
     return proc.returncode
 
 
@@ -327,7 +333,7 @@ def run(argv: list[str] | None = None) -> int:
         return main(argv)
     except KeyboardInterrupt:
         print("\nops: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except Exception as err:  # the user gets one line, not a traceback
         if os.environ.get("GLM_DEBUG"):
             raise

@@ -209,7 +209,10 @@ def _diagnostics(stdout: str) -> str:
     """The engine's ``Diagnostics:`` section (the errors themselves), which a long resource list
     would push out of a printed tail."""
     start = stdout.find("Diagnostics:")
+    # An error the engine prints as the step fails (a provider that cannot start) may not be repeated there.
+    errors = [line for line in stdout[: max(start, 0)].splitlines() if "error" in line.lower()]
+    said = "".join(f"{line}\n" for line in errors[-20:])
     if start < 0:
-        return ""
+        return said
     end = stdout.find("\nOutputs:", start)
-    return stdout[start : end if end >= 0 else start + 6000][:6000]
+    return said + stdout[start : end if end >= 0 else start + 6000][:6000]

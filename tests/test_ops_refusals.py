@@ -86,6 +86,20 @@ def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     assert "Traceback" not in err and err.strip() == "ops: interrupted"
 
 
+def test_ctrl_c_is_one_line_where_only_the_docker_cli_saw_it(
+    stack: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A shell's background job ignores SIGINT, and Python then keeps ignoring it: Ctrl-C stops only
+    the docker CLI, which exits 130 (a run of the suite in the background met it: exit 130, nothing
+    said). The CLI's 130 is the interrupt."""
+    stack["config"] = {"glm:hardware": {"value": "local", "secret": False}}
+    monkeypatch.setattr(ops, "docker", lambda config: ["sh", "-c", "echo 'INFO a log line'; exit 130", "sh"])
+    assert ops.run(["logs", "-s", "local"]) == 130
+    out, err = capsys.readouterr()
+    assert "a log line" in out
+    assert err.strip().splitlines()[-1] == "ops: interrupted", err
+
+
 def test_an_unforeseen_error_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
