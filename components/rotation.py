@@ -117,18 +117,22 @@ def run(front: Mapping[str, Any], command: str, *args: str, timeout: float = EXE
 
 STOPPING_SECONDS = 15
 """How long a front whose exec died (126/137) may take to show as stopped."""
+EXEC_REFUSED_WHILE_STOPPING = "unable to upgrade to tcp, received 500"
+"""What the docker CLI prints (exit 1) when the daemon refuses an exec's start because the
+container's process has just exited: met by ``benchmarks/up_timeline.py``'s ``destroy``."""
 
 
 def front_absent(front: Mapping[str, Any], err: RotationError) -> bool:
     """The front container does not exist or is not running: it routes nothing, so nothing to drain.
 
     ``pulumi destroy`` deletes the front beside the replicas: an exec into a container Docker is
-    stopping dies with 126 (or 137) and no message, so those wait for the container to show as
-    stopped (at most :data:`STOPPING_SECONDS`)."""
+    stopping dies with 126 (or 137) and no message, or the CLI's exec start is refused with
+    :data:`EXEC_REFUSED_WHILE_STOPPING`; those wait for the container to show as stopped (at most
+    :data:`STOPPING_SECONDS`)."""
     text = str(err)
     if "No such container" in text or "is not running" in text:
         return True
-    if err.exit_code not in (126, 137):
+    if err.exit_code not in (126, 137) and EXEC_REFUSED_WHILE_STOPPING not in text:
         return False
     argv = docker_argv(
         str(front["docker_host"]),

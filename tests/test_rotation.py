@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from components import rotation
 from components.nginx_reload import apply_release
 from tests.test_nginx_front import KEYS, SERVED, free_port, vllm_sim
-from tests.test_nginx_reload import DOCKER_HOST, LiveFront, _docker_ready, live_front
+from tests.test_nginx_reload import DOCKER_HOST, IMAGE, LiveFront, _docker_ready, live_front
 
 pytestmark = pytest.mark.skipif(_docker_ready() is not None, reason=str(_docker_ready()))
 
@@ -181,6 +181,27 @@ def test_draining_without_a_front_is_a_no_op() -> None:
     """The first deploy: the serving container is replaced before any front exists."""
     access = rotation.front_access(DOCKER_HOST, None, "glm53-test-no-such-front")
     assert rotation.drain(access, "box1", "x", grace_seconds=1) == "no front running: nothing to drain"
+
+
+def test_an_exec_start_refused_by_a_front_that_just_stopped_is_no_front() -> None:
+    """`pulumi destroy` deleted the front beside the replica: the drain's `docker exec` exited 1
+    with the CLI's "unable to upgrade to tcp, received 500" (benchmarks/up_timeline.py met it on
+    2026-12-03) and destroy failed. A front that is stopped routes nothing; a running front's
+    refusal is still a refusal."""
+    name = f"glm53-test-stopped-front-{free_port()}"
+    subprocess.run(["docker", "run", "-d", "--name", name, "--entrypoint", "true", IMAGE], check=True,
+                   capture_output=True)  # fmt: skip
+    try:
+        subprocess.run(["docker", "wait", name], check=True, capture_output=True)
+        access = rotation.front_access(DOCKER_HOST, None, name)
+        refused = rotation.RotationError(
+            f"the front's rotation refused drain (exit 1): {rotation.EXEC_REFUSED_WHILE_STOPPING}", 1
+        )
+        assert rotation.front_absent(access, refused)
+        a_real_refusal = rotation.RotationError("the front's rotation refused drain (exit 1): nginx -t failed", 1)
+        assert not rotation.front_absent(access, a_real_refusal)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True)
 
 
 def test_a_key_is_revoked_while_the_engine_is_down() -> None:
