@@ -23,6 +23,9 @@ STATUS_PORT = 9146
 """The front's status port: the rotation's state for the stack's Prometheus (``/metrics``). Never
 published: only containers on the stack's private network reach it."""
 STATUS_FILE = f"{STATUS_DIR}/rotation.prom"
+METER_RETURN_PORT = 8081
+"""The front's return listener: the usage meter sends each request back here, and nginx sends it on
+to a replica in rotation (images/usage-meter). Never published."""
 CONF_FILE = "nginx.conf"
 API_KEYS_FILE = "api-keys.map"
 METRICS_KEYS_FILE = "metrics-keys.map"
@@ -60,6 +63,9 @@ included) may run this long on the old workers; longer ones are closed then."""
 INFERENCE_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses")
 """The only paths the front forwards (exact matches). vLLM also serves LoRA loading, scoring,
 tokenizing, dev and profiler routes, some of them without its own key check (SPEC §6)."""
+
+RETURN_ERRORS = ("not_found", "upstream_unavailable", "upstream_timeout")
+"""The public server's answers the meter's return listener gives too."""
 
 _UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
 
@@ -237,10 +243,13 @@ def _render(
     rotation_dir: str = ROTATION_DIR,
     guarded: bool = False,
     status_listen: str = str(STATUS_PORT),
+    meter: str | None = None,
+    meter_return_listen: str = str(METER_RETURN_PORT),
 ) -> str:
     """``guarded``: replicas sit behind guards (several hosts): send the replica key and, with TLS,
     speak TLS to them, pinning the stack's replica certificate. A release (``upstream`` None) also
-    serves the rotation's state on ``status_listen``."""
+    serves the rotation's state on ``status_listen``. ``meter`` (host:port): the inference routes go
+    through the usage meter, which sends them back to ``meter_return_listen``."""
     # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
     # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
     # `down`: never tried.
@@ -255,6 +264,47 @@ def _render(
     routes = "".join(
         render_file("nginx-route.conf", {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
     )
+    if meter is not None and not _UPSTREAM.fullmatch(meter):
+        raise ValueError(f"usage meter {meter!r} is not host:port")
+    proxy = {
+        "upstream_credential": f"        include {FRONT_SNIPPET};"
+        if guarded
+        else '        proxy_set_header Authorization "";',
+        "upstream_connect_timeout": str(UPSTREAM_CONNECT_TIMEOUT_SECONDS),
+        "next_upstream": next_upstream,
+        "read_timeout": str(front.read_timeout_seconds),
+        "send_timeout": str(front.send_timeout_seconds),
+    }
+    # Only the key's name goes to the meter, as a header nginx sets itself (a client's own is replaced).
+    client_name = "        proxy_set_header X-Glm-Client $api_client;" if meter is not None else ""
+    proxy_settings = render_file("nginx-proxy.conf", {**proxy, "client_name_header": client_name}).rstrip(
+        "\n"
+    )
+    keepalive_values = {
+        "keepalive": str(front.keepalive),
+        "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
+    }
+    meter_upstream = meter_return = ""
+    if meter is not None:
+        meter_upstream = render_file("nginx-meter-upstream.conf", {"meter": meter, **keepalive_values})
+        meter_return = render_file(
+            "nginx-meter-return.conf",
+            {
+                "meter_return_listen": meter_return_listen,
+                "max_body_size": front.max_body_size,
+                "proxy_settings": render_file("nginx-proxy.conf", {**proxy, "client_name_header": ""}).rstrip(
+                    "\n"
+                ),
+                "routes": "".join(
+                    render_file("nginx-return-route.conf", {"route": route, "scheme": scheme})
+                    for route in INFERENCE_ROUTES
+                ).rstrip("\n"),
+                **{f"error_{code}": _errors(front)[code] for code in RETURN_ERRORS},
+            },
+        )
+        routes = "".join(
+            render_file("nginx-meter-route.conf", {"route": route}) for route in INFERENCE_ROUTES
+        )
     ssl = render_server_tls(*tls_paths) if tls_paths is not None else ""
     values = {
         "worker_processes": str(WORKER_PROCESSES),
@@ -267,19 +317,14 @@ def _render(
         "rate_limits": limits,
         "upstream_servers": _upstream_servers(upstream, rotation_dir),
         "upstream_scheme": scheme,
-        "upstream_credential": f"        include {FRONT_SNIPPET};"
-        if guarded
-        else '        proxy_set_header Authorization "";',
+        "proxy_settings": proxy_settings,
+        "meter_upstream": meter_upstream,
+        "meter_return_server": meter_return,
         "no_replica_reason": f"        include {rotation_dir}/reason.ma[p];" if upstream is None else "",
-        "keepalive": str(front.keepalive),
-        "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
+        **keepalive_values,
         "listen": f"{listen} ssl" if tls_paths is not None else listen,
         "ssl": ssl,
         "max_body_size": front.max_body_size,
-        "upstream_connect_timeout": str(UPSTREAM_CONNECT_TIMEOUT_SECONDS),
-        "next_upstream": next_upstream,
-        "read_timeout": str(front.read_timeout_seconds),
-        "send_timeout": str(front.send_timeout_seconds),
         "health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS),
         "routes": routes,
         "status_server": render_file(
@@ -312,6 +357,7 @@ def render_release_conf(
     rotation_dir: str = ROTATION_DIR,
     guarded: bool = False,
     status_listen: str = str(STATUS_PORT),
+    meter: str | None = None,
 ) -> str:
     """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it, and
     no replica either: the rotation (components/rotation.py) lists those that passed their gate."""
@@ -326,6 +372,7 @@ def render_release_conf(
         rotation_dir=rotation_dir,
         guarded=guarded,
         status_listen=status_listen,
+        meter=meter,
     )
 
 
@@ -340,6 +387,7 @@ def render_front_files(
     rotation_dir: str = ROTATION_DIR,
     replica_files: Mapping[str, str] | None = None,
     status_listen: str = str(STATUS_PORT),
+    meter: str | None = None,
 ) -> dict[str, str]:
     """Every file of one front release, by name: what ``NginxReload`` delivers.
 
@@ -358,6 +406,7 @@ def render_front_files(
             rotation_dir=rotation_dir,
             guarded=replica_files is not None,
             status_listen=status_listen,
+            meter=meter,
         ),
         API_KEYS_FILE: render_key_map(api_keys),
         METRICS_KEYS_FILE: render_key_map(metrics_keys),
@@ -378,11 +427,14 @@ def render_nginx_conf(
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
     tls_dir: str = "/etc/nginx/tls",
+    meter: str | None = None,
+    meter_return_listen: str = str(METER_RETURN_PORT),
 ) -> str:
     """The same config as one self-contained file, keys inline (what nginx sees once it has read
     the includes): for harnesses that run one ``nginx -c`` file, such as the gate's tests.
 
-    ``upstream`` is vLLM's ``host:port`` (``vllm:8000``); ``tls_dir`` holds ``tls.crt``/``tls.key``.
+    ``upstream`` is vLLM's ``host:port`` (``vllm:8000``); ``tls_dir`` holds ``tls.crt``/``tls.key``;
+    ``meter``: the usage meter's ``host:port``, which sends requests back to ``meter_return_listen``.
     """
     metrics_keys = metrics_keys or {}
     _check_keys(api_keys, metrics_keys)
@@ -394,4 +446,6 @@ def render_nginx_conf(
         tls_paths=(f"{tls_dir}/{TLS_CERT}", f"{tls_dir}/{TLS_KEY}") if tls else None,
         listen=listen,
         runtime_dir=runtime_dir,
+        meter=meter,
+        meter_return_listen=meter_return_listen,
     )

@@ -23,10 +23,18 @@ import pulumi
 import pulumi_docker as docker
 
 from components.config import ContainerConfig, FrontConfig, HostConfig
-from components.nginx_conf import CONTAINER_PORT, SECRET_FILES, render_front_files, render_release_conf
+from components.nginx_conf import (
+    CONTAINER_PORT,
+    METER_RETURN_PORT,
+    SECRET_FILES,
+    render_front_files,
+    render_release_conf,
+)
 from components.nginx_reload import NginxReload, secrets_digest
 from components.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DIR, volume_name
 from components.target import exec_ssh
+from components.usage_meter import UsageMeter, meter_params
+from components.usage_meter import container_name as meter_container_name
 from components.vllm_server import upstream_hosts
 
 STOP_GRACE_SECONDS = 30
@@ -119,6 +127,9 @@ class NginxFrontArgs:
     replica_files: pulumi.Output[dict[str, str]] | None = None
     """Several hosts: the replica key and pinned certificate the front sends to the replicas' guards
     (``GuardCredentials.front_files``)."""
+    engine_slots: tuple[int, int] | None = None
+    """(``--max-num-seqs``, replicas): the inference routes go through the usage meter, which shares
+    these slots among the keys (components/usage_meter.py); None: straight to the replicas."""
 
 
 class NginxFront(pulumi.ComponentResource):
@@ -187,9 +198,26 @@ class NginxFront(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )
 
-        nginx_conf = render_release_conf(front, tls=front.tls, guarded=args.replica_files is not None)
         # The names are config keys, not secrets: a reviewer sees which clients change.
         key_names = pulumi.Output.unsecret(pulumi.Output.from_input(args.api_keys).apply(sorted))
+        meter: UsageMeter | None = None
+        if args.engine_slots is not None:
+            max_num_seqs, replicas = args.engine_slots
+            return_address = f"{container_name}:{METER_RETURN_PORT}"
+            meter = UsageMeter(
+                f"{name}-usage-meter",
+                front,
+                container,
+                args.network_name,
+                key_names.apply(
+                    lambda names: meter_params(front, names, max_num_seqs, replicas, return_address)
+                ),
+                opts=child,
+            )
+        meter_address = f"{meter_container_name(container)}:{front.usage_meter.port}" if meter else None
+        nginx_conf = render_release_conf(
+            front, tls=front.tls, guarded=args.replica_files is not None, meter=meter_address
+        )
         metrics = pulumi.Output.from_input(args.metrics_keys if args.metrics_keys is not None else {})
         metrics_names = pulumi.Output.unsecret(metrics.apply(sorted))
         files = _secret_files(front, args.api_keys, metrics, args.tls_files, args.replica_files)
@@ -221,7 +249,8 @@ class NginxFront(pulumi.ComponentResource):
                 "secret_files": files,
                 "fingerprint": self.fingerprint,
             },
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[nginx]),
+            # nginx resolves the meter's name when it loads the config: the meter's container first.
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[nginx, *([meter] if meter else [])]),
         )
 
         self.url = pulumi.Output.from_input(public_url(front, host))

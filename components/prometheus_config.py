@@ -26,10 +26,13 @@ from components.config import (
     StackConfig,
     semantic_probe_runs,
 )
+from components.config.edge import UsageMeterConfig
 
 DEFAULT_JOB = "vllm"
 ROTATION_JOB = "front-rotation"
 """The front's status port: which replicas are in rotation, and their gate and ejection history."""
+METER_JOB = "usage-meter"
+"""The usage meter: requests, tokens and latency per API key name (components/usage_meter.py)."""
 CONFIG_PATH = "/etc/prometheus/prometheus.yml"
 RULES_PATH = "/etc/prometheus/rules.yml"
 SCRAPE_KEY_PATH = "/etc/prometheus/scrape-key"
@@ -76,6 +79,8 @@ class ScrapeSpec:
     else None."""
     smoke: SmokeConfig
     """The arithmetic question and answer the probe asks, which its alert quotes."""
+    usage_meter: UsageMeterConfig
+    """The usage meter in the front's path (``glm:front.usageMeter``): Prometheus scrapes its port."""
 
     @classmethod
     def of(cls, config: StackConfig) -> ScrapeSpec:
@@ -90,6 +95,7 @@ class ScrapeSpec:
             engine_start_seconds=config.facts.known_engine_start_seconds,
             semantic_probe=config.semantic_probe if semantic_probe_runs(config) else None,
             smoke=config.smoke,
+            usage_meter=config.front.usage_meter,
         )
 
 
@@ -113,6 +119,7 @@ def render_prometheus_config(
     probe_target: str | None = None,
     guarded: GuardedScrape | None = None,
     rotation_target: str | None = None,
+    meter_target: str | None = None,
 ) -> str:
     """``prometheus.yml``: scrape vLLM's ``/metrics`` at ``target`` (host:port), the semantic
     probe's at ``probe_target`` when there is one, the front's rotation at ``rotation_target``, and
@@ -120,7 +127,7 @@ def render_prometheus_config(
 
     Several replicas: ``target`` maps each host's name to its ``host:port``; its series carry
     the label ``host``. ``guarded``: the replicas answer only their guards' keys; Prometheus holds
-    the scrape key."""
+    the scrape key. ``meter_target``: the usage meter's usage per key name (components/usage_meter.py)."""
     vllm: dict[str, Any] = {
         "job_name": job,
         "metrics_path": "/metrics",
@@ -148,6 +155,14 @@ def render_prometheus_config(
                 "job_name": ROTATION_JOB,
                 "metrics_path": "/metrics",
                 "static_configs": [{"targets": [rotation_target]}],
+            }
+        )
+    if meter_target is not None:
+        scrape_configs.append(
+            {
+                "job_name": METER_JOB,
+                "metrics_path": "/metrics",
+                "static_configs": [{"targets": [meter_target]}],
             }
         )
     config = {

@@ -27,6 +27,7 @@ from components.prometheus_config import (
     render_prometheus_config,
 )
 from components.prometheus_rules import render_alert_rules
+from components.usage_meter import container_name as meter_container_name
 from components.vllm_server import upstream_hosts
 
 
@@ -90,6 +91,7 @@ class PrometheusScrape(pulumi.ComponentResource):
                         probe_target=probe_target,
                         guarded=guarded,
                         rotation_target=f"{front_container_name(container)}:{STATUS_PORT}",
+                        meter_target=f"{meter_container_name(container)}:{spec.usage_meter.port}",
                     ),
                     permissions="0644",
                 ),

@@ -44,6 +44,27 @@ class RateLimitConfig(Model):
     )
 
 
+class UsageMeterConfig(Model):
+    """The usage meter in the front's path (images/usage-meter): usage per API key name for the
+    stack's Prometheus, and each key's fair share of the engine's slots."""
+
+    fair_share: bool = Field(
+        True,
+        description="Admit at most a key's share of the engine's slots at once (maxNumSeqs x replicas "
+        "x its weight / all weights), and beyond it only slots no other key may claim now; the rest "
+        'gets a 429 with Retry-After (docs/front-and-alerts.md "Sharing one box").',
+    )
+    weights: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict,
+        description="Weight of each API key name in the fair share (default 1 each).",
+    )
+    base_image: str = Field(
+        "python:3.11-slim",
+        description="Base of the meter image: any image with python3 (standard library only).",
+    )
+    port: int = Field(9147, description="Port of the meter (and its /metrics) on the private network.")
+
+
 class FrontConfig(Model):
     image: str = Field("nginx:1.27", description="Nginx image.")
     port: int = Field(8080, description="The stack's one published port (the API).")
@@ -53,6 +74,7 @@ class FrontConfig(Model):
     send_timeout_seconds: Timeout = Field(600, description="`proxy_send_timeout`.")
     keepalive: Positive = Field(32, description="Upstream keepalive connections.")
     rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
+    usage_meter: UsageMeterConfig = Field(default_factory=UsageMeterConfig)
     tls: bool = Field(False, description="Serve TLS with `glm:tlsCertificate`/`glm:tlsKey`.")
     tls_name: str | None = Field(
         None,

@@ -1,0 +1,588 @@
+"""The usage meter: usage per API key name, and each key's fair share of the engine's slots.
+
+It sits in the front's path, between nginx's public server (keys, limits, TLS) and nginx's
+return listener (the rotation of gated replicas): ``client -> nginx -> meter -> nginx -> vLLM``.
+nginx sends it the key's *name* in ``X-Glm-Client`` (never the key: that stops at nginx).
+
+Why a process of its own and not nginx: counting tokens means reading each answer's ``usage``,
+which for a stream is the last server-sent event, and vLLM sends that event only when the request
+asked for it (``stream_options.include_usage``). nginx can neither rewrite a JSON body nor read SSE
+events (njs could read them, but its body rewrite needs a subrequest, which buffers the stream, and
+Debian's nginx has no njs). So the meter:
+
+- adds ``stream_options.include_usage`` to a streamed chat or completion that did not ask for it,
+  and drops the usage event from what that client receives: every client gets exactly the events
+  it asked for, each forwarded the moment it is complete (no buffering: TTFT is unchanged);
+- counts per key name the ``usage`` of every answer (plain or streamed) as vLLM sent it, the
+  requests by HTTP status, and the time to first token (streams) and to the last byte;
+- admits at most the key's share of the engine's slots at once (below) and answers the rest with
+  OpenAI's 429 and ``Retry-After`` before a byte of the stream was sent: never a cut stream.
+
+The fair share. vLLM admits first come first served up to ``--max-num-seqs`` (a800: 32) and never
+preempts a running sequence for a waiting one (with ``--scheduling-policy priority`` a waiting
+request is only ordered ahead in the queue; it still waits for a slot to free), so a key that
+holds every slot with long streams makes everybody else wait for whole answers: 0.07 s -> 11.3 s
+of TTFT measured (issue 36). A per-key rate (nginx's 10 r/s) does not bound slots: 24 streams
+of 40 s are well under any rate. Slots are what must be shared. Each key's share is
+``capacity x weight / sum of weights`` (at least 1), ``capacity`` being ``--max-num-seqs`` times the
+replicas. A key may go beyond its share into slots no one else can claim now: it always leaves
+free the unused part of every recently active key's share and, while any key is idle, one share
+for it, so the next request of another key finds a free slot at once. With two keys that is a
+strict half each; with many keys, a lone busy key can use most of the box.
+
+Standard library only (like the simulator): it runs on a bare ``python3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+
+GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+"""The routes that take an engine slot (``/v1/models`` does not)."""
+ACTIVE_SECONDS = 60.0
+"""A key that sent a request this recently keeps the unused part of its share reserved."""
+RETRY_AFTER_SECONDS = 1
+MAX_HEAD = 64 * 1024
+MAX_BODY = 64 * 1024 * 1024
+HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "trailer", "upgrade"}
+"""Framing and connection headers: the meter frames each leg itself."""
+NOT_FORWARDED = {*HOP_BY_HOP, "authorization", "x-glm-client"}
+"""What the return leg does not get: nginx sets the replica's credential there itself."""
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 240.0, 480.0, 960.0)
+
+
+# ---- counters ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Histogram:
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, value: float) -> None:
+        if not self.counts:
+            self.counts = [0] * len(self.bounds)
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+        self.total += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        counts = self.counts or [0] * len(self.bounds)
+        out = [f'{name}_bucket{{{labels},le="{b}"}} {c}' for b, c in zip(self.bounds, counts, strict=True)]
+        out.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.count}')
+        out.append(f"{name}_sum{{{labels}}} {self.total}")
+        out.append(f"{name}_count{{{labels}}} {self.count}")
+        return out
+
+
+@dataclass
+class KeyUsage:
+    requests: dict[int, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    refused: int = 0
+    in_flight: int = 0
+    active_at: float = -math.inf
+    """When (monotonic) it last asked for a slot."""
+    last_seen: float = 0.0
+    """When (Unix time) it last sent a request."""
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    duration: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS))
+
+
+class Meter:
+    """Usage per key name and the shares of ``capacity`` slots (``weights``: name -> weight)."""
+
+    def __init__(self, capacity: int, weights: dict[str, float], fair_share: bool = True) -> None:
+        self.capacity = capacity
+        self.weights = dict(weights)
+        self.fair_share = fair_share
+        self.keys: dict[str, KeyUsage] = {}
+
+    def key(self, name: str) -> KeyUsage:
+        if name not in self.keys:
+            self.keys[name] = KeyUsage()
+            self.weights.setdefault(name, 1.0)  # a key the params did not name (added since)
+        return self.keys[name]
+
+    def share(self, name: str) -> int:
+        total = sum(self.weights.values())
+        return max(1, math.floor(self.capacity * self.weights.get(name, 1.0) / total))
+
+    def admit(self, name: str, now: float) -> bool:
+        """Take a slot for ``name`` if its share, or slots nobody else may claim now, allow it."""
+        usage = self.key(name)
+        usage.active_at = now
+        if self.fair_share and usage.in_flight >= self.share(name):
+            busy = sum(k.in_flight for k in self.keys.values())
+            reserved, idle = 0, []
+            for other in self.weights:
+                if other == name:
+                    continue
+                seen = self.keys.get(other)
+                if seen is not None and now - seen.active_at < ACTIVE_SECONDS:
+                    reserved += max(0, self.share(other) - seen.in_flight)
+                else:
+                    idle.append(self.share(other))
+            if busy + 1 + reserved + (min(idle) if idle else 0) > self.capacity:
+                usage.refused += 1
+                return False
+        usage.in_flight += 1
+        return True
+
+    def release(self, name: str) -> None:
+        self.keys[name].in_flight -= 1
+
+    def exposition(self) -> str:
+        """The Prometheus text format; every series is labelled by the key's name (``client``)."""
+        families = [
+            (
+                "glm_key_requests_total",
+                "counter",
+                "Requests through the front by API key name and HTTP status.",
+            ),
+            (
+                "glm_key_prompt_tokens_total",
+                "counter",
+                "Prompt tokens by API key name, from the answers' usage.",
+            ),
+            (
+                "glm_key_completion_tokens_total",
+                "counter",
+                "Completion tokens by API key name, from the answers' usage.",
+            ),
+            (
+                "glm_key_fair_share_refused_total",
+                "counter",
+                "Requests refused with 429 beyond the key's share of the engine's slots.",
+            ),
+            ("glm_key_in_flight", "gauge", "Generation requests of the key in the engine now."),
+            ("glm_key_share", "gauge", "The key's guaranteed share of the engine's slots."),
+            ("glm_key_last_seen_timestamp_seconds", "gauge", "When the key last sent a request (Unix time)."),
+            (
+                "glm_key_time_to_first_token_seconds",
+                "histogram",
+                "Time to the first generated token of streamed answers, by API key name.",
+            ),
+            (
+                "glm_key_request_duration_seconds",
+                "histogram",
+                "Time to the answer's last byte, by API key name.",
+            ),
+        ]
+        lines: list[str] = [f"glm_fair_share_capacity {self.capacity}"]
+        for family, kind, text in families:
+            lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"]
+            for name in sorted(self.keys):
+                usage, labels = self.keys[name], f'client="{name}"'
+                if family == "glm_key_requests_total":
+                    lines += [
+                        f'{family}{{{labels},status="{s}"}} {n}' for s, n in sorted(usage.requests.items())
+                    ]
+                elif kind == "histogram":
+                    hist = usage.ttft if "first_token" in family else usage.duration
+                    lines += hist.lines(family, labels)
+                else:
+                    value = {
+                        "glm_key_prompt_tokens_total": usage.prompt_tokens,
+                        "glm_key_completion_tokens_total": usage.completion_tokens,
+                        "glm_key_fair_share_refused_total": usage.refused,
+                        "glm_key_in_flight": usage.in_flight,
+                        "glm_key_share": self.share(name),
+                        "glm_key_last_seen_timestamp_seconds": usage.last_seen,
+                    }[family]
+                    lines.append(f"{family}{{{labels}}} {value}")
+        return "\n".join(lines) + "\n"
+
+
+# ---- HTTP ----------------------------------------------------------------------------------------
+
+
+class Closed(Exception):
+    """The peer went away."""
+
+
+@dataclass
+class Message:
+    head: str
+    headers: list[tuple[str, str]]
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name), None)
+
+
+async def read_head(reader: asyncio.StreamReader) -> Message | None:
+    try:
+        raw = await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as e:
+        if e.partial.strip():
+            raise Closed from e
+        return None
+    except (asyncio.LimitOverrunError, ConnectionError) as e:
+        raise Closed from e
+    lines = raw.decode("latin-1").split("\r\n")
+    headers = [(k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in lines[1:] if line)]
+    return Message(lines[0], headers)
+
+
+async def body_parts(reader: asyncio.StreamReader, message: Message, until_close: bool):
+    """The body's bytes as they arrive: Content-Length, chunked, or (a response) until close."""
+    if (message.header("transfer-encoding") or "").lower() == "chunked":
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")  # no trailers from nginx or vLLM
+                return
+            data = await reader.readexactly(size + 2)
+            yield data[:-2]
+    elif message.header("content-length") is not None:
+        left = int(message.header("content-length") or 0)
+        while left > 0:
+            data = await reader.read(min(left, 65536))
+            if not data:
+                raise Closed
+            left -= len(data)
+            yield data
+    elif until_close:
+        while data := await reader.read(65536):
+            yield data
+
+
+async def read_body(reader: asyncio.StreamReader, message: Message, until_close: bool = False) -> bytes:
+    parts = []
+    size = 0
+    async for part in body_parts(reader, message, until_close):
+        size += len(part)
+        if size > MAX_BODY:
+            raise Closed
+        parts.append(part)
+    return b"".join(parts)
+
+
+def response_head(status: str, headers: list[tuple[str, str]]) -> bytes:
+    lines = [f"HTTP/1.1 {status}", *(f"{k}: {v}" for k, v in headers)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def openai_error(status: int, message: str, code: str, error_type: str) -> bytes:
+    body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+# ---- the proxy -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Exchange:
+    """One request on its way through: what the client asked, what came back, when."""
+
+    client: str
+    started: float
+    asked_usage: bool = True
+    status: int = 0
+    first_token: float | None = None
+    usage: dict | None = None
+
+
+def prepare(body: bytes, exchange: Exchange) -> bytes:
+    """The body vLLM gets: a stream always asks for usage (the meter counts it); the rest as sent."""
+    try:
+        request = json.loads(body)
+    except ValueError:
+        return body  # vLLM answers 400 with its own message
+    if not isinstance(request, dict) or request.get("stream") is not True:
+        return body
+    options = request.get("stream_options")
+    if isinstance(options, dict) and options.get("include_usage") is True:
+        return body
+    exchange.asked_usage = False
+    # continuous_usage_stats means nothing without include_usage: the client gets no usage at all.
+    request["stream_options"] = {"include_usage": True}
+    return json.dumps(request, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def has_token(event: dict) -> bool:
+    for choice in event.get("choices") or []:
+        if not isinstance(choice, dict):
+            return True
+        if choice.get("text"):
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and any(v for k, v in delta.items() if k != "role"):
+            return True
+        if delta is not None and not isinstance(delta, dict):
+            return True
+    return event.get("type") == "response.output_text.delta"
+
+
+def read_event(raw: bytes, exchange: Exchange, now: float) -> bool:
+    """Note what one server-sent event says; False: the client must not receive it."""
+    for line in raw.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            return True
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            return True
+        if not isinstance(event, dict):
+            return True
+        if exchange.first_token is None and has_token(event):
+            exchange.first_token = now
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            exchange.usage = usage
+            if not exchange.asked_usage and event.get("choices") == []:
+                return False
+    return True
+
+
+class Proxy:
+    def __init__(self, meter: Meter, upstream: tuple[str, int]) -> None:
+        self.meter = meter
+        self.upstream = upstream
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection from nginx: requests one after the other (upstream keep-alive)."""
+        try:
+            while (request := await read_head(reader)) is not None:
+                body = await read_body(reader, request)
+                keep = await self.handle(request, body, writer)
+                if not keep:
+                    break
+        except (Closed, ConnectionError, asyncio.IncompleteReadError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+    async def handle(self, request: Message, body: bytes, writer: asyncio.StreamWriter) -> bool:
+        method, target, _ = [*request.head.split(" "), "", ""][:3]
+        if method == "GET" and target == "/metrics":
+            text = self.meter.exposition().encode()
+            writer.write(
+                response_head(
+                    "200 OK",
+                    [("Content-Type", "text/plain; version=0.0.4"), ("Content-Length", str(len(text)))],
+                )
+                + text
+            )
+            await writer.drain()
+            return True
+        client = request.header("x-glm-client") or ""
+        if not client:
+            await self.reply(
+                writer,
+                400,
+                openai_error(
+                    400,
+                    "No client name: the meter serves the front only.",
+                    "no_client",
+                    "invalid_request_error",
+                ),
+            )
+            return True
+        now = time.monotonic()
+        exchange = Exchange(client, now)
+        generation = method == "POST" and target in GENERATION_ROUTES
+        usage = self.meter.key(client)
+        usage.last_seen = time.time()
+        if generation and not self.meter.admit(client, now):
+            exchange.status = 429
+            share = self.meter.share(client)
+            message = (
+                f"Too many requests in flight for this API key: its fair share of the engine is {share} "
+                f"at once ({self.meter.capacity} slots shared among {len(self.meter.weights)} keys) and the "
+                "other keys' shares are reserved. Retry after the Retry-After seconds."
+            )
+            await self.reply(
+                writer,
+                429,
+                openai_error(429, message, "rate_limit_exceeded", "requests"),
+                [("Retry-After", str(RETRY_AFTER_SECONDS))],
+            )
+            self.finish(exchange)
+            return True
+        try:
+            if generation:
+                body = prepare(body, exchange)
+            return await self.forward(request, method, target, body, exchange, writer)
+        finally:
+            if generation:
+                self.meter.release(client)
+            self.finish(exchange)
+
+    def finish(self, exchange: Exchange) -> None:
+        usage = self.meter.key(exchange.client)
+        usage.requests[exchange.status] = usage.requests.get(exchange.status, 0) + 1
+        if exchange.usage is not None:
+            usage.prompt_tokens += int(
+                exchange.usage.get("prompt_tokens") or exchange.usage.get("input_tokens") or 0
+            )
+            usage.completion_tokens += int(
+                exchange.usage.get("completion_tokens") or exchange.usage.get("output_tokens") or 0
+            )
+        if exchange.first_token is not None:
+            usage.ttft.observe(exchange.first_token - exchange.started)
+        if exchange.status not in (0, 499):
+            usage.duration.observe(time.monotonic() - exchange.started)
+
+    async def reply(
+        self, writer: asyncio.StreamWriter, status: int, body: bytes, extra: list[tuple[str, str]] = ()
+    ) -> None:  # type: ignore[assignment]
+        reason = {400: "Bad Request", 429: "Too Many Requests", 502: "Bad Gateway"}[status]
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *extra]
+        writer.write(response_head(f"{status} {reason}", headers) + body)
+        await writer.drain()
+
+    async def forward(
+        self,
+        request: Message,
+        method: str,
+        target: str,
+        body: bytes,
+        exchange: Exchange,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.upstream, limit=MAX_HEAD)
+        except OSError:
+            exchange.status = 502
+            await self.reply(
+                writer,
+                502,
+                openai_error(
+                    502, "The front's return path is not reachable.", "upstream_unavailable", "server_error"
+                ),
+            )
+            return True
+        try:
+            headers = [(k, v) for k, v in request.headers if k.lower() not in NOT_FORWARDED]
+            head = [
+                f"{method} {target} HTTP/1.1",
+                *(f"{k}: {v}" for k, v in headers),
+                f"Content-Length: {len(body)}",
+                "Connection: close",
+            ]
+            up_writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+            await up_writer.drain()
+            response = await read_head(up_reader)
+            if response is None:
+                raise Closed
+            exchange.status = int(response.head.split(" ")[1])
+            kept = [(k, v) for k, v in response.headers if k.lower() not in HOP_BY_HOP]
+            if (response.header("content-type") or "").startswith("text/event-stream"):
+                writer.write(
+                    response_head(response.head.split(" ", 1)[1], [*kept, ("Transfer-Encoding", "chunked")])
+                )
+                await writer.drain()
+                await self.relay_events(up_reader, response, exchange, writer)
+                return True
+            data = await read_body(up_reader, response, until_close=True)
+            if 200 <= exchange.status < 300 and method == "POST":
+                try:
+                    answer = json.loads(data)
+                    if isinstance(answer, dict) and isinstance(answer.get("usage"), dict):
+                        exchange.usage = answer["usage"]
+                except ValueError:
+                    pass
+            writer.write(
+                response_head(response.head.split(" ", 1)[1], [*kept, ("Content-Length", str(len(data)))])
+                + data
+            )
+            await writer.drain()
+            return True
+        except (Closed, asyncio.IncompleteReadError, ConnectionError, ValueError):
+            if exchange.status == 0:
+                exchange.status = 502
+                await self.reply(
+                    writer,
+                    502,
+                    openai_error(
+                        502,
+                        "The model server closed the connection before answering.",
+                        "upstream_unavailable",
+                        "server_error",
+                    ),
+                )
+                return True
+            raise
+        finally:
+            up_writer.close()
+
+    async def relay_events(
+        self,
+        up_reader: asyncio.StreamReader,
+        response: Message,
+        exchange: Exchange,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        """Each complete event goes to the client as soon as it is complete (one HTTP chunk)."""
+        pending = b""
+        try:
+            async for part in body_parts(up_reader, response, until_close=True):
+                pending += part
+                events = []
+                while (end := pending.find(b"\n\n")) >= 0:
+                    raw, pending = pending[: end + 2], pending[end + 2 :]
+                    if read_event(raw, exchange, time.monotonic()):
+                        events.append(raw)
+                if events:
+                    data = b"".join(events)
+                    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    await writer.drain()
+            if pending:
+                writer.write(b"%x\r\n%s\r\n" % (len(pending), pending))
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        except (ConnectionError, Closed):
+            exchange.status = 499  # the client left: vLLM aborts the request when we close
+            exchange.usage = None
+            raise Closed from None
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    with open(args.params) as file:
+        params = json.load(file)
+    meter = Meter(
+        int(params["capacity"]),
+        {k: float(v) for k, v in params["weights"].items()},
+        bool(params.get("fairShare", True)),
+    )
+    host, _, port = params["upstream"].rpartition(":")
+    proxy = Proxy(meter, (host, int(port)))
+    server = await asyncio.start_server(proxy.serve, args.host, int(params["port"]), limit=MAX_HEAD)
+    print(
+        f"usage meter on {args.host}:{params['port']} -> {params['upstream']}, capacity {meter.capacity}, "
+        f"keys {sorted(meter.weights)}",
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with server:
+        await stop.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--params", required=True, help="JSON: port, upstream host:port, capacity, weights")
+    parser.add_argument("--host", default="0.0.0.0")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The front as a stack runs it, on loopback: the real ``nginx`` with a rendered config, the usage
+meter (images/usage-meter) and the vLLM-protocol simulator, each a process of its own, stopped by
+its own pid. Used by tests/test_usage_meter.py and benchmarks/fair_share.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+
+from components.config import StackConfig
+from components.nginx_conf import render_nginx_conf
+from components.usage_meter import meter_params
+from tests.engine import free_port
+from tests.test_nginx_front import NGINX, SERVED, SIM, running, runtime_dir, wait_for_port
+
+METER = Path(__file__).resolve().parents[1] / "images" / "usage-meter" / "usage_meter.py"
+
+
+@dataclass
+class MeteredFront:
+    base: str
+    meter_port: int | None
+    directory: Path
+
+    def client(self, key: str, **kwargs: object) -> openai.OpenAI:
+        options: dict = {"max_retries": 0, "timeout": 60, **kwargs}
+        return openai.OpenAI(base_url=f"{self.base}/v1", api_key=key, **options)
+
+    def meter_metrics(self) -> str:
+        assert self.meter_port is not None, "this front runs without the meter"
+        return httpx.get(f"http://127.0.0.1:{self.meter_port}/metrics", timeout=5).text
+
+
+def _wait_healthy(url: str, proc, log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, log.read_text()
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        assert time.monotonic() < deadline, f"{url} not ready in 30 s"
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def metered_front(
+    config: StackConfig,
+    keys: Mapping[str, str],
+    *,
+    max_num_seqs: int = 8,
+    sim_env: Mapping[str, str] | None = None,
+    meter: bool = True,
+) -> Iterator[MeteredFront]:
+    """``meter`` False: the front as before the meter (nginx straight to the simulator)."""
+    directory = runtime_dir()
+    sim_port, meter_port, return_port, port = free_port(), free_port(), free_port(), free_port()
+    sim_argv = [
+        sys.executable, str(SIM), "serve", "/models/x", "--host", "127.0.0.1", "--port", str(sim_port),
+        "--served-model-name", SERVED, "--max-model-len", "32768", "--max-num-seqs", str(max_num_seqs),
+    ]  # fmt: skip
+    env = {**os.environ, "VLLM_SIM_QUIET": "1", **(sim_env or {})}
+    with contextlib.ExitStack() as stack:
+        sim = stack.enter_context(running(sim_argv, directory / "sim.log", env))
+        _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim, directory / "sim.log")
+        if meter:
+            params = meter_params(
+                config.front,
+                sorted(keys),
+                max_num_seqs,
+                replicas=1,
+                return_address=f"127.0.0.1:{return_port}",
+            )
+            params["port"] = meter_port
+            (directory / "meter.json").write_text(json.dumps(params))
+            argv = [
+                sys.executable,
+                "-I",
+                "-S",
+                str(METER),
+                "--params",
+                str(directory / "meter.json"),
+                "--host",
+                "127.0.0.1",
+            ]
+            proc = stack.enter_context(running(argv, directory / "meter.log"))
+            wait_for_port(meter_port, proc)
+        conf = render_nginx_conf(
+            config.front, f"127.0.0.1:{sim_port}", dict(keys), listen=f"127.0.0.1:{port}",
+            runtime_dir=str(directory), meter=f"127.0.0.1:{meter_port}" if meter else None,
+            meter_return_listen=f"127.0.0.1:{return_port}",
+        )  # fmt: skip
+        (directory / "nginx.conf").write_text(conf)
+        argv = [
+            NGINX,
+            "-c",
+            str(directory / "nginx.conf"),
+            "-p",
+            str(directory),
+            "-e",
+            "stderr",
+            "-g",
+            "daemon off;",
+        ]
+        proc = stack.enter_context(running(argv, directory / "nginx.log"))
+        wait_for_port(port, proc)
+        yield MeteredFront(f"http://127.0.0.1:{port}", meter_port if meter else None, directory)
+    shutil.rmtree(directory, ignore_errors=True)

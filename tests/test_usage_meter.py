@@ -1,0 +1,141 @@
+"""The usage meter in the front's path, with the real ``nginx``, the real ``openai`` client and the
+vLLM-protocol simulator: the counters per key name equal the ``usage`` the clients received."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import httpx
+import pytest
+
+from components.config import build_stack_config
+from tests.metered_front import metered_front
+
+KEYS = {"alice": "sk-alice-1403f1510d19d5295321", "bob": "sk-bob-0d08fac0336e7974aa11"}
+SERVED = "glm-5.3-flash"
+
+
+def series(text: str, name: str, client: str, extra: str = "") -> float:
+    """One sample of the meter's exposition (0 when absent)."""
+    pattern = re.compile(
+        rf'^{re.escape(name)}{{client="{re.escape(client)}"{re.escape(extra)}}} (\S+)$', re.M
+    )
+    found = pattern.search(text)
+    return float(found[1]) if found else 0.0
+
+
+@pytest.fixture(scope="module")
+def front():
+    config = build_stack_config({"hardware": "local"})
+    with metered_front(config, KEYS, sim_env={"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.002"}) as running:
+        yield running
+
+
+def _chat(client, i: int, stream_usage: bool | None):
+    """One chat: plain (``stream_usage`` None) or streamed, asking for usage or not. Returns the
+    usage the client received (None: it received none) and the chunks of a stream."""
+    messages = [{"role": "user", "content": f"Tell me about the number {i} " + "and more " * (i % 7)}]
+    if stream_usage is None:
+        answer = client.chat.completions.create(model=SERVED, messages=messages, max_tokens=5 + i % 11)
+        return answer.usage.model_dump(), []
+    options = {"stream_options": {"include_usage": True}} if stream_usage else {}
+    chunks = list(
+        client.chat.completions.create(
+            model=SERVED, messages=messages, max_tokens=5 + i % 11, stream=True, **options
+        )
+    )
+    usage = [c.usage for c in chunks if c.usage is not None]
+    return (usage[-1].model_dump() if usage else None), chunks
+
+
+def _counters(front, client: str) -> tuple[float, float, float]:
+    text = front.meter_metrics()
+    return (
+        series(text, "glm_key_requests_total", client, ',status="200"'),
+        series(text, "glm_key_prompt_tokens_total", client),
+        series(text, "glm_key_completion_tokens_total", client),
+    )
+
+
+def test_counters_equal_the_usage_the_clients_received(front) -> None:
+    """Mixed plain and streamed chats and completions from two keys: each key's counters are exactly
+    the sums of the ``usage`` fields its client received, and no series names a key itself."""
+    before = {name: _counters(front, name) for name in KEYS}
+    received = {name: [0, 0, 0] for name in KEYS}
+    clients = {name: front.client(key) for name, key in KEYS.items()}
+    for i in range(30):
+        name = "alice" if i % 3 else "bob"
+        client = clients[name]
+        if i % 5 == 4:
+            completion = client.completions.create(model=SERVED, prompt=f"count to {i}", max_tokens=3 + i % 4)
+            usage = completion.usage.model_dump()
+        else:
+            usage, _ = _chat(client, i, None if i % 2 else True)
+        received[name][0] += 1
+        received[name][1] += usage["prompt_tokens"]
+        received[name][2] += usage["completion_tokens"]
+    for name in KEYS:
+        after = _counters(front, name)
+        assert [a - b for a, b in zip(after, before[name], strict=True)] == received[name], name
+    text = front.meter_metrics()
+    assert all(key not in text for key in KEYS.values())
+
+
+def test_a_stream_that_did_not_ask_for_usage_gets_none_and_is_counted(front) -> None:
+    """The meter asks vLLM for the usage of every stream, and hands the usage chunk on only to a
+    client that asked for it: what the client receives is what it asked for."""
+    client = front.client(KEYS["bob"])
+    asked, asked_chunks = _chat(client, 3, True)
+    before = _counters(front, "bob")
+    unasked, chunks = _chat(client, 3, False)
+    after = _counters(front, "bob")
+    assert unasked is None
+    assert all(chunk.choices for chunk in chunks), "a chunk without choices (the usage chunk) arrived"
+    assert len(chunks) == len(asked_chunks) - 1
+    assert asked is not None
+    assert (after[1] - before[1], after[2] - before[2]) == (
+        asked["prompt_tokens"],
+        asked["completion_tokens"],
+    )
+
+
+def test_continuous_usage_stats_reach_a_client_that_asked_for_them(front) -> None:
+    client = front.client(KEYS["alice"])
+    messages = [{"role": "user", "content": "Say something."}]
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    chunks = list(
+        client.chat.completions.create(
+            model=SERVED, messages=messages, max_tokens=6, stream=True, stream_options=options
+        )
+    )
+    assert all(chunk.usage is not None for chunk in chunks)
+    assert chunks[-1].choices == []
+
+
+def test_a_key_beyond_its_share_gets_a_429_with_retry_after_and_the_other_key_is_served(front) -> None:
+    """Capacity 8 (--max-num-seqs) and two keys: 4 streams each. Alice's 5th request is refused in
+    OpenAI's shape before anything streamed; Bob's is answered."""
+    body = {
+        "model": SERVED,
+        "messages": [{"role": "user", "content": "go"}],
+        "max_tokens": 1500,
+        "stream": True,
+    }
+    headers = {"Authorization": f"Bearer {KEYS['alice']}"}
+    with httpx.Client(base_url=front.base, timeout=30) as http, contextlib.ExitStack() as held:
+        for _ in range(4):
+            response = held.enter_context(
+                http.stream("POST", "/v1/chat/completions", json=body, headers=headers)
+            )
+            assert response.status_code == 200
+        refused = http.post("/v1/chat/completions", json=body, headers=headers)
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "1"
+        error = refused.json()["error"]
+        assert error["code"] == "rate_limit_exceeded" and "fair share" in error["message"]
+        answer = front.client(KEYS["bob"]).chat.completions.create(
+            model=SERVED, messages=[{"role": "user", "content": "13*17"}], max_tokens=60
+        )
+        assert "221" in (answer.choices[0].message.content or "")
+    assert series(front.meter_metrics(), "glm_key_fair_share_refused_total", "alice") >= 1
