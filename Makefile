@@ -22,7 +22,7 @@ destroy:   ## destroy STACK (the weights and the JIT cache volume stay)
 	$(PULUMI) destroy --yes -s $(STACK)
 logs:      ## follow the serving container's log, start-up milestones marked ==>
 	$(OPS) logs -s $(STACK)
-status:    ## container state and health, the last gate, endpoint, image
+status:    ## container state and health, the last gate, endpoint, image; usage per API key
 	$(OPS) status -s $(STACK)
 smoke:     ## re-run the gate against the running stack, changing nothing
 	$(OPS) smoke -s $(STACK)

@@ -41,6 +41,7 @@ from components.nginx_front import front_container_name
 from components.target import docker_ssh_opts
 from components.vllm_server import render_argv, render_serving
 from ops.rollback import rollback
+from ops.usage import WINDOW, promtool_query, usage_rows, usage_table
 
 ROOT = Path(__file__).resolve().parent.parent
 # The pulumi CLI with the project's environment; GLM_PULUMI points elsewhere (tests use a throwaway backend).
@@ -154,6 +155,12 @@ def status(config: StackConfig, stack: str) -> int:
     ]
     for label, value in rows:
         print(f"{label:12s} {value}")
+    print(f"\nusage per API key (counts since the usage meter started; latency over the last {WINDOW}):")
+    prometheus = [*docker(config), "exec", f"{config.container.name}-prometheus", "promtool"]
+    try:
+        print(usage_table(usage_rows(promtool_query(prometheus))))
+    except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+        print(f"not available: {e}")
     return 0 if state and state.get("Running") and front and front.get("Running") else 1
 
 

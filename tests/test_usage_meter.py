@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
+import time
+from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from components.config import build_stack_config
+from components.prometheus_config import METER_JOB
+from ops.usage import promtool_query, usage_rows, usage_table
+from tests.engine import free_port
 from tests.metered_front import metered_front
+from tests.test_nginx_front import running
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 KEYS = {"alice": "sk-alice-1403f1510d19d5295321", "bob": "sk-bob-0d08fac0336e7974aa11"}
 SERVED = "glm-5.3-flash"
@@ -139,3 +149,53 @@ def test_a_key_beyond_its_share_gets_a_429_with_retry_after_and_the_other_key_is
         )
         assert "221" in (answer.choices[0].message.content or "")
     assert series(front.meter_metrics(), "glm_key_fair_share_refused_total", "alice") >= 1
+
+
+def test_make_status_table_reads_the_counters_from_a_real_prometheus(front, tmp_path: Path) -> None:
+    """``make status``'s table comes from Prometheus (scraping the meter) through ``promtool``,
+    as it does inside the stack's Prometheus container."""
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": METER_JOB, "static_configs": [{"targets": [f"127.0.0.1:{front.meter_port}"]}]}
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    argv = [PROMETHEUS, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}"]  # fmt: skip
+    client = front.client(KEYS["alice"])
+    for i in range(3):
+        _chat(client, i, True)
+    with running(argv, tmp_path / "prometheus.log"):
+        query = promtool_query(["promtool"], f"http://127.0.0.1:{port}")
+        text = front.meter_metrics()
+        expected = {
+            name: (
+                sum(
+                    float(v)
+                    for v in re.findall(
+                        rf'^glm_key_requests_total{{client="{name}",[^}}]*}} (\S+)$', text, re.M
+                    )
+                ),
+                *_counters(front, name)[1:],
+            )
+            for name in KEYS
+            if f'client="{name}"' in text
+        }
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(RuntimeError):
+                rows = usage_rows(query)
+                got = {
+                    n: (r.get("requests"), r.get("tokens in"), r.get("tokens out")) for n, r in rows.items()
+                }
+                if got == expected:
+                    break
+            assert time.monotonic() < deadline, f"Prometheus says {got}, the meter {expected}"
+            time.sleep(0.5)
+    table = usage_table(rows)
+    assert table.splitlines()[0].split()[:5] == ["key", "requests", "errors", "tokens", "in"]
+    alice = next(line for line in table.splitlines() if line.startswith("alice"))
+    assert alice.split()[1] == f"{expected['alice'][0]:.0f}"
+    assert "s ago" in alice
