@@ -93,6 +93,12 @@ class HardwareFacts:
     """CUDA version of the profile's serving image (``13.0.2``; ``12`` where only the major is known)."""
     served: ServedArchitecture | None = None
     """What the weights' ``config.json`` must say; ``None`` where no real weights are read."""
+    ttft_slo_seconds: float = 0.5
+    """The time-to-first-token objective (components/slo_rules.py), a bound of vLLM's histogram:
+    the A100 seed (§9.1) wants first tokens within 500 ms under normal load (3 s reads as frozen)."""
+    itl_slo_seconds: float = 0.05
+    """The inter-token-latency objective, a bound of vLLM's histogram: the A100 seed (§9.1) calls
+    below 20 tokens/s (50 ms a token) unusable, about 50 tokens/s enough for interactive use."""
 
     @property
     def driver_minimum(self) -> DriverMinimum | None:

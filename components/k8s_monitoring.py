@@ -29,7 +29,7 @@ from components.prometheus_config import (
     ScrapeSpec,
     to_yaml,
 )
-from components.prometheus_rules import alert_rules, render_alert_rules
+from components.prometheus_rules import render_alert_rules, rule_groups
 from components.semantic_probe import SCRAPE_JOB
 
 CONFIG_DIR = CONFIG_PATH.rsplit("/", 1)[0]
@@ -115,7 +115,7 @@ def _rbac(name: str, namespace: str, opts: pulumi.ResourceOptions) -> k8s.core.v
 
 def operator_objects(spec: ScrapeSpec, namespace: str, stack: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """(PrometheusRule spec, PodMonitor spec) for a cluster's Prometheus Operator."""
-    rules = {"groups": [{"name": f"glm-vllm-{spec.hardware}", "rules": alert_rules(spec, by_host=True)}]}
+    rules = rule_groups(spec, by_host=True)
     monitor = {
         "selector": {"matchLabels": labels(stack, "vllm")},
         "namespaceSelector": {"matchNames": [namespace]},

@@ -27,6 +27,7 @@ from components.config import (
     semantic_probe_runs,
 )
 from components.config.edge import UsageMeterConfig
+from components.hardware import HardwareFacts
 
 DEFAULT_JOB = "vllm"
 ROTATION_JOB = "front-rotation"
@@ -81,6 +82,8 @@ class ScrapeSpec:
     """The arithmetic question and answer the probe asks, which its alert quotes."""
     usage_meter: UsageMeterConfig
     """The usage meter in the front's path (``glm:front.usageMeter``): Prometheus scrapes its port."""
+    facts: HardwareFacts
+    """The profile's facts: the latency objectives of the SLO alerts (components/slo_rules.py)."""
 
     @classmethod
     def of(cls, config: StackConfig) -> ScrapeSpec:
@@ -96,6 +99,7 @@ class ScrapeSpec:
             semantic_probe=config.semantic_probe if semantic_probe_runs(config) else None,
             smoke=config.smoke,
             usage_meter=config.front.usage_meter,
+            facts=config.facts,
         )
 
 

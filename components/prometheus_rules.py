@@ -7,7 +7,9 @@ reason written down in SPEC §2-3:
   still says 200, and one such request blocks all others);
 * requests waiting for capacity while nothing runs (the same hang, seen from the scheduler);
 * KV cache nearly full, TTFT p99 too high, MTP drafts mostly rejected, and the target down;
-* the semantic probe's findings: wrong answers, broken tool calls, and the probe itself silent.
+* the semantic probe's findings: wrong answers, broken tool calls, and the probe itself silent;
+* in a group of their own, what users feel: TTFT and inter-token latency objectives burning their
+  error budget (components/slo_rules.py).
 
 The render functions are pure; the tests run them through the real ``promtool``.
 """
@@ -20,6 +22,7 @@ from typing import Any
 from components import semantic_probe
 from components.config import MonitoringConfig, SemanticProbeConfig, SmokeConfig
 from components.prometheus_config import DEFAULT_JOB, ScrapeSpec, to_yaml
+from components.slo_rules import slo_rules
 
 PROBE_SEEN_WINDOW = "7d"
 """``GlmSemanticProbeSilent`` counts an unscraped probe only if Prometheus scraped it within this
@@ -355,8 +358,19 @@ def _on_host(rule: dict[str, Any]) -> dict[str, Any]:
     return {**rule, "expr": expr, "annotations": notes}
 
 
+def rule_groups(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = False) -> dict[str, Any]:
+    """The rule groups: the seeds' failure modes, and the latency objectives (components/slo_rules.py)."""
+    return {
+        "groups": [
+            {"name": f"glm-vllm-{spec.hardware}", "rules": alert_rules(spec, job, by_host=by_host)},
+            {
+                "name": f"glm-slo-{spec.hardware}",
+                "rules": slo_rules(spec.facts, spec.hardware, job, by_host=by_host),
+            },
+        ]
+    }
+
+
 def render_alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = False) -> str:
     """The Prometheus rule file (``rules.yml``) for this stack."""
-    rules = alert_rules(spec, job, by_host=by_host)
-    groups = {"groups": [{"name": f"glm-vllm-{spec.hardware}", "rules": rules}]}
-    return to_yaml(groups)
+    return to_yaml(rule_groups(spec, job, by_host=by_host))

@@ -59,9 +59,11 @@ def stack(hardware: str, **overrides: Any) -> StackConfig:
 STACKS = {hw: (hw, {}) for hw in HARDWARE} | {"rtx5090-block96": ("rtx5090", {"serving": {"blockSize": 96}})}
 
 
-def rules_of(config: StackConfig) -> dict[str, dict[str, Any]]:
-    [group] = yaml.safe_load(render_alert_rules(ScrapeSpec.of(config)))["groups"]
-    return {rule["alert"]: rule for rule in group["rules"]}
+def rules_of(config: StackConfig, group: str = "glm-vllm") -> dict[str, dict[str, Any]]:
+    """The rules of one group: ``glm-vllm`` (tested here) or ``glm-slo`` (tests/test_slo_rules.py)."""
+    groups = yaml.safe_load(render_alert_rules(ScrapeSpec.of(config)))["groups"]
+    [rules] = [g["rules"] for g in groups if g["name"] == f"{group}-{config.hardware}"]
+    return {rule["alert"]: rule for rule in rules}
 
 
 # ---- the "integers below N" regex ------------------------------------------------------------
@@ -255,7 +257,9 @@ def test_promtool_checks_config_and_rules(name: str, tmp_path: Path) -> None:
     prometheus, rules = write_files(config, tmp_path)
     checked = promtool("check", "config", str(prometheus))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert f"SUCCESS: {len(rules_of(config))} rules found" in checked.stdout
+    assert (
+        f"SUCCESS: {len(rules_of(config)) + len(rules_of(config, 'glm-slo'))} rules found" in checked.stdout
+    )
     checked = promtool("check", "rules", str(rules))
     assert checked.returncode == 0, checked.stdout + checked.stderr
 

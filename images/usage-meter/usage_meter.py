@@ -328,6 +328,8 @@ def has_token(event: dict) -> bool:
 
 def read_event(raw: bytes, exchange: Exchange, now: float) -> bool:
     """Note what one server-sent event says; False: the client must not receive it."""
+    if exchange.first_token is not None and b'"usage"' not in raw:
+        return True  # the common case once the first token is out: nothing to read, no JSON parsed
     for line in raw.split(b"\n"):
         if not line.startswith(b"data:"):
             continue

@@ -1,0 +1,241 @@
+"""Key B's time to first token while key A floods, before and after the usage meter's fair share
+(issue 36).
+
+The front as a stack runs it (real ``nginx`` with the rendered config, the usage meter, the
+vLLM-protocol simulator) on loopback, two keys, the real ``openai`` client. The simulator models
+the engine's capacity: ``--max-num-seqs`` (8 by default, the issue's local measurement) and a
+decode time per token (``VLLM_SIM_DECODE_TOKEN_SECONDS``, 0.02 s: 50 tokens/s per sequence, 400
+tokens/s for the engine), with a prefill rate (``VLLM_SIM_PREFILL_TOKENS_PER_S``).
+
+- key B, steady: a short streamed chat every ``--b-interval`` seconds (16 tokens);
+- key A, the flood: ``--flood-factor`` x its share of slots (share = maxNumSeqs / 2 keys = 4, so
+  40 by default) workers, each streaming long chats (``--a-tokens``) back to back; a 429 waits its
+  ``Retry-After`` and counts.
+
+For each front ("before": nginx straight to the engine, as on main; "after": through the meter),
+B alone for ``--alone`` seconds, then B during the flood for ``--flood`` seconds (after a warm-up
+of 5 s). Printed: B's TTFT p50/p99 in each phase, the requests and tokens each key got, the 429s
+(nginx's per-key limits and the meter's fair share apart).
+
+    .venv/bin/python benchmarks/fair_share.py [--max-num-seqs 8] [--flood 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import openai
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from components.config import build_stack_config
+from tests.metered_front import metered_front
+from tests.test_nginx_front import SERVED
+
+KEYS = {"key-a": "sk-flood-a-1403f1510d19d5295321", "key-b": "sk-steady-b-0d08fac0336e7974"}
+WARM_UP_SECONDS = 5.0
+
+
+@dataclass
+class Tally:
+    started: float = field(default_factory=time.monotonic)
+    last_done: float = 0.0
+    requests: int = 0
+    tokens: int = 0
+    refused_front: int = 0
+    refused_share: int = 0
+    failed: int = 0
+    ttft: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def stream_once(
+    client: openai.OpenAI, tokens: int, tally: Tally, record_ttft: bool, prompt_tokens: int = 16
+) -> float:
+    """One streamed chat; returns how long to wait before the next (a 429's Retry-After, else 0).
+    The prompt starts with something unique, so the prefix cache saves no prefill."""
+    started = time.monotonic()
+    first = None
+    try:
+        stream = client.chat.completions.create(
+            model=SERVED,
+            messages=[{"role": "user", "content": f"{started} {tokens} words." + " sea" * prompt_tokens}],
+            max_tokens=tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        usage = 0
+        for chunk in stream:
+            if first is None and chunk.choices and chunk.choices[0].delta.content:
+                first = time.monotonic() - started
+            if chunk.usage is not None:
+                usage = chunk.usage.completion_tokens
+    except openai.RateLimitError as e:
+        with tally.lock:
+            if "fair share" in e.message:
+                tally.refused_share += 1
+            else:
+                tally.refused_front += 1
+        return float(e.response.headers.get("retry-after", "1"))
+    except openai.APIError:
+        with tally.lock:
+            tally.failed += 1
+        return 1.0
+    with tally.lock:
+        tally.last_done = time.monotonic()
+        tally.requests += 1
+        tally.tokens += usage
+        if record_ttft and first is not None:
+            tally.ttft.append(first)
+    return 0.0
+
+
+def steady(
+    client: openai.OpenAI, args: argparse.Namespace, until: float, tally: Tally, measure_from: float
+) -> None:
+    """Key B: one short stream every ``interval`` s, whether or not the last one was answered (open
+    loop: a steady client does not slow down because the service did)."""
+    requests = []
+    next_at = time.monotonic()
+    while next_at < until:
+        time.sleep(max(0.0, next_at - time.monotonic()))
+        measured = time.monotonic() >= measure_from
+        request = threading.Thread(
+            target=stream_once, args=(client, 16, tally, measured, args.b_prompt_tokens)
+        )
+        request.start()
+        requests.append(request)
+        next_at += args.b_interval
+    for request in requests:
+        request.join()
+
+
+def flood(http: httpx.Client, tokens: int, stop: threading.Event, tally: Tally) -> None:
+    """Key A: long streams back to back. Read as raw bytes (only the usage event is parsed): this
+    machine's CPU goes to the front and the engine, not to the flooding client's JSON."""
+    while not stop.is_set():
+        body = {
+            "model": SERVED,
+            "messages": [{"role": "user", "content": f"{time.monotonic()} {tokens} words about the sea."}],
+            "max_tokens": tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        try:
+            with http.stream("POST", "/v1/chat/completions", json=body) as response:
+                if response.status_code == 429:
+                    message = response.read().decode()
+                    with tally.lock:
+                        if "fair share" in message:
+                            tally.refused_share += 1
+                        else:
+                            tally.refused_front += 1
+                    stop.wait(float(response.headers.get("retry-after", "1")))
+                    continue
+                tail = b""
+                for part in response.iter_bytes():
+                    tail = (tail + part)[-2048:]
+        except httpx.HTTPError:
+            with tally.lock:
+                tally.failed += 1
+            stop.wait(1.0)
+            continue
+        usage = re.findall(rb'"completion_tokens":(\d+)', tail)
+        with tally.lock:
+            tally.last_done = time.monotonic()
+            tally.requests += 1
+            tally.tokens += int(usage[-1]) if usage else 0
+
+
+def quantiles(values: list[float]) -> str:
+    if len(values) < 2:
+        return "n/a (fewer than 2 answers)"
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return f"p50 {cuts[49]:.3f} s  p99 {cuts[98]:.3f} s  (n={len(values)})"
+
+
+def run(meter: bool, args: argparse.Namespace) -> dict[str, object]:
+    config = build_stack_config({"hardware": "local"})
+    env = {
+        "VLLM_SIM_DECODE_TOKEN_SECONDS": str(args.decode_seconds),
+        "VLLM_SIM_PREFILL_TOKENS_PER_S": str(args.prefill_rate),
+    }
+    with metered_front(config, KEYS, max_num_seqs=args.max_num_seqs, sim_env=env, meter=meter) as front:
+        a_http = httpx.Client(
+            base_url=front.base, headers={"Authorization": f"Bearer {KEYS['key-a']}"}, timeout=600
+        )
+        b_client = front.client(KEYS["key-b"], timeout=600)
+        alone = Tally()
+        now = time.monotonic()
+        steady(b_client, args, now + args.alone, alone, now + 1)
+        b, a = Tally(), Tally()  # both from the flood's start
+        stop = threading.Event()
+        share = max(1, args.max_num_seqs // len(KEYS))
+        workers = [
+            threading.Thread(target=flood, args=(a_http, args.a_tokens, stop, a), daemon=True)
+            for _ in range(args.flood_factor * share)
+        ]
+        for w in workers:
+            w.start()
+        now = time.monotonic()
+        steady(b_client, args, now + args.flood, b, now + WARM_UP_SECONDS)
+        stop.set()
+        for w in workers:
+            w.join(timeout=args.a_tokens * args.decode_seconds * 10 + 60)
+        a_http.close()
+    return {"alone": alone, "b": b, "a": a, "workers": len(workers)}
+
+
+def report(name: str, result: dict[str, object]) -> None:
+    alone, b, a = result["alone"], result["b"], result["a"]
+    assert isinstance(alone, Tally) and isinstance(b, Tally) and isinstance(a, Tally)
+    print(f"\n{name}")
+    print(f"  key B alone          TTFT {quantiles(alone.ttft)}")
+    print(f"  key B during flood   TTFT {quantiles(b.ttft)}")
+    for label, t in (("key A (flood)", a), ("key B (steady)", b)):
+        seconds = t.last_done - t.started
+        print(
+            f"  {label:15s} {t.requests} answered, {t.tokens} tokens in {seconds:.0f} s "
+            f"({t.tokens / max(seconds, 1e-9):.0f} tokens/s); 429s: {t.refused_share} fair share, "
+            f"{t.refused_front} front limits; {t.failed} failed"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-num-seqs", type=int, default=8)
+    parser.add_argument("--decode-seconds", type=float, default=0.02)
+    parser.add_argument("--prefill-rate", type=int, default=4000)
+    parser.add_argument("--b-prompt-tokens", type=int, default=400)
+    parser.add_argument("--flood-factor", type=int, default=10)
+    parser.add_argument("--a-tokens", type=int, default=100)
+    parser.add_argument("--b-interval", type=float, default=0.25)
+    parser.add_argument("--alone", type=float, default=15.0)
+    parser.add_argument("--flood", type=float, default=45.0)
+    parser.add_argument("--only", choices=["before", "after"])
+    args = parser.parse_args()
+    print(
+        f"engine: --max-num-seqs {args.max_num_seqs}, {1 / args.decode_seconds:.0f} tokens/s per sequence "
+        f"({args.max_num_seqs / args.decode_seconds:.0f} for the engine), prefill {args.prefill_rate} tokens/s; "
+        f"key A: {args.flood_factor} x its share of {args.max_num_seqs // 2} slots, {args.a_tokens}-token streams; "
+        f"key B: a 16-token stream of a {args.b_prompt_tokens}-token prompt every {args.b_interval} s"
+    )
+    for name, meter in (
+        ("before (main: nginx straight to the engine)", False),
+        ("after (usage meter, fair share)", True),
+    ):
+        if args.only and args.only != ("after" if meter else "before"):
+            continue
+        report(name, run(meter, args))
+
+
+if __name__ == "__main__":
+    main()
