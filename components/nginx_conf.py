@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from components.config import ConfigError, FrontConfig, check_api_keys, check_metrics_keys
 from components.nginx_reload import ROTATION_DIR, STATUS_DIR
 from components.openai_errors import openai_error
 from components.template import render_file
+from components.usage_meter import shares_header
 
 CONTAINER_PORT = 8080
 """Port Nginx listens on inside its container; the host port is ``glm:front.port``."""
@@ -23,6 +25,9 @@ STATUS_PORT = 9146
 """The front's status port: the rotation's state for the stack's Prometheus (``/metrics``). Never
 published: only containers on the stack's private network reach it."""
 STATUS_FILE = f"{STATUS_DIR}/rotation.prom"
+DOCKER_DNS = "127.0.0.11"
+"""Docker's embedded DNS on a user-defined network: nginx finds the meter by name at request time,
+so a replaced meter container (a new address) needs no reload."""
 METER_RETURN_PORT = 8081
 """The front's return listener: the usage meter sends each request back here, and nginx sends it on
 to a replica in rotation (images/usage-meter). Never published."""
@@ -36,7 +41,18 @@ FRONT_SNIPPET = "replica-guard-auth.conf"
 """With several hosts: the replica key the front sends (and, with TLS, how it verifies the guards)."""
 FRONT_TRUST = "replica-guard-ca.crt"
 """With several hosts and TLS: the replica certificate the front pins."""
-SECRET_FILES = (API_KEYS_FILE, METRICS_KEYS_FILE, TLS_CERT, TLS_KEY, FRONT_SNIPPET, FRONT_TRUST)
+USAGE_SHARES_FILE = "usage-shares.conf"
+"""With the usage meter: the share table nginx sends it (key names and weights, no key). Delivered
+with the files below, as it changes with the key map."""
+SECRET_FILES = (
+    API_KEYS_FILE,
+    METRICS_KEYS_FILE,
+    TLS_CERT,
+    TLS_KEY,
+    FRONT_SNIPPET,
+    FRONT_TRUST,
+    USAGE_SHARES_FILE,
+)
 
 # vLLM binds its port while the weights load but refuses connections until the engine is up
 # (SPEC §3). On a private Docker network a healthy connect takes well under a millisecond, so a
@@ -68,6 +84,23 @@ RETURN_ERRORS = ("not_found", "upstream_unavailable", "upstream_timeout")
 """The public server's answers the meter's return listener gives too."""
 
 _UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
+_IP_PORT = re.compile(r"([0-9.]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
+
+
+@dataclass(frozen=True)
+class MeterRoute:
+    """The inference routes go through the usage meter (components/usage_meter.py)."""
+
+    address: str
+    """The meter's ``host:port`` on the private network."""
+    capacity: int
+    """The engine's slots it shares among the keys: ``--max-num-seqs`` x replicas."""
+
+
+def shares_directive(front: FrontConfig, key_names: Sequence[str], capacity: int) -> str:
+    """The header that tells the meter every key's weight and the slots (``usage-shares.conf``)."""
+    return f'        proxy_set_header X-Glm-Shares "{shares_header(front, key_names, capacity)}";\n'
+
 
 _ACCESS_LOG_FIELDS = {
     "time": "$time_iso8601",
@@ -243,13 +276,15 @@ def _render(
     rotation_dir: str = ROTATION_DIR,
     guarded: bool = False,
     status_listen: str = str(STATUS_PORT),
-    meter: str | None = None,
+    meter: MeterRoute | None = None,
     meter_return_listen: str = str(METER_RETURN_PORT),
+    meter_shares: str | None = None,
 ) -> str:
     """``guarded``: replicas sit behind guards (several hosts): send the replica key and, with TLS,
     speak TLS to them, pinning the stack's replica certificate. A release (``upstream`` None) also
-    serves the rotation's state on ``status_listen``. ``meter`` (host:port): the inference routes go
-    through the usage meter, which sends them back to ``meter_return_listen``."""
+    serves the rotation's state on ``status_listen``. ``meter``: the inference routes go through the
+    usage meter, which sends them back to ``meter_return_listen``; ``meter_shares``: the share table
+    inline (a one-file harness), else the release's ``usage-shares.conf``."""
     # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
     # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
     # `down`: never tried.
@@ -264,8 +299,8 @@ def _render(
     routes = "".join(
         render_file("nginx-route.conf", {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
     )
-    if meter is not None and not _UPSTREAM.fullmatch(meter):
-        raise ValueError(f"usage meter {meter!r} is not host:port")
+    if meter is not None and not _UPSTREAM.fullmatch(meter.address):
+        raise ValueError(f"usage meter {meter.address!r} is not host:port")
     proxy = {
         "upstream_credential": f"        include {FRONT_SNIPPET};"
         if guarded
@@ -275,24 +310,29 @@ def _render(
         "read_timeout": str(front.read_timeout_seconds),
         "send_timeout": str(front.send_timeout_seconds),
     }
-    # Only the key's name goes to the meter, as a header nginx sets itself (a client's own is replaced).
-    client_name = "        proxy_set_header X-Glm-Client $api_client;" if meter is not None else ""
-    proxy_settings = render_file("nginx-proxy.conf", {**proxy, "client_name_header": client_name}).rstrip(
-        "\n"
-    )
-    keepalive_values = {
-        "keepalive": str(front.keepalive),
-        "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
-    }
+    # Only the key's name goes to the meter, as a header nginx sets itself (a client's own is replaced),
+    # with the share table; the meter's address is a variable, so nginx resolves it per request.
+    meter_headers = ""
+    if meter is not None:
+        shares = (
+            meter_shares.rstrip("\n") if meter_shares is not None else f"        include {USAGE_SHARES_FILE};"
+        )
+        meter_headers = (
+            f"        proxy_set_header X-Glm-Client $api_client;\n{shares}\n"
+            f'        set $usage_meter "{meter.address}";'
+        )
+    proxy_settings = render_file("nginx-proxy.conf", {**proxy, "meter_headers": meter_headers})
+    proxy_settings = proxy_settings.rstrip("\n")
     meter_upstream = meter_return = ""
     if meter is not None:
-        meter_upstream = render_file("nginx-meter-upstream.conf", {"meter": meter, **keepalive_values})
+        if not _IP_PORT.fullmatch(meter.address):
+            meter_upstream = render_file("nginx-meter-resolver.conf", {"resolver": DOCKER_DNS})
         meter_return = render_file(
             "nginx-meter-return.conf",
             {
                 "meter_return_listen": meter_return_listen,
                 "max_body_size": front.max_body_size,
-                "proxy_settings": render_file("nginx-proxy.conf", {**proxy, "client_name_header": ""}).rstrip(
+                "proxy_settings": render_file("nginx-proxy.conf", {**proxy, "meter_headers": ""}).rstrip(
                     "\n"
                 ),
                 "routes": "".join(
@@ -321,7 +361,8 @@ def _render(
         "meter_upstream": meter_upstream,
         "meter_return_server": meter_return,
         "no_replica_reason": f"        include {rotation_dir}/reason.ma[p];" if upstream is None else "",
-        **keepalive_values,
+        "keepalive": str(front.keepalive),
+        "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
         "listen": f"{listen} ssl" if tls_paths is not None else listen,
         "ssl": ssl,
         "max_body_size": front.max_body_size,
@@ -357,7 +398,7 @@ def render_release_conf(
     rotation_dir: str = ROTATION_DIR,
     guarded: bool = False,
     status_listen: str = str(STATUS_PORT),
-    meter: str | None = None,
+    meter: MeterRoute | None = None,
 ) -> str:
     """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it, and
     no replica either: the rotation (components/rotation.py) lists those that passed their gate."""
@@ -387,7 +428,7 @@ def render_front_files(
     rotation_dir: str = ROTATION_DIR,
     replica_files: Mapping[str, str] | None = None,
     status_listen: str = str(STATUS_PORT),
-    meter: str | None = None,
+    meter: MeterRoute | None = None,
 ) -> dict[str, str]:
     """Every file of one front release, by name: what ``NginxReload`` delivers.
 
@@ -411,6 +452,8 @@ def render_front_files(
         API_KEYS_FILE: render_key_map(api_keys),
         METRICS_KEYS_FILE: render_key_map(metrics_keys),
     }
+    if meter is not None:
+        files[USAGE_SHARES_FILE] = shares_directive(front, sorted(api_keys), meter.capacity)
     if tls_pair is not None:
         files[TLS_CERT], files[TLS_KEY] = tls_pair
     files.update(replica_files or {})
@@ -427,14 +470,14 @@ def render_nginx_conf(
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
     tls_dir: str = "/etc/nginx/tls",
-    meter: str | None = None,
+    meter: MeterRoute | None = None,
     meter_return_listen: str = str(METER_RETURN_PORT),
 ) -> str:
     """The same config as one self-contained file, keys inline (what nginx sees once it has read
     the includes): for harnesses that run one ``nginx -c`` file, such as the gate's tests.
 
     ``upstream`` is vLLM's ``host:port`` (``vllm:8000``); ``tls_dir`` holds ``tls.crt``/``tls.key``;
-    ``meter``: the usage meter's ``host:port``, which sends requests back to ``meter_return_listen``.
+    ``meter``: the usage meter, which sends requests back to ``meter_return_listen``.
     """
     metrics_keys = metrics_keys or {}
     _check_keys(api_keys, metrics_keys)
@@ -448,4 +491,5 @@ def render_nginx_conf(
         runtime_dir=runtime_dir,
         meter=meter,
         meter_return_listen=meter_return_listen,
+        meter_shares=shares_directive(front, sorted(api_keys), meter.capacity) if meter else None,
     )

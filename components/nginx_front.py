@@ -27,13 +27,14 @@ from components.nginx_conf import (
     CONTAINER_PORT,
     METER_RETURN_PORT,
     SECRET_FILES,
+    MeterRoute,
     render_front_files,
     render_release_conf,
 )
 from components.nginx_reload import NginxReload, secrets_digest
 from components.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DIR, volume_name
 from components.target import exec_ssh
-from components.usage_meter import UsageMeter, meter_params
+from components.usage_meter import UsageMeter
 from components.usage_meter import container_name as meter_container_name
 from components.vllm_server import upstream_hosts
 
@@ -84,6 +85,7 @@ def _secret_files(
     metrics_keys: pulumi.Output[dict[str, str]],
     tls_files: tuple[pulumi.Output[str], pulumi.Output[str]] | None,
     replica_files: pulumi.Output[dict[str, str]] | None,
+    meter: MeterRoute | None,
 ) -> pulumi.Output[dict[str, str]]:
     """The front's files that hold keys or TLS material, as one secret (delivered on stdin)."""
     tls_pair = pulumi.Output.all(*tls_files) if front.tls and tls_files is not None else None
@@ -96,6 +98,7 @@ def _secret_files(
             dict(scrapers),  # type: ignore[call-overload]
             (str(pair[0][0]), str(pair[0][1])) if pair else None,  # type: ignore[index]
             replica_files=dict(guards) if guards is not None else None,  # type: ignore[call-overload]
+            meter=meter,
         )
         return {k: v for k, v in files.items() if k in SECRET_FILES}
 
@@ -201,26 +204,21 @@ class NginxFront(pulumi.ComponentResource):
         # The names are config keys, not secrets: a reviewer sees which clients change.
         key_names = pulumi.Output.unsecret(pulumi.Output.from_input(args.api_keys).apply(sorted))
         meter: UsageMeter | None = None
+        route: MeterRoute | None = None
         if args.engine_slots is not None:
             max_num_seqs, replicas = args.engine_slots
             return_address = f"{container_name}:{METER_RETURN_PORT}"
             meter = UsageMeter(
-                f"{name}-usage-meter",
-                front,
-                container,
-                args.network_name,
-                key_names.apply(
-                    lambda names: meter_params(front, names, max_num_seqs, replicas, return_address)
-                ),
-                opts=child,
+                f"{name}-usage-meter", front, container, args.network_name, return_address, opts=child
             )
-        meter_address = f"{meter_container_name(container)}:{front.usage_meter.port}" if meter else None
+            address = f"{meter_container_name(container)}:{front.usage_meter.port}"
+            route = MeterRoute(address, max_num_seqs * replicas)
         nginx_conf = render_release_conf(
-            front, tls=front.tls, guarded=args.replica_files is not None, meter=meter_address
+            front, tls=front.tls, guarded=args.replica_files is not None, meter=route
         )
         metrics = pulumi.Output.from_input(args.metrics_keys if args.metrics_keys is not None else {})
         metrics_names = pulumi.Output.unsecret(metrics.apply(sorted))
-        files = _secret_files(front, args.api_keys, metrics, args.tls_files, args.replica_files)
+        files = _secret_files(front, args.api_keys, metrics, args.tls_files, args.replica_files, route)
         # Hashes, not values: shown in the diff and fed to the gate, so they are safe in plain.
         digest = pulumi.Output.unsecret(files.apply(secrets_digest))
         cert_sha = (
@@ -249,7 +247,7 @@ class NginxFront(pulumi.ComponentResource):
                 "secret_files": files,
                 "fingerprint": self.fingerprint,
             },
-            # nginx resolves the meter's name when it loads the config: the meter's container first.
+            # The meter's container first: nginx answers 502 until it exists.
             opts=pulumi.ResourceOptions(parent=self, depends_on=[nginx, *([meter] if meter else [])]),
         )
 

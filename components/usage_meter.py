@@ -1,7 +1,7 @@
 """The usage meter on the front's host: usage per API key name and each key's fair share.
 
 The meter itself (``images/usage-meter/usage_meter.py``, standard library only) says why it is a
-process of its own and how the share works. Here: its parameters (:func:`meter_params`, pure) and
+process of its own and how the share works. Here: the share table nginx sends it (:func:`shares_header`) and
 ``UsageMeter``, which builds its image on the front host's Docker engine and runs it on the stack's
 private network. nginx sends the inference routes to it with the key's name and it sends them back
 to nginx's return listener (components/nginx_conf.py), which keeps the rotation of gated replicas;
@@ -11,10 +11,8 @@ the stack's Prometheus scrapes its ``/metrics`` (job ``usage-meter``).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pulumi
 import pulumi_docker as docker
@@ -23,7 +21,7 @@ from components.config import ContainerConfig, FrontConfig
 
 CONTEXT = "images/usage-meter"
 REPOSITORY = "glm53-usage-meter"
-PARAMS_PATH = "/etc/usage-meter/params.json"
+CONTEXT_FILES = ("Dockerfile", "usage_meter.py", "meter_proxy.py", "meter_shares.py")
 _PROJECT = Path(__file__).resolve().parents[1]
 
 
@@ -32,29 +30,23 @@ def container_name(container: ContainerConfig) -> str:
     return f"{container.name}-usage-meter"
 
 
-def meter_params(
-    front: FrontConfig, key_names: Sequence[str], max_num_seqs: int, replicas: int, return_address: str
-) -> dict[str, Any]:
-    """What the meter reads at start: its port, where requests go back to, the slots and the weights.
+def shares_header(front: FrontConfig, key_names: Sequence[str], capacity: int) -> str:
+    """The share table nginx sends the meter with every request (``X-Glm-Shares``): the slots and
+    each key name's weight. In nginx's config, not the meter's: a key or slot change is a graceful
+    reload, and the meter (its counters, its streams in flight) keeps running.
 
-    >>> p = meter_params(FrontConfig(), ["bob", "alice"], 32, 2, "front:8081")
-    >>> p["capacity"], p["weights"], p["upstream"]
-    (64, {'alice': 1.0, 'bob': 1.0}, 'front:8081')
+    >>> shares_header(FrontConfig(), ["bob", "alice"], 64)
+    'capacity=64 alice=1 bob=1'
     """
     meter = front.usage_meter
-    return {
-        "port": meter.port,
-        "upstream": return_address,
-        "capacity": max_num_seqs * replicas,
-        "weights": {name: float(meter.weights.get(name, 1.0)) for name in sorted(key_names)},
-        "fairShare": meter.fair_share,
-    }
+    weights = " ".join(f"{name}={meter.weights.get(name, 1.0):g}" for name in sorted(key_names))
+    return f"capacity={capacity}{' ' + weights if weights else ''}" + ("" if meter.fair_share else " off")
 
 
 def image_tag() -> str:
     """The content hash of the build context: a changed meter is a new image and a new container."""
     digest = hashlib.sha256()
-    for name in ("Dockerfile", "usage_meter.py"):
+    for name in CONTEXT_FILES:
         digest.update(name.encode() + b"\0" + (_PROJECT / CONTEXT / name).read_bytes() + b"\0")
     return f"{REPOSITORY}:{digest.hexdigest()[:16]}"
 
@@ -71,9 +63,11 @@ class UsageMeter(pulumi.ComponentResource):
         front: FrontConfig,
         container: ContainerConfig,
         network_name: pulumi.Input[str],
-        params: pulumi.Input[dict[str, Any]],
+        return_address: str,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
+        """``return_address``: nginx's return listener (``<front>:8081``). Nothing else configures
+        the meter: the shares come with each request, so the container changes only with its code."""
         super().__init__("glm:front:UsageMeter", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         image = docker.Image(
@@ -92,15 +86,8 @@ class UsageMeter(pulumi.ComponentResource):
             f"{name}-container",
             name=container_name(container),
             image=image.image_name,
+            command=["--port", str(front.usage_meter.port), "--upstream", return_address],
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
-            uploads=[
-                docker.ContainerUploadArgs(
-                    file=PARAMS_PATH,
-                    # Key names and weights, no key: readable by the meter's user (nobody).
-                    content=pulumi.Output.from_input(params).apply(lambda p: json.dumps(p, sort_keys=True)),
-                    permissions="0444",
-                )
-            ],
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="usage-meter")],
             restart="unless-stopped",
             log_driver="json-file",

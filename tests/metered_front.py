@@ -5,7 +5,6 @@ its own pid. Used by tests/test_usage_meter.py and benchmarks/fair_share.py."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -18,8 +17,7 @@ import httpx
 import openai
 
 from components.config import StackConfig
-from components.nginx_conf import render_nginx_conf
-from components.usage_meter import meter_params
+from components.nginx_conf import MeterRoute, render_nginx_conf
 from tests.engine import free_port
 from tests.test_nginx_front import NGINX, SERVED, SIM, running, runtime_dir, wait_for_port
 
@@ -73,30 +71,13 @@ def metered_front(
         sim = stack.enter_context(running(sim_argv, directory / "sim.log", env))
         _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim, directory / "sim.log")
         if meter:
-            params = meter_params(
-                config.front,
-                sorted(keys),
-                max_num_seqs,
-                replicas=1,
-                return_address=f"127.0.0.1:{return_port}",
-            )
-            params["port"] = meter_port
-            (directory / "meter.json").write_text(json.dumps(params))
-            argv = [
-                sys.executable,
-                "-I",
-                "-S",
-                str(METER),
-                "--params",
-                str(directory / "meter.json"),
-                "--host",
-                "127.0.0.1",
-            ]
+            argv = [sys.executable, "-I", "-S", str(METER), "--host", "127.0.0.1", "--port", str(meter_port),
+                    "--upstream", f"127.0.0.1:{return_port}"]  # fmt: skip
             proc = stack.enter_context(running(argv, directory / "meter.log"))
             wait_for_port(meter_port, proc)
         conf = render_nginx_conf(
             config.front, f"127.0.0.1:{sim_port}", dict(keys), listen=f"127.0.0.1:{port}",
-            runtime_dir=str(directory), meter=f"127.0.0.1:{meter_port}" if meter else None,
+            runtime_dir=str(directory), meter=MeterRoute(f"127.0.0.1:{meter_port}", max_num_seqs) if meter else None,
             meter_return_listen=f"127.0.0.1:{return_port}",
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)

@@ -8,7 +8,9 @@ Docker host overridden to the local daemon.
 
 from __future__ import annotations
 
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,10 @@ pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_
 
 API_KEY = "sk-e2e-66d14f15d7d607446fcb"
 WEIGHTS = Path("/var/lib/glm53-local/models/GLM-5.3-Flash-sim")
+
+
+def docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=True, timeout=60).stdout
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +49,18 @@ def test_local_stack_lifecycle(project: PulumiProject) -> None:
             model="glm-5.3-flash", messages=[{"role": "user", "content": "What is 13×17?"}]
         )
         assert reply.choices[0].message.content.strip() == "221"
+        # Through the usage meter, counted under the key's name (the gate asked with it too), and the
+        # stack's Prometheus scrapes the meter.
+        read = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9147/metrics').read().decode())"
+        meter = docker("exec", f"{container}-usage-meter", "python3", "-c", read)
+        counted = re.search(r'^glm_key_prompt_tokens_total\{client="e2e"\} (\d+)$', meter, re.M)
+        assert counted and int(counted[1]) >= reply.usage.prompt_tokens, meter
+        up = 'up{job="usage-meter"}'
+        deadline = time.monotonic() + 60
+        while '"1"' not in (answer := docker("exec", f"{container}-prometheus", "promtool", "query", "instant",
+                                             "-o", "json", "http://localhost:9090", up)):  # fmt: skip
+            assert time.monotonic() < deadline, f"Prometheus does not scrape the meter: {answer}"
+            time.sleep(2)
 
         project.run("preview", "--expect-no-changes", "-s", "local", label="preview (no changes)")
         project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (no-op)")
@@ -51,8 +69,10 @@ def test_local_stack_lifecycle(project: PulumiProject) -> None:
         steps = project.preview_steps("local")
         changed = sorted({s["urn"].rsplit("::", 1)[1] for s in steps})
         # The probe is told the new --max-num-seqs (it skips a saturated replica): its container too.
+        # The usage meter's share table is in the front's config: a reload, the meter keeps running.
         assert changed == [
-            "local-replica-gate", "local-semantic-probe-container", "local-serving-vllm", "local-smoke-gate",
+            "local-front-config", "local-replica-gate", "local-semantic-probe-container",
+            "local-serving-vllm", "local-smoke-gate",
         ], steps  # fmt: skip
         project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (one flag)")
         project.run("preview", "--expect-no-changes", "-s", "local")

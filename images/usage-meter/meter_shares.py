@@ -1,0 +1,175 @@
+"""The counters per key name and the fair share of the engine's slots (usage_meter.py says why)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+ACTIVE_SECONDS = 60.0
+"""A key that sent a request this recently keeps the unused part of its share reserved."""
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 240.0, 480.0, 960.0)
+
+
+@dataclass
+class Histogram:
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def observe(self, value: float) -> None:
+        if not self.counts:
+            self.counts = [0] * len(self.bounds)
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+        self.total += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str) -> list[str]:
+        counts = self.counts or [0] * len(self.bounds)
+        out = [f'{name}_bucket{{{labels},le="{b}"}} {c}' for b, c in zip(self.bounds, counts, strict=True)]
+        out.append(f'{name}_bucket{{{labels},le="+Inf"}} {self.count}')
+        out.append(f"{name}_sum{{{labels}}} {self.total}")
+        out.append(f"{name}_count{{{labels}}} {self.count}")
+        return out
+
+
+@dataclass
+class KeyUsage:
+    requests: dict[int, int] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    refused: int = 0
+    in_flight: int = 0
+    active_at: float = -math.inf
+    """When (monotonic) it last asked for a slot."""
+    last_seen: float = 0.0
+    """When (Unix time) it last sent a request."""
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    duration: Histogram = field(default_factory=lambda: Histogram(DURATION_BUCKETS))
+
+
+class Meter:
+    """Usage per key name, and the shares of ``capacity`` slots by ``weights`` (name -> weight)."""
+
+    def __init__(self) -> None:
+        self.capacity = 0
+        """0 until nginx said (``X-Glm-Shares``): nothing to share, every request admitted."""
+        self.weights: dict[str, float] = {}
+        self.fair_share = True
+        self.keys: dict[str, KeyUsage] = {}
+        self._table = ""
+
+    def configure(self, table: str) -> None:
+        """Take nginx's share table, ``capacity=64 alice=1 bob=2`` (``off`` at the end: count only).
+
+        >>> meter = Meter()
+        >>> meter.configure("capacity=8 a=1 b=3")
+        >>> meter.capacity, meter.share("a"), meter.share("b")
+        (8, 2, 6)
+        """
+        if table == self._table:
+            return
+        fields = table.split()
+        pairs = dict(f.split("=", 1) for f in fields if "=" in f)
+        self.capacity = int(pairs.pop("capacity", "0"))
+        self.weights = {name: float(weight) for name, weight in pairs.items()}
+        self.fair_share = "off" not in fields
+        self._table = table
+
+    def key(self, name: str) -> KeyUsage:
+        if name not in self.keys:
+            self.keys[name] = KeyUsage()
+            self.weights.setdefault(name, 1.0)  # a key the table does not name
+        return self.keys[name]
+
+    def share(self, name: str) -> int:
+        total = sum(self.weights.values()) or 1.0
+        return max(1, math.floor(self.capacity * self.weights.get(name, 1.0) / total))
+
+    def admit(self, name: str, now: float) -> bool:
+        """Take a slot for ``name`` if its share, or slots nobody else may claim now, allow it."""
+        usage = self.key(name)
+        usage.active_at = now
+        if self.capacity and self.fair_share and usage.in_flight >= self.share(name):
+            busy = sum(k.in_flight for k in self.keys.values())
+            reserved, idle = 0, []
+            for other in self.weights:
+                if other == name:
+                    continue
+                seen = self.keys.get(other)
+                if seen is not None and now - seen.active_at < ACTIVE_SECONDS:
+                    reserved += max(0, self.share(other) - seen.in_flight)
+                else:
+                    idle.append(self.share(other))
+            if busy + 1 + reserved + (min(idle) if idle else 0) > self.capacity:
+                usage.refused += 1
+                return False
+        usage.in_flight += 1
+        return True
+
+    def release(self, name: str) -> None:
+        self.keys[name].in_flight -= 1
+
+    def exposition(self) -> str:
+        """The Prometheus text format; every series is labelled by the key's name (``client``)."""
+        families = [
+            (
+                "glm_key_requests_total",
+                "counter",
+                "Requests through the front by API key name and HTTP status.",
+            ),
+            (
+                "glm_key_prompt_tokens_total",
+                "counter",
+                "Prompt tokens by API key name, from the answers' usage.",
+            ),
+            (
+                "glm_key_completion_tokens_total",
+                "counter",
+                "Completion tokens by API key name, from the answers' usage.",
+            ),
+            (
+                "glm_key_fair_share_refused_total",
+                "counter",
+                "Requests refused with 429 beyond the key's share of the engine's slots.",
+            ),
+            ("glm_key_in_flight", "gauge", "Generation requests of the key in the engine now."),
+            ("glm_key_share", "gauge", "The key's guaranteed share of the engine's slots."),
+            ("glm_key_last_seen_timestamp_seconds", "gauge", "When the key last sent a request (Unix time)."),
+            (
+                "glm_key_time_to_first_token_seconds",
+                "histogram",
+                "Time to the first generated token of streamed answers, by API key name.",
+            ),
+            (
+                "glm_key_request_duration_seconds",
+                "histogram",
+                "Time to the answer's last byte, by API key name.",
+            ),
+        ]
+        lines: list[str] = [f"glm_fair_share_capacity {self.capacity}"]
+        for family, kind, text in families:
+            lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"]
+            for name in sorted(self.keys):
+                usage, labels = self.keys[name], f'client="{name}"'
+                if family == "glm_key_requests_total":
+                    lines += [
+                        f'{family}{{{labels},status="{s}"}} {n}' for s, n in sorted(usage.requests.items())
+                    ]
+                elif kind == "histogram":
+                    hist = usage.ttft if "first_token" in family else usage.duration
+                    lines += hist.lines(family, labels)
+                else:
+                    value = {
+                        "glm_key_prompt_tokens_total": usage.prompt_tokens,
+                        "glm_key_completion_tokens_total": usage.completion_tokens,
+                        "glm_key_fair_share_refused_total": usage.refused,
+                        "glm_key_in_flight": usage.in_flight,
+                        "glm_key_share": self.share(name),
+                        "glm_key_last_seen_timestamp_seconds": usage.last_seen,
+                    }[family]
+                    lines.append(f"{family}{{{labels}}} {value}")
+        return "\n".join(lines) + "\n"
