@@ -18,11 +18,11 @@ Debian's nginx has no njs). So the meter:
 - admits at most the key's share of the engine's slots at once (below) and answers the rest with
   OpenAI's 429 and ``Retry-After`` before a byte of the stream was sent: never a cut stream.
 
-The fair share. vLLM admits first come first served up to ``--max-num-seqs`` (a800: 32) and never
-preempts a running sequence for a waiting one (with ``--scheduling-policy priority`` a waiting
-request is only ordered ahead in the queue; it still waits for a slot to free), so a key that
-holds every slot with long streams makes everybody else wait for whole answers: 0.07 s -> 11.3 s
-of TTFT measured (issue 36). A per-key rate (nginx's 10 r/s) does not bound slots: 24 streams
+The fair share. vLLM admits first come first served up to ``--max-num-seqs`` (a800: 32), so a
+key that holds every slot with long streams makes everybody else wait for whole answers: 0.07 s ->
+11.3 s of TTFT measured (issue 36). ``--scheduling-policy priority`` (a ``priority`` per request) is
+an order, not a share: a higher key's flood starves a lower one, equal keys are first come first
+served again, and a priority per key needs the front to set it (vLLM reads it from the body). A per-key rate (nginx's 10 r/s) does not bound slots: 24 streams
 of 40 s are well under any rate. Slots are what must be shared. Each key's share is
 ``capacity x weight / sum of weights`` (at least 1), ``capacity`` being ``--max-num-seqs`` times the
 replicas. A key may go beyond its share into slots no one else can claim now: it always leaves
