@@ -11,13 +11,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from components.config import ConfigError, FrontConfig, check_api_keys, check_metrics_keys
+from components.nginx_meter import (
+    METER_RETURN_PORT,
+    USAGE_SHARES_FILE,
+    MeterRoute,
+    meter_conf,
+    shares_directive,
+)
 from components.nginx_reload import ROTATION_DIR, STATUS_DIR
 from components.openai_errors import openai_error
 from components.template import render_file
-from components.usage_meter import shares_header
 
 CONTAINER_PORT = 8080
 """Port Nginx listens on inside its container; the host port is ``glm:front.port``."""
@@ -25,12 +30,6 @@ STATUS_PORT = 9146
 """The front's status port: the rotation's state for the stack's Prometheus (``/metrics``). Never
 published: only containers on the stack's private network reach it."""
 STATUS_FILE = f"{STATUS_DIR}/rotation.prom"
-DOCKER_DNS = "127.0.0.11"
-"""Docker's embedded DNS on a user-defined network: nginx finds the meter by name at request time,
-so a replaced meter container (a new address) needs no reload."""
-METER_RETURN_PORT = 8081
-"""The front's return listener: the usage meter sends each request back here, and nginx sends it on
-to a replica in rotation (images/usage-meter). Never published."""
 CONF_FILE = "nginx.conf"
 API_KEYS_FILE = "api-keys.map"
 METRICS_KEYS_FILE = "metrics-keys.map"
@@ -41,9 +40,6 @@ FRONT_SNIPPET = "replica-guard-auth.conf"
 """With several hosts: the replica key the front sends (and, with TLS, how it verifies the guards)."""
 FRONT_TRUST = "replica-guard-ca.crt"
 """With several hosts and TLS: the replica certificate the front pins."""
-USAGE_SHARES_FILE = "usage-shares.conf"
-"""With the usage meter: the share table nginx sends it (key names and weights, no key). Delivered
-with the files below, as it changes with the key map."""
 SECRET_FILES = (
     API_KEYS_FILE,
     METRICS_KEYS_FILE,
@@ -80,26 +76,7 @@ INFERENCE_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v
 """The only paths the front forwards (exact matches). vLLM also serves LoRA loading, scoring,
 tokenizing, dev and profiler routes, some of them without its own key check (SPEC §6)."""
 
-RETURN_ERRORS = ("not_found", "upstream_unavailable", "upstream_timeout")
-"""The public server's answers the meter's return listener gives too."""
-
 _UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
-_IP_PORT = re.compile(r"([0-9.]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
-
-
-@dataclass(frozen=True)
-class MeterRoute:
-    """The inference routes go through the usage meter (components/usage_meter.py)."""
-
-    address: str
-    """The meter's ``host:port`` on the private network."""
-    capacity: int
-    """The engine's slots it shares among the keys: ``--max-num-seqs`` x replicas."""
-
-
-def shares_directive(front: FrontConfig, key_names: Sequence[str], capacity: int) -> str:
-    """The header that tells the meter every key's weight and the slots (``usage-shares.conf``)."""
-    return f'        proxy_set_header X-Glm-Shares "{shares_header(front, key_names, capacity)}";\n'
 
 
 _ACCESS_LOG_FIELDS = {
@@ -310,41 +287,15 @@ def _render(
         "read_timeout": str(front.read_timeout_seconds),
         "send_timeout": str(front.send_timeout_seconds),
     }
-    # Only the key's name goes to the meter, as a header nginx sets itself (a client's own is replaced),
-    # with the share table; the meter's address is a variable, so nginx resolves it per request.
-    meter_headers = ""
+    proxy_settings = ""
+    meter_resolver = meter_return = ""
     if meter is not None:
-        shares = (
-            meter_shares.rstrip("\n") if meter_shares is not None else f"        include {USAGE_SHARES_FILE};"
-        )
-        meter_headers = (
-            f"        proxy_set_header X-Glm-Client $api_client;\n{shares}\n"
-            f'        set $usage_meter "{meter.address}";'
-        )
-    proxy_settings = render_file("nginx-proxy.conf", {**proxy, "meter_headers": meter_headers})
-    proxy_settings = proxy_settings.rstrip("\n")
-    meter_upstream = meter_return = ""
-    if meter is not None:
-        if not _IP_PORT.fullmatch(meter.address):
-            meter_upstream = render_file("nginx-meter-resolver.conf", {"resolver": DOCKER_DNS})
-        meter_return = render_file(
-            "nginx-meter-return.conf",
-            {
-                "meter_return_listen": meter_return_listen,
-                "max_body_size": front.max_body_size,
-                "proxy_settings": render_file("nginx-proxy.conf", {**proxy, "meter_headers": ""}).rstrip(
-                    "\n"
-                ),
-                "routes": "".join(
-                    render_file("nginx-return-route.conf", {"route": route, "scheme": scheme})
-                    for route in INFERENCE_ROUTES
-                ).rstrip("\n"),
-                **{f"error_{code}": _errors(front)[code] for code in RETURN_ERRORS},
-            },
-        )
-        routes = "".join(
-            render_file("nginx-meter-route.conf", {"route": route}) for route in INFERENCE_ROUTES
-        )
+        parts = meter_conf(front, meter, shares=meter_shares, proxy=proxy, routes=INFERENCE_ROUTES,
+                           scheme=scheme, return_listen=meter_return_listen, errors=_errors(front))  # fmt: skip
+        proxy_settings, meter_resolver, meter_return, routes = (
+            parts.headers, parts.resolver, parts.return_server, parts.routes
+        )  # fmt: skip
+    proxy_settings = render_file("nginx-proxy.conf", {**proxy, "meter_headers": proxy_settings}).rstrip("\n")
     ssl = render_server_tls(*tls_paths) if tls_paths is not None else ""
     values = {
         "worker_processes": str(WORKER_PROCESSES),
@@ -358,7 +309,7 @@ def _render(
         "upstream_servers": _upstream_servers(upstream, rotation_dir),
         "upstream_scheme": scheme,
         "proxy_settings": proxy_settings,
-        "meter_upstream": meter_upstream,
+        "meter_upstream": meter_resolver,
         "meter_return_server": meter_return,
         "no_replica_reason": f"        include {rotation_dir}/reason.ma[p];" if upstream is None else "",
         "keepalive": str(front.keepalive),

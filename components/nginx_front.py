@@ -23,14 +23,8 @@ import pulumi
 import pulumi_docker as docker
 
 from components.config import ContainerConfig, FrontConfig, HostConfig
-from components.nginx_conf import (
-    CONTAINER_PORT,
-    METER_RETURN_PORT,
-    SECRET_FILES,
-    MeterRoute,
-    render_front_files,
-    render_release_conf,
-)
+from components.nginx_conf import CONTAINER_PORT, SECRET_FILES, render_front_files, render_release_conf
+from components.nginx_meter import METER_RETURN_PORT, MeterRoute
 from components.nginx_reload import NginxReload, secrets_digest
 from components.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DIR, volume_name
 from components.target import exec_ssh
