@@ -295,6 +295,18 @@ def test_generated_api_keys_are_accepted() -> None:
         with_secrets(secrets=SecretInputs(api_keys={"ops": "sk-" + stdlib_secrets.token_hex(8)}))
 
 
+def test_a_usage_meter_weight_must_name_an_api_key() -> None:
+    """A typo would weigh nothing: refused, naming the key, the names there are and the fix."""
+    weights = {"usageMeter": {"weights": {"opps": 2}}}
+    with pytest.raises(
+        ConfigError, match=r"glm:front\.usageMeter\.weights\.opps names no API key \(the keys are ops\)"
+    ):
+        with_secrets(front=weights)
+    assert with_secrets(
+        front={"usageMeter": {"weights": {"ops": 2, "semantic-probe": 0.5}}}
+    ).front.usage_meter.weights
+
+
 def test_tls_without_certificate_is_refused_at_load() -> None:
     with pytest.raises(ConfigError, match=r"glm:front\.tls=true but no certificate"):
         with_secrets(front={"tls": True})

@@ -113,6 +113,7 @@ class SecretInputs:
                 found.append(f"glm:servingSecretEnv.{name}: {reason}")
         if (collision := _probe_key_collision(self.api_keys, config.semantic_probe)) is not None:
             found.append(collision)
+        found += _unknown_weights(self.api_keys, config)
         if config.front.tls and not (self.tls_certificate and self.tls_key):
             found.append(
                 "glm:front.tls=true but no certificate was given. Fix: pulumi config set "
@@ -130,6 +131,20 @@ class SecretInputs:
             return config
         front = config.front.model_copy(update={"tls_name": default_name(pem)})
         return config.model_copy(update={"front": front})
+
+
+def _unknown_weights(api_keys: Any, config: StackConfig) -> list[str]:
+    """A usage-meter weight for a name that is no key would silently weigh nothing (a typo)."""
+    names = set(api_keys) if isinstance(api_keys, Mapping) else set()
+    names.add(config.semantic_probe.client_name)
+    return [
+        f"glm:front.usageMeter.weights.{name} names no API key (the keys are "
+        f"{', '.join(sorted(set(api_keys))) if isinstance(api_keys, Mapping) and api_keys else 'none'}). "
+        f"Fix: pulumi config rm --path 'glm:front.usageMeter.weights.{name}', or set the weight under a "
+        "key's name from glm:apiKeys."
+        for name in sorted(config.front.usage_meter.weights)
+        if name not in names
+    ]
 
 
 def _plain_secret_key(key: str) -> str:
