@@ -198,7 +198,9 @@ def test_an_exec_start_refused_by_a_front_that_just_stopped_is_no_front() -> Non
             f"the front's rotation refused drain (exit 1): {rotation.EXEC_REFUSED_WHILE_STOPPING}", 1
         )
         assert rotation.front_absent(access, refused)
-        a_real_refusal = rotation.RotationError("the front's rotation refused drain (exit 1): nginx -t failed", 1)
+        a_real_refusal = rotation.RotationError(
+            "the front's rotation refused drain (exit 1): nginx -t failed", 1
+        )
         assert not rotation.front_absent(access, a_real_refusal)
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
