@@ -4,12 +4,19 @@ Load the stack's config (validated before anything is created), build the deploy
 reviewers and operators need.
 """
 
+import signal
+import sys
+
 import pulumi
 
 from components.config import ConfigError, load_stack_config
 from components.deployment import deploy
 from components.rotation import drain_for_destroy
 from components.secrets import Secrets
+
+# The engine interrupts the program when an update fails (a refused preflight): it unwinds as on
+# KeyboardInterrupt, but without a traceback printed twice under the real error.
+signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
 
 try:
     config = load_stack_config()

@@ -220,7 +220,7 @@ E2E_MODULES = (
     "test_first_hour.py", "test_ops.py", "test_rehearsal.py", "test_multihost_engine.py",
     "test_semantic_probe_e2e.py", "test_semantic_probe_tls_e2e.py", "test_semantic_probe_tls_multihost_e2e.py",
     "test_fleet_healing_engine.py", "test_k8s_engine.py", "test_k8s_rehearsal_engine.py",
-    "test_first_hour_walkthrough.py",
+    "test_first_hour_walkthrough.py", "test_preflight_refusal_engine.py",
 )  # fmt: skip
 
 
@@ -240,6 +240,7 @@ SECONDS = {
     "test_local_containers.py": 48, "test_service.py": 42, "test_nginx_reload.py": 40,
     "test_rotation_requests.py": 36, "test_standin_host.py": 33, "test_checks.py": 32,
     "test_container_watch.py": 29, "test_nginx_front.py": 27, "test_probe.py": 27,
+    "test_preflight_refusal_engine.py": 45,
 }  # fmt: skip
 """What each group of tests took, one after another on the 2-core machine (``--durations``, the
 run of 2026-12-02: 53 min in all). The suite's workers take groups in collection order

@@ -253,7 +253,7 @@ def test_preflight_runs_on_the_host_over_ssh(deployed: dict[str, Deployment], st
     check = deployed[stack].one("command:remote:Command", "-preflight-check").inputs
     assert unwrap(check["connection"])["user"] == "deploy"
     tool = "npu-smi" if stack == "ascend" else "nvidia-smi"
-    assert tool in check["create"]
+    assert tool in check["stdin"] and tool not in check["create"]
 
 
 SHARED_SHA256 = {
