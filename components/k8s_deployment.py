@@ -25,11 +25,13 @@ import pulumi_kubernetes as k8s
 
 from components import k8s_workload as workload
 from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, StackConfig, semantic_probe_runs
+from components.k8s_guard import GUARD_PORT, GUARD_VOLUME, deploy_guard, guard_container, pod_serving
 from components.k8s_monitoring import deploy_monitoring
 from components.k8s_probe import deploy_probe, probe_service
 from components.nginx_conf import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
 from components.prometheus_config import ScrapeSpec
 from components.promotion import fingerprint, served_model
+from components.replica_guard import guard_credentials
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbeSpec, build_context
 from components.serving_image import ServingImage
@@ -126,12 +128,19 @@ def _upstream_conf(cluster_ip: str, port: int) -> str:
 
 
 def _front_files(
-    config: StackConfig, keys: pulumi.Output[dict[str, str]], metrics_keys: pulumi.Output[dict[str, str]]
+    config: StackConfig,
+    keys: pulumi.Output[dict[str, str]],
+    metrics_keys: pulumi.Output[dict[str, str]],
+    guard_files: pulumi.Output[dict[str, str]],
 ) -> pulumi.Output[dict[str, str]]:
-    def render(args: list[Any]) -> dict[str, str]:
-        return render_front_files(config.front, dict(args[0]), dict(args[1]), rotation_dir=FRONT_ROTATION_DIR)
+    """The release, with the replica key the pods' guards ask for (components/k8s_guard.py)."""
 
-    return pulumi.Output.secret(pulumi.Output.all(keys, metrics_keys).apply(render))
+    def render(args: list[Any]) -> dict[str, str]:
+        return render_front_files(
+            config.front, dict(args[0]), dict(args[1]), rotation_dir=FRONT_ROTATION_DIR, replica_files=args[2]
+        )
+
+    return pulumi.Output.secret(pulumi.Output.all(keys, metrics_keys, guard_files).apply(render))
 
 
 def _digest(files: dict[str, str]) -> str:
@@ -146,11 +155,12 @@ def _front(
     upstream: pulumi.Output[str],
     keys: pulumi.Output[dict[str, str]],
     metrics_keys: pulumi.Output[dict[str, str]],
+    guard_files: pulumi.Output[dict[str, str]],
 ) -> tuple[k8s.apps.v1.Deployment, k8s.core.v1.Service]:
     """nginx from the same template: nginx.conf and the upstream in a ConfigMap, the key maps in a
     Secret; a change of either rolls the front (their digest is a pod annotation)."""
     ns = k8s_target.namespace
-    files = _front_files(config, keys, metrics_keys)
+    files = _front_files(config, keys, metrics_keys, guard_files)
     conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE]})
     secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
     config_map = k8s.core.v1.ConfigMap(
@@ -249,7 +259,8 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     """Create the stack's objects on the cluster and return the stack outputs."""
     k8s_target = config.target.kubernetes
     assert k8s_target is not None
-    serving: ServingSpec = render_serving(config)
+    unbound: ServingSpec = render_serving(config)
+    serving = pod_serving(unbound)  # vLLM on the pod's loopback, behind its guard
     images = _images(config, stack, k8s_target)
     provider = k8s.Provider(
         f"{stack}-k8s",
@@ -265,6 +276,8 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     )
     in_ns = pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=[namespace]))
     claim = _cache_claim(stack, k8s_target, in_ns)
+    credentials = guard_credentials(stack, [], tls=False)
+    guard = deploy_guard(stack, config.front, serving, k8s_target, credentials, in_ns)
     # A roll starts the pods one after the other, each allowed the gate's deadline; a pod that
     # never answers right fails `up` when this runs out (the old pods keep serving meanwhile).
     rollout = f"{serving.load_deadline_seconds * k8s_target.replicas + ROLLOUT_MARGIN_SECONDS}s"
@@ -272,13 +285,20 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     pods = k8s.apps.v1.Deployment(
         f"{stack}-vllm",
         metadata={"namespace": k8s_target.namespace, "name": "glm53-vllm"},
-        spec=pulumi.Output.all(images.serving, images.gate).apply(
+        spec=pulumi.Output.all(images.serving, images.gate, guard.digest).apply(
             lambda refs: workload.serving_deployment_spec(
-                config, serving, k8s_target, stack, refs[0], refs[1]
+                config,
+                serving,
+                k8s_target,
+                stack,
+                refs[0],
+                refs[1],
+                (guard_container(k8s_target, config.front.image), GUARD_VOLUME, refs[2]),
             )
         ),
         opts=pulumi.ResourceOptions.merge(
-            in_ns, pulumi.ResourceOptions(depends_on=[claim, *images.loaded], custom_timeouts=custom)
+            in_ns,
+            pulumi.ResourceOptions(depends_on=[claim, guard.release, *images.loaded], custom_timeouts=custom),
         ),
     )
     service = k8s.core.v1.Service(
@@ -297,7 +317,8 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         k8s_target,
         loaded,
         script_image=images.gate,
-        port=serving.port,
+        port=GUARD_PORT,
+        scrape_key=guard.scrape_key,
         probe_target=probe_svc.spec.cluster_ip.apply(lambda ip: f"{ip}:{config.semantic_probe.port}")
         if probe_svc
         else None,
@@ -328,7 +349,9 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
                 lambda a: {**a[0], config.semantic_probe.client_name: a[1]}
             )
         )
-    front, front_service = _front(config, stack, k8s_target, loaded, upstream, front_keys, metrics_keys)
+    front, front_service = _front(
+        config, stack, k8s_target, loaded, upstream, front_keys, metrics_keys, credentials.front_files()
+    )
     api_key = secrets.api_keys.apply(lambda keys: keys[sorted(keys)[0]])
     front_url = k8s_target.front_url
     smoke = SmokeTest(
@@ -359,8 +382,10 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             front_ip=front_service.spec.cluster_ip,
             vllm_upstream=service.spec.cluster_ip.apply(lambda ip: f"{ip}:{serving.port}"),
             api_key=probe_key,
+            scrape_key=guard.scrape_key,
         )
-    served = served_model(serving, config.serving_image, secrets.serving_env_names)
+    # The served model, not where it listens: the fingerprint a Docker stack of the profile has.
+    served = served_model(unbound, config.serving_image, secrets.serving_env_names)
     return {
         "endpoint": front_url,
         "target": "kubernetes",

@@ -18,7 +18,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig, StackConfig
-from components.k8s_workload import labels
+from components.k8s_guard import SCRAPE_SECRET, SCRAPE_SECRET_KEY
+from components.k8s_workload import GUARD_PORT_NAME, labels
 from components.prometheus_config import (
     CONFIG_PATH,
     CONTAINER_PORT,
@@ -26,6 +27,7 @@ from components.prometheus_config import (
     DEFAULT_JOB,
     PROMETHEUS_FLAGS,
     RULES_PATH,
+    SCRAPE_KEY_PATH,
     ScrapeSpec,
     to_yaml,
 )
@@ -43,7 +45,8 @@ SCRIPT_DIR = "/opt/glm53"
 
 def scrape_config(monitoring_interval: str, probe_target: str | None = None) -> dict[str, Any]:
     """``prometheus.yml``: each serving pod of the stack (Ready or not: a pod out of the Service is
-    exactly the one to see) from the target file ``k8s_targets.py`` keeps, labelled ``host``."""
+    exactly the one to see) from the target file ``k8s_targets.py`` keeps, labelled ``host``, through
+    its guard with the scrape key (components/k8s_guard.py)."""
     return {
         "global": {"scrape_interval": monitoring_interval, "evaluation_interval": monitoring_interval},
         "rule_files": [RULES_PATH],
@@ -51,6 +54,7 @@ def scrape_config(monitoring_interval: str, probe_target: str | None = None) -> 
             {
                 "job_name": DEFAULT_JOB,
                 "metrics_path": "/metrics",
+                "authorization": {"type": "Bearer", "credentials_file": SCRAPE_KEY_PATH},
                 "file_sd_configs": [{"files": [TARGETS_FILE], "refresh_interval": "5s"}],
             },
             *(
@@ -121,8 +125,12 @@ def operator_objects(spec: ScrapeSpec, namespace: str, stack: str) -> tuple[dict
         "namespaceSelector": {"matchNames": [namespace]},
         "podMetricsEndpoints": [
             {
-                "port": "http",
+                "port": GUARD_PORT_NAME,
                 "path": "/metrics",
+                "authorization": {
+                    "type": "Bearer",
+                    "credentials": {"name": SCRAPE_SECRET, "key": SCRAPE_SECRET_KEY},
+                },
                 "interval": spec.monitoring.scrape_interval,
                 "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "host"}],
             }
@@ -140,9 +148,11 @@ def deploy_monitoring(
     *,
     script_image: pulumi.Input[str],
     port: int,
+    scrape_key: k8s.core.v1.Secret,
     probe_target: pulumi.Output[str] | None = None,
 ) -> pulumi.Resource:
-    """Prometheus (or the Operator's objects) for the stack; returns the resource the gate waits for."""
+    """Prometheus (or the Operator's objects) for the stack; returns the resource the gate waits for.
+    ``port`` is the pods' guard's, ``scrape_key`` the Secret of the key it asks Prometheus for."""
     ns = k8s_target.namespace
     if k8s_target.prometheus_operator:
         rules, monitor = operator_objects(spec, ns, stack)
@@ -160,7 +170,7 @@ def deploy_monitoring(
             kind="PodMonitor",
             metadata={"namespace": ns, "name": "glm53-vllm"},
             spec=monitor,
-            opts=opts,
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[scrape_key])),
         )
     rules_file = render_alert_rules(spec, by_host=True)
     interval = config.monitoring.scrape_interval
@@ -211,7 +221,12 @@ def deploy_monitoring(
                         "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}, "periodSeconds": 5},
                     }, targets_container(script_image, k8s_target.image_pull_policy, ns, stack, port)],
                     "volumes": [
-                        {"name": "config", "configMap": {"name": "glm53-prometheus"}},
+                        {"name": "config", "projected": {"sources": [
+                            {"configMap": {"name": "glm53-prometheus"}},
+                            {"secret": {"name": SCRAPE_SECRET, "items": [
+                                {"key": SCRAPE_SECRET_KEY, "path": SCRAPE_KEY_PATH.rsplit("/", 1)[1]},
+                            ]}},
+                        ]}},
                         {"name": "data", "emptyDir": {}},
                         {"name": "targets", "emptyDir": {}},
                         {"name": "script", "configMap": {"name": "glm53-prometheus-targets"}},
@@ -219,7 +234,9 @@ def deploy_monitoring(
                 },
             },
         },
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[config_map, script, account])),
+        opts=pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(depends_on=[config_map, script, account, scrape_key])
+        ),
     )  # fmt: skip
     service_port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
     if k8s_target.prometheus_node_port is not None:

@@ -69,7 +69,13 @@ def test_the_pods_run_the_argv_the_docker_host_runs(
     vllm = container(on_k8s[stack], "vllm")
     docker_inputs = serving_container(on_docker[stack])
     assert vllm["command"] == docker_inputs["entrypoints"] == ["vllm", "serve"]
-    assert vllm["args"] == docker_inputs["command"]
+    # The same argv, on the pod's loopback (its guard publishes the pod's port: tests/test_k8s_guard.py).
+    argv = list(docker_inputs["command"])
+    if any(a.startswith("--host=") for a in argv):  # the ascend seed's --host=0.0.0.0
+        argv = ["--host=127.0.0.1" if a.startswith("--host=") else a for a in argv]
+    else:
+        argv.insert(next(i for i, a in enumerate(argv) if a.startswith("--port=")), "--host=127.0.0.1")
+    assert vllm["args"] == argv
     # Same env, less the card pinning the device plugin replaces.
     docker_env = dict(e.split("=", 1) for e in unwrap(docker_inputs["envs"]))
     pinning = {
@@ -155,8 +161,10 @@ def test_a_stop_drains_inside_the_grace_period(on_k8s: dict[str, Deployment], st
 def test_readiness_is_the_gate_against_the_pod_not_health(on_k8s: dict[str, Deployment]) -> None:
     vllm = container(on_k8s["a800"], "vllm")
     assert "readinessProbe" not in vllm
-    # /health only restarts a dead engine; the startup probe covers the seeds' long loads.
-    assert vllm["livenessProbe"]["httpGet"]["path"] == "/health"
+    # /health only restarts a dead engine (asked inside the container: vLLM is on the pod's
+    # loopback); the startup probe covers the seeds' long loads.
+    port = flag(vllm["args"], "--port")
+    assert f"'http://127.0.0.1:{port}/health'" in vllm["livenessProbe"]["exec"]["command"][-1]
     assert vllm["startupProbe"]["periodSeconds"] * vllm["startupProbe"]["failureThreshold"] >= 1800
     probe = container(on_k8s["a800"], "gate")["readinessProbe"]["exec"]["command"]
     assert probe[:3] == ["python3", "-m", "components.gate"]
@@ -167,6 +175,7 @@ def test_readiness_is_the_gate_against_the_pod_not_health(on_k8s: dict[str, Depl
     assert args["--served-name"] == flag(vllm["args"], "--served-model-name")
     assert args["--max-model-len"] == flag(vllm["args"], "--max-model-len")
     assert args["--steps"].split(",") == ["models", "arithmetic", "tool_call", "kv_pool"]
+    assert flag(vllm["args"], "--host") == "127.0.0.1"  # the gate asks over the pod's loopback
 
 
 def test_the_front_and_the_gate_go_through_the_front_service(on_k8s: dict[str, Deployment]) -> None:
@@ -186,7 +195,8 @@ def test_the_front_and_the_gate_go_through_the_front_service(on_k8s: dict[str, D
     assert re.search(r"include /etc/glm53-front/rotation/upstream\.con\[f\];", conf)
     keys = deployment.one("kubernetes:core/v1:Secret", "-front-keys").inputs["stringData"]
     assert is_secret(keys), "the key maps must be stored encrypted"
-    assert set(unwrap(keys)) == {"api-keys.map", "metrics-keys.map"}
+    # With the replica key the pods' guards ask for (tests/test_k8s_guard.py).
+    assert set(unwrap(keys)) == {"api-keys.map", "metrics-keys.map", "replica-guard-auth.conf"}
     gate = next(
         r for r in deployment.of_type("pulumi-python:dynamic:Resource") if r.name.endswith("-smoke-gate")
     )
@@ -222,6 +232,11 @@ def test_prometheus_config_and_rules_pass_promtool(on_k8s: dict[str, Deployment]
     config = yaml.safe_load(files["prometheus.yml"])
     assert config["rule_files"] == ["/etc/prometheus/rules.yml"]
     config["rule_files"] = [str(tmp_path / "rules.yml")]
+    # The guards' scrape key, as the pod mounts it beside the config (tests/test_k8s_guard.py).
+    job = config["scrape_configs"][0]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": "/etc/prometheus/scrape-key"}
+    job["authorization"]["credentials_file"] = str(tmp_path / "scrape-key")
+    (tmp_path / "scrape-key").write_text("sk-scrape-test\n")
     (tmp_path / "rules.yml").write_text(files["rules.yml"])
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     for args in (
@@ -237,7 +252,7 @@ def test_prometheus_config_and_rules_pass_promtool(on_k8s: dict[str, Deployment]
     assert lister["command"][2:] == [
         "glm53-test",
         "app.kubernetes.io/name=glm53-vllm,app.kubernetes.io/instance=a800",
-        flag(container(on_k8s["a800"], "vllm")["args"], "--port"),
+        str(int(container(on_k8s["a800"], "guard")["ports"][0]["containerPort"])),  # the pods' guard
         "/var/lib/glm53-targets/vllm.json",
     ]
     # The several-hosts rules: each alert names the pod (label host) it fired for.
