@@ -221,7 +221,7 @@ def _front(
         port["nodePort"] = k8s_target.front_node_port
     service = k8s.core.v1.Service(
         f"{stack}-front-service",
-        metadata={"namespace": ns, "name": "glm53-front"},
+        metadata={"namespace": ns, "name": "glm53-front", "annotations": workload.front_annotations(config)},
         spec={
             "type": "NodePort" if k8s_target.front_node_port is not None else "ClusterIP",
             "selector": selector,

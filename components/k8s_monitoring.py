@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig, StackConfig
 from components.k8s_guard import SCRAPE_SECRET, SCRAPE_SECRET_KEY
-from components.k8s_workload import GUARD_PORT_NAME, labels
+from components.k8s_workload import GUARD_PORT_NAME, labels, prometheus_annotations
 from components.prometheus_config import (
     CONFIG_PATH,
     CONTAINER_PORT,
@@ -243,7 +243,7 @@ def deploy_monitoring(
         service_port["nodePort"] = k8s_target.prometheus_node_port
     k8s.core.v1.Service(
         f"{stack}-prometheus-service",
-        metadata={"namespace": ns, "name": "glm53-prometheus"},
+        metadata={"namespace": ns, "name": "glm53-prometheus", "annotations": prometheus_annotations(config)},
         spec={
             "type": "NodePort" if k8s_target.prometheus_node_port is not None else "ClusterIP",
             "selector": selector,

@@ -33,9 +33,14 @@ from components.config import (
     StackConfig,
 )
 from components.vllm_server import ServingSpec, health_probe
+from policy.glm_policies import (
+    ACCELERATOR_ANNOTATION,
+    CARD_RESOURCES,
+    NO_CARDS,
+    PLAIN_HTTP_LABEL,
+    PUBLIC_BIND_LABEL,
+)
 
-CARD_RESOURCES = {"nvidia": "nvidia.com/gpu", "ascend": "huawei.com/Ascend910"}
-"""The device plugins' resource names per accelerator kind."""
 READINESS_STEPS = ("models", "arithmetic", "tool_call", "kv_pool")
 """The gate's steps a pod passes before it is Ready (not ``front_auth``/``streaming``: the front's)."""
 GATE_KEY_ENV = "GLM_GATE_KEY"
@@ -56,12 +61,32 @@ def labels(stack: str, role: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": f"glm53-{role}", "app.kubernetes.io/instance": stack}
 
 
+def accelerator(config: StackConfig) -> str:
+    """The cards' kind the pods request (``nvidia``, ``ascend``), or ``none`` (the simulator)."""
+    kind = config.facts.accelerator
+    return NO_CARDS if config.rehearsing or kind not in CARD_RESOURCES else kind
+
+
 def card_limits(config: StackConfig) -> dict[str, str]:
     """``{"nvidia.com/gpu": "8"}`` for eight listed cards; nothing in a rehearsal (no accelerator)."""
-    resource = CARD_RESOURCES.get(config.facts.accelerator)
-    if config.rehearsing or resource is None:
-        return {}
-    return {resource: str(len(config.container.accelerators))}
+    kind = accelerator(config)
+    return {} if kind == NO_CARDS else {CARD_RESOURCES[kind]: str(len(config.container.accelerators))}
+
+
+def opt_in(accepted: bool, label: tuple[str, str]) -> dict[str, str]:
+    """The Service annotation that records a public bind's opt-in (the Docker label's key), for the
+    policy pack's k8s-node-port-opted-in."""
+    return {label[0]: label[1]} if accepted else {}
+
+
+def front_annotations(config: StackConfig) -> dict[str, str]:
+    """``glm:front.allowPlainHttp`` on the front's Service (it never serves TLS here)."""
+    return opt_in(config.front.allow_plain_http, PLAIN_HTTP_LABEL)
+
+
+def prometheus_annotations(config: StackConfig) -> dict[str, str]:
+    """``glm:monitoring.allowPublicBind`` on Prometheus' Service."""
+    return opt_in(config.monitoring.allow_public_bind, PUBLIC_BIND_LABEL)
 
 
 def pod_env(serving: ServingSpec) -> list[dict[str, str]]:
@@ -201,7 +226,11 @@ def serving_deployment_spec(
         "progressDeadlineSeconds": serving.load_deadline_seconds,
         "template": {
             # A new guard release (another key) rolls the pods.
-            "metadata": {"labels": selector, "annotations": {"glm53/guard": guard_digest}},
+            "metadata": {
+                "labels": selector,
+                # What the policy pack's k8s-gpu-requests checks the cards against.
+                "annotations": {"glm53/guard": guard_digest, ACCELERATOR_ANNOTATION: accelerator(config)},
+            },
             "spec": {
                 "terminationGracePeriodSeconds": grace_seconds(config, k8s),
                 "containers": [

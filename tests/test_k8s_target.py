@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from components.config import ConfigError, build_stack_config
-from tests.conftest import Deployment, is_secret, run_program, serving_container, unwrap
+from tests.conftest import Deployment, is_secret, run_program, serving_container, stack_config, unwrap
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 SERVICE = "kubernetes:core/v1:Service"
@@ -33,13 +33,16 @@ def k8s_target(**extra: Any) -> dict[str, Any]:
     }
 
 
+def plain_http_accepted(stack: str) -> dict[str, Any]:
+    """The stack's glm:front with the opt-in a plain-HTTP NodePort needs (tests/test_k8s_exposure.py)."""
+    return {"glm:front": {**(stack_config(stack).get("glm:front") or {}), "allowPlainHttp": True}}
+
+
 @pytest.fixture(scope="module")
 def on_k8s() -> dict[str, Deployment]:
     stacks = ("a800", "ascend", "rtx5090", "local")
-    return {
-        s: run_program(s, {"glm:target": k8s_target(frontNodePort=30080, cacheHostPath="/srv/jit")})
-        for s in stacks
-    }
+    target = k8s_target(frontNodePort=30080, cacheHostPath="/srv/jit")
+    return {s: run_program(s, {"glm:target": target, **plain_http_accepted(s)}) for s in stacks}
 
 
 @pytest.fixture(scope="module")
