@@ -10,6 +10,7 @@ enforces it, a NetworkPolicy admits only the stack's front, Prometheus and probe
 from __future__ import annotations
 
 import json
+import shutil
 from typing import Any
 
 import pytest
@@ -19,13 +20,22 @@ from tests.conftest import (
     PROBE_TEST_KEY,
     REPLICA_SCRAPE_TEST_KEY,
     REPLICA_TEST_KEY,
+    TEST_API_KEYS,
     Deployment,
     is_secret,
     run_program,
     unwrap,
 )
+from tests.engine import free_port
 from tests.test_k8s_target import DEPLOYMENT, SERVICE, container, flag, k8s_target, pod_spec
-from tests.test_nginx_front import _RecordingUpstream, recording_upstream
+from tests.test_nginx_front import (
+    NGINX,
+    _RecordingUpstream,
+    recording_upstream,
+    running,
+    runtime_dir,
+    wait_for_port,
+)
 from tests.test_replica_guard import nginx, request
 
 SECRET = "kubernetes:core/v1:Secret"
@@ -95,6 +105,63 @@ def test_the_guard_release_asks_for_the_stacks_credential(stacks: dict[str, Depl
         ("GET", "/metrics"),
         ("POST", "/v1/chat/completions"),
     ]
+
+
+def test_the_front_still_answers_through_the_guard(stacks: dict[str, Deployment]) -> None:
+    """The front's release and the guard's, both as the mocks recorded them, in two real nginx: a
+    client's key gets its answer through the guard (the front sends the replica key, the guard
+    strips it); without a key the front answers 401 and nothing reaches vLLM."""
+    from components.k8s_deployment import FRONT_DIR, _upstream_conf
+
+    deployment = stacks["local"]
+    port = flag(container(deployment, "vllm")["args"], "--port")
+    guard_release = named_secret(deployment, "glm53-vllm-guard")
+    front_release = {
+        **named_secret(deployment, "glm53-front-keys"),
+        "nginx.conf": unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"][
+            "nginx.conf"
+        ],
+    }
+    with recording_upstream() as upstream:
+        local_guard = {
+            name: text.replace("listen 8080;", "listen 127.0.0.1:{port};")
+            .replace(f"server 127.0.0.1:{port};", f"server 127.0.0.1:{upstream};")
+            .replace("/tmp", "{dir}")
+            for name, text in guard_release.items()
+        }
+        with nginx(local_guard) as (guard, _):
+            directory, front = runtime_dir(), free_port()
+            (directory / "rotation").mkdir()
+            (directory / "rotation" / "upstream.conf").write_text(_upstream_conf("127.0.0.1", guard))
+            for name, text in front_release.items():
+                (directory / name).write_text(
+                    text.replace("/tmp", str(directory))  # first: the directory is under /tmp
+                    .replace(f"{FRONT_DIR}/rotation", f"{directory}/rotation")
+                    .replace("listen 8080;", f"listen 127.0.0.1:{front};")
+                    .replace("listen 9146;", f"listen 127.0.0.1:{free_port()};")
+                )
+            argv = [
+                NGINX,
+                "-c",
+                str(directory / "nginx.conf"),
+                "-p",
+                str(directory),
+                "-e",
+                "stderr",
+                "-g",
+                "daemon off;",
+            ]
+            try:
+                with running(argv, directory / "nginx.log") as proc:
+                    wait_for_port(front, proc)
+                    assert request(front, "GET", "/v1/models", {})[0] == 401
+                    key = {"Authorization": f"Bearer {TEST_API_KEYS['ci']}"}
+                    status, body, _ = request(front, "POST", "/v1/chat/completions", key)
+                    assert status == 200, body
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
+    assert [(m, p) for m, p, _ in _RecordingUpstream.seen] == [("POST", "/v1/chat/completions")]
+    assert all("authorization" not in headers for _, _, headers in _RecordingUpstream.seen)
 
 
 @pytest.mark.parametrize("operator", [False, True])
