@@ -11,8 +11,6 @@ volume) are kept on destroy, as the weights are: the next ``up`` adopts them (se
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shlex
 from dataclasses import dataclass
@@ -25,10 +23,10 @@ import pulumi_kubernetes as k8s
 
 from components import k8s_workload as workload
 from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, StackConfig, semantic_probe_runs
+from components.k8s_front import deploy_front, upstream_conf
 from components.k8s_guard import GUARD_PORT, GUARD_VOLUME, deploy_guard, guard_container, pod_serving
 from components.k8s_monitoring import deploy_monitoring
 from components.k8s_probe import deploy_probe, probe_service
-from components.nginx_conf import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
 from components.prometheus_config import ScrapeSpec
 from components.promotion import fingerprint, served_model
 from components.replica_guard import guard_credentials
@@ -38,16 +36,6 @@ from components.serving_image import ServingImage
 from components.smoke_test import SmokeTest, SmokeTestArgs
 from components.target import docker_ssh_opts
 from components.vllm_server import ServingSpec, command_line, render_serving
-
-FRONT_DIR = "/etc/glm53-front"
-"""Where the front's release (nginx.conf, the key maps, the upstream) is mounted in its pod."""
-FRONT_ROTATION_DIR = f"{FRONT_DIR}/rotation"
-FRONT_DRAIN_SECONDS = 5
-FRONT_QUIT = (
-    f"sleep {FRONT_DRAIN_SECONDS}; nginx -c {FRONT_DIR}/{CONF_FILE} -s quit; "
-    "while [ -e /tmp/nginx.pid ]; do sleep 1; done"
-)
-"""The front's preStop: out of its Service first, then nginx's graceful quit (SIGTERM is a fast one)."""
 
 
 @dataclass(frozen=True)
@@ -109,127 +97,6 @@ def _images(config: StackConfig, stack: str, k8s_target: KubernetesTargetConfig)
 
 
 ROLLOUT_MARGIN_SECONDS = 120
-KEEPALIVE_TIME_SECONDS = 2
-"""How long nginx reuses one connection to the Service: shorter than the serving pods' preStop
-pause, so no request rides an old connection into a pod that has begun to drain."""
-
-
-def _upstream_conf(cluster_ip: str, port: int) -> str:
-    """The front's upstream: the serving Service, which lists only pods that passed their gate.
-
-    A Service is one address whatever its pods do, and behind it a connection reaches one pod (the
-    node's rules pick it when the connection opens): so the address is never marked failed
-    (``max_fails=0``: one failure is one pod stopping, not the Service), it is listed once per
-    retry nginx may make (a retry is a new connection, which reaches a Ready pod), and each
-    connection lives at most ``KEEPALIVE_TIME_SECONDS``, less than the preStop pause.
-    """
-    server = f"        server {cluster_ip}:{port} max_fails=0;\n"
-    return server * NEXT_UPSTREAM_TRIES + f"        keepalive_time {KEEPALIVE_TIME_SECONDS}s;\n"
-
-
-def _front_files(
-    config: StackConfig,
-    keys: pulumi.Output[dict[str, str]],
-    metrics_keys: pulumi.Output[dict[str, str]],
-    guard_files: pulumi.Output[dict[str, str]],
-) -> pulumi.Output[dict[str, str]]:
-    """The release, with the replica key the pods' guards ask for (components/k8s_guard.py)."""
-
-    def render(args: list[Any]) -> dict[str, str]:
-        return render_front_files(
-            config.front, dict(args[0]), dict(args[1]), rotation_dir=FRONT_ROTATION_DIR, replica_files=args[2]
-        )
-
-    return pulumi.Output.secret(pulumi.Output.all(keys, metrics_keys, guard_files).apply(render))
-
-
-def _digest(files: dict[str, str]) -> str:
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _front(
-    config: StackConfig,
-    stack: str,
-    k8s_target: KubernetesTargetConfig,
-    opts: pulumi.ResourceOptions,
-    upstream: pulumi.Output[str],
-    keys: pulumi.Output[dict[str, str]],
-    metrics_keys: pulumi.Output[dict[str, str]],
-    guard_files: pulumi.Output[dict[str, str]],
-) -> tuple[k8s.apps.v1.Deployment, k8s.core.v1.Service]:
-    """nginx from the same template: nginx.conf and the upstream in a ConfigMap, the key maps in a
-    Secret; a change of either rolls the front (their digest is a pod annotation)."""
-    ns = k8s_target.namespace
-    files = _front_files(config, keys, metrics_keys, guard_files)
-    conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE]})
-    secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
-    config_map = k8s.core.v1.ConfigMap(
-        f"{stack}-front-config",
-        metadata={"namespace": ns, "name": "glm53-front"},
-        data=pulumi.Output.all(pulumi.Output.unsecret(conf), upstream).apply(
-            lambda a: {**a[0], "upstream.conf": a[1]}
-        ),
-        opts=opts,
-    )
-    secret = k8s.core.v1.Secret(
-        f"{stack}-front-keys",
-        metadata={"namespace": ns, "name": "glm53-front-keys"},
-        string_data=secret_files,
-        opts=opts,
-    )
-    digest = pulumi.Output.unsecret(
-        pulumi.Output.all(files, upstream).apply(lambda a: _digest({**a[0], "u": a[1]}))
-    )
-    selector = workload.labels(stack, "front")
-    projected = {
-        "sources": [
-            {"configMap": {"name": "glm53-front", "items": [
-                {"key": CONF_FILE, "path": CONF_FILE}, {"key": "upstream.conf", "path": "rotation/upstream.conf"},
-            ]}},
-            {"secret": {"name": "glm53-front-keys"}},
-        ]
-    }  # fmt: skip
-    deployment = k8s.apps.v1.Deployment(
-        f"{stack}-front",
-        metadata={"namespace": ns, "name": "glm53-front"},
-        spec={
-            "replicas": 1,
-            "selector": {"matchLabels": selector},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {
-                "metadata": {"labels": selector, "annotations": {"glm53/release": digest}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 60,
-                    "containers": [{
-                        "name": "nginx",
-                        "image": config.front.image,
-                        "imagePullPolicy": k8s_target.image_pull_policy,
-                        "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
-                        "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
-                        "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}],
-                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 2},
-                        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", FRONT_QUIT]}}},
-                    }],
-                    "volumes": [{"name": "release", "projected": projected}],
-                },
-            },
-        },
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[config_map, secret])),
-    )  # fmt: skip
-    port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
-    if k8s_target.front_node_port is not None:
-        port["nodePort"] = k8s_target.front_node_port
-    service = k8s.core.v1.Service(
-        f"{stack}-front-service",
-        metadata={"namespace": ns, "name": "glm53-front", "annotations": workload.front_annotations(config)},
-        spec={
-            "type": "NodePort" if k8s_target.front_node_port is not None else "ClusterIP",
-            "selector": selector,
-            "ports": [port],
-        },
-        opts=opts,
-    )
-    return deployment, service
 
 
 def _cache_claim(
@@ -341,7 +208,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     metrics_keys: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
         pulumi.Output.all(users, metrics_key).apply(with_gate_key)
     )
-    upstream = service.spec.cluster_ip.apply(lambda ip: _upstream_conf(ip, serving.port))
+    upstream = service.spec.cluster_ip.apply(lambda ip: upstream_conf(ip, serving.port))
     front_keys = secrets.api_keys
     if probe_key is not None:
         front_keys = pulumi.Output.secret(
@@ -349,7 +216,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
                 lambda a: {**a[0], config.semantic_probe.client_name: a[1]}
             )
         )
-    front, front_service = _front(
+    front, front_service = deploy_front(
         config, stack, k8s_target, loaded, upstream, front_keys, metrics_keys, credentials.front_files()
     )
     api_key = secrets.api_keys.apply(lambda keys: keys[sorted(keys)[0]])

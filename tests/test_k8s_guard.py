@@ -111,7 +111,7 @@ def test_the_front_still_answers_through_the_guard(stacks: dict[str, Deployment]
     """The front's release and the guard's, both as the mocks recorded them, in two real nginx: a
     client's key gets its answer through the guard (the front sends the replica key, the guard
     strips it); without a key the front answers 401 and nothing reaches vLLM."""
-    from components.k8s_deployment import FRONT_DIR, _upstream_conf
+    from components.k8s_front import FRONT_DIR, upstream_conf
 
     deployment = stacks["local"]
     port = flag(container(deployment, "vllm")["args"], "--port")
@@ -132,7 +132,7 @@ def test_the_front_still_answers_through_the_guard(stacks: dict[str, Deployment]
         with nginx(local_guard) as (guard, _):
             directory, front = runtime_dir(), free_port()
             (directory / "rotation").mkdir()
-            (directory / "rotation" / "upstream.conf").write_text(_upstream_conf("127.0.0.1", guard))
+            (directory / "rotation" / "upstream.conf").write_text(upstream_conf("127.0.0.1", guard))
             for name, text in front_release.items():
                 (directory / name).write_text(
                     text.replace("/tmp", str(directory))  # first: the directory is under /tmp

@@ -324,7 +324,7 @@ def test_the_semantic_probe_asks_through_the_front_with_its_own_key(on_k8s: dict
 def test_the_front_release_with_the_service_upstream_passes_nginx_t(tmp_path: Path) -> None:
     """The real nginx: the release as mounted in the front's pod (nginx.conf, key maps, and the
     upstream file naming the serving Service), paths moved under tmp_path."""
-    from components.k8s_deployment import _upstream_conf
+    from components.k8s_front import upstream_conf
     from components.nginx_conf import render_front_files
 
     config = build_stack_config({"hardware": "local", "target": k8s_target()})
@@ -337,7 +337,7 @@ def test_the_front_release_with_the_service_upstream_passes_nginx_t(tmp_path: Pa
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "rotation").mkdir()
-    upstream = _upstream_conf("198.19.0.34", 8000)
+    upstream = upstream_conf("198.19.0.34", 8000)
     (tmp_path / "rotation" / "upstream.conf").write_text(upstream)
     assert upstream.count("server 198.19.0.34:8000 max_fails=0;") == 3
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
