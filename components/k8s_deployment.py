@@ -23,13 +23,14 @@ import pulumi_kubernetes as k8s
 
 from components import k8s_workload as workload
 from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, StackConfig, semantic_probe_runs
+from components.front_tls import front_tls
 from components.k8s_front import deploy_front, upstream_conf
 from components.k8s_guard import GUARD_PORT, GUARD_VOLUME, deploy_guard, guard_container, pod_serving
 from components.k8s_monitoring import deploy_monitoring
 from components.k8s_probe import deploy_probe, probe_service
 from components.prometheus_config import ScrapeSpec
 from components.promotion import fingerprint, served_model
-from components.replica_guard import guard_credentials
+from components.replica_guard import SCRAPER, guard_credentials
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbeSpec, build_context
 from components.serving_image import ServingImage
@@ -143,7 +144,8 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     )
     in_ns = pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=[namespace]))
     claim = _cache_claim(stack, k8s_target, in_ns)
-    credentials = guard_credentials(stack, [], tls=False)
+    # With TLS, one certificate for every pod's guard: the front and Prometheus verify its one name.
+    credentials = guard_credentials(stack, [], tls=config.front.tls)
     guard = deploy_guard(stack, config.front, serving, k8s_target, credentials, in_ns)
     # A roll starts the pods one after the other, each allowed the gate's deadline; a pod that
     # never answers right fails `up` when this runs out (the old pods keep serving meanwhile).
@@ -174,7 +176,11 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         spec=workload.serving_service_spec(serving, stack),
         opts=in_ns,
     )
-    probe_spec = SemanticProbeSpec.of(config, serving) if semantic_probe_runs(config) else None
+    probe_spec = (
+        SemanticProbeSpec.of(config, serving, front_tls(config.front))
+        if semantic_probe_runs(config)
+        else None
+    )
     probe_svc = probe_service(stack, probe_spec, k8s_target, in_ns) if probe_spec else None
     loaded = pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=images.loaded))
     monitoring = deploy_monitoring(
@@ -202,11 +208,12 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     )
 
     def with_gate_key(args: list[Any]) -> dict[str, str]:
-        return {**args[0], **({GATE_METRICS_CLIENT: args[1]} if args[1] else {})}
+        # The guards' scrape key reads the front's /metrics too: the probe's kv_pool reads.
+        return {**args[0], **({GATE_METRICS_CLIENT: args[1]} if args[1] else {}), SCRAPER: args[2]}
 
     users: pulumi.Input[dict[str, str]] = secrets.metrics_keys if secrets.metrics_keys is not None else {}
     metrics_keys: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
-        pulumi.Output.all(users, metrics_key).apply(with_gate_key)
+        pulumi.Output.all(users, metrics_key, credentials.scrape_key).apply(with_gate_key)
     )
     upstream = service.spec.cluster_ip.apply(lambda ip: upstream_conf(ip, serving.port))
     front_keys = secrets.api_keys
@@ -217,7 +224,15 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             )
         )
     front, front_service = deploy_front(
-        config, stack, k8s_target, loaded, upstream, front_keys, metrics_keys, credentials.front_files()
+        config,
+        stack,
+        k8s_target,
+        loaded,
+        upstream,
+        front_keys,
+        metrics_keys,
+        credentials.front_files(),
+        secrets.tls_files,
     )
     api_key = secrets.api_keys.apply(lambda keys: keys[sorted(keys)[0]])
     front_url = k8s_target.front_url
@@ -231,6 +246,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             image_ref=images.serving,
             metrics_url=config.smoke.metrics_url or front_url.removesuffix("/v1") + "/metrics",
             metrics_key=metrics_key,
+            tls=front_tls(config.front),
             # A new pod template (any serving change) or a new front re-runs the gate.
             container_id=pulumi.Output.all(pods.metadata.generation, front.metadata.generation).apply(
                 lambda g: f"deployment-generation-{g[0]}-front-{g[1]}"
@@ -247,7 +263,6 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             pulumi.ResourceOptions.merge(loaded, pulumi.ResourceOptions(depends_on=[smoke])),
             image=images.gate,
             front_ip=front_service.spec.cluster_ip,
-            vllm_upstream=service.spec.cluster_ip.apply(lambda ip: f"{ip}:{serving.port}"),
             api_key=probe_key,
             scrape_key=guard.scrape_key,
         )

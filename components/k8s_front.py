@@ -1,6 +1,8 @@
 """The nginx front on Kubernetes: the same template and renderer as on a Docker host
 (``render_front_files``), nginx.conf and the upstream in a ConfigMap, the keys (and the replica key
-the serving pods' guards ask for) in a Secret, behind the Service clients use.
+the serving pods' guards ask for) in a Secret, behind the Service clients use. With
+``glm:front.tls`` the Secret also holds ``tls.crt``/``tls.key`` (the Docker front's files, ciphers
+and protocols), and the front speaks TLS to the pods' guards, pinning their certificate.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import pulumi_kubernetes as k8s
 from components import k8s_workload as workload
 from components.config import KubernetesTargetConfig, StackConfig
 from components.nginx_conf import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
+
+TlsFiles = tuple[pulumi.Output[str], pulumi.Output[str]]
+"""``glm:tlsCertificate`` and ``glm:tlsKey`` (``Secrets.tls_files``)."""
 
 FRONT_DIR = "/etc/glm53-front"
 """Where the front's release (nginx.conf, the key maps, the upstream) is mounted in its pod."""
@@ -49,15 +54,24 @@ def _front_files(
     keys: pulumi.Output[dict[str, str]],
     metrics_keys: pulumi.Output[dict[str, str]],
     guard_files: pulumi.Output[dict[str, str]],
+    tls_files: TlsFiles | None,
 ) -> pulumi.Output[dict[str, str]]:
-    """The release, with the replica key the pods' guards ask for (components/k8s_guard.py)."""
+    """The release, with the replica key the pods' guards ask for (components/k8s_guard.py) and,
+    with ``glm:front.tls``, the stack's TLS pair."""
+    pair = pulumi.Output.all(*tls_files) if config.front.tls and tls_files is not None else None
 
     def render(args: list[Any]) -> dict[str, str]:
+        tls_pair = (str(args[3][0]), str(args[3][1])) if args[3] else None
         return render_front_files(
-            config.front, dict(args[0]), dict(args[1]), rotation_dir=FRONT_ROTATION_DIR, replica_files=args[2]
+            config.front,
+            dict(args[0]),
+            dict(args[1]),
+            tls_pair,
+            rotation_dir=FRONT_ROTATION_DIR,
+            replica_files=args[2],
         )
 
-    return pulumi.Output.secret(pulumi.Output.all(keys, metrics_keys, guard_files).apply(render))
+    return pulumi.Output.secret(pulumi.Output.all(keys, metrics_keys, guard_files, pair).apply(render))
 
 
 def _digest(files: dict[str, str]) -> str:
@@ -73,11 +87,15 @@ def deploy_front(
     keys: pulumi.Output[dict[str, str]],
     metrics_keys: pulumi.Output[dict[str, str]],
     guard_files: pulumi.Output[dict[str, str]],
+    tls_files: TlsFiles | None,
 ) -> tuple[k8s.apps.v1.Deployment, k8s.core.v1.Service]:
     """nginx from the same template: nginx.conf and the upstream in a ConfigMap, the key maps in a
     Secret; a change of either rolls the front (their digest is a pod annotation)."""
     ns = k8s_target.namespace
-    files = _front_files(config, keys, metrics_keys, guard_files)
+    if config.front.tls and tls_files is None:
+        raise ValueError(f"{stack}: glm:front.tls is on but glm:tlsCertificate/glm:tlsKey are not set")
+    files = _front_files(config, keys, metrics_keys, guard_files, tls_files)
+    scheme = "HTTPS" if config.front.tls else "HTTP"  # the kubelet does not verify the certificate
     conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE]})
     secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
     config_map = k8s.core.v1.ConfigMap(
@@ -124,7 +142,7 @@ def deploy_front(
                         "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
                         "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
                         "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}],
-                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 2},
+                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http", "scheme": scheme}, "periodSeconds": 2},
                         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", FRONT_QUIT]}}},
                     }],
                     "volumes": [{"name": "release", "projected": projected}],

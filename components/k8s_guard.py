@@ -11,6 +11,10 @@ of the stack's two guard keys:
   ``/health``;
 - the scrape key (Prometheus', the semantic probe's ``/metrics`` reads) on those three only.
 
+With ``glm:front.tls`` the guard serves TLS with the stack's replica certificate
+(components/replica_tls.py), which the front and Prometheus pin, as on several Docker hosts: keys
+and prompts never cross the pod network in clear.
+
 What stays inside the pod needs no key: the gate sidecar asks vLLM over the pod's loopback, and
 the kubelet's startup and liveness checks run ``/health`` in the vLLM container (an exec probe: an
 HTTP probe comes from the node to the pod's address, where vLLM no longer listens). The
@@ -43,6 +47,8 @@ SECRET_NAME = "glm53-vllm-guard"
 SCRAPE_SECRET = "glm53-scrape-key"
 """The scrape key alone, for Prometheus and the semantic probe (never the replica key)."""
 SCRAPE_SECRET_KEY = "scrape-key"
+GUARD_CA_KEY = "replica-ca.crt"
+"""With TLS: the guards' pinned certificate, in ``SCRAPE_SECRET`` for Prometheus."""
 ALLOWED_ROLES = ("front", "prometheus", "semantic-probe")
 """The stack's pods that may reach the guard's port, where a NetworkPolicy is enforced."""
 OPERATOR_PROMETHEUS = {"app.kubernetes.io/name": "prometheus"}
@@ -90,9 +96,12 @@ GUARD_VOLUME = {"name": "guard", "secret": {"secretName": SECRET_NAME}}
 """The guard's release, mounted at ``GUARD_DIR`` in its container only."""
 
 
-def guard_files(front: FrontConfig, port: int, key: str, scrape_key: str) -> dict[str, str]:
-    """The guard's release in a pod: vLLM on the pod's loopback, the guard on ``GUARD_PORT``."""
-    return render_guard_files(front, f"{LOOPBACK}:{port}", key, scrape_key, listen=str(GUARD_PORT))
+def guard_files(
+    front: FrontConfig, port: int, key: str, scrape_key: str, tls_pair: tuple[str, str] | None = None
+) -> dict[str, str]:
+    """The guard's release in a pod: vLLM on the pod's loopback, the guard on ``GUARD_PORT``;
+    ``tls_pair`` the replica certificate and key, with ``glm:front.tls``."""
+    return render_guard_files(front, f"{LOOPBACK}:{port}", key, scrape_key, tls_pair, listen=str(GUARD_PORT))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +126,13 @@ def deploy_guard(
 ) -> PodGuard:
     """The guard's Secret, the scrape key's Secret and the NetworkPolicy of the serving pods."""
     ns = k8s_target.namespace
+    cert = credentials.certificate if front.tls else None
+    pair = pulumi.Output.all(cert.certificate, cert.private_key) if cert is not None else None
     files: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
-        pulumi.Output.all(credentials.key, credentials.scrape_key).apply(
-            lambda a: guard_files(front, serving.port, str(a[0]), str(a[1]))
+        pulumi.Output.all(credentials.key, credentials.scrape_key, pair).apply(
+            lambda a: guard_files(
+                front, serving.port, str(a[0]), str(a[1]), (a[2][0], a[2][1]) if a[2] else None
+            )
         )
     )
     release = k8s.core.v1.Secret(
@@ -129,7 +142,8 @@ def deploy_guard(
     scrape = k8s.core.v1.Secret(
         f"{stack}-scrape-key",
         metadata={"namespace": ns, "name": SCRAPE_SECRET},
-        string_data={SCRAPE_SECRET_KEY: scrape_key},
+        # With TLS, the replica certificate Prometheus pins beside the key (public, not a secret).
+        string_data={SCRAPE_SECRET_KEY: scrape_key, **({GUARD_CA_KEY: cert.certificate} if cert else {})},
         opts=opts,
     )
     k8s.networking.v1.NetworkPolicy(

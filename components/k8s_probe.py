@@ -4,8 +4,9 @@ It asks the gate's questions through the front's Service on its schedule, with i
 Prometheus scrapes its results (the same ``semantic-probe`` job and alert rules). What it does not
 do here is eject replicas: on Kubernetes each serving pod's readiness already re-runs the gate's
 checks against that pod (components/k8s_workload.py), and the Service drops a pod that fails them.
-Its ``/metrics`` reads (the kv_pool step) go to the serving Service, whose pods' guards ask for the
-scrape key (components/k8s_guard.py): it holds that key, never the replica key.
+Its ``/metrics`` reads (the kv_pool step) go through the front too, whose ``/metrics`` admits the
+guards' scrape key (components/k8s_guard.py): the probe holds that key, never the replica key, and
+with ``glm:front.tls`` one certificate (the front's) verifies both its requests.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pulumi_kubernetes as k8s
 from components.config import KubernetesTargetConfig
 from components.k8s_guard import SCRAPE_SECRET, SCRAPE_SECRET_KEY
 from components.k8s_workload import labels
+from components.nginx_conf import CONTAINER_PORT as FRONT_PORT
 from components.semantic_probe.resource import (
     KEY_PATH,
     PARAMS_PATH,
@@ -54,7 +56,6 @@ def deploy_probe(
     *,
     image: pulumi.Input[str],
     front_ip: pulumi.Output[str],
-    vllm_upstream: pulumi.Output[str],
     api_key: pulumi.Output[str],
     scrape_key: k8s.core.v1.Secret,
 ) -> k8s.apps.v1.Deployment:
@@ -63,13 +64,15 @@ def deploy_probe(
     ns = k8s_target.namespace
     name = f"{stack}-semantic-probe"
 
-    def settings(a: list[str]) -> str:
-        guarded = dataclasses.replace(
-            probe_settings(spec, a[0], a[1]), guarded_metrics=True, scrape_key_file=SCRAPE_KEY_PATH
+    def settings(ip: str) -> str:
+        front = probe_settings(spec, ip, f"{ip}:{FRONT_PORT}")
+        metrics = front.endpoint.removesuffix("/v1") + "/metrics"  # the front's, https with TLS
+        keyed = dataclasses.replace(
+            front, metrics_url=metrics, guarded_metrics=True, scrape_key_file=SCRAPE_KEY_PATH
         )
-        return render_params(guarded)
+        return render_params(keyed)
 
-    params = pulumi.Output.all(front_ip, vllm_upstream).apply(settings)
+    params = front_ip.apply(settings)
     params_map = k8s.core.v1.ConfigMap(
         f"{name}-params",
         metadata={"namespace": ns, "name": "glm53-semantic-probe"},

@@ -39,6 +39,7 @@ from policy.glm_policies import (
     NO_CARDS,
     PLAIN_HTTP_LABEL,
     PUBLIC_BIND_LABEL,
+    TLS_LABEL,
 )
 
 READINESS_STEPS = ("models", "arithmetic", "tool_call", "kv_pool")
@@ -80,7 +81,9 @@ def opt_in(accepted: bool, label: tuple[str, str]) -> dict[str, str]:
 
 
 def front_annotations(config: StackConfig) -> dict[str, str]:
-    """``glm:front.allowPlainHttp`` on the front's Service (it never serves TLS here)."""
+    """On the front's Service: ``glm53.tls: on`` with ``glm:front.tls``, else the plain-HTTP opt-in."""
+    if config.front.tls:
+        return {TLS_LABEL: "on"}
     return opt_in(config.front.allow_plain_http, PLAIN_HTTP_LABEL)
 
 

@@ -1,20 +1,25 @@
 """Issue 34 findings 2 and 3 under mocks: what the Kubernetes stack publishes, and how.
 
-A stack that says TLS is either served TLS or refused at preview (finding 2); a NodePort is a
-public bind and needs the opt-ins ``bindAddress`` needs (finding 3).
+A stack that says TLS is served TLS, as on a Docker host: the front's pair, ciphers and protocols,
+the guards pinned by the front and Prometheus, the gate and the probe verifying the front's name
+(finding 2); a NodePort is a public bind and needs the opt-ins ``bindAddress`` needs (finding 3).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+import ssl
 from typing import Any
 
 import pulumi
 import pytest
+import yaml
 
-from tests.conftest import run_program, stack_config, unwrap
-from tests.test_k8s_target import SERVICE, k8s_target
-from tests.tls_certs import self_signed
+from tests.conftest import TEST_API_KEYS, Deployment, is_secret, run_program, stack_config, unwrap
+from tests.test_k8s_target import DEPLOYMENT, SERVICE, k8s_target
+from tests.tls_certs import TestCa
+
+SECRET = "kubernetes:core/v1:Secret"
 
 
 def local_with(**sections: dict[str, Any]) -> dict[str, Any]:
@@ -29,33 +34,99 @@ def refused(overrides: dict[str, Any], secrets: dict[str, Any] | None = None) ->
     return str(info.value)
 
 
-# ---- finding 2: glm:front.tls on Kubernetes ----------------------------------------------------
+# ---- finding 2: glm:front.tls on Kubernetes is TLS --------------------------------------------
+
+TLS_NAME = "api.glm.test"
+TLS_URL = "https://127.0.0.1:30443/v1"
 
 
-def test_tls_on_kubernetes_is_refused_at_preview_naming_the_key_and_the_fix(tmp_path: Path) -> None:
-    """Before: the front's nginx.conf had ``listen 8080;`` and its Secret no certificate, while the
-    stack said TLS. Refused now, with what to do instead."""
-    cert, key = self_signed(tmp_path, ["DNS:api.glm.test"])
+@pytest.fixture(scope="module")
+def tls_stack(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The local stack with a TLS front on Kubernetes and on a Docker host, a test CA's certificate."""
+    ca = TestCa.create(tmp_path_factory.mktemp("ca"), "GLM k8s test CA")
+    cert, key = ca.issue([f"DNS:{TLS_NAME}", "IP:127.0.0.1"])
+    secrets = {"glm:tlsCertificate": cert, "glm:tlsKey": key}
+    front = local_with(front={"tls": True, "tlsCaCertificate": ca.certificate})
+    target = k8s_target(frontNodePort=30443, frontUrl=TLS_URL)
+    return {
+        "ca": ca,
+        "pair": (cert, key),
+        "k8s": run_program("local", {"glm:target": target, **front}, secrets),
+        "docker": run_program("local", front, secrets),
+    }
+
+
+def secret_files(deployment: Deployment, name: str) -> dict[str, str]:
+    [found] = [r for r in deployment.of_type(SECRET) if unwrap(r.inputs)["metadata"]["name"] == name]
+    assert is_secret(found.inputs["stringData"]), f"{name} must be stored encrypted"
+    return dict(unwrap(found.inputs["stringData"]))
+
+
+def test_the_front_serves_the_docker_fronts_tls(tls_stack: dict[str, Any]) -> None:
+    """Before: ``listen 8080;`` and no certificate in the Secret while the stack said TLS. Now the
+    same pair, ciphers and protocols as the Docker front of the same config."""
+    k8s, docker = tls_stack["k8s"], tls_stack["docker"]
+    conf = unwrap(k8s.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"]["nginx.conf"]
+    assert "listen 8080 ssl;" in conf
+    reloads = [r for r in docker.of_type("pulumi-python:dynamic:Resource") if "nginx_conf" in r.inputs]
+    docker_conf = next(unwrap(r.inputs)["nginx_conf"] for r in reloads if r.name.endswith("-front-config"))
+    tls_lines = [line.strip() for line in docker_conf.splitlines() if line.strip().startswith("ssl_")]
+    assert len(tls_lines) >= 4 and tls_lines == [
+        line.strip() for line in conf.splitlines() if line.strip().startswith("ssl_")
+    ]
+    files = secret_files(k8s, "glm53-front-keys")
+    assert (files["tls.crt"], files["tls.key"]) == tls_stack["pair"]
+    front = unwrap(k8s.one(DEPLOYMENT, "-front").inputs)["spec"]["template"]["spec"]["containers"][0]
+    assert front["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    service = unwrap(k8s.one(SERVICE, "-front-service").inputs)
+    assert service["metadata"]["annotations"] == {"glm53.tls": "on"}  # no plain-HTTP opt-in needed
+
+
+def test_the_front_speaks_tls_to_the_guards_pinning_their_certificate(tls_stack: dict[str, Any]) -> None:
+    k8s = tls_stack["k8s"]
+    conf = unwrap(k8s.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"]["nginx.conf"]
+    assert "proxy_pass https://vllm/v1/chat/completions;" in conf
+    front, guard = secret_files(k8s, "glm53-front-keys"), secret_files(k8s, "glm53-vllm-guard")
+    snippet = front["replica-guard-auth.conf"]
+    for line in ("proxy_ssl_verify on;", "proxy_ssl_name glm-replica-guard.invalid;",
+                 "proxy_ssl_trusted_certificate replica-guard-ca.crt;"):  # fmt: skip
+        assert line in snippet
+    assert front["replica-guard-ca.crt"] == guard["tls.crt"]
+    assert "listen 8080 ssl;" in guard["nginx.conf"]
+    # Prometheus pins the same certificate by the same name.
+    files = unwrap(k8s.one("kubernetes:core/v1:ConfigMap", "-prometheus-config").inputs)["data"]
+    job = yaml.safe_load(files["prometheus.yml"])["scrape_configs"][0]
+    assert job["scheme"] == "https"
+    assert job["tls_config"] == {
+        "ca_file": "/etc/prometheus/replica-ca.crt",
+        "server_name": "glm-replica-guard.invalid",
+    }
+    assert secret_files(k8s, "glm53-scrape-key")["replica-ca.crt"] == guard["tls.crt"]
+
+
+def test_the_gate_and_the_probe_verify_the_fronts_name(tls_stack: dict[str, Any]) -> None:
+    k8s, ca = tls_stack["k8s"], tls_stack["ca"]
+    [gate] = [r for r in k8s.of_type("pulumi-python:dynamic:Resource") if r.name.endswith("-smoke-gate")]
+    assert gate.inputs["endpoint"] == TLS_URL
+    assert unwrap(gate.inputs["tls"])["server_name"] == TLS_NAME
+    assert unwrap(gate.inputs["tls"])["ca"] == ca.certificate
+    params = json.loads(
+        unwrap(k8s.one("kubernetes:core/v1:ConfigMap", "-semantic-probe-params").inputs)["data"][
+            "params.json"
+        ]
+    )
+    assert params["endpoint"].startswith("https://") and params["metrics_url"].startswith("https://")
+    assert (params["tls"]["server_name"], params["tls"]["ca"]) == (TLS_NAME, ca.certificate)
+
+
+def test_a_tls_front_asked_over_plain_http_is_refused(tls_stack: dict[str, Any]) -> None:
+    cert, key = tls_stack["pair"]
     message = refused(
-        {"glm:target": k8s_target(frontNodePort=30080), **local_with(front={"tls": True})},
+        {"glm:target": k8s_target(), **local_with(front={"tls": True})},
         {"glm:tlsCertificate": cert, "glm:tlsKey": key},
     )
-    assert (
-        "glm:front.tls=true with glm:target.kubernetes: the front on Kubernetes does not serve TLS" in message
-    )
-    assert "Fix: terminate TLS in front of the front's Service" in message
-    assert "glm:target.kubernetes.frontUrl https://" in message
-    assert "remove glm:target.kubernetes" in message
-    assert "BEGIN" not in message  # no certificate or key in the message
-
-
-def test_the_same_tls_stack_on_docker_is_served(tmp_path: Path) -> None:
-    """The refusal is Kubernetes' only: on a Docker host the same config serves TLS."""
-    cert, key = self_signed(tmp_path, ["DNS:api.glm.test"])
-    deployment = run_program(
-        "local", local_with(front={"tls": True}), {"glm:tlsCertificate": cert, "glm:tlsKey": key}
-    )
-    assert deployment.outputs["endpoint"].startswith("https://")
+    assert "glm:target.kubernetes.frontUrl='http://127.0.0.1:30080/v1' with glm:front.tls=true" in message
+    assert "Fix: https://" in message and "BEGIN" not in message
 
 
 # ---- finding 3: a NodePort is a public bind --------------------------------------------------
@@ -119,3 +190,39 @@ def test_opted_in_node_ports_warn_and_mark_their_services() -> None:
     assert services["local-prometheus-service"]["metadata"]["annotations"] == {
         "glm53.public-bind": "accepted"
     }
+
+
+def test_a_client_gets_its_answer_over_tls_through_the_tls_guard(tls_stack: dict[str, Any]) -> None:
+    """Both releases as the mocks recorded them in two real nginx: the client verifies the front's
+    name against the test CA, the front verifies the guard's pinned certificate (a real pair from
+    components/replica_tls.self_signed in place of the mocks' placeholder); plain HTTP to the
+    front's port reaches nothing."""
+    import httpx
+
+    from components.replica_tls import self_signed
+    from tests.test_k8s_guard import front_and_guard
+    from tests.test_nginx_front import _RecordingUpstream
+
+    ca = tls_stack["ca"]
+    with front_and_guard(tls_stack["k8s"], guard_pair=self_signed([])) as front:
+        verify = ssl.create_default_context(cadata=ca.certificate)
+        with httpx.Client(verify=verify, trust_env=False) as client:
+            url = f"https://127.0.0.1:{front}/v1/chat/completions"
+            headers = {"Authorization": f"Bearer {TEST_API_KEYS['ci']}"}
+            resp = client.post(url, json={}, headers=headers, extensions={"sni_hostname": TLS_NAME})
+            assert resp.status_code == 200, resp.text
+            # Plain HTTP on the TLS port: nginx's refusal, never the API.
+            plain = httpx.post(f"http://127.0.0.1:{front}/v1/chat/completions", headers=headers, timeout=5)
+            assert plain.status_code == 400
+    assert [(m, p) for m, p, _ in _RecordingUpstream.seen] == [("POST", "/v1/chat/completions")]
+
+
+def test_the_tls_stack_passes_the_policy_pack(tls_stack: dict[str, Any]) -> None:
+    """The front's NodePort needs no plain-HTTP opt-in: its Service says TLS (rule 10)."""
+    from tests.test_policy import gp
+
+    resources = [gp.Resource(r.type, r.name, gp.normalize(r.inputs)) for r in tls_stack["k8s"].resources]
+    rules = [r for r in gp.RULES if r.name != "volumes-retained"]
+    assert [(rule.name, m) for res in resources for rule in rules for m in rule.check(res, {})] == []
+    front = next(r for r in resources if r.name.endswith("-front-service"))
+    assert front.props["spec"]["type"] == "NodePort"

@@ -9,8 +9,10 @@ enforces it, a NetworkPolicy admits only the stack's front, Prometheus and probe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -107,13 +109,14 @@ def test_the_guard_release_asks_for_the_stacks_credential(stacks: dict[str, Depl
     ]
 
 
-def test_the_front_still_answers_through_the_guard(stacks: dict[str, Deployment]) -> None:
-    """The front's release and the guard's, both as the mocks recorded them, in two real nginx: a
-    client's key gets its answer through the guard (the front sends the replica key, the guard
-    strips it); without a key the front answers 401 and nothing reaches vLLM."""
+@contextlib.contextmanager
+def front_and_guard(deployment: Deployment, guard_pair: tuple[str, str] | None = None) -> Iterator[int]:
+    """The front's release and the guard's, as the mocks recorded them, in two real nginx before a
+    recording upstream, on free loopback ports; yields the front's port. ``guard_pair`` replaces
+    the mocks' placeholder replica certificate (ReplicaCertificate's openssl does not run under
+    mocks) in both the guard and the front's pin."""
     from components.k8s_front import FRONT_DIR, upstream_conf
 
-    deployment = stacks["local"]
     port = flag(container(deployment, "vllm")["args"], "--port")
     guard_release = named_secret(deployment, "glm53-vllm-guard")
     front_release = {
@@ -122,9 +125,12 @@ def test_the_front_still_answers_through_the_guard(stacks: dict[str, Deployment]
             "nginx.conf"
         ],
     }
+    if guard_pair is not None:
+        guard_release["tls.crt"], guard_release["tls.key"] = guard_pair
+        front_release["replica-guard-ca.crt"] = guard_pair[0]
     with recording_upstream() as upstream:
         local_guard = {
-            name: text.replace("listen 8080;", "listen 127.0.0.1:{port};")
+            name: text.replace("listen 8080", "listen 127.0.0.1:{port}")
             .replace(f"server 127.0.0.1:{port};", f"server 127.0.0.1:{upstream};")
             .replace("/tmp", "{dir}")
             for name, text in guard_release.items()
@@ -137,7 +143,7 @@ def test_the_front_still_answers_through_the_guard(stacks: dict[str, Deployment]
                 (directory / name).write_text(
                     text.replace("/tmp", str(directory))  # first: the directory is under /tmp
                     .replace(f"{FRONT_DIR}/rotation", f"{directory}/rotation")
-                    .replace("listen 8080;", f"listen 127.0.0.1:{front};")
+                    .replace("listen 8080", f"listen 127.0.0.1:{front}")
                     .replace("listen 9146;", f"listen 127.0.0.1:{free_port()};")
                 )
             argv = [
@@ -154,12 +160,19 @@ def test_the_front_still_answers_through_the_guard(stacks: dict[str, Deployment]
             try:
                 with running(argv, directory / "nginx.log") as proc:
                     wait_for_port(front, proc)
-                    assert request(front, "GET", "/v1/models", {})[0] == 401
-                    key = {"Authorization": f"Bearer {TEST_API_KEYS['ci']}"}
-                    status, body, _ = request(front, "POST", "/v1/chat/completions", key)
-                    assert status == 200, body
+                    yield front
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_front_still_answers_through_the_guard(stacks: dict[str, Deployment]) -> None:
+    """A client's key gets its answer through the guard (the front sends the replica key, the guard
+    strips it); without a key the front answers 401 and nothing reaches vLLM."""
+    with front_and_guard(stacks["local"]) as front:
+        assert request(front, "GET", "/v1/models", {})[0] == 401
+        key = {"Authorization": f"Bearer {TEST_API_KEYS['ci']}"}
+        status, body, _ = request(front, "POST", "/v1/chat/completions", key)
+        assert status == 200, body
     assert [(m, p) for m, p, _ in _RecordingUpstream.seen] == [("POST", "/v1/chat/completions")]
     assert all("authorization" not in headers for _, _, headers in _RecordingUpstream.seen)
 
@@ -195,6 +208,12 @@ def test_prometheus_and_the_probe_hold_the_scrape_key_never_the_replica_key(
         ]
     )
     assert (params["guarded_metrics"], params["scrape_key_file"]) == (True, "/etc/semantic-probe/scrape-key")
+    # Its /metrics reads go through the front (one origin, one certificate with TLS), which admits
+    # the scrape key as a metrics key, never for inference.
+    assert params["metrics_url"] == params["endpoint"].removesuffix("/v1") + "/metrics"
+    front_keys = named_secret(deployment, "glm53-front-keys")
+    assert f"~^Bearer {REPLICA_SCRAPE_TEST_KEY}$" in front_keys["metrics-keys.map"]
+    assert REPLICA_SCRAPE_TEST_KEY not in front_keys["api-keys.map"]
     assert params["replica_key_file"] is None
     probe = unwrap(deployment.one(DEPLOYMENT, "-semantic-probe").inputs)["spec"]["template"]["spec"]
     assert _secrets_in(probe) == ["glm53-semantic-probe-key", "glm53-scrape-key"]

@@ -39,16 +39,14 @@ def _check_prometheus_node_port(c: StackSections) -> str | None:
 
 
 def _check_front_tls(c: StackSections) -> str | None:
-    """The Kubernetes front serves no TLS: a stack that says TLS is refused, never served in clear."""
-    if c.target.kubernetes is None or not c.front.tls:
+    """A TLS front is asked over TLS: the smoke gate goes to ``frontUrl``."""
+    k8s = c.target.kubernetes
+    if k8s is None or not c.front.tls or k8s.front_url.startswith("https://"):
         return None
     return (
-        f"glm:front.tls=true with {K8S}: the front on Kubernetes does not serve TLS (its nginx would "
-        "answer plain HTTP on the Service while this stack says TLS). Fix: terminate TLS in front of "
-        "the front's Service (an ingress or load balancer holding your certificate, with "
-        f"{K8S}.frontUrl https://…/v1) and set glm:front.tls false (pulumi config set --path "
-        "'glm:front.tls' false); or run on Docker hosts (remove glm:target.kubernetes), where "
-        "glm:front.tls is served end to end."
+        f"{K8S}.frontUrl={k8s.front_url!r} with glm:front.tls=true: the front serves TLS, and the "
+        "smoke gate would ask it in plain HTTP. Fix: https://<node or load balancer>:<port>/v1 (the "
+        "gate verifies glm:front.tlsName there, trusting glm:front.tlsCaCertificate)."
     )
 
 

@@ -49,8 +49,8 @@ class ProbeTarget:
     replica_key: bool = False
     """A guarded replica: asked with :class:`ReplicaKeys`, else with the probe's API key."""
     scrape_key: bool = False
-    """``metrics_url`` is behind a guard (on Kubernetes, the serving Service's pods'): read with
-    the scrape key (a guarded replica's always is)."""
+    """``metrics_url`` asks for the scrape key (on Kubernetes the front path's: the front admits
+    it on ``/metrics``); a guarded replica's always does."""
     tls: Mapping[str, Any] | None = None
     """An ``https`` endpoint's certificate name and trust (``EndpointTls.params``): the front's
     certificate names neither its container name nor a guard's address."""
@@ -99,8 +99,8 @@ class ProbeSettings:
     tls: Mapping[str, Any] | None = None
     """A TLS front: the name its certificate carries and what to trust (``EndpointTls.params``)."""
     guarded_metrics: bool = False
-    """``metrics_url`` is behind the serving pods' guards (Kubernetes): read with the scrape key
-    in ``scrape_key_file``."""
+    """``metrics_url`` asks for the guards' scrape key, in ``scrape_key_file`` (Kubernetes: the
+    front's ``/metrics``, which admits it as a metrics key)."""
 
     @classmethod
     def from_json(cls, text: str) -> ProbeSettings:
