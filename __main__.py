@@ -22,9 +22,11 @@ try:
     config = load_stack_config()
 except ConfigError as err:
     # `make destroy` removes the stack whatever its file says; anything else is refused, the
-    # message alone (RunError): the user sees what to fix, not a traceback.
+    # message alone: logged here, and exit 32, which the language host reads as "the program said
+    # why" (a RunError exits 1 and adds "an unhandled error occurred …").
     if not drain_for_destroy(str(err)):
-        raise pulumi.RunError(str(err)) from None
+        pulumi.log.error(str(err))
+        raise SystemExit(32) from None
 else:
     for advisory in config.advisories():
         pulumi.log.warn(advisory)
