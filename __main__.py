@@ -4,6 +4,9 @@ Load the stack's config (validated before anything is created), build the deploy
 reviewers and operators need.
 """
 
+import signal
+import sys
+
 import pulumi
 
 from components.config import ConfigError, load_stack_config
@@ -11,13 +14,19 @@ from components.deployment import deploy
 from components.rotation import drain_for_destroy
 from components.secrets import Secrets
 
+# The engine interrupts the program when an update fails (a refused preflight): it unwinds as on
+# KeyboardInterrupt, but without a traceback printed twice under the real error.
+signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
+
 try:
     config = load_stack_config()
 except ConfigError as err:
     # `make destroy` removes the stack whatever its file says; anything else is refused, the
-    # message alone (RunError): the user sees what to fix, not a traceback.
+    # message alone: logged here, and exit 32, which the language host reads as "the program said
+    # why" (a RunError exits 1 and adds "an unhandled error occurred …").
     if not drain_for_destroy(str(err)):
-        raise pulumi.RunError(str(err)) from None
+        pulumi.log.error(str(err))
+        raise SystemExit(32) from None
 else:
     for advisory in config.advisories():
         pulumi.log.warn(advisory)

@@ -50,6 +50,21 @@ def serving_replacement_notice(
     )
 
 
+def one_box_outage_notice(verb: str, hardware: str, facts: HardwareFacts) -> str:
+    """What ``make restart`` and ``make rollback`` say before they act on a one-box stack: they run
+    no preview, so the preview's warning above is never seen there.
+
+    >>> from components.profiles import PROFILES
+    >>> print(one_box_outage_notice("restart", "a800", PROFILES["a800"].facts)[:155])
+    restart of a one-box stack: the API answers 503 from when the serving container leaves the front's rotation until the new one passes its gate, for ~6.2 min
+    """
+    return (
+        f"{verb} of a one-box stack: the API answers 503 from when the serving container leaves the "
+        f"front's rotation until the new one passes its gate, for {facts.time_to_serve} on "
+        f"{hardware}; no other replica serves meanwhile."
+    )
+
+
 def front_replacement_notice(stop_grace_seconds: int) -> str:
     """The warning for a created or replaced Nginx container (its image, port or network changed)."""
     return (

@@ -168,6 +168,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                 replica_certificate=guards.certificate.certificate if guards and guards.certificate else None,
                 # Its container starts once the gate passed; its image builds while the gates run.
                 started_after=(smoke,),
+                build_platform=home.host.build_platform,
             ),
             # Only once the hosts passed preflight: a refused host leaves nothing in the state.
             opts=pulumi.ResourceOptions(providers=[home.provider], depends_on=preflights),

@@ -11,8 +11,6 @@ volume) are kept on destroy, as the weights are: the next ``up`` adopts them (se
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shlex
 from dataclasses import dataclass
@@ -25,27 +23,20 @@ import pulumi_kubernetes as k8s
 
 from components import k8s_workload as workload
 from components.config import GATE_METRICS_CLIENT, KubernetesTargetConfig, StackConfig, semantic_probe_runs
+from components.front_tls import front_tls
+from components.k8s_front import deploy_front, upstream_conf
+from components.k8s_guard import GUARD_PORT, GUARD_VOLUME, deploy_guard, guard_container, pod_serving
 from components.k8s_monitoring import deploy_monitoring
 from components.k8s_probe import deploy_probe, probe_service
-from components.nginx_conf import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
 from components.prometheus_config import ScrapeSpec
 from components.promotion import fingerprint, served_model
+from components.replica_guard import SCRAPER, guard_credentials
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbeSpec, build_context
 from components.serving_image import ServingImage
 from components.smoke_test import SmokeTest, SmokeTestArgs
 from components.target import docker_ssh_opts
 from components.vllm_server import ServingSpec, command_line, render_serving
-
-FRONT_DIR = "/etc/glm53-front"
-"""Where the front's release (nginx.conf, the key maps, the upstream) is mounted in its pod."""
-FRONT_ROTATION_DIR = f"{FRONT_DIR}/rotation"
-FRONT_DRAIN_SECONDS = 5
-FRONT_QUIT = (
-    f"sleep {FRONT_DRAIN_SECONDS}; nginx -c {FRONT_DIR}/{CONF_FILE} -s quit; "
-    "while [ -e /tmp/nginx.pid ]; do sleep 1; done"
-)
-"""The front's preStop: out of its Service first, then nginx's graceful quit (SIGTERM is a fast one)."""
 
 
 @dataclass(frozen=True)
@@ -107,119 +98,6 @@ def _images(config: StackConfig, stack: str, k8s_target: KubernetesTargetConfig)
 
 
 ROLLOUT_MARGIN_SECONDS = 120
-KEEPALIVE_TIME_SECONDS = 2
-"""How long nginx reuses one connection to the Service: shorter than the serving pods' preStop
-pause, so no request rides an old connection into a pod that has begun to drain."""
-
-
-def _upstream_conf(cluster_ip: str, port: int) -> str:
-    """The front's upstream: the serving Service, which lists only pods that passed their gate.
-
-    A Service is one address whatever its pods do, and behind it a connection reaches one pod (the
-    node's rules pick it when the connection opens): so the address is never marked failed
-    (``max_fails=0``: one failure is one pod stopping, not the Service), it is listed once per
-    retry nginx may make (a retry is a new connection, which reaches a Ready pod), and each
-    connection lives at most ``KEEPALIVE_TIME_SECONDS``, less than the preStop pause.
-    """
-    server = f"        server {cluster_ip}:{port} max_fails=0;\n"
-    return server * NEXT_UPSTREAM_TRIES + f"        keepalive_time {KEEPALIVE_TIME_SECONDS}s;\n"
-
-
-def _front_files(
-    config: StackConfig, keys: pulumi.Output[dict[str, str]], metrics_keys: pulumi.Output[dict[str, str]]
-) -> pulumi.Output[dict[str, str]]:
-    def render(args: list[Any]) -> dict[str, str]:
-        return render_front_files(config.front, dict(args[0]), dict(args[1]), rotation_dir=FRONT_ROTATION_DIR)
-
-    return pulumi.Output.secret(pulumi.Output.all(keys, metrics_keys).apply(render))
-
-
-def _digest(files: dict[str, str]) -> str:
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _front(
-    config: StackConfig,
-    stack: str,
-    k8s_target: KubernetesTargetConfig,
-    opts: pulumi.ResourceOptions,
-    upstream: pulumi.Output[str],
-    keys: pulumi.Output[dict[str, str]],
-    metrics_keys: pulumi.Output[dict[str, str]],
-) -> tuple[k8s.apps.v1.Deployment, k8s.core.v1.Service]:
-    """nginx from the same template: nginx.conf and the upstream in a ConfigMap, the key maps in a
-    Secret; a change of either rolls the front (their digest is a pod annotation)."""
-    ns = k8s_target.namespace
-    files = _front_files(config, keys, metrics_keys)
-    conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE]})
-    secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
-    config_map = k8s.core.v1.ConfigMap(
-        f"{stack}-front-config",
-        metadata={"namespace": ns, "name": "glm53-front"},
-        data=pulumi.Output.all(pulumi.Output.unsecret(conf), upstream).apply(
-            lambda a: {**a[0], "upstream.conf": a[1]}
-        ),
-        opts=opts,
-    )
-    secret = k8s.core.v1.Secret(
-        f"{stack}-front-keys",
-        metadata={"namespace": ns, "name": "glm53-front-keys"},
-        string_data=secret_files,
-        opts=opts,
-    )
-    digest = pulumi.Output.unsecret(
-        pulumi.Output.all(files, upstream).apply(lambda a: _digest({**a[0], "u": a[1]}))
-    )
-    selector = workload.labels(stack, "front")
-    projected = {
-        "sources": [
-            {"configMap": {"name": "glm53-front", "items": [
-                {"key": CONF_FILE, "path": CONF_FILE}, {"key": "upstream.conf", "path": "rotation/upstream.conf"},
-            ]}},
-            {"secret": {"name": "glm53-front-keys"}},
-        ]
-    }  # fmt: skip
-    deployment = k8s.apps.v1.Deployment(
-        f"{stack}-front",
-        metadata={"namespace": ns, "name": "glm53-front"},
-        spec={
-            "replicas": 1,
-            "selector": {"matchLabels": selector},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {
-                "metadata": {"labels": selector, "annotations": {"glm53/release": digest}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 60,
-                    "containers": [{
-                        "name": "nginx",
-                        "image": config.front.image,
-                        "imagePullPolicy": k8s_target.image_pull_policy,
-                        "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
-                        "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
-                        "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}],
-                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 2},
-                        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", FRONT_QUIT]}}},
-                    }],
-                    "volumes": [{"name": "release", "projected": projected}],
-                },
-            },
-        },
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[config_map, secret])),
-    )  # fmt: skip
-    port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
-    if k8s_target.front_node_port is not None:
-        port["nodePort"] = k8s_target.front_node_port
-    service = k8s.core.v1.Service(
-        f"{stack}-front-service",
-        metadata={"namespace": ns, "name": "glm53-front"},
-        spec={
-            "type": "NodePort" if k8s_target.front_node_port is not None else "ClusterIP",
-            "selector": selector,
-            "ports": [port],
-        },
-        opts=opts,
-    )
-    return deployment, service
 
 
 def _cache_claim(
@@ -249,7 +127,8 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     """Create the stack's objects on the cluster and return the stack outputs."""
     k8s_target = config.target.kubernetes
     assert k8s_target is not None
-    serving: ServingSpec = render_serving(config)
+    unbound: ServingSpec = render_serving(config)
+    serving = pod_serving(unbound)  # vLLM on the pod's loopback, behind its guard
     images = _images(config, stack, k8s_target)
     provider = k8s.Provider(
         f"{stack}-k8s",
@@ -265,6 +144,9 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     )
     in_ns = pulumi.ResourceOptions.merge(on_k8s, pulumi.ResourceOptions(depends_on=[namespace]))
     claim = _cache_claim(stack, k8s_target, in_ns)
+    # With TLS, one certificate for every pod's guard: the front and Prometheus verify its one name.
+    credentials = guard_credentials(stack, [], tls=config.front.tls)
+    guard = deploy_guard(stack, config.front, serving, k8s_target, credentials, in_ns)
     # A roll starts the pods one after the other, each allowed the gate's deadline; a pod that
     # never answers right fails `up` when this runs out (the old pods keep serving meanwhile).
     rollout = f"{serving.load_deadline_seconds * k8s_target.replicas + ROLLOUT_MARGIN_SECONDS}s"
@@ -272,13 +154,20 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     pods = k8s.apps.v1.Deployment(
         f"{stack}-vllm",
         metadata={"namespace": k8s_target.namespace, "name": "glm53-vllm"},
-        spec=pulumi.Output.all(images.serving, images.gate).apply(
+        spec=pulumi.Output.all(images.serving, images.gate, guard.digest).apply(
             lambda refs: workload.serving_deployment_spec(
-                config, serving, k8s_target, stack, refs[0], refs[1]
+                config,
+                serving,
+                k8s_target,
+                stack,
+                refs[0],
+                refs[1],
+                (guard_container(k8s_target, config.front.image), GUARD_VOLUME, refs[2]),
             )
         ),
         opts=pulumi.ResourceOptions.merge(
-            in_ns, pulumi.ResourceOptions(depends_on=[claim, *images.loaded], custom_timeouts=custom)
+            in_ns,
+            pulumi.ResourceOptions(depends_on=[claim, guard.release, *images.loaded], custom_timeouts=custom),
         ),
     )
     service = k8s.core.v1.Service(
@@ -287,7 +176,11 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         spec=workload.serving_service_spec(serving, stack),
         opts=in_ns,
     )
-    probe_spec = SemanticProbeSpec.of(config, serving) if semantic_probe_runs(config) else None
+    probe_spec = (
+        SemanticProbeSpec.of(config, serving, front_tls(config.front))
+        if semantic_probe_runs(config)
+        else None
+    )
     probe_svc = probe_service(stack, probe_spec, k8s_target, in_ns) if probe_spec else None
     loaded = pulumi.ResourceOptions.merge(in_ns, pulumi.ResourceOptions(depends_on=images.loaded))
     monitoring = deploy_monitoring(
@@ -297,7 +190,8 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         k8s_target,
         loaded,
         script_image=images.gate,
-        port=serving.port,
+        port=GUARD_PORT,
+        scrape_key=guard.scrape_key,
         probe_target=probe_svc.spec.cluster_ip.apply(lambda ip: f"{ip}:{config.semantic_probe.port}")
         if probe_svc
         else None,
@@ -314,13 +208,14 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     )
 
     def with_gate_key(args: list[Any]) -> dict[str, str]:
-        return {**args[0], **({GATE_METRICS_CLIENT: args[1]} if args[1] else {})}
+        # The guards' scrape key reads the front's /metrics too: the probe's kv_pool reads.
+        return {**args[0], **({GATE_METRICS_CLIENT: args[1]} if args[1] else {}), SCRAPER: args[2]}
 
     users: pulumi.Input[dict[str, str]] = secrets.metrics_keys if secrets.metrics_keys is not None else {}
     metrics_keys: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
-        pulumi.Output.all(users, metrics_key).apply(with_gate_key)
+        pulumi.Output.all(users, metrics_key, credentials.scrape_key).apply(with_gate_key)
     )
-    upstream = service.spec.cluster_ip.apply(lambda ip: _upstream_conf(ip, serving.port))
+    upstream = service.spec.cluster_ip.apply(lambda ip: upstream_conf(ip, serving.port))
     front_keys = secrets.api_keys
     if probe_key is not None:
         front_keys = pulumi.Output.secret(
@@ -328,7 +223,17 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
                 lambda a: {**a[0], config.semantic_probe.client_name: a[1]}
             )
         )
-    front, front_service = _front(config, stack, k8s_target, loaded, upstream, front_keys, metrics_keys)
+    front, front_service = deploy_front(
+        config,
+        stack,
+        k8s_target,
+        loaded,
+        upstream,
+        front_keys,
+        metrics_keys,
+        credentials.front_files(),
+        secrets.tls_files,
+    )
     api_key = secrets.api_keys.apply(lambda keys: keys[sorted(keys)[0]])
     front_url = k8s_target.front_url
     smoke = SmokeTest(
@@ -341,6 +246,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             image_ref=images.serving,
             metrics_url=config.smoke.metrics_url or front_url.removesuffix("/v1") + "/metrics",
             metrics_key=metrics_key,
+            tls=front_tls(config.front),
             # A new pod template (any serving change) or a new front re-runs the gate.
             container_id=pulumi.Output.all(pods.metadata.generation, front.metadata.generation).apply(
                 lambda g: f"deployment-generation-{g[0]}-front-{g[1]}"
@@ -357,10 +263,11 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             pulumi.ResourceOptions.merge(loaded, pulumi.ResourceOptions(depends_on=[smoke])),
             image=images.gate,
             front_ip=front_service.spec.cluster_ip,
-            vllm_upstream=service.spec.cluster_ip.apply(lambda ip: f"{ip}:{serving.port}"),
             api_key=probe_key,
+            scrape_key=guard.scrape_key,
         )
-    served = served_model(serving, config.serving_image, secrets.serving_env_names)
+    # The served model, not where it listens: the fingerprint a Docker stack of the profile has.
+    served = served_model(unbound, config.serving_image, secrets.serving_env_names)
     return {
         "endpoint": front_url,
         "target": "kubernetes",

@@ -18,18 +18,22 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig, StackConfig
-from components.k8s_workload import labels
+from components.k8s_guard import GUARD_CA_KEY, SCRAPE_SECRET, SCRAPE_SECRET_KEY
+from components.k8s_workload import GUARD_PORT_NAME, labels, prometheus_annotations
 from components.prometheus_config import (
     CONFIG_PATH,
     CONTAINER_PORT,
     DATA_PATH,
     DEFAULT_JOB,
     PROMETHEUS_FLAGS,
+    REPLICA_CA_PATH,
     RULES_PATH,
+    SCRAPE_KEY_PATH,
     ScrapeSpec,
     to_yaml,
 )
 from components.prometheus_rules import render_alert_rules, rule_groups
+from components.replica_tls import TLS_NAME
 from components.semantic_probe import SCRAPE_JOB
 
 CONFIG_DIR = CONFIG_PATH.rsplit("/", 1)[0]
@@ -41,9 +45,16 @@ TARGETS_SCRIPT = Path(__file__).with_name("k8s_targets.py")
 SCRIPT_DIR = "/opt/glm53"
 
 
-def scrape_config(monitoring_interval: str, probe_target: str | None = None) -> dict[str, Any]:
+def scrape_config(
+    monitoring_interval: str, probe_target: str | None = None, tls: bool = False
+) -> dict[str, Any]:
     """``prometheus.yml``: each serving pod of the stack (Ready or not: a pod out of the Service is
-    exactly the one to see) from the target file ``k8s_targets.py`` keeps, labelled ``host``."""
+    exactly the one to see) from the target file ``k8s_targets.py`` keeps, labelled ``host``, through
+    its guard with the scrape key (components/k8s_guard.py); with ``tls``, over TLS, pinning the
+    guards' certificate by its one name."""
+    guarded: dict[str, Any] = {"authorization": {"type": "Bearer", "credentials_file": SCRAPE_KEY_PATH}}
+    if tls:
+        guarded |= {"scheme": "https", "tls_config": {"ca_file": REPLICA_CA_PATH, "server_name": TLS_NAME}}
     return {
         "global": {"scrape_interval": monitoring_interval, "evaluation_interval": monitoring_interval},
         "rule_files": [RULES_PATH],
@@ -51,6 +62,7 @@ def scrape_config(monitoring_interval: str, probe_target: str | None = None) -> 
             {
                 "job_name": DEFAULT_JOB,
                 "metrics_path": "/metrics",
+                **guarded,
                 "file_sd_configs": [{"files": [TARGETS_FILE], "refresh_interval": "5s"}],
             },
             *(
@@ -113,18 +125,29 @@ def _rbac(name: str, namespace: str, opts: pulumi.ResourceOptions) -> k8s.core.v
     return account
 
 
-def operator_objects(spec: ScrapeSpec, namespace: str, stack: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def operator_objects(
+    spec: ScrapeSpec, namespace: str, stack: str, tls: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(PrometheusRule spec, PodMonitor spec) for a cluster's Prometheus Operator."""
+    pinned = {
+        "scheme": "https",
+        "tlsConfig": {"ca": {"secret": {"name": SCRAPE_SECRET, "key": GUARD_CA_KEY}}, "serverName": TLS_NAME},
+    }
     rules = rule_groups(spec, by_host=True)
     monitor = {
         "selector": {"matchLabels": labels(stack, "vllm")},
         "namespaceSelector": {"matchNames": [namespace]},
         "podMetricsEndpoints": [
             {
-                "port": "http",
+                "port": GUARD_PORT_NAME,
                 "path": "/metrics",
+                "authorization": {
+                    "type": "Bearer",
+                    "credentials": {"name": SCRAPE_SECRET, "key": SCRAPE_SECRET_KEY},
+                },
                 "interval": spec.monitoring.scrape_interval,
                 "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_name"], "targetLabel": "host"}],
+                **(pinned if tls else {}),
             }
         ],
     }
@@ -140,12 +163,14 @@ def deploy_monitoring(
     *,
     script_image: pulumi.Input[str],
     port: int,
+    scrape_key: k8s.core.v1.Secret,
     probe_target: pulumi.Output[str] | None = None,
 ) -> pulumi.Resource:
-    """Prometheus (or the Operator's objects) for the stack; returns the resource the gate waits for."""
+    """Prometheus (or the Operator's objects) for the stack; returns the resource the gate waits for.
+    ``port`` is the pods' guard's, ``scrape_key`` the Secret of the key it asks Prometheus for."""
     ns = k8s_target.namespace
     if k8s_target.prometheus_operator:
-        rules, monitor = operator_objects(spec, ns, stack)
+        rules, monitor = operator_objects(spec, ns, stack, config.front.tls)
         k8s.apiextensions.CustomResource(
             f"{stack}-alert-rules",
             api_version="monitoring.coreos.com/v1",
@@ -160,13 +185,16 @@ def deploy_monitoring(
             kind="PodMonitor",
             metadata={"namespace": ns, "name": "glm53-vllm"},
             spec=monitor,
-            opts=opts,
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[scrape_key])),
         )
     rules_file = render_alert_rules(spec, by_host=True)
     interval = config.monitoring.scrape_interval
 
     def prometheus_files(probe: str | None) -> dict[str, str]:
-        return {"prometheus.yml": to_yaml(scrape_config(interval, probe)), "rules.yml": rules_file}
+        return {
+            "prometheus.yml": to_yaml(scrape_config(interval, probe, config.front.tls)),
+            "rules.yml": rules_file,
+        }
 
     files: pulumi.Output[dict[str, str]] = pulumi.Output.from_input(probe_target).apply(prometheus_files)
     digest = files.apply(lambda f: hashlib.sha256("".join(f[k] for k in sorted(f)).encode()).hexdigest()[:16])
@@ -211,7 +239,13 @@ def deploy_monitoring(
                         "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}, "periodSeconds": 5},
                     }, targets_container(script_image, k8s_target.image_pull_policy, ns, stack, port)],
                     "volumes": [
-                        {"name": "config", "configMap": {"name": "glm53-prometheus"}},
+                        {"name": "config", "projected": {"sources": [
+                            {"configMap": {"name": "glm53-prometheus"}},
+                            {"secret": {"name": SCRAPE_SECRET, "items": [
+                                {"key": SCRAPE_SECRET_KEY, "path": SCRAPE_KEY_PATH.rsplit("/", 1)[1]},
+                                *([{"key": GUARD_CA_KEY, "path": REPLICA_CA_PATH.rsplit("/", 1)[1]}] if config.front.tls else []),
+                            ]}},
+                        ]}},
                         {"name": "data", "emptyDir": {}},
                         {"name": "targets", "emptyDir": {}},
                         {"name": "script", "configMap": {"name": "glm53-prometheus-targets"}},
@@ -219,14 +253,16 @@ def deploy_monitoring(
                 },
             },
         },
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[config_map, script, account])),
+        opts=pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(depends_on=[config_map, script, account, scrape_key])
+        ),
     )  # fmt: skip
     service_port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
     if k8s_target.prometheus_node_port is not None:
         service_port["nodePort"] = k8s_target.prometheus_node_port
     k8s.core.v1.Service(
         f"{stack}-prometheus-service",
-        metadata={"namespace": ns, "name": "glm53-prometheus"},
+        metadata={"namespace": ns, "name": "glm53-prometheus", "annotations": prometheus_annotations(config)},
         spec={
             "type": "NodePort" if k8s_target.prometheus_node_port is not None else "ClusterIP",
             "selector": selector,

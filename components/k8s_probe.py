@@ -4,25 +4,33 @@ It asks the gate's questions through the front's Service on its schedule, with i
 Prometheus scrapes its results (the same ``semantic-probe`` job and alert rules). What it does not
 do here is eject replicas: on Kubernetes each serving pod's readiness already re-runs the gate's
 checks against that pod (components/k8s_workload.py), and the Service drops a pod that fails them.
+Its ``/metrics`` reads (the kv_pool step) go through the front too, whose ``/metrics`` admits the
+guards' scrape key (components/k8s_guard.py): the probe holds that key, never the replica key, and
+with ``glm:front.tls`` one certificate (the front's) verifies both its requests.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig
+from components.k8s_guard import SCRAPE_SECRET, SCRAPE_SECRET_KEY
 from components.k8s_workload import labels
+from components.nginx_conf import CONTAINER_PORT as FRONT_PORT
 from components.semantic_probe.resource import (
     KEY_PATH,
     PARAMS_PATH,
+    SCRAPE_KEY_PATH,
     SemanticProbeSpec,
     probe_settings,
     render_params,
 )
 
 PROBE_DIR = PARAMS_PATH.rsplit("/", 1)[0]
-assert KEY_PATH.startswith(PROBE_DIR)
+assert KEY_PATH.startswith(PROBE_DIR) and SCRAPE_KEY_PATH.startswith(PROBE_DIR)
 
 
 def probe_service(
@@ -48,15 +56,23 @@ def deploy_probe(
     *,
     image: pulumi.Input[str],
     front_ip: pulumi.Output[str],
-    vllm_upstream: pulumi.Output[str],
     api_key: pulumi.Output[str],
+    scrape_key: k8s.core.v1.Secret,
 ) -> k8s.apps.v1.Deployment:
-    """The probe's Deployment: its params in a ConfigMap, its key in a Secret."""
+    """The probe's Deployment: its params in a ConfigMap, its key in a Secret, the guards' scrape
+    key from ``scrape_key`` (components/k8s_guard.py)."""
     ns = k8s_target.namespace
     name = f"{stack}-semantic-probe"
-    params = pulumi.Output.all(front_ip, vllm_upstream).apply(
-        lambda a: render_params(probe_settings(spec, a[0], a[1]))
-    )
+
+    def settings(ip: str) -> str:
+        front = probe_settings(spec, ip, f"{ip}:{FRONT_PORT}")
+        metrics = front.endpoint.removesuffix("/v1") + "/metrics"  # the front's, https with TLS
+        keyed = dataclasses.replace(
+            front, metrics_url=metrics, guarded_metrics=True, scrape_key_file=SCRAPE_KEY_PATH
+        )
+        return render_params(keyed)
+
+    params = front_ip.apply(settings)
     params_map = k8s.core.v1.ConfigMap(
         f"{name}-params",
         metadata={"namespace": ns, "name": "glm53-semantic-probe"},
@@ -93,11 +109,14 @@ def deploy_probe(
                     "volumes": [{"name": "probe", "projected": {"sources": [
                         {"configMap": {"name": "glm53-semantic-probe"}},
                         {"secret": {"name": "glm53-semantic-probe-key"}},
+                        {"secret": {"name": SCRAPE_SECRET, "items": [
+                            {"key": SCRAPE_SECRET_KEY, "path": SCRAPE_KEY_PATH.rsplit("/", 1)[1]},
+                        ]}},
                     ]}}],
                 },
             },
         },
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[params_map, key])),
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[params_map, key, scrape_key])),
     )  # fmt: skip
 
 

@@ -14,7 +14,9 @@ pulumi-kubernetes unchanged. What differs from a Docker host, and why:
   drain, inside ``terminationGracePeriodSeconds``; a roll never needs a spare box (``maxSurge: 0``);
 - readiness is the gate, not ``/health``: a sidecar in the pod runs the gate's own checks
   (``python -m components.gate``: the served name and length, 13x17 → 221, a tool call, the KV
-  pool) against its pod's vLLM, so the Service sends a pod traffic only once it answers right.
+  pool) against its pod's vLLM, so the Service sends a pod traffic only once it answers right;
+- vLLM listens on the pod's loopback (``--host=127.0.0.1``): the pod's one port is its guard's
+  (components/k8s_guard.py), which asks for the stack's credential as a Docker replica's guard does.
 """
 
 from __future__ import annotations
@@ -30,10 +32,16 @@ from components.config import (
     KubernetesTargetConfig,
     StackConfig,
 )
-from components.vllm_server import ServingSpec
+from components.vllm_server import ServingSpec, health_probe
+from policy.glm_policies import (
+    ACCELERATOR_ANNOTATION,
+    CARD_RESOURCES,
+    NO_CARDS,
+    PLAIN_HTTP_LABEL,
+    PUBLIC_BIND_LABEL,
+    TLS_LABEL,
+)
 
-CARD_RESOURCES = {"nvidia": "nvidia.com/gpu", "ascend": "huawei.com/Ascend910"}
-"""The device plugins' resource names per accelerator kind."""
 READINESS_STEPS = ("models", "arithmetic", "tool_call", "kv_pool")
 """The gate's steps a pod passes before it is Ready (not ``front_auth``/``streaming``: the front's)."""
 GATE_KEY_ENV = "GLM_GATE_KEY"
@@ -43,6 +51,10 @@ STARTUP_PERIOD_SECONDS = 10
 LIVENESS_FAILURES = 3
 SERVING_CONTAINER = "vllm"
 GATE_CONTAINER = "gate"
+GUARD_PORT_NAME = "guard"
+"""The pod's one published port: the guard sidecar's (components/k8s_guard.py), never vLLM's."""
+HEALTH_TIMEOUT_SECONDS = 10
+"""The exec health check's limit: a Python start and one ``/health`` request (5 s at most)."""
 
 
 def labels(stack: str, role: str) -> dict[str, str]:
@@ -50,12 +62,34 @@ def labels(stack: str, role: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": f"glm53-{role}", "app.kubernetes.io/instance": stack}
 
 
+def accelerator(config: StackConfig) -> str:
+    """The cards' kind the pods request (``nvidia``, ``ascend``), or ``none`` (the simulator)."""
+    kind = config.facts.accelerator
+    return NO_CARDS if config.rehearsing or kind not in CARD_RESOURCES else kind
+
+
 def card_limits(config: StackConfig) -> dict[str, str]:
     """``{"nvidia.com/gpu": "8"}`` for eight listed cards; nothing in a rehearsal (no accelerator)."""
-    resource = CARD_RESOURCES.get(config.facts.accelerator)
-    if config.rehearsing or resource is None:
-        return {}
-    return {resource: str(len(config.container.accelerators))}
+    kind = accelerator(config)
+    return {} if kind == NO_CARDS else {CARD_RESOURCES[kind]: str(len(config.container.accelerators))}
+
+
+def opt_in(accepted: bool, label: tuple[str, str]) -> dict[str, str]:
+    """The Service annotation that records a public bind's opt-in (the Docker label's key), for the
+    policy pack's k8s-node-port-opted-in."""
+    return {label[0]: label[1]} if accepted else {}
+
+
+def front_annotations(config: StackConfig) -> dict[str, str]:
+    """On the front's Service: ``glm53.tls: on`` with ``glm:front.tls``, else the plain-HTTP opt-in."""
+    if config.front.tls:
+        return {TLS_LABEL: "on"}
+    return opt_in(config.front.allow_plain_http, PLAIN_HTTP_LABEL)
+
+
+def prometheus_annotations(config: StackConfig) -> dict[str, str]:
+    """``glm:monitoring.allowPublicBind`` on Prometheus' Service."""
+    return opt_in(config.monitoring.allow_public_bind, PUBLIC_BIND_LABEL)
 
 
 def pod_env(serving: ServingSpec) -> list[dict[str, str]]:
@@ -125,8 +159,10 @@ def serving_container(
     config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
 ) -> dict[str, Any]:
     """``vllm serve`` with the rendered argv: started once its load fits the gate's deadline
-    (a startup probe that never kills a long load), restarted when ``/health`` says the engine died."""
-    health = {"httpGet": {"path": "/health", "port": serving.port}}
+    (a startup probe that never kills a long load), restarted when ``/health`` says the engine died.
+    The checks run in the container (Docker's health check): vLLM listens on the pod's loopback,
+    where the kubelet's HTTP probes, sent to the pod's address, do not reach."""
+    health = {"exec": {"command": health_probe(serving.port)[1:]}, "timeoutSeconds": HEALTH_TIMEOUT_SECONDS}
     limits = card_limits(config)
     container: dict[str, Any] = {
         "name": SERVING_CONTAINER,
@@ -135,7 +171,6 @@ def serving_container(
         "command": ["vllm", "serve"],
         "args": serving.argv,
         "env": pod_env(serving),
-        "ports": [{"name": "http", "containerPort": serving.port}],
         "volumeMounts": _mounts(config, serving),
         "startupProbe": {
             **health,
@@ -179,9 +214,12 @@ def serving_deployment_spec(
     stack: str,
     image: str,
     gate_image: str,
+    guard: tuple[dict[str, Any], dict[str, Any], str],
 ) -> dict[str, Any]:
-    """The serving Deployment's spec: ``replicas`` pods, rolled one at a time without a spare box."""
+    """The serving Deployment's spec: ``replicas`` pods, rolled one at a time without a spare box.
+    ``guard`` is the guard sidecar, its volume and its release's digest (components/k8s_guard.py)."""
     selector = labels(stack, "vllm")
+    guard_container, guard_volume, guard_digest = guard
     return {
         "replicas": k8s.replicas,
         "selector": {"matchLabels": selector},
@@ -190,24 +228,30 @@ def serving_deployment_spec(
         # A pod that never answers right stops the roll; Pulumi reports the deadline as a failure.
         "progressDeadlineSeconds": serving.load_deadline_seconds,
         "template": {
-            "metadata": {"labels": selector},
+            # A new guard release (another key) rolls the pods.
+            "metadata": {
+                "labels": selector,
+                # What the policy pack's k8s-gpu-requests checks the cards against.
+                "annotations": {"glm53/guard": guard_digest, ACCELERATOR_ANNOTATION: accelerator(config)},
+            },
             "spec": {
                 "terminationGracePeriodSeconds": grace_seconds(config, k8s),
                 "containers": [
                     serving_container(config, serving, k8s, image),
                     gate_container(config, serving, k8s, gate_image),
+                    guard_container,
                 ],
-                "volumes": _volumes(config, serving, k8s),
+                "volumes": [*_volumes(config, serving, k8s), guard_volume],
             },
         },
     }
 
 
 def serving_service_spec(serving: ServingSpec, stack: str) -> dict[str, Any]:
-    """ClusterIP in front of the pods: it lists only Ready pods, those that passed the gate."""
+    """ClusterIP in front of the pods' guards: it lists only Ready pods, those that passed the gate."""
     return {
         "selector": labels(stack, "vllm"),
-        "ports": [{"name": "http", "port": serving.port, "targetPort": "http"}],
+        "ports": [{"name": "http", "port": serving.port, "targetPort": GUARD_PORT_NAME}],
     }
 
 

@@ -135,6 +135,14 @@ def _errors(front: FrontConfig) -> dict[str, str]:
             "Invalid or missing API key. Send the header `Authorization: Bearer <your key>`.",
             "invalid_api_key",
         ),
+        # /metrics and /version: an inference key holder is told which key it needs.
+        "invalid_metrics_key": openai_error(
+            "Invalid or missing metrics key: /metrics and /version take a metrics key (glm:metricsKeys), "
+            "not an inference key (glm:apiKeys). Send the header `Authorization: Bearer <metrics key>`; "
+            "the stack adds one with `pulumi config set --secret --path glm:metricsKeys.<name> <key>` "
+            "(docs/front-and-alerts.md).",
+            "invalid_api_key",
+        ),
         "method_not_allowed": openai_error("Only GET is allowed here.", "method_not_allowed"),
         "request_too_large": openai_error(
             f"Request body is larger than the {front.max_body_size} this endpoint accepts.",

@@ -203,7 +203,13 @@ class NginxFront(pulumi.ComponentResource):
             max_num_seqs, replicas = args.engine_slots
             return_address = f"{container_name}:{METER_RETURN_PORT}"
             meter = UsageMeter(
-                f"{name}-usage-meter", front, container, args.network_name, return_address, opts=child
+                f"{name}-usage-meter",
+                front,
+                container,
+                args.network_name,
+                return_address,
+                build_platform=host.build_platform,
+                opts=child,
             )
             address = f"{meter_container_name(container)}:{front.usage_meter.port}"
             route = MeterRoute(address, max_num_seqs * replicas)

@@ -24,7 +24,7 @@ import pulumi
 from components.config import HostConfig, ModelConfig, PreflightConfig
 from components.hardware import HardwareFacts
 from components.model_volume import verify_script
-from components.target import host_command
+from components.target import host_command, host_label
 
 PREFLIGHT_SH = Path(__file__).with_name("preflight.sh")
 
@@ -48,8 +48,10 @@ def preflight_script(
     profile: str,
     accelerators: list[int],
     gpu_memory_utilization: float,
+    host: HostConfig,
 ) -> str:
-    """The bash script run on the host; exits 1 naming every problem, its config key and the fix.
+    """The bash script run on the host; exits 1 naming every problem, its config key and the fix,
+    one line each on stderr, each naming ``host``.
 
     ``facts``/``profile``: the hardware profile (``glm:hardware``); ``accelerators``: the indices
     ``glm:container.accelerators`` gives the container.
@@ -60,6 +62,7 @@ def preflight_script(
     chip = facts.accelerator_model
     driver = facts.driver_minimum
     settings = {
+        "HOST": host_label(host),
         "ACCELERATOR": facts.accelerator,
         "ACCELERATORS": " ".join(map(str, accelerators)),
         "GMU": f"{gpu_memory_utilization:g}",
@@ -119,9 +122,16 @@ class Preflight(pulumi.ComponentResource):
             args.profile,
             args.accelerators,
             args.gpu_memory_utilization,
+            args.host,
         )
+        # The problems are the script's stderr: printed once, in the error, not also as it runs.
         self.check = host_command(
-            f"{name}-check", args.host, script, args.ssh_private_key, pulumi.ResourceOptions(parent=self)
+            f"{name}-check",
+            args.host,
+            script,
+            args.ssh_private_key,
+            pulumi.ResourceOptions(parent=self),
+            log_stderr=False,
         )
         self.stdout = self.check.stdout
         self.register_outputs({"stdout": self.stdout})

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # The preflight, run with bash on the target host before anything is created there.
 # components/preflight.py sends it with these settings assigned above it:
+#   HOST              the host it runs on, as messages name it (glm:target.hosts[NAME] (user@address:port))
 #   ACCELERATOR       nvidia | ascend | none (the profile's kind)
 #   ACCELERATORS      the indices of glm:container.accelerators, space-separated
 #   GMU               glm:serving.gpuMemoryUtilization
@@ -11,10 +12,11 @@
 #   IMAGE_CUDA, DRIVER_MINIMUM   the image's CUDA and the oldest driver that runs it (or empty)
 #   HOST_DIR, NEED_DISK_GIB, MIN_SHM_GIB
 # and, where the weights are checked, a function check_weights (components/weights_check.py).
-# It reports every problem at once, each naming the config key and the fix, and exits 1 if any.
+# It reports every problem at once, one line each on stderr naming the host, the config key and the
+# fix, and exits 1 if any.
 set -u
 problems=''
-problem() { problems="${problems}preflight: $*"$'\n'; }
+problem() { problems="${problems}preflight on $HOST: $*"$'\n'; }
 # What the box reports (process and GPU names, tools' errors, file names) can hold any byte, e.g. a
 # terminal escape a local user put in a process name: only printable ASCII (bytes 0x20-0x7e in the
 # C locale, here and in the awk programs' shown_as) reaches the operator, the rest shows as "?".
@@ -198,7 +200,7 @@ esac
 check_host
 # The weights check, when the preflight carries one (a weights folder that is not downloaded later).
 if declare -F check_weights >/dev/null && ! weights=$(check_weights 2>&1); then
-  problems="$problems$weights"$'\n'
+  while IFS= read -r line; do problem "$line"; done <<<"$weights"
 elif [ -n "${weights:-}" ]; then
   say "$weights"
 fi

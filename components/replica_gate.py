@@ -35,6 +35,7 @@ from components.smoke_test import (
     changed_inputs,
     gate_outputs,
     gate_params,
+    say_why_it_reruns,
 )
 from components.target import docker_ssh_opts
 
@@ -151,6 +152,7 @@ class ReplicaGateProvider(SmokeTestProvider):
         changed = changed_inputs(olds, news) + [
             k for k in REPLICA_INPUTS if plain(olds.get(k)) != plain(news.get(k))
         ]
+        say_why_it_reruns(f"the replica gate on {news.get('host')}", changed, news)
         return pulumi.dynamic.DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
 
     def create(self, props: dict[str, Any]) -> pulumi.dynamic.CreateResult:

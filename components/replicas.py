@@ -87,7 +87,13 @@ def host_base(
         providers=[provider], depends_on=[preflight] if preflight else []
     )
     # After preflight too: a host that fails its checks gets no image build or pull (tens of GB).
-    image = ServingImage(f"{prefix}-image", config.serving_image, pinned=promoted, opts=after_preflight)
+    image = ServingImage(
+        f"{prefix}-image",
+        config.serving_image,
+        pinned=promoted,
+        opts=after_preflight,
+        platform=host.build_platform,
+    )
     volume = ModelVolume(
         f"{prefix}-model",
         config.model,

@@ -89,8 +89,10 @@ class ServingImage(pulumi.ComponentResource):
         image: ImageConfig,
         pinned: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
+        platform: str | None = None,
     ) -> None:
-        """``pinned``: a promoted stack pulls the source's verified digest instead of the tag."""
+        """``pinned``: a promoted stack pulls the source's verified digest instead of the tag;
+        ``platform``: what a build is for, where known (``HostConfig.build_platform``)."""
         super().__init__("glm:image:ServingImage", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         build = image.to_build
@@ -114,6 +116,7 @@ class ServingImage(pulumi.ComponentResource):
                     dockerfile=build.dockerfile,
                     args={"BASE_IMAGE": build.base_image},
                     builder_version=docker.BuilderVersion.BUILDER_BUILD_KIT,
+                    platform=platform,
                 ),
                 skip_push=True,
                 opts=child,

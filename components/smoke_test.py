@@ -98,6 +98,24 @@ def changed_inputs(olds: Mapping[str, Any], news: Mapping[str, Any]) -> list[str
     return changed
 
 
+def say_why_it_reruns(gate: str, changed: list[str], news: Mapping[str, Any]) -> None:
+    """One line in the preview (and the up) for a gate that re-runs: which of its inputs changed.
+    The preview's diff hides the gate's inputs (``hide_diffs``): they restate the serving
+    container's argv and env, shown once on the container, and ``glm:smoke``.
+
+    Said only when a known value changed: the engine also asks the diff of a delete-before-replace
+    container's dependents with the old inputs and the container's id unknown, and a container
+    replaced with nothing else changed is the container's own diff line.
+
+    >>> say_why_it_reruns("the gate through the front", ["container_id", "flags"], {"flags": {}})
+    >>> # on stderr: [smoke-gate] the gate through the front re-runs: container_id, flags changed
+    """
+    from pulumi.runtime import rpc
+
+    if any(not rpc.contains_unknowns(news.get(k)) and news.get(k) != rpc.UNKNOWN for k in changed):
+        stderr_progress(f"{gate} re-runs: {', '.join(changed)} changed")
+
+
 def gate_outputs(news: Mapping[str, Any], results: dict[str, Any]) -> dict[str, Any]:
     """Full outputs: every input (so the next diff can compare) with the key replaced by its
     fingerprint, plus the results. The default ``update`` would return nothing and wipe state."""
@@ -137,6 +155,7 @@ class SmokeTestProvider(pulumi.dynamic.ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
         changed = changed_inputs(olds, news)
+        say_why_it_reruns("the gate through the front", changed, news)
         # replaces stays empty: a changed input means "update", and update re-runs the gate.
         return pulumi.dynamic.DiffResult(changes=bool(changed), replaces=[], delete_before_replace=False)
 
@@ -277,7 +296,12 @@ class GateComponent(pulumi.ComponentResource):
         # Secret whatever the caller passed: Pulumi then stores this input encrypted.
         secret_key: pulumi.Output[str] = pulumi.Output.secret(api_key)
         props = {**params, "api_key": secret_key}
-        self.gate = GateResource(provider, f"{name}-gate", props, opts=pulumi.ResourceOptions(parent=self))
+        # A preview prints none of the gate's inputs (~30 lines each): they restate the serving
+        # container's argv and env, which its own diff shows, and glm:smoke. The provider's diff
+        # says in one line which changed (say_why_it_reruns). Display only (hide_diffs): what is
+        # compared and when the gate re-runs are unchanged.
+        hidden = pulumi.ResourceOptions(parent=self, hide_diffs=["*"])
+        self.gate = GateResource(provider, f"{name}-gate", props, opts=hidden)
         # The results carry no secret; unsecret keeps them readable as stack outputs even though
         # the resource also holds a secret input.
         self.results = pulumi.Output.unsecret(self.gate.results)

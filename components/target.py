@@ -10,7 +10,6 @@ sign with the SSH agent: no private key is ever an input, so none reaches the st
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -166,26 +165,51 @@ def ssh_connection(host: HostConfig, ssh_private_key: pulumi.Output[str] | None)
     )
 
 
+def ssh_destination(host: HostConfig) -> str:
+    """``user@address:port`` as the commands reach it (IPv6 in brackets)."""
+    address = f"[{host.ssh_address}]" if ":" in host.ssh_address else host.ssh_address
+    return f"{host.ssh_user}@{address}:{host.ssh_port}"
+
+
+def host_label(host: HostConfig) -> str:
+    """How messages name a host: ``glm:target.hosts[gpu01] (deploy@gpu01.example.internal:22)``,
+    or ``(this machine)`` for the local engine."""
+    return f"glm:target.hosts[{host.name}] ({'this machine' if host.is_local else ssh_destination(host)})"
+
+
+RUN_STDIN = 'bash -c "$(cat)"'
+"""The command line of every host command: bash runs the script that came on stdin, read whole
+first, so that none of the script's own commands reads the rest of it as its input."""
+
+
 def host_command(
     name: str,
     host: HostConfig,
     script: str,
     ssh_private_key: pulumi.Output[str] | None,
     opts: pulumi.ResourceOptions,
+    log_stderr: bool = True,
 ) -> local.Command | remote.Command:
     """A Command that runs ``script`` with bash on ``host`` when created or when the script changes.
 
-    No ``delete``: these commands check or fetch; destroying the stack must never remove weights.
+    The script goes on stdin: pulumi-command quotes the command line in its errors, and a script
+    there was printed whole, shell-escaped, in each of them (a refused preflight on two hosts: 139 KB
+    of output, tests/test_preflight_refusal_engine.py). ``log_stderr=False`` leaves stderr out of the lines streamed while it runs: a command
+    whose stderr is its verdict has it printed once, in the error. No ``delete``: these commands
+    check or fetch; destroying the stack must never remove weights.
     """
     if host.is_local:
-        return local.Command(name, create=script, interpreter=["/bin/bash", "-c"], opts=opts)
-    # pulumi-command quotes the command in its errors (a connection cut mid-run says only "remote
-    # command exited without exit status"): the first line names the host, so the error does too.
-    address = f"[{host.ssh_address}]" if ":" in host.ssh_address else host.ssh_address
-    where = f"# on {host.ssh_user}@{address}:{host.ssh_port} (glm:target.hosts[{host.name}])\n"
+        logging = local.Logging.STDOUT_AND_STDERR if log_stderr else local.Logging.STDOUT
+        return local.Command(
+            name, create=RUN_STDIN, stdin=script, interpreter=["/bin/bash", "-c"], logging=logging, opts=opts
+        )
+    # The command line names the host, so an error with no output of the script's (a connection cut
+    # mid-run says only "remote command exited without exit status") does too.
     return remote.Command(
         name,
         connection=ssh_connection(host, ssh_private_key),
-        create=f"bash -c {shlex.quote(where + script)}",
+        create=f"{RUN_STDIN}  # on {ssh_destination(host)} (glm:target.hosts[{host.name}])",
+        stdin=script,
+        logging=remote.Logging.STDOUT_AND_STDERR if log_stderr else remote.Logging.STDOUT,
         opts=opts,
     )

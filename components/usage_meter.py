@@ -64,10 +64,12 @@ class UsageMeter(pulumi.ComponentResource):
         container: ContainerConfig,
         network_name: pulumi.Input[str],
         return_address: str,
+        build_platform: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
         """``return_address``: nginx's return listener (``<front>:8081``). Nothing else configures
-        the meter: the shares come with each request, so the container changes only with its code."""
+        the meter: the shares come with each request, so the container changes only with its code.
+        ``build_platform``: what its image is built for, where known (``HostConfig.build_platform``)."""
         super().__init__("glm:front:UsageMeter", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         image = docker.Image(
@@ -78,6 +80,7 @@ class UsageMeter(pulumi.ComponentResource):
                 dockerfile=f"{CONTEXT}/Dockerfile",
                 args={"BASE_IMAGE": front.usage_meter.base_image},
                 builder_version=docker.BuilderVersion.BUILDER_BUILD_KIT,
+                platform=build_platform,
             ),
             skip_push=True,
             opts=child,

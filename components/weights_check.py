@@ -79,7 +79,10 @@ def problems(folder: str, weights_gib: float, model_type: str | None, architectu
     if weights_gib > 0:
         present = [os.path.join(folder, s) for s in shards if s not in missing]
         cut = [p for p in map(shard_problem, present) if p is not None]
-        found += [f"{p}. Fix: copy that shard again (or re-run the download)" for p in cut]
+        found += [
+            f"{p}. Fix: copy that shard again into glm:model.hostDir/directory (or re-run the download)"
+            for p in cut
+        ]
         total = sum(os.path.getsize(p) for p in present) / GIB
         if abs(total - weights_gib) > SIZE_TOLERANCE * weights_gib:
             found.append(

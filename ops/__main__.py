@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from components.change_cost import one_box_outage_notice
 from components.config import (
     REPLICA_KEYS,
     SECRET_KEYS,
@@ -272,6 +273,12 @@ def restart(config: StackConfig, stack: str) -> int:
     ]
     if not urns:
         sys.exit(f"ops: no serving container {config.container.name} in stack {stack}'s state")
+    if len(config.target.hosts) == 1:  # said before acting: restart runs no preview
+        print(
+            f"ops: {one_box_outage_notice('restart', config.hardware, config.facts)}",
+            file=sys.stderr,
+            flush=True,
+        )
     print(f"ops: replacing {urns[0]} (the JIT cache volume stays; the gate re-runs)", file=sys.stderr)
     return subprocess.run(
         [*PULUMI, "up", "--yes", "--skip-preview", "--replace", urns[0], "-s", stack]

@@ -18,7 +18,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from components.change_cost import one_box_outage_notice
 from components.config import REPLICA_KEYS
+from components.profiles import PROFILES
 
 
 def changes(current: Mapping[str, Any], verified: Mapping[str, Any]) -> dict[str, Any | None]:
@@ -46,6 +48,24 @@ def changes(current: Mapping[str, Any], verified: Mapping[str, Any]) -> dict[str
     return found
 
 
+def outage_notice(current: Mapping[str, Any], verified: Mapping[str, Any]) -> str | None:
+    """The one-box warning for the version the rollback goes back to; None with several hosts.
+
+    Read from ``pulumi config --json`` (``glm:target``) and the verified keys, not through the
+    models: the current file may be the one that is refused.
+
+    >>> outage_notice({}, {"hardware": "local"})[:40]
+    'rollback of a one-box stack: the API ans'
+    >>> outage_notice({"glm:target": {"objectValue": {"hosts": [{}, {}]}}}, {"hardware": "a800"}) is None
+    True
+    """
+    target = (current.get("glm:target") or {}).get("objectValue") or {}
+    profile = PROFILES.get(str(verified.get("hardware")))
+    if len(target.get("hosts") or [None]) > 1 or profile is None:
+        return None
+    return one_box_outage_notice("rollback", profile.name, profile.facts)
+
+
 def rollback(stack: str, pulumi: Callable[..., str], pulumi_cli: list[str]) -> int:
     """Put the verified replica config back and run ``pulumi up``; returns its exit status.
 
@@ -58,7 +78,11 @@ def rollback(stack: str, pulumi: Callable[..., str], pulumi_cli: list[str]) -> i
             "an update whose gate passed, made by this version of the program). Fix the config by hand "
             "and run `make up`."
         )
-    todo = changes(json.loads(pulumi("config", "--json", stack=stack)), verified["config"])
+    current = json.loads(pulumi("config", "--json", stack=stack))
+    notice = outage_notice(current, verified["config"])
+    if notice:  # said before anything is written: rollback runs no preview
+        print(f"ops: {notice}", file=sys.stderr, flush=True)
+    todo = changes(current, verified["config"])
     if not todo:
         print(f"ops: {stack}'s replica config already is the verified one; running `pulumi up` to reach it")
     for key, value in todo.items():

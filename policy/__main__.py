@@ -14,5 +14,5 @@ PolicyPack(
     "glm-serving",
     policies=POLICIES,
     enforcement_level=EnforcementLevel.MANDATORY,
-    description="GLM-5.3-Flash serving: private vLLM, keyed front, pinned images, shm, read-only weights, kept volumes.",
+    description="GLM-5.3-Flash serving: private vLLM, keyed front, pinned images, shm, read-only weights, kept volumes, Kubernetes objects.",
 )

@@ -7,9 +7,11 @@ ensure_local_prerequisites
 ensure_stack local
 ensure_local_key
 pulumi up --yes --skip-preview -s local --config-file "$GLM_LOCAL_CONFIG"
+# An up that changed nothing the gate checks did not run it: say so, and when it last passed.
+gate="$(python scripts/gate_note.py <(pulumi stack history --json -s local) <(pulumi stack export -s local))"
 cat <<MSG
 
-The local stack answers at $(pulumi stack output endpoint -s local) (the smoke gate passed).
+The local stack answers at $(pulumi stack output endpoint -s local) ($gate).
   export GLM_API_KEY="\$($GLM_ROOT/scripts/pulumi.sh config get --path glm:apiKeys.local -s local)"
   $(pulumi stack output curl -s local)
 MSG

@@ -159,6 +159,24 @@ def stack_config(stack: str) -> dict[str, Any]:
     return dict(data.get("config") or {})
 
 
+class ProgramRefused(Exception):
+    """The program refused its config: it logged the message and exited 32 (``__main__.py``: the
+    language host's "the program said why"), which under the mocks reads as this, the message."""
+
+
+def run_main() -> dict[str, Any]:
+    """``__main__.py``'s namespace; a refusal is ``ProgramRefused`` with the error it logged."""
+    said: list[str] = []
+    error = pulumi.log.error
+    pulumi.log.error = lambda message, *_, **__: said.append(str(message))  # type: ignore[assignment]
+    try:
+        return runpy.run_path(str(PROJECT / "__main__.py"), run_name="__pulumi_program__")
+    except SystemExit as refused:
+        raise ProgramRefused("\n".join(said) or f"exit {refused.code}") from None
+    finally:
+        pulumi.log.error = error  # type: ignore[method-assign]
+
+
 def run_program(
     stack: str,
     overrides: dict[str, Any] | None = None,
@@ -190,7 +208,7 @@ def run_program(
     @pulumi.runtime.test
     def program() -> pulumi.Output[None]:
         pulumi.runtime.register_stack_transformation(record_options)
-        namespace = runpy.run_path(str(PROJECT / "__main__.py"), run_name="__pulumi_program__")
+        namespace = run_main()
         # No outputs: the program refused the config (make destroy's way, components/rotation.py).
         return pulumi.Output.all(**namespace.get("outputs", {})).apply(deployment.outputs.update)
 
@@ -220,7 +238,7 @@ E2E_MODULES = (
     "test_first_hour.py", "test_ops.py", "test_rehearsal.py", "test_multihost_engine.py",
     "test_semantic_probe_e2e.py", "test_semantic_probe_tls_e2e.py", "test_semantic_probe_tls_multihost_e2e.py",
     "test_fleet_healing_engine.py", "test_k8s_engine.py", "test_k8s_rehearsal_engine.py",
-    "test_first_hour_walkthrough.py",
+    "test_first_hour_walkthrough.py", "test_preflight_refusal_engine.py", "test_preview_review.py",
 )  # fmt: skip
 
 
@@ -236,10 +254,12 @@ SECONDS = {
     "test_rehearsal.py": 380, "test_fleet_healing_engine.py": 257, "test_multihost_engine.py#2": 220,
     "test_semantic_probe_e2e.py": 192, "test_e2e.py": 164, "test_ops.py": 148,
     "test_semantic_probe_tls_multihost_e2e.py": 119, "test_e2e_front.py": 115, "test_rotation.py": 112,
-    "test_semantic_probe_tls_e2e.py": 69, "test_first_hour.py": 67, "test_engine_gate.py": 58,
+    "test_preview_review.py": 90, "test_semantic_probe_tls_e2e.py": 69, "test_first_hour.py": 67,
+    "test_engine_gate.py": 58,
     "test_local_containers.py": 48, "test_service.py": 42, "test_nginx_reload.py": 40,
     "test_rotation_requests.py": 36, "test_standin_host.py": 33, "test_checks.py": 32,
     "test_container_watch.py": 29, "test_nginx_front.py": 27, "test_probe.py": 27,
+    "test_preflight_refusal_engine.py": 45,
 }  # fmt: skip
 """What each group of tests took, one after another on the 2-core machine (``--durations``, the
 run of 2026-12-02: 53 min in all). The suite's workers take groups in collection order

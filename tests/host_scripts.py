@@ -62,4 +62,5 @@ def preflight_of(config: StackConfig, facts: HardwareFacts | None = None, profil
         profile or config.hardware,
         config.container.accelerators,
         config.serving.gpu_memory_utilization,
+        config.target.host,
     )

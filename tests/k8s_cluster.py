@@ -129,8 +129,10 @@ def base_config(kubeconfig: Path, folders: dict[str, Path]) -> dict[str, Any]:
         # The simulator's runtime fault switch (PUT /sim/faults), for the ejection test.
         "glm:serving": {"extraEnv": {"VLLM_SIM_RUNTIME_FAULTS": "1"}},
         # The load loop's pace is far above the front's per-key default (its 429s are not the
-        # subject here; tests/multihost.py does the same).
-        "glm:front": {"rateLimit": {"enabled": False}},
+        # subject here; tests/multihost.py does the same). The NodePorts are public binds: the
+        # test cluster's node is this machine, reached on loopback, so the opt-ins are taken.
+        "glm:front": {"rateLimit": {"enabled": False}, "allowPlainHttp": True},
+        "glm:monitoring": {"allowPublicBind": True},
     }
 
 

@@ -220,15 +220,14 @@ def test_gate_lifecycle_on_the_real_engine(setup: Setup) -> None:
     # ---- one vLLM flag changed: the gate updates, and only that flag differs ----
     project.run("config", "set", "--path", "glm:serving.maxNumSeqs", "4", "-s", STACK)
     diff = run("preview --diff (one flag)", "preview", "--diff")
+    # The gate's inputs are hidden (they restate the container's argv); one line says which changed.
     assert changed_lines(diff) == [
         "~ pulumi-python:dynamic:Resource: (update)",
-        "~ flags : {",
-        '~ --max-num-seqs : "8" => "4"',
+        '~ ["*"] (hidden)',
         "~ 1 to update",
     ], diff
-    assert diff.count("=>") == 1, diff
+    assert "[smoke-gate] the gate through the front re-runs: flags changed" in diff, diff
     assert f"[urn=urn:pulumi:{STACK}::glm::glm:smoke:SmokeTest${GATE_URN_SUFFIX}]" in diff
-    assert re.search(r"^\s+api_key\s+: \[secret\]$", diff, re.M), diff
     assert "2 unchanged" in diff
     steps = project.preview_steps(STACK)
     assert [(s["op"], s["urn"].rsplit("::", 1)[1]) for s in steps] == [("update", "gate-gate")]
@@ -254,7 +253,7 @@ def test_gate_lifecycle_on_the_real_engine(setup: Setup) -> None:
     assert project.outputs(STACK)["smoke"] == passing
     assert gate_state(project.export())["inputs"]["flags"]["--max-num-seqs"] == "4"
     status, pending = project.attempt("preview", "--diff", "--expect-no-changes", "-s", STACK)
-    assert status != 0 and '~ --max-num-seqs : "4" => "2"' in changed_lines(pending), pending
+    assert status != 0 and "the gate through the front re-runs: flags changed" in pending, pending
 
     # ---- destroy: delete is a no-op (the simulator is still down) ----
     run("destroy", "destroy", "--yes")

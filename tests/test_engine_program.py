@@ -9,6 +9,7 @@ created), and the warnings printed by a valid stack before it reaches the Docker
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -28,7 +29,15 @@ def test_bad_stack_fails_preview_with_the_message_and_creates_nothing(project: P
     project.init_stack(
         "a800", config={"glm:serving.tensorParallelSize": "4"}, secrets={"glm:apiKeys.ci": KEY}
     )
-    out = project.run("preview", "-s", "a800", check=False)
+    refused = subprocess.run(
+        ["pulumi", "preview", "-s", "a800", "--non-interactive"],
+        cwd=project.root, env=project.env, capture_output=True, text=True,
+    )  # fmt: skip
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0, out
+    # The program's own message only: no "error: an unhandled error occurred: program exited with
+    # non-zero exit code: 1" after it (__main__.py exits 32, the language host's "already said").
+    assert "invalid stack configuration" in out and "an unhandled error occurred" not in out, out
     assert "glm:serving.tensorParallelSize=4" in out
     assert "76.5 GiB per card exceeds the budget 80 GiB HBM x gpuMemoryUtilization 0.95" in out
     assert "tensorParallelSize=4 but glm:container.accelerators lists 8" in out

@@ -120,6 +120,15 @@ def test_make_up_on_a_fresh_clone_leaves_it_clean_and_the_key_line_works(tmp_pat
             f"{key_line}\n{curl_line}\n{answer.stdout}{answer.stderr}"
         )
         assert json.loads(answer.stdout)["choices"][0]["message"]["content"] == "221"
+
+        # Issue 32 item 6: an `up` that changed nothing ran no gate, and says so.
+        assert "(the smoke gate passed)" in up.stdout, up.stdout[-2000:]
+        again = subprocess.run(
+            ["make", "-C", str(clone), "up"], env=env, capture_output=True, text=True, timeout=900
+        )
+        assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+        said = next(line for line in again.stdout.splitlines() if "The local stack answers at" in line)
+        assert "(nothing changed, so no gate ran: the smoke gate last passed at " in said, said
     finally:
         subprocess.run(
             [str(clone / "scripts" / "pulumi.sh"), "destroy", "--yes", "-s", "local"],

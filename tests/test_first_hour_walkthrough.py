@@ -25,6 +25,8 @@ from tests.engine import PROJECT, PulumiProject, _diagnostics, engine_missing, f
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 KEY = "sk-walk-3f9a1c7e5b2d8046a1c9e7f3"
 FAULT = "glm:serving.extraEnv.VLLM_SIM_FAULT"
+PROMPT = "What is 13×17? Answer with the number only."  # the gate's; the simulator answers 221
+ANNOUNCED = "of a one-box stack: the API answers 503"  # what restart and rollback say before acting
 
 
 @dataclass
@@ -58,41 +60,88 @@ class User:
 
 
 def ask(endpoint: str, model: str) -> int:
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "13*17?"}], "max_tokens": 8})
+    return answer(endpoint, model)[0]
+
+
+def answer(endpoint: str, model: str) -> tuple[int, str]:
+    """One chat request through the front, as a client: its HTTP status (0: no answer) and what
+    came back (the answer's content, or the error's code)."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": PROMPT}], "max_tokens": 64})
     request = urllib.request.Request(
         f"{endpoint}/chat/completions", body.encode(),
         {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"},
     )  # fmt: skip
     try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return int(answer.status)
+        with urllib.request.urlopen(request, timeout=10) as got:
+            return int(got.status), json.loads(got.read())["choices"][0]["message"]["content"].strip()
     except urllib.error.HTTPError as err:
-        return int(err.code)
-    except OSError:
-        return 0
+        error = json.loads(err.read() or b"{}").get("error") or {}
+        return int(err.code), str(error.get("code") or error.get("message") or "")
+    except (OSError, ValueError) as err:
+        return 0, type(err).__name__
 
 
 class Clients(threading.Thread):
-    """A client asking every 0.5 s while an operation runs; the statuses, stamped."""
+    """A client asking every 0.5 s while an operation runs; each answer stamped (time.monotonic())."""
 
     def __init__(self, endpoint: str, model: str) -> None:
         super().__init__(daemon=True)
         self.endpoint, self.model = endpoint, model
-        self.got: list[tuple[float, int]] = []
+        self.got: list[tuple[float, int, str]] = []
         self.done = threading.Event()
 
     def run(self) -> None:
-        start = time.monotonic()
         while not self.done.is_set():
-            self.got.append((time.monotonic() - start, ask(self.endpoint, self.model)))
-            self.done.wait(0.5)
+            sent = time.monotonic()
+            self.got.append((sent, *answer(self.endpoint, self.model)))
+            self.done.wait(max(0.0, 0.5 - (time.monotonic() - sent)))
 
-    def stop(self) -> str:
+    def stop(self) -> list[tuple[float, int, str]]:
         self.done.set()
         self.join(15)
-        bad = [t for t, code in self.got if code != 200]
+        return self.got
+
+    def unserved(self) -> list[float]:
+        """When the requests that were not served were sent."""
+        return [t for t, code, _ in self.got if code != 200]
+
+    def summary(self, since: float) -> str:
+        bad = self.unserved()
         window = f"{bad[-1] - bad[0] + 0.5:.1f} s" if bad else "0 s"
-        return f"{len(bad)} of {len(self.got)} requests not 200 over a {window} window: {sorted({c for _, c in self.got})}"
+        codes = sorted({(code, what if code != 200 else "") for _, code, what in self.got})
+        return (
+            f"{len(bad)} of {len(self.got)} requests not 200 over a {window} window "
+            f"({bad[0] - since:+.1f} s to {bad[-1] - since:+.1f} s from the command's start): {codes}"
+            if bad
+            else f"0 of {len(self.got)} requests not 200"
+        )
+
+    def every_answer_right_or_503(self) -> None:
+        """Clients got the right answer or the front's JSON 503 saying no replica is in rotation."""
+        wrong = [(code, what) for _, code, what in self.got if (code, what) != (200, "221") and code != 503]
+        assert not wrong, f"clients got {wrong}"
+        assert {what for _, code, what in self.got if code == 503} <= {"no_replica_in_rotation"}, self.got
+
+
+def timed(user: User, verb: str) -> tuple[int, list[tuple[float, str]], float]:
+    """``make <verb>`` with each line of its output stamped as it arrives (time.monotonic()):
+    its exit status, the lines, and when it started."""
+    started = time.monotonic()
+    with subprocess.Popen(
+        ["make", "--no-print-directory", verb, "STACK=local"], cwd=user.root, env=user.env,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+    ) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        lines = [(time.monotonic(), line) for line in proc.stdout]
+    user.seen.append(f"$ make {verb} -> {proc.returncode}\n{''.join(line for _, line in lines)[-3000:]}")
+    return proc.returncode, lines, started
+
+
+def said_at(lines: list[tuple[float, str]], text: str) -> float:
+    """When the first line holding ``text`` arrived."""
+    found = [t for t, line in lines if text in line]
+    assert found, f"never said {text!r}:\n{''.join(line for _, line in lines)[-3000:]}"
+    return found[0]
 
 
 def no_traceback(done: subprocess.CompletedProcess[str]) -> None:
@@ -156,28 +205,41 @@ def test_3_the_failed_gate_says_503_and_status_does_not_contradict_itself(user: 
     assert "failed at" in status.stdout and "(not with the last update, which failed)" in status.stdout
 
 
-def test_4_rollback_writes_the_users_config_and_serves_again(user: User) -> None:
+def test_4_rollback_announces_the_outage_writes_the_users_config_and_serves_again(user: User) -> None:
     outputs = json.loads(user.pulumi("stack", "output", "--json").stdout)
     clients = Clients(outputs["endpoint"], outputs["servedModelName"])
     clients.start()
-    started = time.monotonic()
-    rollback = user.make("rollback")
-    took = time.monotonic() - started
-    print(f"rollback: {took:.1f} s; {clients.stop()}")
-    assert rollback.returncode == 0, rollback.stdout[-3000:] + rollback.stderr[-3000:]
+    code, lines, started = timed(user, "rollback")
+    finished = time.monotonic()
+    clients.stop()
+    # The failed version was answering 503 already: the window is the rollback's until clients are served.
+    served = next((t for t, status, _ in clients.got if status == 200 and t > started), finished)
+    print(
+        f"rollback: {finished - started:.1f} s, 503 for {served - started:.1f} s of it; {clients.summary(started)}"
+    )
+    assert code == 0, "".join(line for _, line in lines)[-3000:]
+    announced = said_at(lines, f"rollback {ANNOUNCED}")
+    assert announced < said_at(lines, "Updating (local)"), "the outage was announced after the rollback began"
+    assert "a few seconds (the vLLM-protocol simulator) on local" in "".join(line for _, line in lines)
+    clients.every_answer_right_or_503()
     assert user.pulumi("config", "get", "--path", FAULT).returncode != 0  # the user's copy, rolled back
     assert (user.root / "Pulumi.local.yaml").read_text() == (PROJECT / "Pulumi.local.yaml").read_text()
     assert user.ask() == 200
 
 
-def test_5_restart_on_one_box(user: User) -> None:
+def test_5_restart_on_one_box_announces_the_outage_before_the_first_503(user: User) -> None:
     outputs = json.loads(user.pulumi("stack", "output", "--json").stdout)
     clients = Clients(outputs["endpoint"], outputs["servedModelName"])
     clients.start()
-    started = time.monotonic()
-    restart = user.make("restart")
-    print(f"restart: {time.monotonic() - started:.1f} s; {clients.stop()}")
-    assert restart.returncode == 0, restart.stdout[-3000:] + restart.stderr[-3000:]
+    code, lines, started = timed(user, "restart")
+    finished = time.monotonic()
+    clients.stop()
+    print(f"restart: {finished - started:.1f} s; {clients.summary(started)}")
+    assert code == 0, "".join(line for _, line in lines)[-3000:]
+    unserved = clients.unserved()
+    assert unserved, "a one-box restart with no 503 at all: the measurement missed the window"
+    assert said_at(lines, f"restart {ANNOUNCED}") < unserved[0], "the 503s began before the announcement"
+    clients.every_answer_right_or_503()
     assert user.ask() == 200
 
 

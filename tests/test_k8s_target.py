@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from components.config import ConfigError, build_stack_config
-from tests.conftest import Deployment, is_secret, run_program, serving_container, unwrap
+from tests.conftest import Deployment, is_secret, run_program, serving_container, stack_config, unwrap
 
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
 SERVICE = "kubernetes:core/v1:Service"
@@ -33,13 +33,16 @@ def k8s_target(**extra: Any) -> dict[str, Any]:
     }
 
 
+def plain_http_accepted(stack: str) -> dict[str, Any]:
+    """The stack's glm:front with the opt-in a plain-HTTP NodePort needs (tests/test_k8s_exposure.py)."""
+    return {"glm:front": {**(stack_config(stack).get("glm:front") or {}), "allowPlainHttp": True}}
+
+
 @pytest.fixture(scope="module")
 def on_k8s() -> dict[str, Deployment]:
     stacks = ("a800", "ascend", "rtx5090", "local")
-    return {
-        s: run_program(s, {"glm:target": k8s_target(frontNodePort=30080, cacheHostPath="/srv/jit")})
-        for s in stacks
-    }
+    target = k8s_target(frontNodePort=30080, cacheHostPath="/srv/jit")
+    return {s: run_program(s, {"glm:target": target, **plain_http_accepted(s)}) for s in stacks}
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,13 @@ def test_the_pods_run_the_argv_the_docker_host_runs(
     vllm = container(on_k8s[stack], "vllm")
     docker_inputs = serving_container(on_docker[stack])
     assert vllm["command"] == docker_inputs["entrypoints"] == ["vllm", "serve"]
-    assert vllm["args"] == docker_inputs["command"]
+    # The same argv, on the pod's loopback (its guard publishes the pod's port: tests/test_k8s_guard.py).
+    argv = list(docker_inputs["command"])
+    if any(a.startswith("--host=") for a in argv):  # the ascend seed's --host=0.0.0.0
+        argv = ["--host=127.0.0.1" if a.startswith("--host=") else a for a in argv]
+    else:
+        argv.insert(next(i for i, a in enumerate(argv) if a.startswith("--port=")), "--host=127.0.0.1")
+    assert vllm["args"] == argv
     # Same env, less the card pinning the device plugin replaces.
     docker_env = dict(e.split("=", 1) for e in unwrap(docker_inputs["envs"]))
     pinning = {
@@ -155,8 +164,10 @@ def test_a_stop_drains_inside_the_grace_period(on_k8s: dict[str, Deployment], st
 def test_readiness_is_the_gate_against_the_pod_not_health(on_k8s: dict[str, Deployment]) -> None:
     vllm = container(on_k8s["a800"], "vllm")
     assert "readinessProbe" not in vllm
-    # /health only restarts a dead engine; the startup probe covers the seeds' long loads.
-    assert vllm["livenessProbe"]["httpGet"]["path"] == "/health"
+    # /health only restarts a dead engine (asked inside the container: vLLM is on the pod's
+    # loopback); the startup probe covers the seeds' long loads.
+    port = flag(vllm["args"], "--port")
+    assert f"'http://127.0.0.1:{port}/health'" in vllm["livenessProbe"]["exec"]["command"][-1]
     assert vllm["startupProbe"]["periodSeconds"] * vllm["startupProbe"]["failureThreshold"] >= 1800
     probe = container(on_k8s["a800"], "gate")["readinessProbe"]["exec"]["command"]
     assert probe[:3] == ["python3", "-m", "components.gate"]
@@ -167,6 +178,7 @@ def test_readiness_is_the_gate_against_the_pod_not_health(on_k8s: dict[str, Depl
     assert args["--served-name"] == flag(vllm["args"], "--served-model-name")
     assert args["--max-model-len"] == flag(vllm["args"], "--max-model-len")
     assert args["--steps"].split(",") == ["models", "arithmetic", "tool_call", "kv_pool"]
+    assert flag(vllm["args"], "--host") == "127.0.0.1"  # the gate asks over the pod's loopback
 
 
 def test_the_front_and_the_gate_go_through_the_front_service(on_k8s: dict[str, Deployment]) -> None:
@@ -186,7 +198,8 @@ def test_the_front_and_the_gate_go_through_the_front_service(on_k8s: dict[str, D
     assert re.search(r"include /etc/glm53-front/rotation/upstream\.con\[f\];", conf)
     keys = deployment.one("kubernetes:core/v1:Secret", "-front-keys").inputs["stringData"]
     assert is_secret(keys), "the key maps must be stored encrypted"
-    assert set(unwrap(keys)) == {"api-keys.map", "metrics-keys.map"}
+    # With the replica key the pods' guards ask for (tests/test_k8s_guard.py).
+    assert set(unwrap(keys)) == {"api-keys.map", "metrics-keys.map", "replica-guard-auth.conf"}
     gate = next(
         r for r in deployment.of_type("pulumi-python:dynamic:Resource") if r.name.endswith("-smoke-gate")
     )
@@ -222,6 +235,11 @@ def test_prometheus_config_and_rules_pass_promtool(on_k8s: dict[str, Deployment]
     config = yaml.safe_load(files["prometheus.yml"])
     assert config["rule_files"] == ["/etc/prometheus/rules.yml"]
     config["rule_files"] = [str(tmp_path / "rules.yml")]
+    # The guards' scrape key, as the pod mounts it beside the config (tests/test_k8s_guard.py).
+    job = config["scrape_configs"][0]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": "/etc/prometheus/scrape-key"}
+    job["authorization"]["credentials_file"] = str(tmp_path / "scrape-key")
+    (tmp_path / "scrape-key").write_text("sk-scrape-test\n")
     (tmp_path / "rules.yml").write_text(files["rules.yml"])
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     for args in (
@@ -237,7 +255,7 @@ def test_prometheus_config_and_rules_pass_promtool(on_k8s: dict[str, Deployment]
     assert lister["command"][2:] == [
         "glm53-test",
         "app.kubernetes.io/name=glm53-vllm,app.kubernetes.io/instance=a800",
-        flag(container(on_k8s["a800"], "vllm")["args"], "--port"),
+        str(int(container(on_k8s["a800"], "guard")["ports"][0]["containerPort"])),  # the pods' guard
         "/var/lib/glm53-targets/vllm.json",
     ]
     # The several-hosts rules: each alert names the pod (label host) it fired for.
@@ -306,7 +324,7 @@ def test_the_semantic_probe_asks_through_the_front_with_its_own_key(on_k8s: dict
 def test_the_front_release_with_the_service_upstream_passes_nginx_t(tmp_path: Path) -> None:
     """The real nginx: the release as mounted in the front's pod (nginx.conf, key maps, and the
     upstream file naming the serving Service), paths moved under tmp_path."""
-    from components.k8s_deployment import _upstream_conf
+    from components.k8s_front import upstream_conf
     from components.nginx_conf import render_front_files
 
     config = build_stack_config({"hardware": "local", "target": k8s_target()})
@@ -319,7 +337,7 @@ def test_the_front_release_with_the_service_upstream_passes_nginx_t(tmp_path: Pa
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "rotation").mkdir()
-    upstream = _upstream_conf("198.19.0.34", 8000)
+    upstream = upstream_conf("198.19.0.34", 8000)
     (tmp_path / "rotation" / "upstream.conf").write_text(upstream)
     assert upstream.count("server 198.19.0.34:8000 max_fails=0;") == 3
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"

@@ -540,6 +540,24 @@ def test_metrics_need_a_metrics_key_and_inference_keys_do_not_have_one(front: Fr
     assert ("vllm:num_requests_running" in body) if "metrics" in path else (json.loads(body)["version"])
 
 
+@pytest.mark.parametrize("path", ["/metrics", "/v1/%2e%2e/metrics", "/version"])
+def test_the_metrics_401_says_a_metrics_key_is_needed(front: Front, path: str) -> None:
+    """Issue 32 item 8: an inference key on /metrics was told only "Invalid or missing API key"."""
+    for key in (KEYS["alice"], None):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        reply = httpx.get(f"{front.base}{path}", headers=headers, timeout=5)
+        assert reply.status_code == 401 and reply.headers["content-type"] == "application/json"
+        assert reply.headers["www-authenticate"].startswith("Bearer")
+        error = reply.json()["error"]
+        assert set(error) == {"message", "type", "param", "code"}
+        assert error["code"] == "invalid_api_key" and error["type"] == "invalid_request_error"
+        assert "metrics key" in error["message"] and "glm:metricsKeys" in error["message"], error
+        assert "not an inference key (glm:apiKeys)" in error["message"], error
+    # The inference routes keep their own message.
+    inference = httpx.get(f"{front.base}/v1/models", headers={"Authorization": "Bearer x"}, timeout=5)
+    assert "metrics" not in inference.json()["error"]["message"]
+
+
 def test_a_metrics_key_reads_metrics_and_nothing_else(front: Front) -> None:
     auth = {"Authorization": f"Bearer {METRICS['prom']}"}
     for method, path in ALLOWED:

@@ -504,7 +504,7 @@ def test_protect_reaches_the_volume_rule(analyze) -> None:
     assert list(diagnostics) == [("volumes-retained", "MANDATORY")]
 
 
-def test_the_pack_serves_exactly_the_eight_policies(monkeypatch, capfd) -> None:
+def test_the_pack_serves_exactly_the_twelve_policies(monkeypatch, capfd) -> None:
     """Run policy/ as the engine does; stop the server at its first idle sleep; ask it what it serves."""
     pytest.importorskip("pulumi_policy", reason="pip install -r policy/requirements.txt")
     import pulumi_policy.policy as sdk
@@ -535,6 +535,10 @@ def test_the_pack_serves_exactly_the_eight_policies(monkeypatch, capfd) -> None:
         "volumes-retained",
         "front-tls-on-public-bind",
         "published-port-needs-credential",
+        "k8s-serving-service-private",
+        "k8s-node-port-opted-in",
+        "k8s-pod-not-privileged",
+        "k8s-gpu-requests",
     ]
     assert {p.enforcementLevel for p in info.policies} == {sdk.proto.MANDATORY}
 
@@ -558,7 +562,7 @@ def test_the_pack_answers_the_engine_over_grpc(tmp_path: Path) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = analyzer_pb2_grpc.AnalyzerStub(channel)
             info = stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
-            assert (info.name, len(info.policies)) == ("glm-serving", 8)
+            assert (info.name, len(info.policies)) == ("glm-serving", 12)
             properties = struct_pb2.Struct()
             properties.update({"ports": [{"internal": 8000, "external": 8000, "ip": "127.0.0.1"}]})
             request = analyzer_pb2.AnalyzeRequest(

@@ -253,7 +253,7 @@ def test_preflight_runs_on_the_host_over_ssh(deployed: dict[str, Deployment], st
     check = deployed[stack].one("command:remote:Command", "-preflight-check").inputs
     assert unwrap(check["connection"])["user"] == "deploy"
     tool = "npu-smi" if stack == "ascend" else "nvidia-smi"
-    assert tool in check["create"]
+    assert tool in check["stdin"] and tool not in check["create"]
 
 
 SHARED_SHA256 = {
@@ -267,3 +267,51 @@ must be those bytes, wherever this checkout lives (a CI clone has no shared/ bes
 @pytest.mark.parametrize("name", sorted(SHARED_SHA256))
 def test_the_h200_captures_are_shareds_verbatim(name: str) -> None:
     assert hashlib.sha256((H200 / name).read_bytes()).hexdigest() == SHARED_SHA256[name]
+
+
+RERUN = H200 / "rerun-2026-12-03"
+HOST_PREFIX = "preflight on glm:target.hosts[gpu01] (deploy@gpu01.example.internal:22): "
+
+
+def _outcomes(path: Path) -> list[tuple[str, list[str], str]]:
+    """Each ``### title`` section of a run's file: (title, its lines, its exit line)."""
+    found: list[tuple[str, list[str], str]] = []
+    for block in path.read_text().split("### ")[1:]:
+        title, *lines = block.rstrip("\n").split("\n")
+        ends = [line for line in lines if line.startswith("exit=")]
+        found.append(
+            (
+                title,
+                [line for line in lines if not line.startswith("exit=")],
+                ends[0].split()[0] if ends else "",
+            )
+        )
+    return found
+
+
+@pytest.mark.parametrize(
+    "name", ["preflight-h200-idle.txt", "preflight-h200-busy.txt", "preflight-h200-weights.txt"]
+)
+def test_on_the_real_h200_the_rerun_names_the_host_and_decides_as_before(name: str) -> None:
+    """Issue 32 item 7 changed what the preflight prints, not what it checks: the rendered scripts ran
+    again on the real H200 (2026-12-03, rerun-2026-12-03/, same run-on-h200.sh). Every problem line
+    now names the host, and each script exits as it did on 2026-12-01 with the same problems (the
+    holder's pid and the GPU's UUID are the new machine's)."""
+    before, after = _outcomes(H200 / name), _outcomes(RERUN / name)
+    assert [(t, e) for t, _, e in after] == [(t, e) for t, _, e in before]
+    for (title, old, _), (_, new, _) in zip(before, after, strict=True):
+        problems = [line for line in new if "Fix:" in line]
+        assert all(line.startswith(HOST_PREFIX) for line in problems), (title, problems)
+
+        def bare(line: str) -> str:
+            line = line.removeprefix(HOST_PREFIX).removeprefix("preflight: ")
+            line = line.replace(
+                "Fix: copy that shard again into glm:model.hostDir/directory", "Fix: copy that shard again"
+            )
+            return " ".join(
+                w for w in line.split() if not w.startswith("GPU-") and not w.strip(",").isdigit()
+            )
+
+        assert [bare(line) for line in new if "Fix:" in line] == [
+            bare(line) for line in old if "Fix:" in line
+        ], title

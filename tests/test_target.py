@@ -162,8 +162,10 @@ def test_the_commands_use_the_same_endpoint_user_and_host_key_and_no_key_in_the_
     assert connection["hostKey"] == TEST_HOST_KEY
     assert "privateKey" not in connection
     assert "PRIVATE KEY" not in json.dumps(unwrap(inputs), default=str)
-    # The first line names the host: pulumi-command quotes the command in its errors.
-    assert inputs["create"] == "bash -c '# on deploy@[2001:db8::1]:2222 (glm:target.hosts[gpu01])\necho hi'"
+    # The script goes on stdin; the command line, which pulumi-command quotes in its errors, is one
+    # short line naming the host.
+    assert inputs["create"] == 'bash -c "$(cat)"  # on deploy@[2001:db8::1]:2222 (glm:target.hosts[gpu01])'
+    assert inputs["stdin"] == "echo hi"
 
 
 def test_an_identity_the_agent_lacks_is_refused_with_ssh_add(agent: Path) -> None:

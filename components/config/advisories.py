@@ -4,6 +4,7 @@ images, refused on a production stack and an advisory on the stacks the policy p
 
 from __future__ import annotations
 
+from components.config.kubernetes import KUBERNETES_ADVISORIES
 from components.config.replica import FALSE_ENV, WARNED_ENV
 from components.config.sections import StackSections
 from policy.glm_policies import is_loopback, unpinned_reason
@@ -106,4 +107,5 @@ ADVISORIES = [
     _warn_mtp,
     _warn_dead_env,
     _warn_floating_images,
+    *KUBERNETES_ADVISORIES,
 ]

@@ -4,6 +4,7 @@ problem as a message naming the key, the value, the limit and the fix, or None.
 
 from __future__ import annotations
 
+from components.config.kubernetes import KUBERNETES_CHECKS
 from components.config.replica import SHUTDOWN_MARGIN_SECONDS, dangerous_env
 from components.config.sections import StackSections
 from components.flag_check import check_known_flags
@@ -335,4 +336,5 @@ CHECKS = [
     _check_extra_args,
     _check_env_names,
     _check_media_fetching,
+    *KUBERNETES_CHECKS,
 ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import getpass
 import itertools
+import platform
 import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -107,6 +108,22 @@ class HostConfig(Model):
     @property
     def is_local(self) -> bool:
         return self.docker_host.startswith("unix://")
+
+    @property
+    def build_platform(self) -> str | None:
+        """``linux/<arch>`` of an image built by this host's engine, where the program knows it: a
+        local engine is this machine's. Over SSH the host's architecture is not known before the
+        build: None, and the Docker provider says which one it assumes (this machine's, as here),
+        which is worth reading there.
+
+        >>> HostConfig(name="box", dockerHost="unix:///var/run/docker.sock").build_platform in (
+        ...     "linux/amd64", "linux/arm64")
+        True
+        """
+        if not self.is_local:
+            return None
+        machine = platform.machine()
+        return f"linux/{ {'x86_64': 'amd64', 'aarch64': 'arm64'}.get(machine, machine) }"
 
     @property
     def ssh_user(self) -> str:

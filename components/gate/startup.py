@@ -18,7 +18,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic.alias_generators import to_camel
+from components.vllm_flags import owned_flags
 
 
 @dataclass(frozen=True)
@@ -205,10 +205,11 @@ def is_error(line: str) -> bool:
 
 
 def flag_key(flag: str, rendered: Collection[str]) -> str:
-    """The config key behind ``--flag``: a flag the stack renders comes from its glm:serving key
-    (``--max-num-seqs`` → ``glm:serving.maxNumSeqs``); anything else from ``extraArgs``."""
+    """The config key behind ``--flag``: a flag the config owns comes from the key the flag table
+    names (``--max-num-seqs`` → ``glm:serving.maxNumSeqs``, ``--served-model-name`` →
+    ``glm:model.servedName``); anything else the stack renders came from ``extraArgs``."""
     if flag in rendered:
-        return f"glm:serving.{to_camel(flag.removeprefix('--').removeprefix('no-').replace('-', '_'))}"
+        return owned_flags().get(flag, "glm:serving.extraArgs")
     return "glm:serving.extraArgs"
 
 

@@ -39,12 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per run is enough
     settings = ProbeSettings.from_json(args.params.read_text())
     api_key = args.api_key_file.read_text().strip()
+    # The replica key only where replicas are asked directly (several hosts); the scrape key also
+    # where the front path's /metrics is behind the pods' guards (Kubernetes).
     replica_keys = (
         ReplicaKeys(
-            Path(settings.replica_key_file).read_text().strip(),
+            Path(settings.replica_key_file).read_text().strip() if settings.replica_key_file else "",
             Path(settings.scrape_key_file).read_text().strip(),
         )
-        if settings.replica_key_file and settings.scrape_key_file
+        if settings.scrape_key_file
         else None
     )
     metrics = ProbeMetrics(settings)

@@ -71,6 +71,7 @@ APP_FILES = (
     "components/semantic_probe/saturation.py",
     "components/semantic_probe/service.py",
     "components/semantic_probe/ejection.py",
+    "components/vllm_flags.py",  # gate/startup.py names the key a failing flag came from
 )
 """The project modules the probe imports: the gate's checks themselves, not a copy of their logic."""
 ROOT_DISTRIBUTIONS = ("httpx", "prometheus_client", "pydantic")
@@ -282,6 +283,8 @@ class SemanticProbeArgs:
     started_after: tuple[pulumi.Resource, ...] = ()
     """The container starts once these are done (the gate: a loading engine is the gate's business,
     not an alert); the image builds meanwhile."""
+    build_platform: str | None = None
+    """What its image is built for, where known (``HostConfig.build_platform`` of the front's host)."""
 
     def __post_init__(self) -> None:
         if any(r.guarded for r in self.replicas) and (self.replica_key is None or self.scrape_key is None):
@@ -296,6 +299,10 @@ def _guard_key_uploads(args: SemanticProbeArgs) -> list[docker.ContainerUploadAr
         docker.ContainerUploadArgs(file=path, content=pulumi.Output.secret(key), permissions="0444")
         for path, key in ((REPLICA_KEY_PATH, args.replica_key), (SCRAPE_KEY_PATH, args.scrape_key))
     ]
+
+
+SATURATION_LABEL = "glm53.probe-saturated-at-max-num-seqs"
+"""The probe container's label holding ``glm:serving.maxNumSeqs``, the saturation it judges by."""
 
 
 class SemanticProbe(pulumi.ComponentResource):
@@ -321,6 +328,7 @@ class SemanticProbe(pulumi.ComponentResource):
                 dockerfile=f"{context}/Dockerfile",
                 args={"BASE_IMAGE": spec.probe.base_image},
                 builder_version=docker.BuilderVersion.BUILDER_BUILD_KIT,
+                platform=args.build_platform,
             ),
             skip_push=True,
             opts=child,
@@ -359,7 +367,13 @@ class SemanticProbe(pulumi.ComponentResource):
             ]
             if args.requests_volume is not None
             else None,
-            labels=[docker.ContainerLabelArgs(label="glm53.role", value="semantic-probe")],
+            labels=[
+                docker.ContainerLabelArgs(label="glm53.role", value="semantic-probe"),
+                # The probe skips a replica running this many requests (saturated, not wrong); its
+                # params upload carries it, and is secret: this label says why a maxNumSeqs change
+                # replaces the probe too.
+                docker.ContainerLabelArgs(label=SATURATION_LABEL, value=str(spec.max_num_seqs)),
+            ],
             hosts=upstream_hosts(spec.container),
             restart="unless-stopped",
             log_driver="json-file",

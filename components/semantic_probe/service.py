@@ -48,6 +48,9 @@ class ProbeTarget:
     """vLLM's ``/metrics`` as this target reaches it (the kv_pool step)."""
     replica_key: bool = False
     """A guarded replica: asked with :class:`ReplicaKeys`, else with the probe's API key."""
+    scrape_key: bool = False
+    """``metrics_url`` asks for the scrape key (on Kubernetes the front path's: the front admits
+    it on ``/metrics``); a guarded replica's always does."""
     tls: Mapping[str, Any] | None = None
     """An ``https`` endpoint's certificate name and trust (``EndpointTls.params``): the front's
     certificate names neither its container name nor a guard's address."""
@@ -95,6 +98,9 @@ class ProbeSettings:
     failed runs in a row and re-admits it after as many passed ones (``ejection.py``)."""
     tls: Mapping[str, Any] | None = None
     """A TLS front: the name its certificate carries and what to trust (``EndpointTls.params``)."""
+    guarded_metrics: bool = False
+    """``metrics_url`` asks for the guards' scrape key, in ``scrape_key_file`` (Kubernetes: the
+    front's ``/metrics``, which admits it as a metrics key)."""
 
     @classmethod
     def from_json(cls, text: str) -> ProbeSettings:
@@ -106,7 +112,14 @@ class ProbeSettings:
     @property
     def targets(self) -> list[ProbeTarget]:
         """The front path first, then every replica in the order the program listed them."""
-        front = ProbeTarget(FRONT_PATH, FRONT_PATH, self.endpoint, self.metrics_url, tls=self.tls)
+        front = ProbeTarget(
+            FRONT_PATH,
+            FRONT_PATH,
+            self.endpoint,
+            self.metrics_url,
+            tls=self.tls,
+            scrape_key=self.guarded_metrics,
+        )
         return [front, *(ProbeTarget(path=REPLICA_PATH, **dict(r)) for r in self.replicas)]
 
     def gate_params(self, target: ProbeTarget) -> dict[str, Any]:
@@ -245,10 +258,10 @@ def run_once(
     outcome, counted as ``skipped``) while the target's vLLM is saturated (:func:`saturation`),
     unless ``may_skip`` is false (:class:`SkipBudget`): then asked all the same."""
     target = target or settings.targets[0]
-    if target.replica_key and not replica_keys:
-        raise ValueError(f"replica {target.host!r} is guarded but the probe has no replica keys")
+    if (target.replica_key or target.scrape_key) and not replica_keys:
+        raise ValueError(f"{target.path} {target.host!r} is guarded but the probe has no replica keys")
     key = replica_keys.inference if target.replica_key and replica_keys else api_key
-    metrics_key = replica_keys.scrape if target.replica_key and replica_keys else None
+    metrics_key = replica_keys.scrape if (target.replica_key or target.scrape_key) and replica_keys else None
     busy = saturation(settings, target, metrics_key, metrics.progress)
     if busy is not None and may_skip:
         metrics.skip(target)

@@ -16,6 +16,7 @@ a program) and as ``policy.glm_policies`` by the program's config; hence relativ
 * ``exposure``: rules 1, 2, 7 and 8, what the network can reach;
 * ``images``: rule 3, pinned images, and the stacks where it is advisory;
 * ``storage``: rules 4, 5 and 6, /dev/shm, read-only weights, kept volumes;
+* ``kubernetes``: rules 9 to 12, the Kubernetes objects (Services, pods, cards);
 * here: ``RULES``, the table ``glm_analyzer`` builds the pack from.
 """
 
@@ -48,6 +49,15 @@ from .images import (
     stack_of,
     unpinned_reason,
 )
+from .kubernetes import (
+    ACCELERATOR_ANNOTATION,
+    CARD_RESOURCES,
+    NO_CARDS,
+    k8s_gpu_requests,
+    k8s_node_port_opted_in,
+    k8s_pod_not_privileged,
+    k8s_serving_service_private,
+)
 from .resource import (
     CONTAINER,
     DYNAMIC,
@@ -79,6 +89,8 @@ from .storage import (
 )
 
 __all__ = [
+    "ACCELERATOR_ANNOTATION",
+    "CARD_RESOURCES",
     "CONTAINER",
     "DEFAULT_RELAXED_STACKS",
     "DEFAULT_RELAXED_STACK_SUFFIXES",
@@ -90,6 +102,7 @@ __all__ = [
     "GUARD_LABEL",
     "IMAGE",
     "NGINX_CONF",
+    "NO_CARDS",
     "PLAIN_HTTP_LABEL",
     "PUBLIC_BIND_LABEL",
     "RELOADED_CONF",
@@ -114,6 +127,10 @@ __all__ = [
     "is_loopback",
     "is_relaxed_stack",
     "is_serving",
+    "k8s_gpu_requests",
+    "k8s_node_port_opted_in",
+    "k8s_pod_not_privileged",
+    "k8s_serving_service_private",
     "labels",
     "no_public_serving_port",
     "normalize",
@@ -183,6 +200,27 @@ RULES: tuple[Rule, ...] = (
         "A port published beyond loopback belongs to a container that checks a key (the front, a replica "
         "guard), unless the stack opted in (glm:monitoring.allowPublicBind).",
         published_port_needs_credential,
+    ),
+    Rule(
+        "k8s-serving-service-private",
+        "The Service in front of the vLLM pods is ClusterIP: no NodePort, load balancer or external IP.",
+        k8s_serving_service_private,
+    ),
+    Rule(
+        "k8s-node-port-opted-in",
+        "A NodePort or LoadBalancer Service is a public bind: the front's serves TLS or carries the "
+        "plain-HTTP opt-in, any other the public-bind opt-in.",
+        k8s_node_port_opted_in,
+    ),
+    Rule(
+        "k8s-pod-not-privileged",
+        "No pod on the node's network, PID or IPC namespace, and no privileged container.",
+        k8s_pod_not_privileged,
+    ),
+    Rule(
+        "k8s-gpu-requests",
+        "The vLLM pods of a hardware profile request and limit one card per tensor-parallel rank.",
+        k8s_gpu_requests,
     ),
 )
 """The pack's rules, in the order of docs/policy.md."""
