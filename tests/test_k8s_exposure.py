@@ -11,11 +11,18 @@ import json
 import ssl
 from typing import Any
 
-import pulumi
 import pytest
 import yaml
 
-from tests.conftest import TEST_API_KEYS, Deployment, is_secret, run_program, stack_config, unwrap
+from tests.conftest import (
+    TEST_API_KEYS,
+    Deployment,
+    ProgramRefused,
+    is_secret,
+    run_program,
+    stack_config,
+    unwrap,
+)
 from tests.test_k8s_target import DEPLOYMENT, SERVICE, k8s_target
 from tests.tls_certs import TestCa
 
@@ -29,7 +36,7 @@ def local_with(**sections: dict[str, Any]) -> dict[str, Any]:
 
 
 def refused(overrides: dict[str, Any], secrets: dict[str, Any] | None = None) -> str:
-    with pytest.raises(pulumi.RunError) as info:
+    with pytest.raises(ProgramRefused) as info:
         run_program("local", overrides, secrets)
     return str(info.value)
 

@@ -284,6 +284,28 @@ def test_a_fast_engine_after_a_slow_first_token_streams_through_the_front(sims, 
     assert results["stream_bursts"] >= results["stream_chunks"] // 4, results
 
 
+@needs_nginx
+def test_a_busy_reader_that_bunches_one_stream_is_not_a_buffering_front(sims, front, monkeypatch) -> None:
+    """The gate's own process descheduled past the engine's whole decode (met under a load of 15:
+    the fast-engine stream above came in 1 read): the chunks wait in the socket and arrive bunched,
+    once. The first stream is read only after the engine has sent it all; the next one streams."""
+    from components.gate import transport
+
+    real, reads = transport.sse_events, []
+
+    def descheduled_once(lines):  # type: ignore[no-untyped-def]
+        reads.append(1)
+        if len(reads) == 1:
+            time.sleep(1.5)  # the whole reply (0.5 s prefill, 32 tokens at 1.5 ms) is sent meanwhile
+        return real(lines)
+
+    monkeypatch.setattr(transport, "sse_events", descheduled_once)
+    sim = sims(VLLM_SIM_PREFILL_TOKENS_PER_S="40", VLLM_SIM_DECODE_TOKEN_SECONDS="0.0015")
+    results = run_gate(params(front(sim), sim, steps=["streaming"]), KEY, lambda _line: None)
+    assert results["stream_tries"] == 2, results
+    assert results["stream_bursts"] >= results["stream_chunks"] // 4, results
+
+
 def test_messages_carry_at_most_an_excerpt_of_the_body(sims) -> None:
     sim = sims(VLLM_SIM_FAULT="http-500")
     failure = gate_fails(params(f"{sim.url}/v1", sim))
