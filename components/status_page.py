@@ -23,6 +23,7 @@ from urllib.parse import quote
 from components import semantic_probe
 from components.dashboard import PANELS as DASHBOARD_PANELS
 from components.dashboard import RATE
+from components.openai_errors import openai_error
 from components.prometheus_config import ROTATION_JOB
 from components.template import render_file, template
 from ops.usage import QUERIES as USAGE_QUERIES
@@ -39,9 +40,16 @@ REFRESH_SECONDS = 15
 (``glm:front.rateLimit.unauthenticatedRequestsPerSecond``, 5 r/s, burst 20)."""
 ASSETS_DIR = "/etc/prometheus/status-page"
 """Where the page's files are in the Prometheus container (``--web.user-assets``, served at /user/)."""
-PAGE_FILE = "index.html"
+PAGE_FILE = "status.html"
 ASSET_FILES = {"status.js": "status-page.js", "status.css": "status-page.css"}
 """The page's other files (next to it under /status/ at the front) and their templates."""
+READ_TIMEOUT_SECONDS = 15
+"""The longest a panel's query may take (the charts are 120-point subqueries)."""
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+"""The page may load its own files and ask its own origin, nothing else (the browser enforces it)."""
 SERIES_LABEL = "series"
 """The label that tells a panel's series apart when one query returns several (``label_replace``)."""
 
@@ -206,3 +214,39 @@ def render_page() -> str:
 def page_files() -> dict[str, str]:
     """File name -> content, for ``ASSETS_DIR``."""
     return {PAGE_FILE: render_page(), **{name: template(source) for name, source in ASSET_FILES.items()}}
+
+
+def render_front_conf(prometheus: str, resolver: str) -> tuple[str, str]:
+    """(the ``http`` block's maps, the ``server`` block's locations) of the front's nginx.conf that
+    serve the page and its queries from the Prometheus at ``prometheus`` (``host:port``), its name
+    looked up at ``resolver`` when asked."""
+    files = {"/status/": PAGE_FILE, **{f"/status/{name}": name for name in ASSET_FILES}}
+    maps = render_file(
+        "nginx-status-page-maps.conf",
+        {
+            "files": "\n".join(f'        "{uri}" "{file}";' for uri, file in files.items()),
+            "queries": "\n".join(f'        "{uri}" "{query}";' for uri, query in query_map().items()),
+            "prometheus": prometheus,
+        },
+    )
+    settings = render_file(
+        "nginx-status-page-settings.conf",
+        {
+            "resolver": resolver,
+            "read_timeout": str(READ_TIMEOUT_SECONDS),
+            "content_security_policy": CONTENT_SECURITY_POLICY,
+        },
+    ).rstrip("\n")
+    routes = render_file(
+        "nginx-status-page.conf",
+        {
+            "settings": settings,
+            "error_status_unavailable": openai_error(
+                f"The stack Prometheus ({prometheus}) is not reachable: it is starting or down. "
+                "The page shows again once it answers.",
+                "status_unavailable",
+                "server_error",
+            ),
+        },
+    )
+    return maps, routes

@@ -227,6 +227,7 @@ E2E_MODULES = (
 CONTAINER_MODULES = (
     "test_local_containers.py", "test_nginx_reload.py", "test_rotation.py", "test_rotation_requests.py",
     "test_standin_host.py", "test_container_watch.py", "test_multihost.py", "test_serving_image.py",
+    "test_status_page_containers.py",
 )  # fmt: skip
 """Modules beyond the end-to-end ones that start containers or stand-in hosts: with them,
 ``make test-fast`` (``-m "not e2e and not containers"``) is the inner loop."""
