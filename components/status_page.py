@@ -132,20 +132,6 @@ PANELS: tuple[Panel, ...] = (
         ),
         rows=("host", "event"),
     ),
-    Panel(
-        "probe_steps",
-        "Semantic probe: each step's last run",
-        "table",
-        (
-            ("result", "pass", _single("Probe steps passing")),
-            (
-                "failures in a row",
-                "count",
-                f"max by (host, path, step) ({_P}_step_consecutive_failures{{{_PROBE}}})",
-            ),
-        ),
-        rows=("host", "path", "step"),
-    ),
     Panel("kv_cache", "KV cache use", "chart", (("used", "ratio", _single("KV cache usage")),)),
     Panel(
         "requests",
@@ -170,6 +156,20 @@ PANELS: tuple[Panel, ...] = (
         "Tokens/s generated",
         "chart",
         (("generated", "per_second", _single("Generation tokens/s")),),
+    ),
+    Panel(
+        "probe_steps",
+        "Semantic probe: each step's last run",
+        "table",
+        (
+            ("result", "pass", _single("Probe steps passing")),
+            (
+                "failures in a row",
+                "count",
+                f"max by (host, path, step) ({_P}_step_consecutive_failures{{{_PROBE}}})",
+            ),
+        ),
+        rows=("host", "path", "step"),
     ),
     Panel(
         "usage",

@@ -140,15 +140,16 @@ def status_front(prometheus: str) -> Iterator[Front]:
 
 
 @contextlib.contextmanager
-def page_prometheus(tmp: Path, scrape: list[dict] | None = None) -> Iterator[int]:
-    """A real Prometheus serving the page's files as the stack's does (``--web.user-assets``)."""
+def page_prometheus(tmp: Path, scrape: list[dict] | None = None, port: int | None = None) -> Iterator[int]:
+    """A real Prometheus serving the page's files as the stack's does (``--web.user-assets``),
+    scraping ``scrape`` every second."""
     assets = tmp / "assets"
-    assets.mkdir()
+    assets.mkdir(parents=True)
     for name, text in page_files().items():
         (assets / name).write_text(text)
     config = {"global": {"scrape_interval": "1s"}, "scrape_configs": scrape or []}
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
+    port = port or free_port()
     argv = [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
             f"--web.listen-address=127.0.0.1:{port}", f"--web.user-assets={assets}"]  # fmt: skip
     with running(argv, tmp / "prometheus.log") as proc:

@@ -95,7 +95,8 @@
     const x = (t) => left + ((t - start) / (end - start)) * (width - left - right);
     const y = (v) => top + (1 - v / max) * (height - top - bottom);
     const chart = vector("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": panel.title });
-    for (const fraction of [0, 0.5, 1]) {
+    // A yes/no chart has no middle value to name.
+    for (const fraction of unit === "in_rotation" ? [0, 1] : [0, 0.5, 1]) {
       const value = max * fraction;
       chart.append(
         vector("line", { x1: left, x2: width - right, y1: y(value), y2: y(value), stroke: "#e3e7ec" }),
@@ -120,6 +121,13 @@
         drawing = true;
       }
       chart.append(vector("path", { d: path, fill: "none", stroke: color, "stroke-width": 1.6 }));
+      // A point with no neighbour draws no line (a fresh Prometheus has one): a dot, as the last.
+      line.points.forEach(([t, v], i) => {
+        const drawn = (j) => j >= 0 && j < line.points.length && Number.isFinite(line.points[j][1]);
+        if (drawn(i) && ((!drawn(i - 1) && !drawn(i + 1)) || i === line.points.length - 1)) {
+          chart.append(vector("circle", { cx: x(t).toFixed(1), cy: y(v).toFixed(1), r: 2.5, fill: color }));
+        }
+      });
       const swatch = element("span", { class: "swatch" });
       swatch.style.backgroundColor = color;
       const last = line.points.length ? line.points[line.points.length - 1][1] : undefined;
@@ -180,7 +188,8 @@
   const boxes = new Map();
   for (const panel of spec.panels) {
     const section = element("section", { class: "panel", "data-panel": panel.name, "data-state": "loading" });
-    if (panel.kind === "table") section.classList.add("wide");
+    // A table of many columns takes the whole row; charts and small tables go two a row.
+    if (panel.kind === "table" && panel.rows.length + panel.series.length >= 5) section.classList.add("wide");
     const body = element("div", { class: "body" }, "loading…");
     section.append(element("h2", {}, panel.title), body);
     grid.append(section);
