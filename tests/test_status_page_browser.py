@@ -26,14 +26,13 @@ import openai
 import pytest
 
 from components.config import build_stack_config
-from components.nginx_conf import render_nginx_conf
+from components.nginx_conf import MeterRoute, render_nginx_conf
 from components.prometheus_config import DEFAULT_JOB, METER_JOB, ROTATION_JOB
 from components.semantic_probe import SCRAPE_JOB
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
 from components.status_page import PANELS
-from components.usage_meter import meter_params
 from tests.browser import CHROMIUM, browser
 from tests.conftest import PROJECT
 from tests.engine import free_port
@@ -100,16 +99,13 @@ def metered_status_front(boxes: list[int], directory: Path):
     /status/ from the Prometheus named later (``front.prometheus_port`` is set before it starts)."""
     config = build_stack_config({"hardware": "local"})
     meter_port, return_port, port, prometheus_port = free_port(), free_port(), free_port(), free_port()
-    params = meter_params(config.front, sorted(KEYS), 256, len(boxes), f"127.0.0.1:{return_port}")
-    params["port"] = meter_port
-    (directory / "meter.json").write_text(json.dumps(params))
     with contextlib.ExitStack() as stack:
-        argv = [sys.executable, "-I", "-S", str(METER), "--params", str(directory / "meter.json"),
-                "--host", "127.0.0.1"]  # fmt: skip
+        argv = [sys.executable, "-I", "-S", str(METER), "--host", "127.0.0.1", "--port", str(meter_port),
+                "--upstream", f"127.0.0.1:{return_port}"]  # fmt: skip
         wait_for_port(meter_port, stack.enter_context(running(argv, directory / "meter.log")))
         conf = render_nginx_conf(
             config.front, [f"127.0.0.1:{p}" for p in boxes], KEYS, metrics_keys=METRICS,
-            listen=f"127.0.0.1:{port}", runtime_dir=str(directory), meter=f"127.0.0.1:{meter_port}",
+            listen=f"127.0.0.1:{port}", runtime_dir=str(directory), meter=MeterRoute(f"127.0.0.1:{meter_port}", 256 * len(boxes)),
             meter_return_listen=f"127.0.0.1:{return_port}", prometheus=f"127.0.0.1:{prometheus_port}",
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)
