@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from components.config import ConfigError, FrontConfig, check_api_keys, check_metrics_keys
 from components.nginx_meter import (
+    DOCKER_DNS,
     METER_RETURN_PORT,
     USAGE_SHARES_FILE,
     MeterRoute,
@@ -22,6 +23,7 @@ from components.nginx_meter import (
 )
 from components.nginx_reload import ROTATION_DIR, STATUS_DIR
 from components.openai_errors import openai_error
+from components.status_page import render_front_conf as render_status_page
 from components.template import render_file
 
 CONTAINER_PORT = 8080
@@ -264,8 +266,10 @@ def _render(
     meter: MeterRoute | None = None,
     meter_return_listen: str = str(METER_RETURN_PORT),
     meter_shares: str | None = None,
+    prometheus: str | None = None,
 ) -> str:
-    """``guarded``: replicas sit behind guards (several hosts): send the replica key and, with TLS,
+    """``prometheus`` (host:port): the front serves the status page from it (components/status_page.py).
+    ``guarded``: replicas sit behind guards (several hosts): send the replica key and, with TLS,
     speak TLS to them, pinning the stack's replica certificate. A release (``upstream`` None) also
     serves the rotation's state on ``status_listen``. ``meter``: the inference routes go through the
     usage meter, which sends them back to ``meter_return_listen``; ``meter_shares``: the share table
@@ -305,6 +309,11 @@ def _render(
         )  # fmt: skip
     proxy_settings = render_file("nginx-proxy.conf", {**proxy, "meter_headers": proxy_settings}).rstrip("\n")
     ssl = render_server_tls(*tls_paths) if tls_paths is not None else ""
+    if prometheus is not None and not _UPSTREAM.fullmatch(prometheus):
+        raise ValueError(f"prometheus {prometheus!r} is not host:port")
+    status_maps, status_routes = (
+        render_status_page(prometheus, DOCKER_DNS) if prometheus is not None else ("", "")
+    )
     values = {
         "worker_processes": str(WORKER_PROCESSES),
         "worker_shutdown_timeout": str(OLD_WORKER_GRACE_SECONDS),
@@ -327,6 +336,8 @@ def _render(
         "max_body_size": front.max_body_size,
         "health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS),
         "routes": routes,
+        "status_page_maps": status_maps.rstrip("\n"),
+        "status_page_routes": status_routes.rstrip("\n"),
         "status_server": render_file(
             "nginx-status.conf", {"status_listen": status_listen, "status_file": STATUS_FILE}
         )
@@ -358,6 +369,7 @@ def render_release_conf(
     guarded: bool = False,
     status_listen: str = str(STATUS_PORT),
     meter: MeterRoute | None = None,
+    prometheus: str | None = None,
 ) -> str:
     """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it, and
     no replica either: the rotation (components/rotation.py) lists those that passed their gate."""
@@ -373,6 +385,7 @@ def render_release_conf(
         guarded=guarded,
         status_listen=status_listen,
         meter=meter,
+        prometheus=prometheus,
     )
 
 
@@ -388,6 +401,7 @@ def render_front_files(
     replica_files: Mapping[str, str] | None = None,
     status_listen: str = str(STATUS_PORT),
     meter: MeterRoute | None = None,
+    prometheus: str | None = None,
 ) -> dict[str, str]:
     """Every file of one front release, by name: what ``NginxReload`` delivers.
 
@@ -407,6 +421,7 @@ def render_front_files(
             guarded=replica_files is not None,
             status_listen=status_listen,
             meter=meter,
+            prometheus=prometheus,
         ),
         API_KEYS_FILE: render_key_map(api_keys),
         METRICS_KEYS_FILE: render_key_map(metrics_keys),
@@ -431,6 +446,7 @@ def render_nginx_conf(
     tls_dir: str = "/etc/nginx/tls",
     meter: MeterRoute | None = None,
     meter_return_listen: str = str(METER_RETURN_PORT),
+    prometheus: str | None = None,
 ) -> str:
     """The same config as one self-contained file, keys inline (what nginx sees once it has read
     the includes): for harnesses that run one ``nginx -c`` file, such as the gate's tests.
@@ -451,4 +467,5 @@ def render_nginx_conf(
         meter=meter,
         meter_return_listen=meter_return_listen,
         meter_shares=shares_directive(front, sorted(api_keys), meter.capacity) if meter else None,
+        prometheus=prometheus,
     )

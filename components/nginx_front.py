@@ -26,6 +26,8 @@ from components.config import ContainerConfig, FrontConfig, HostConfig
 from components.nginx_conf import CONTAINER_PORT, SECRET_FILES, render_front_files, render_release_conf
 from components.nginx_meter import METER_RETURN_PORT, MeterRoute
 from components.nginx_reload import NginxReload, secrets_digest
+from components.prometheus_config import CONTAINER_PORT as PROMETHEUS_PORT
+from components.prometheus_config import container_name as prometheus_container_name
 from components.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DIR, volume_name
 from components.target import exec_ssh
 from components.usage_meter import UsageMeter
@@ -214,7 +216,12 @@ class NginxFront(pulumi.ComponentResource):
             address = f"{meter_container_name(container)}:{front.usage_meter.port}"
             route = MeterRoute(address, max_num_seqs * replicas)
         nginx_conf = render_release_conf(
-            front, tls=front.tls, guarded=args.replica_files is not None, meter=route
+            front,
+            tls=front.tls,
+            guarded=args.replica_files is not None,
+            meter=route,
+            # The status page (/status/) and its queries, from the stack's Prometheus.
+            prometheus=f"{prometheus_container_name(container)}:{PROMETHEUS_PORT}",
         )
         metrics = pulumi.Output.from_input(args.metrics_keys if args.metrics_keys is not None else {})
         metrics_names = pulumi.Output.unsecret(metrics.apply(sorted))

@@ -54,6 +54,11 @@ PROMETHEUS_FLAGS = [
 ]
 
 
+def container_name(container: ContainerConfig) -> str:
+    """Prometheus' Docker name (and host name on the stack's private network)."""
+    return f"{container.name}-prometheus"
+
+
 @dataclass(frozen=True)
 class ScrapeSpec:
     """The slice of the stack Prometheus is built from: its own container and the facts its alert

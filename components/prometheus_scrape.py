@@ -11,7 +11,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_docker as docker
 
-from components import semantic_probe
+from components import semantic_probe, status_page
 from components.nginx_conf import STATUS_PORT
 from components.nginx_front import front_container_name
 from components.prometheus_config import (
@@ -24,6 +24,7 @@ from components.prometheus_config import (
     SCRAPE_KEY_PATH,
     GuardedScrape,
     ScrapeSpec,
+    container_name,
     render_prometheus_config,
 )
 from components.prometheus_rules import render_alert_rules
@@ -69,9 +70,10 @@ class PrometheusScrape(pulumi.ComponentResource):
         image = docker.RemoteImage(f"{name}-image", name=monitoring.image, keep_locally=True, opts=child)
         prometheus = docker.Container(
             f"{name}-prometheus",
-            name=f"{container.name}-prometheus",
+            name=container_name(container),
             image=image.image_id,
-            command=PROMETHEUS_FLAGS,
+            # The status page's files are served at /user/, which the front proxies (/status/).
+            command=[*PROMETHEUS_FLAGS, f"--web.user-assets={status_page.ASSETS_DIR}"],
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
             ports=[
                 docker.ContainerPortArgs(
@@ -101,6 +103,13 @@ class PrometheusScrape(pulumi.ComponentResource):
                     permissions="0644",
                 ),
                 *_credential_uploads(guarded),
+                # Not secret (the page holds no data and no key), readable by the image's `nobody`.
+                *[
+                    docker.ContainerUploadArgs(
+                        file=f"{status_page.ASSETS_DIR}/{name}", content=content, permissions="0644"
+                    )
+                    for name, content in sorted(status_page.page_files().items())
+                ],
             ],
             labels=[
                 docker.ContainerLabelArgs(label="glm53.role", value="monitoring"),

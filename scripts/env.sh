@@ -33,9 +33,10 @@ ensure_packages() {
   say "missing packages: sudo apt-get install ${missing[*]}"
   return 1
 }
-# What `make up` needs; what `make test` needs on top (real nginx, promtool, stand-in SSH hosts).
+# What `make up` needs; what `make test` needs on top (real nginx, promtool, stand-in SSH hosts,
+# a headless browser).
 UP_PACKAGES=(dockerd=docker.io debootstrap=debootstrap python3=python3-venv openssl=openssl)
-TEST_PACKAGES=(nginx=nginx promtool=prometheus sshd=openssh-server ssh=openssh-client ip=iproute2 nsenter=util-linux shellcheck=shellcheck)
+TEST_PACKAGES=(nginx=nginx promtool=prometheus sshd=openssh-server ssh=openssh-client ip=iproute2 nsenter=util-linux shellcheck=shellcheck chromium=chromium)
 
 ensure_passphrase() {
   mkdir -p "$GLM_STATE_DIR/state"

@@ -245,8 +245,9 @@ E2E_MODULES = (
 CONTAINER_MODULES = (
     "test_local_containers.py", "test_nginx_reload.py", "test_rotation.py", "test_rotation_requests.py",
     "test_standin_host.py", "test_container_watch.py", "test_multihost.py", "test_serving_image.py",
+    "test_status_page_containers.py", "test_status_page_browser.py",
 )  # fmt: skip
-"""Modules beyond the end-to-end ones that start containers or stand-in hosts: with them,
+"""Modules beyond the end-to-end ones that start containers, stand-in hosts or a browser: with them,
 ``make test-fast`` (``-m "not e2e and not containers"``) is the inner loop."""
 
 SECONDS = {
@@ -259,7 +260,8 @@ SECONDS = {
     "test_local_containers.py": 48, "test_service.py": 42, "test_nginx_reload.py": 40,
     "test_rotation_requests.py": 36, "test_standin_host.py": 33, "test_checks.py": 32,
     "test_container_watch.py": 29, "test_nginx_front.py": 27, "test_probe.py": 27,
-    "test_preflight_refusal_engine.py": 45,
+    "test_preflight_refusal_engine.py": 45, "test_status_page_containers.py": 53,
+    "test_status_page_browser.py": 42,
 }  # fmt: skip
 """What each group of tests took, one after another on the 2-core machine (``--durations``, the
 run of 2026-12-02: 53 min in all). The suite's workers take groups in collection order
@@ -277,7 +279,7 @@ SPLIT = {
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: on the real engine (tests/conftest.py E2E_MODULES)")
-    config.addinivalue_line("markers", "containers: starts Docker containers or stand-in hosts")
+    config.addinivalue_line("markers", "containers: starts Docker containers, stand-in hosts or a browser")
 
 
 def _module(nodeid: str) -> str:

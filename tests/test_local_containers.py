@@ -11,12 +11,13 @@ provider's own behaviour (diffs, replacement order).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,8 @@ import pytest
 from components import rotation
 from components.gate import GateFailure, run_gate
 from components.nginx_reload import apply_release
-from tests.conftest import PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
+from components.status_page import render_page
+from tests.conftest import CONTAINER, PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
 from tests.engine import free_port
 
 LOCAL_IMAGES = [
@@ -99,12 +101,22 @@ def run_args(container: dict[str, Any], network: str, image_ids: dict[str, str])
 def start(container: Registered, network: str, image_ids: dict[str, str]) -> str:
     inputs = unwrap(container.inputs)
     docker(*run_args(inputs, network, image_ids))
-    with tempfile.TemporaryDirectory() as tmp:
-        for upload in inputs.get("uploads") or []:
-            local = Path(tmp) / Path(upload["file"]).name
-            local.write_text(upload["content"])
-            local.chmod(int(upload.get("permissions", "0644"), 8))
-            docker("cp", str(local), f"{inputs['name']}:{upload['file']}")
+    for upload in inputs.get("uploads") or []:
+        # As the provider uploads: a tar holding the file under its whole path, unpacked at `/`
+        # (Docker makes the folders it lacks, as for the status page's files).
+        data = upload["content"].encode()
+        info = tarfile.TarInfo(upload["file"].lstrip("/"))
+        info.size, info.mode = len(data), int(upload.get("permissions", "0644"), 8)
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            tar.addfile(info, io.BytesIO(data))
+        copied = subprocess.run(
+            ["docker", "cp", "-", f"{inputs['name']}:/"],
+            input=archive.getvalue(),
+            capture_output=True,
+            timeout=60,
+        )
+        assert copied.returncode == 0, copied.stderr.decode(errors="replace")
     docker("start", inputs["name"])
     return str(inputs["name"])
 
@@ -116,18 +128,23 @@ def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
     deployment = run_program(
         "local",
         overrides={
-            "glm:front": {"image": "glm53-local/nginx:bookworm", "port": front_port},
+            "glm:front": {
+                "image": "glm53-local/nginx:bookworm",
+                "port": front_port,
+                "usageMeter": {"baseImage": "glm53-local/python:bookworm"},
+            },
             "glm:monitoring": {"image": "glm53-local/prometheus:bookworm", "port": prometheus_port},
             "glm:container": {"name": name},
         },
     )
-    built = deployment.one("docker:index/image:Image", "-image-build").inputs
-    build = built["build"]
-    subprocess.run(
-        ["docker", "build", "-q", "-t", built["imageName"], "-f", build["dockerfile"],
-         *[a for k, v in build["args"].items() for a in ("--build-arg", f"{k}={v}")], build["context"]],
-        cwd=PROJECT, check=True, capture_output=True, env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/bin:/bin:/usr/sbin"},
-    )  # fmt: skip
+    for image in ("-image-build", "-usage-meter-image"):  # the simulator, the usage meter
+        built = deployment.one("docker:index/image:Image", image).inputs
+        build = built["build"]
+        subprocess.run(
+            ["docker", "build", "-q", "-t", built["imageName"], "-f", build["dockerfile"],
+             *[a for k, v in build["args"].items() for a in ("--build-arg", f"{k}={v}")], build["context"]],
+            cwd=PROJECT, check=True, capture_output=True, env={"DOCKER_BUILDKIT": "0", "PATH": "/usr/bin:/bin:/usr/sbin"},
+        )  # fmt: skip
     network = deployment.one("docker:index/network:Network").inputs
     volume = deployment.one("docker:index/volume:Volume", "-jit-cache").inputs
     containers = {c.name.rsplit("-", 1)[1]: c for c in deployment.of_type("docker:index/container:Container")}
@@ -137,6 +154,8 @@ def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
         docker("network", "create", "--subnet", network["ipamConfigs"][0]["subnet"], network["name"])
         docker("volume", "create", volume["name"])
         started.append(start(containers["vllm"], network["name"], {}))
+        # The inference routes go through the usage meter (nginx finds it by name when asked).
+        started.append(start(deployment.one(CONTAINER, "-usage-meter-container"), network["name"], {}))
         started.append(start(containers["nginx"], network["name"], {pulled: "glm53-local/nginx:bookworm"}))
         # The front's config arrives as `pulumi up` delivers it: NginxReload's files, nginx -t, reload.
         apply_release(unwrap(deployment.one("pulumi-python:dynamic:Resource", "-front-config").inputs))
@@ -229,3 +248,25 @@ def test_the_probe_measures_through_the_real_front(
     assert report["kv_pool"]["tokens"] == 4 * 32768
     assert (tmp_path / "probe-report.md").exists()
     assert TEST_API_KEYS["ci"] not in (tmp_path / "probe-report.md").read_text() + result.stderr
+
+
+def test_the_status_page_reads_the_stacks_prometheus_through_the_front(
+    local_stack: tuple[Deployment, dict[str, Any]],
+) -> None:
+    """The program's Prometheus container (its flags, the page's files) behind the program's front
+    release: the page for anyone, a panel's query for the gate's metrics key, once Prometheus has
+    scraped vLLM (interval 15 s)."""
+    deployment, ports = local_stack
+    base = f"http://127.0.0.1:{ports['front_port']}"
+    page = httpx.get(f"{base}/status/", timeout=10)
+    assert page.status_code == 200 and page.text == render_page()
+    gate = deployment.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs
+    key = {"Authorization": f"Bearer {unwrap(gate['metrics_key'])}"}
+    assert httpx.get(f"{base}/status/query/kv_cache", timeout=10).status_code == 401
+    deadline = time.monotonic() + 60
+    while not (answer := httpx.get(f"{base}/status/query/kv_cache", headers=key, timeout=10).json())["data"][
+        "result"
+    ]:
+        assert time.monotonic() < deadline, answer
+        time.sleep(1)
+    assert answer["data"]["resultType"] == "matrix"

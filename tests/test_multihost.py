@@ -200,6 +200,8 @@ def test_prometheus_scrapes_every_replica_with_a_host_label(three: Deployment) -
     assert "scheme" not in job  # plain HTTP on the private network without glm:front.tls
     assert [u["file"] for u in uploads] == [
         "/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml", "/etc/prometheus/scrape-key",
+        "/etc/prometheus/status-page/status.css", "/etc/prometheus/status-page/status.html",
+        "/etc/prometheus/status-page/status.js",
     ]  # fmt: skip
     rules = yaml.safe_load(uploads[1]["content"])["groups"][0]["rules"]
     vllm_rules = [r for r in rules if r["alert"].startswith("Vllm")]  # the probe's are per stack

@@ -877,7 +877,9 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
     )
     assert inputs["destroyGraceSeconds"] == 30
     reload = mocks.registered["front-config"][1]
-    assert reload["nginx_conf"] == render_release_conf(config.front)
+    # The status page's Prometheus: the stack's, by its name on the private network.
+    prometheus = f"{config.container.name}-prometheus:9090"
+    assert reload["nginx_conf"] == render_release_conf(config.front, prometheus=prometheus)
     assert reload["api_key_names"] == ["alice", "bob"] and reload["metrics_key_names"] == []
     assert reload["container"] == f"{config.container.name}-nginx"
     if hardware == "local":

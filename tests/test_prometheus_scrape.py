@@ -38,6 +38,7 @@ from components.prometheus_rules import (
     render_alert_rules,
 )
 from components.prometheus_scrape import PrometheusScrape
+from components.status_page import page_files
 from tests.conftest import TEST_HOST_KEY, construct
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -714,7 +715,8 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     assert mocks.registered["metrics-image"][1] == {"name": "prom/prometheus:v2.53.0", "keepLocally": True}
     inputs = mocks.registered["metrics-prometheus"][1]
     assert inputs["name"] == f"{config.container.name}-prometheus"
-    assert inputs["command"] == PROMETHEUS_FLAGS
+    # The status page's files, served at /user/ for the front's /status/ (components/status_page.py).
+    assert inputs["command"] == [*PROMETHEUS_FLAGS, "--web.user-assets=/etc/prometheus/status-page"]
     assert inputs["image"] == f"sha256:{'ab' * 32}"
     assert inputs["networksAdvanced"] == [{"name": "glm-net"}]
     assert [{k: p[k] for k in ("internal", "external", "ip")} for p in inputs["ports"]] == [
@@ -723,6 +725,8 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     assert "volumes" not in inputs and "mounts" not in inputs  # TSDB: the image's own volume
     uploads = {u["file"]: u["content"] for u in inputs["uploads"]}
     assert uploads[RULES_PATH] == render_alert_rules(ScrapeSpec.of(config))
+    for name, content in page_files().items():
+        assert uploads[f"/etc/prometheus/status-page/{name}"] == content
     scraped = yaml.safe_load(uploads[CONFIG_PATH])
     assert scraped["scrape_configs"][0]["static_configs"] == [{"targets": [f"vllm:{config.serving.port}"]}]
     assert scraped["scrape_configs"][1]["static_configs"] == [

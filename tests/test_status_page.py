@@ -1,0 +1,236 @@
+"""The status page (components/status_page.py): what it shows, and that every panel's query is
+PromQL the real ``promtool`` accepts. tests/test_status_page_browser.py loads it in a real browser."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+from urllib.parse import unquote
+
+import httpx
+import yaml
+
+from components.config import build_stack_config
+from components.nginx_conf import CONF_FILE, render_front_files, render_nginx_conf
+from components.status_page import (
+    CONTENT_SECURITY_POLICY,
+    PAGE_FILE,
+    PANELS,
+    page_files,
+    query_map,
+    render_page,
+)
+from tests.engine import free_port
+from tests.test_nginx_front import KEYS, METRICS, NGINX, Front, running, runtime_dir, wait_for_port
+
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def test_the_page_shows_what_the_issue_asks_for() -> None:
+    titles = " / ".join(panel.title for panel in PANELS).lower()
+    for wanted in (
+        "hosts in rotation",
+        "gate history",
+        "probe",
+        "kv cache",
+        "running / waiting",
+        "p50 / p99",
+        "tokens/s",
+        "usage per api key",
+    ):
+        assert wanted in titles, wanted
+    [usage] = [p for p in PANELS if p.name == "usage"]
+    assert [name for name, _unit, _expr in usage.series] == [
+        "requests", "errors", "tokens in", "tokens out",
+        "ttft p50", "ttft p99", "total p50", "total p99", "last seen",
+    ]  # fmt: skip
+
+
+def test_every_query_is_promql_promtool_accepts(tmp_path: Path) -> None:
+    """Each panel's one query, as a recording rule: ``promtool check rules`` parses it."""
+    rules = {
+        "groups": [
+            {
+                "name": "status-page",
+                "rules": [{"record": f"status_page:{p.name}", "expr": p.query} for p in PANELS],
+            }
+        ]
+    }
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rules))
+    checked = subprocess.run(
+        [PROMTOOL, "check", "rules", str(tmp_path / "rules.yml")], capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(PANELS)} rules found" in checked.stdout
+
+
+def test_the_front_gets_each_query_as_one_plain_nginx_string() -> None:
+    """No ``$`` (an nginx variable), quote, space or ``;`` in what nginx.conf holds, and each
+    decodes back to the panel's PromQL."""
+    queries = query_map()
+    assert len(queries) == len(PANELS)
+    for panel in PANELS:
+        encoded = queries[f"/status/query/{panel.name}"]
+        assert re.fullmatch(r"[A-Za-z0-9_.~%-]+", encoded), panel.name
+        assert unquote(encoded) == panel.query
+        assert len(encoded) < 4000  # nginx refuses a longer parameter
+
+
+def test_the_page_carries_the_panels_and_loads_only_its_own_files() -> None:
+    files = page_files()
+    assert set(files) == {PAGE_FILE, "status.js", "status.css"}
+    page = render_page()
+    inline = re.search(r'<script type="application/json" id="spec">(.*?)</script>', page)
+    assert inline is not None
+    spec = json.loads(inline[1])
+    assert [p["name"] for p in spec["panels"]] == [p.name for p in PANELS]
+    assert "query" not in json.dumps(spec["panels"])  # the PromQL stays with the front
+    # Nothing from another origin: every src/href is one of the page's own files (or the empty icon).
+    links = re.findall(r'(?:src|href)="([^"]*)"', page)
+    assert sorted(links) == ["data:,", "status.css", "status.js"]
+    assert "http" not in files["status.js"].replace("http://www.w3.org/2000/svg", "")
+
+
+# ---- the route: real nginx in front of a real Prometheus ---------------------------------------
+
+
+def test_a_release_with_the_status_page_passes_nginx_t(tmp_path: Path) -> None:
+    """Prometheus' name is resolved when asked, not when nginx loads: the release loads before
+    Prometheus exists, as on `pulumi up` (Prometheus is created after the front)."""
+    config = build_stack_config({"hardware": "local"})
+    files = render_front_files(
+        config.front, KEYS, METRICS, runtime_dir=str(tmp_path), prometheus="glm53-no-such-host:9090"
+    )
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    result = subprocess.run(
+        [NGINX, "-t", "-c", str(tmp_path / CONF_FILE), "-e", "stderr"],
+        capture_output=True, text=True, timeout=30, cwd="/",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+@contextlib.contextmanager
+def status_front(prometheus: str) -> Iterator[Front]:
+    """The front with the status page, its Prometheus at ``prometheus``; no vLLM behind it."""
+    config = build_stack_config({"hardware": "local"})
+    directory = runtime_dir()
+    port = free_port()
+    conf = render_nginx_conf(
+        config.front, "127.0.0.1:9", KEYS, metrics_keys=METRICS, listen=f"127.0.0.1:{port}",
+        runtime_dir=str(directory), prometheus=prometheus,
+    )  # fmt: skip
+    (directory / "nginx.conf").write_text(conf)
+    argv = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e", "stderr",
+            "-g", "daemon off;"]  # fmt: skip
+    with running(argv, directory / "nginx.log") as proc:
+        wait_for_port(port, proc)
+        yield Front(port, directory)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def page_prometheus(tmp: Path, scrape: list[dict] | None = None, port: int | None = None) -> Iterator[int]:
+    """A real Prometheus serving the page's files as the stack's does (``--web.user-assets``),
+    scraping ``scrape`` every second."""
+    assets = tmp / "assets"
+    assets.mkdir(parents=True)
+    for name, text in page_files().items():
+        (assets / name).write_text(text)
+    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": scrape or []}
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = port or free_port()
+    argv = [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}", f"--web.user-assets={assets}"]  # fmt: skip
+    with running(argv, tmp / "prometheus.log") as proc:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{port}/-/ready", timeout=1).status_code == 200:
+                    break
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp / "prometheus.log").read_text()
+            time.sleep(0.2)
+        yield port
+
+
+def test_the_page_for_anyone_its_queries_for_metrics_keys_only(tmp_path: Path) -> None:
+    with page_prometheus(tmp_path) as prometheus, status_front(f"127.0.0.1:{prometheus}") as front:
+        page = httpx.get(f"{front.base}/status/", timeout=10)
+        assert page.status_code == 200 and page.text == render_page()
+        assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert httpx.get(f"{front.base}/status/status.js", timeout=10).text == page_files()["status.js"]
+        moved = httpx.get(f"{front.base}/status", timeout=10)
+        assert (moved.status_code, moved.headers["location"]) == (301, "/status/")
+        # Nothing else of Prometheus: not its other files, not its API, not its UI.
+        for path in ("/status/status.html", "/status/user/status.js", "/status/api/v1/query", "/graph"):
+            assert httpx.get(f"{front.base}{path}", timeout=10).status_code == 404, path
+
+        url = f"{front.base}/status/query/kv_cache"
+        for key in (None, KEYS["alice"]):  # none, and an inference key: the metrics key's 401
+            refused = httpx.get(url, headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=10)
+            assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+        metrics_key = {"Authorization": f"Bearer {METRICS['prom']}"}
+        answer = httpx.get(url, headers=metrics_key, timeout=10)
+        assert answer.status_code == 200 and answer.json()["status"] == "success"
+        assert answer.headers["cache-control"] == "no-store"
+        assert httpx.get(f"{front.base}/status/query/up", headers=metrics_key, timeout=10).status_code == 404
+        assert httpx.post(url, headers=metrics_key, timeout=10).status_code == 405
+        own_query = httpx.get(f"{url}?query=up", headers=metrics_key, timeout=10)
+        assert own_query.status_code == 400
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Plays Prometheus: records what the front sends it."""
+
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((self.path, self.headers.get("Authorization")))
+        body = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+def test_prometheus_gets_the_panel_query_and_never_the_key() -> None:
+    recorder = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=recorder.serve_forever, daemon=True).start()
+    try:
+        with status_front(f"127.0.0.1:{recorder.server_address[1]}") as front:
+            metrics_key = {"Authorization": f"Bearer {METRICS['prom']}"}
+            for panel in PANELS:
+                answer = httpx.get(f"{front.base}/status/query/{panel.name}", headers=metrics_key, timeout=10)
+                assert answer.status_code == 200, answer.text
+            httpx.get(f"{front.base}/status/", headers=metrics_key, timeout=10)
+    finally:
+        recorder.shutdown()
+    assert _Recorder.seen == [
+        *[(f"/api/v1/query?query={query_map()[f'/status/query/{p.name}']}", None) for p in PANELS],
+        ("/user/status.html", None),
+    ]
+
+
+def test_prometheus_down_is_a_json_503_that_says_so() -> None:
+    with status_front(f"127.0.0.1:{free_port()}") as front:
+        for path in ("/status/", "/status/query/usage"):
+            down = httpx.get(
+                f"{front.base}{path}", headers={"Authorization": f"Bearer {METRICS['prom']}"}, timeout=10
+            )
+            assert down.status_code == 503 and down.json()["error"]["code"] == "status_unavailable", path
+            assert down.headers["retry-after"] == "10"
