@@ -163,7 +163,7 @@ def quantiles(values: list[float]) -> str:
 
 
 def run(meter: bool, args: argparse.Namespace) -> dict[str, object]:
-    config = build_stack_config({"hardware": "local"})
+    config = build_stack_config({"hardware": "local", "front": {"usageMeter": {"fairShare": True}}})
     env = {
         "VLLM_SIM_DECODE_TOKEN_SECONDS": str(args.decode_seconds),
         "VLLM_SIM_PREFILL_TOKENS_PER_S": str(args.prefill_rate),

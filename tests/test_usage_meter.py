@@ -37,7 +37,7 @@ def series(text: str, name: str, client: str, extra: str = "") -> float:
 
 @pytest.fixture(scope="module")
 def front():
-    config = build_stack_config({"hardware": "local"})
+    config = build_stack_config({"hardware": "local", "front": {"usageMeter": {"fairShare": True}}})
     with metered_front(config, KEYS, sim_env={"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.002"}) as running:
         yield running
 

@@ -49,10 +49,12 @@ class UsageMeterConfig(Model):
     stack's Prometheus, and each key's fair share of the engine's slots."""
 
     fair_share: bool = Field(
-        True,
+        False,
         description="Admit at most a key's share of the engine's slots at once (maxNumSeqs x replicas "
         "x its weight / all weights), and beyond it only slots no other key may claim now; the rest "
-        'gets a 429 with Retry-After (docs/front-and-alerts.md "Sharing one box").',
+        "gets a 429 with Retry-After. Off by default: with two active keys (a user's and the semantic "
+        "probe's) each gets half the slots even while the other idles "
+        '(docs/front-and-alerts.md "Sharing one box").',
     )
     weights: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict,
