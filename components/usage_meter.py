@@ -36,7 +36,7 @@ def shares_header(front: FrontConfig, key_names: Sequence[str], capacity: int) -
     reload, and the meter (its counters, its streams in flight) keeps running.
 
     >>> shares_header(FrontConfig(), ["bob", "alice"], 64)
-    'capacity=64 alice=1 bob=1'
+    'capacity=64 alice=1 bob=1 off'
     """
     meter = front.usage_meter
     weights = " ".join(f"{name}={meter.weights.get(name, 1.0):g}" for name in sorted(key_names))
