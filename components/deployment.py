@@ -100,7 +100,9 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
                     tls_files=secrets.tls_files,
                     metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
                     replica_files=guards.front_files() if guards else None,
-                    engine_slots=(config.serving.max_num_seqs, len(hosts)),
+                    engine_slots=(config.serving.max_num_seqs, len(hosts))
+                    if config.front.usage_meter.enabled
+                    else None,
                 ),
                 # Only once the hosts passed preflight: a refused host leaves nothing in the state.
                 opts=pulumi.ResourceOptions(providers=[base.provider], depends_on=preflights),

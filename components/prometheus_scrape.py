@@ -93,7 +93,9 @@ class PrometheusScrape(pulumi.ComponentResource):
                         probe_target=probe_target,
                         guarded=guarded,
                         rotation_target=f"{front_container_name(container)}:{STATUS_PORT}",
-                        meter_target=f"{meter_container_name(container)}:{spec.usage_meter.port}",
+                        meter_target=f"{meter_container_name(container)}:{spec.usage_meter.port}"
+                        if spec.usage_meter.enabled
+                        else None,
                     ),
                     permissions="0644",
                 ),

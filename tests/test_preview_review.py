@@ -93,8 +93,6 @@ def test_the_one_flag_preview_is_the_docs_example(stack: tuple[PulumiProject, Lo
     assert '~ [5]: "--max-num-seqs=8" => "--max-num-seqs=4"' in said
     assert "consider explicitly setting the `platform` field" not in said
     # Each gate in one line: that it re-runs and why; none of its ~30 inputs dumped.
-    # (The gate through the front also names front_fingerprint: maxNumSeqs is in the usage meter's
-    # share table, a reload of the front.)
     assert said.count("re-runs: container_id, flags") == 2, said
     assert "--served-model-name      :" not in said.split("--outputs:--")[0], said
     # The probe is replaced because it judges saturation against maxNumSeqs: said, not only [secret].

@@ -48,6 +48,12 @@ class UsageMeterConfig(Model):
     """The usage meter in the front's path (images/usage-meter): usage per API key name for the
     stack's Prometheus, and each key's fair share of the engine's slots."""
 
+    enabled: bool = Field(
+        False,
+        description="Put the usage meter in the front's path (Docker hosts): usage per API key name in "
+        "Prometheus and `make status`, and the fair share below. Off by default until the whole "
+        "end-to-end suite has run with it in the path.",
+    )
     fair_share: bool = Field(
         False,
         description="Admit at most a key's share of the engine's slots at once (maxNumSeqs x replicas "
