@@ -291,8 +291,11 @@ def test_api_keys_that_are_not_random_are_refused_without_echoing_them(key: str)
 def test_generated_api_keys_are_accepted() -> None:
     import secrets as stdlib_secrets
 
-    for _ in range(50):
-        with_secrets(secrets=SecretInputs(api_keys={"ops": "sk-" + stdlib_secrets.token_hex(8)}))
+    # As the README says to make one (`sk-$(openssl rand -hex 24)`). Only 8 bytes (16 hex digits,
+    # 10^19) were drawn here before, and zxcvbn put the odd one at 10^12 (CI, 2026-12-03): a
+    # strength estimate is not a count of random bits.
+    for _ in range(200):
+        with_secrets(secrets=SecretInputs(api_keys={"ops": "sk-" + stdlib_secrets.token_hex(24)}))
 
 
 def test_a_usage_meter_weight_must_name_an_api_key() -> None:
