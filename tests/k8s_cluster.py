@@ -40,7 +40,12 @@ def unavailable() -> str | None:
         return "the one-node cluster needs root (network and mount namespaces, cgroups)"
     checked = subprocess.run([str(BUILD), "--check"], capture_output=True, text=True)
     if checked.returncode != 0:
-        return f"the Kubernetes cache is incomplete: {checked.stderr.strip()} (make k8s-build, ~15 min once)"
+        lacking = checked.stderr.strip().rsplit(": ", 1)[-1].split()
+        where = os.path.commonpath(lacking) if lacking else "the cache"
+        return (
+            f"the Kubernetes cache lacks {len(lacking)} parts under {where} "
+            f"(make k8s-build, ~15 min once; scripts/k8s/build.sh --check names them)"
+        )
     return None
 
 
