@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components import k8s_workload as workload
-from components.config import KubernetesTargetConfig, StackConfig
+from components.config import FrontConfig, KubernetesTargetConfig
+from components.k8s_state import moved_from_root
 from components.nginx_conf import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
 
 TlsFiles = tuple[pulumi.Output[str], pulumi.Output[str]]
@@ -50,7 +52,7 @@ def upstream_conf(cluster_ip: str, port: int) -> str:
 
 
 def _front_files(
-    config: StackConfig,
+    front: FrontConfig,
     keys: pulumi.Output[dict[str, str]],
     metrics_keys: pulumi.Output[dict[str, str]],
     guard_files: pulumi.Output[dict[str, str]],
@@ -58,12 +60,12 @@ def _front_files(
 ) -> pulumi.Output[dict[str, str]]:
     """The release, with the replica key the pods' guards ask for (components/k8s_guard.py) and,
     with ``glm:front.tls``, the stack's TLS pair."""
-    pair = pulumi.Output.all(*tls_files) if config.front.tls and tls_files is not None else None
+    pair = pulumi.Output.all(*tls_files) if front.tls and tls_files is not None else None
 
     def render(args: list[Any]) -> dict[str, str]:
         tls_pair = (str(args[3][0]), str(args[3][1])) if args[3] else None
         return render_front_files(
-            config.front,
+            front,
             dict(args[0]),
             dict(args[1]),
             tls_pair,
@@ -78,90 +80,121 @@ def _digest(files: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def deploy_front(
-    config: StackConfig,
-    stack: str,
-    k8s_target: KubernetesTargetConfig,
-    opts: pulumi.ResourceOptions,
-    upstream: pulumi.Output[str],
-    keys: pulumi.Output[dict[str, str]],
-    metrics_keys: pulumi.Output[dict[str, str]],
-    guard_files: pulumi.Output[dict[str, str]],
-    tls_files: TlsFiles | None,
-) -> tuple[k8s.apps.v1.Deployment, k8s.core.v1.Service]:
+@dataclass(frozen=True)
+class KubernetesFrontArgs:
+    """What the front serves and where (pass the cluster's provider in ``opts``)."""
+
+    front: FrontConfig
+    """``glm:front``: image, TLS, limits, timeouts, the opt-ins its Service records."""
+    k8s_target: KubernetesTargetConfig
+    """``glm:target.kubernetes``: namespace, pull policy, the front's NodePort."""
+    stack: str
+    """The stack's name: the front pods' labels."""
+    upstream: pulumi.Output[str]
+    """``upstream_conf`` of the serving pods' Service."""
+    api_keys: pulumi.Output[dict[str, str]]
+    """Client name to API key (secret): ``glm:apiKeys`` and the probe's."""
+    metrics_keys: pulumi.Output[dict[str, str]]
+    """Client name to metrics key (secret): ``glm:metricsKeys``, the gate's, the guards' scrape key."""
+    guard_files: pulumi.Output[dict[str, str]]
+    """The replica key (and pinned certificate) the pods' guards ask for (``GuardCredentials.front_files``)."""
+    tls_files: TlsFiles | None
+    """``glm:tlsCertificate``/``glm:tlsKey``, with ``glm:front.tls``."""
+    after: list[pulumi.Resource]
+    """What the front's pods wait for: the images' loads onto the nodes."""
+
+
+class KubernetesFront(pulumi.ComponentResource):
     """nginx from the same template: nginx.conf and the upstream in a ConfigMap, the key maps in a
     Secret; a change of either rolls the front (their digest is a pod annotation)."""
-    ns = k8s_target.namespace
-    if config.front.tls and tls_files is None:
-        raise ValueError(f"{stack}: glm:front.tls is on but glm:tlsCertificate/glm:tlsKey are not set")
-    files = _front_files(config, keys, metrics_keys, guard_files, tls_files)
-    scheme = "HTTPS" if config.front.tls else "HTTP"  # the kubelet does not verify the certificate
-    conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE]})
-    secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
-    config_map = k8s.core.v1.ConfigMap(
-        f"{stack}-front-config",
-        metadata={"namespace": ns, "name": "glm53-front"},
-        data=pulumi.Output.all(pulumi.Output.unsecret(conf), upstream).apply(
-            lambda a: {**a[0], "upstream.conf": a[1]}
-        ),
-        opts=opts,
-    )
-    secret = k8s.core.v1.Secret(
-        f"{stack}-front-keys",
-        metadata={"namespace": ns, "name": "glm53-front-keys"},
-        string_data=secret_files,
-        opts=opts,
-    )
-    digest = pulumi.Output.unsecret(
-        pulumi.Output.all(files, upstream).apply(lambda a: _digest({**a[0], "u": a[1]}))
-    )
-    selector = workload.labels(stack, "front")
-    projected = {
-        "sources": [
-            {"configMap": {"name": "glm53-front", "items": [
-                {"key": CONF_FILE, "path": CONF_FILE}, {"key": "upstream.conf", "path": "rotation/upstream.conf"},
-            ]}},
-            {"secret": {"name": "glm53-front-keys"}},
-        ]
-    }  # fmt: skip
-    deployment = k8s.apps.v1.Deployment(
-        f"{stack}-front",
-        metadata={"namespace": ns, "name": "glm53-front"},
-        spec={
-            "replicas": 1,
-            "selector": {"matchLabels": selector},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "template": {
-                "metadata": {"labels": selector, "annotations": {"glm53/release": digest}},
-                "spec": {
-                    "terminationGracePeriodSeconds": 60,
-                    "containers": [{
-                        "name": "nginx",
-                        "image": config.front.image,
-                        "imagePullPolicy": k8s_target.image_pull_policy,
-                        "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
-                        "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
-                        "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}],
-                        "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http", "scheme": scheme}, "periodSeconds": 2},
-                        "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", FRONT_QUIT]}}},
-                    }],
-                    "volumes": [{"name": "release", "projected": projected}],
+
+    deployment: k8s.apps.v1.Deployment
+    service: k8s.core.v1.Service
+    """The Service clients use (ClusterIP, or the NodePort ``frontNodePort``)."""
+
+    def __init__(
+        self, name: str, args: KubernetesFrontArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("glm:k8s_front:KubernetesFront", name, None, opts)
+        front, k8s_target = args.front, args.k8s_target
+        ns = k8s_target.namespace
+        if front.tls and args.tls_files is None:
+            raise ValueError(f"{name}: glm:front.tls is on but glm:tlsCertificate/glm:tlsKey are not set")
+        child = moved_from_root(self)
+        files = _front_files(front, args.api_keys, args.metrics_keys, args.guard_files, args.tls_files)
+        scheme = "HTTPS" if front.tls else "HTTP"  # the kubelet does not verify the certificate
+        conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE]})
+        secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata={"namespace": ns, "name": "glm53-front"},
+            data=pulumi.Output.all(pulumi.Output.unsecret(conf), args.upstream).apply(
+                lambda a: {**a[0], "upstream.conf": a[1]}
+            ),
+            opts=child,
+        )
+        secret = k8s.core.v1.Secret(
+            f"{name}-keys",
+            metadata={"namespace": ns, "name": "glm53-front-keys"},
+            string_data=secret_files,
+            opts=child,
+        )
+        digest = pulumi.Output.unsecret(
+            pulumi.Output.all(files, args.upstream).apply(lambda a: _digest({**a[0], "u": a[1]}))
+        )
+        selector = workload.labels(args.stack, "front")
+        projected = {
+            "sources": [
+                {"configMap": {"name": "glm53-front", "items": [
+                    {"key": CONF_FILE, "path": CONF_FILE}, {"key": "upstream.conf", "path": "rotation/upstream.conf"},
+                ]}},
+                {"secret": {"name": "glm53-front-keys"}},
+            ]
+        }  # fmt: skip
+        self.deployment = k8s.apps.v1.Deployment(
+            name,
+            metadata={"namespace": ns, "name": "glm53-front"},
+            spec={
+                "replicas": 1,
+                "selector": {"matchLabels": selector},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                "template": {
+                    "metadata": {"labels": selector, "annotations": {"glm53/release": digest}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 60,
+                        "containers": [{
+                            "name": "nginx",
+                            "image": front.image,
+                            "imagePullPolicy": k8s_target.image_pull_policy,
+                            "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
+                            "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
+                            "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}],
+                            "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http", "scheme": scheme}, "periodSeconds": 2},
+                            "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", FRONT_QUIT]}}},
+                        }],
+                        "volumes": [{"name": "release", "projected": projected}],
+                    },
                 },
             },
-        },
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[config_map, secret])),
-    )  # fmt: skip
-    port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
-    if k8s_target.front_node_port is not None:
-        port["nodePort"] = k8s_target.front_node_port
-    service = k8s.core.v1.Service(
-        f"{stack}-front-service",
-        metadata={"namespace": ns, "name": "glm53-front", "annotations": workload.front_annotations(config)},
-        spec={
-            "type": "NodePort" if k8s_target.front_node_port is not None else "ClusterIP",
-            "selector": selector,
-            "ports": [port],
-        },
-        opts=opts,
-    )
-    return deployment, service
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[config_map, secret, *args.after])
+            ),
+        )  # fmt: skip
+        port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
+        if k8s_target.front_node_port is not None:
+            port["nodePort"] = k8s_target.front_node_port
+        self.service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata={
+                "namespace": ns,
+                "name": "glm53-front",
+                "annotations": workload.front_annotations(front),
+            },
+            spec={
+                "type": "NodePort" if k8s_target.front_node_port is not None else "ClusterIP",
+                "selector": selector,
+                "ports": [port],
+            },
+            opts=child,
+        )
+        self.register_outputs({})

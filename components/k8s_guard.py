@@ -33,9 +33,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
+from components.k8s_state import moved_from_root
 from components.k8s_workload import GUARD_PORT_NAME, labels
 from components.nginx_conf import CONF_FILE
-from components.replica_guard import CONTAINER_PORT, GuardCredentials, render_guard_files
+from components.replica_guard import CONTAINER_PORT, GuardCredentials, guard_credentials, render_guard_files
 from components.vllm_server import ServingSpec
 
 GUARD_CONTAINER = "guard"
@@ -105,9 +106,26 @@ def guard_files(
 
 
 @dataclasses.dataclass(frozen=True)
-class PodGuard:
-    """What the serving Deployment and its neighbours take from the guard."""
+class PodGuardArgs:
+    """What the pods' guard serves and where (pass the cluster's provider in ``opts``)."""
 
+    front: FrontConfig
+    """``glm:front``: the nginx limits and timeouts the guard shares with the front, and TLS."""
+    vllm_port: int
+    """vLLM's port on the pod's loopback, where the guard forwards."""
+    k8s_target: KubernetesTargetConfig
+    """``glm:target.kubernetes``: the namespace, and whether the Operator's Prometheus scrapes."""
+    stack: str
+    """The stack's name: the pods' labels the NetworkPolicy selects."""
+
+
+class PodGuard(pulumi.ComponentResource):
+    """The stack's guard credentials, the guard's Secret, the scrape key's Secret and the
+    NetworkPolicy of the serving pods; the guard container itself is in each pod
+    (``guard_container``)."""
+
+    credentials: GuardCredentials
+    """The replica key (the front's), the scrape key and, with TLS, the one replica certificate."""
     release: k8s.core.v1.Secret
     """The guard's files; the pods start after it."""
     digest: pulumi.Output[str]
@@ -115,47 +133,45 @@ class PodGuard:
     scrape_key: k8s.core.v1.Secret
     """``SCRAPE_SECRET``: what Prometheus and the probe mount."""
 
-
-def deploy_guard(
-    stack: str,
-    front: FrontConfig,
-    serving: ServingSpec,
-    k8s_target: KubernetesTargetConfig,
-    credentials: GuardCredentials,
-    opts: pulumi.ResourceOptions,
-) -> PodGuard:
-    """The guard's Secret, the scrape key's Secret and the NetworkPolicy of the serving pods."""
-    ns = k8s_target.namespace
-    cert = credentials.certificate if front.tls else None
-    pair = pulumi.Output.all(cert.certificate, cert.private_key) if cert is not None else None
-    files: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
-        pulumi.Output.all(credentials.key, credentials.scrape_key, pair).apply(
-            lambda a: guard_files(
-                front, serving.port, str(a[0]), str(a[1]), (a[2][0], a[2][1]) if a[2] else None
+    def __init__(self, name: str, args: PodGuardArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("glm:k8s_guard:PodGuard", name, None, opts)
+        front, ns = args.front, args.k8s_target.namespace
+        child = moved_from_root(self)
+        # With TLS, one certificate for every pod's guard: the front and Prometheus verify its one name.
+        self.credentials = credentials = guard_credentials(name, [], tls=front.tls, opts=child)
+        cert = credentials.certificate if front.tls else None
+        pair = pulumi.Output.all(cert.certificate, cert.private_key) if cert is not None else None
+        files: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
+            pulumi.Output.all(credentials.key, credentials.scrape_key, pair).apply(
+                lambda a: guard_files(
+                    front, args.vllm_port, str(a[0]), str(a[1]), (a[2][0], a[2][1]) if a[2] else None
+                )
             )
         )
-    )
-    release = k8s.core.v1.Secret(
-        f"{stack}-vllm-guard", metadata={"namespace": ns, "name": SECRET_NAME}, string_data=files, opts=opts
-    )
-    scrape_key: pulumi.Output[str] = pulumi.Output.secret(credentials.scrape_key)
-    scrape = k8s.core.v1.Secret(
-        f"{stack}-scrape-key",
-        metadata={"namespace": ns, "name": SCRAPE_SECRET},
-        # With TLS, the replica certificate Prometheus pins beside the key (public, not a secret).
-        string_data={SCRAPE_SECRET_KEY: scrape_key, **({GUARD_CA_KEY: cert.certificate} if cert else {})},
-        opts=opts,
-    )
-    k8s.networking.v1.NetworkPolicy(
-        f"{stack}-vllm-ingress",
-        metadata={"namespace": ns, "name": "glm53-vllm"},
-        spec=network_policy_spec(stack, k8s_target),
-        opts=opts,
-    )
-    digest = pulumi.Output.unsecret(
-        files.apply(lambda f: hashlib.sha256(json.dumps(f, sort_keys=True).encode()).hexdigest()[:16])
-    )
-    return PodGuard(release, digest, scrape)
+        self.release = k8s.core.v1.Secret(
+            f"{name}-vllm-guard",
+            metadata={"namespace": ns, "name": SECRET_NAME},
+            string_data=files,
+            opts=child,
+        )
+        scrape_key: pulumi.Output[str] = pulumi.Output.secret(credentials.scrape_key)
+        self.scrape_key = k8s.core.v1.Secret(
+            f"{name}-scrape-key",
+            metadata={"namespace": ns, "name": SCRAPE_SECRET},
+            # With TLS, the replica certificate Prometheus pins beside the key (public, not a secret).
+            string_data={SCRAPE_SECRET_KEY: scrape_key, **({GUARD_CA_KEY: cert.certificate} if cert else {})},
+            opts=child,
+        )
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-vllm-ingress",
+            metadata={"namespace": ns, "name": "glm53-vllm"},
+            spec=network_policy_spec(args.stack, args.k8s_target),
+            opts=child,
+        )
+        self.digest = pulumi.Output.unsecret(
+            files.apply(lambda f: hashlib.sha256(json.dumps(f, sort_keys=True).encode()).hexdigest()[:16])
+        )
+        self.register_outputs({"digest": self.digest})
 
 
 def network_policy_spec(stack: str, k8s_target: KubernetesTargetConfig) -> dict[str, Any]:

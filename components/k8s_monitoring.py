@@ -11,14 +11,16 @@ run the Prometheus Operator get the same rules as a ``PrometheusRule`` and a ``P
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.config import KubernetesTargetConfig, StackConfig
-from components.k8s_guard import GUARD_CA_KEY, SCRAPE_SECRET, SCRAPE_SECRET_KEY
+from components.config import KubernetesTargetConfig, MonitoringConfig
+from components.k8s_guard import GUARD_CA_KEY, GUARD_PORT, SCRAPE_SECRET, SCRAPE_SECRET_KEY, PodGuard
+from components.k8s_state import moved_from_root
 from components.k8s_workload import GUARD_PORT_NAME, labels, prometheus_annotations
 from components.prometheus_config import (
     CONFIG_PATH,
@@ -154,120 +156,177 @@ def operator_objects(
     return rules, monitor
 
 
-def deploy_monitoring(
-    config: StackConfig,
-    spec: ScrapeSpec,
-    stack: str,
-    k8s_target: KubernetesTargetConfig,
-    opts: pulumi.ResourceOptions,
-    *,
-    script_image: pulumi.Input[str],
-    port: int,
-    scrape_key: k8s.core.v1.Secret,
-    probe_target: pulumi.Output[str] | None = None,
-) -> pulumi.Resource:
-    """Prometheus (or the Operator's objects) for the stack; returns the resource the gate waits for.
-    ``port`` is the pods' guard's, ``scrape_key`` the Secret of the key it asks Prometheus for."""
-    ns = k8s_target.namespace
-    if k8s_target.prometheus_operator:
-        rules, monitor = operator_objects(spec, ns, stack, config.front.tls)
-        k8s.apiextensions.CustomResource(
-            f"{stack}-alert-rules",
-            api_version="monitoring.coreos.com/v1",
-            kind="PrometheusRule",
-            metadata={"namespace": ns, "name": "glm53-vllm"},
-            spec=rules,
-            opts=opts,
-        )
-        return k8s.apiextensions.CustomResource(
-            f"{stack}-pod-monitor",
-            api_version="monitoring.coreos.com/v1",
-            kind="PodMonitor",
-            metadata={"namespace": ns, "name": "glm53-vllm"},
-            spec=monitor,
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[scrape_key])),
-        )
-    rules_file = render_alert_rules(spec, by_host=True)
-    interval = config.monitoring.scrape_interval
+@dataclass(frozen=True)
+class KubernetesScrapeArgs:
+    """What Prometheus scrapes and alerts on (pass the cluster's provider in ``opts``)."""
 
-    def prometheus_files(probe: str | None) -> dict[str, str]:
-        return {
-            "prometheus.yml": to_yaml(scrape_config(interval, probe, config.front.tls)),
-            "rules.yml": rules_file,
-        }
+    spec: ScrapeSpec
+    """The alert rules' inputs (the same as a Docker stack's)."""
+    monitoring: MonitoringConfig
+    """``glm:monitoring``: the image, the scrape interval, the public-bind opt-in."""
+    tls: bool
+    """``glm:front.tls``: the guards serve TLS, pinned by the one replica certificate."""
+    k8s_target: KubernetesTargetConfig
+    """``glm:target.kubernetes``: namespace, pull policy, the NodePort, ``prometheusOperator``."""
+    stack: str
+    """The stack's name: the labels of the pods it scrapes and of its own."""
+    script_image: pulumi.Input[str]
+    """An image with python3 for the targets lister (the gate sidecar's)."""
+    guard: PodGuard
+    """The pods' guard: its port is scraped with the key in its ``scrape_key`` Secret."""
+    probe_port: int | None
+    """The semantic probe's metrics port, when the probe runs: its Service is made here (Prometheus
+    needs its address before the probe itself starts, after the gate)."""
+    after: list[pulumi.Resource]
+    """What Prometheus' pods wait for: the images' loads onto the nodes."""
 
-    files: pulumi.Output[dict[str, str]] = pulumi.Output.from_input(probe_target).apply(prometheus_files)
-    digest = files.apply(lambda f: hashlib.sha256("".join(f[k] for k in sorted(f)).encode()).hexdigest()[:16])
-    config_map = k8s.core.v1.ConfigMap(
-        f"{stack}-prometheus-config",
-        metadata={"namespace": ns, "name": "glm53-prometheus"},
-        data=files,
-        opts=opts,
-    )
-    script = k8s.core.v1.ConfigMap(
-        f"{stack}-prometheus-targets",
-        metadata={"namespace": ns, "name": "glm53-prometheus-targets"},
-        data={TARGETS_SCRIPT.name: TARGETS_SCRIPT.read_text()},
-        opts=opts,
-    )
-    account = _rbac(f"{stack}-prometheus", ns, opts)
-    selector = labels(stack, "prometheus")
-    prometheus = k8s.apps.v1.Deployment(
-        f"{stack}-prometheus",
-        metadata={"namespace": ns, "name": "glm53-prometheus"},
-        spec={
-            "replicas": 1,
-            "selector": {"matchLabels": selector},
-            # One TSDB volume: the old pod goes before the new one starts.
-            "strategy": {"type": "Recreate"},
-            "template": {
-                # A new config or rule file restarts Prometheus (the Docker stack replaces its container).
-                "metadata": {"labels": selector, "annotations": {"glm53/config": digest}},
-                "spec": {
-                    "serviceAccountName": "glm53-prometheus",
-                    "containers": [{
-                        "name": "prometheus",
-                        "image": config.monitoring.image,
-                        "imagePullPolicy": k8s_target.image_pull_policy,
-                        "args": PROMETHEUS_FLAGS,
-                        "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
-                        "volumeMounts": [
-                            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                            {"name": "data", "mountPath": DATA_PATH},
-                            {"name": "targets", "mountPath": TARGETS_DIR, "readOnly": True},
-                        ],
-                        "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}, "periodSeconds": 5},
-                    }, targets_container(script_image, k8s_target.image_pull_policy, ns, stack, port)],
-                    "volumes": [
-                        {"name": "config", "projected": {"sources": [
-                            {"configMap": {"name": "glm53-prometheus"}},
-                            {"secret": {"name": SCRAPE_SECRET, "items": [
-                                {"key": SCRAPE_SECRET_KEY, "path": SCRAPE_KEY_PATH.rsplit("/", 1)[1]},
-                                *([{"key": GUARD_CA_KEY, "path": REPLICA_CA_PATH.rsplit("/", 1)[1]}] if config.front.tls else []),
+
+class KubernetesScrape(pulumi.ComponentResource):
+    """Prometheus (or the Operator's objects) for the stack: every serving pod, by its guard."""
+
+    def __init__(
+        self, name: str, args: KubernetesScrapeArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("glm:k8s_monitoring:KubernetesScrape", name, None, opts)
+        k8s_target, stack = args.k8s_target, args.stack
+        ns = k8s_target.namespace
+        child = moved_from_root(self)
+        scrape_key = args.guard.scrape_key
+        probe_target = None
+        if args.probe_port is not None:
+            port = args.probe_port
+            probe = k8s.core.v1.Service(
+                f"{name}-semantic-probe-service",
+                metadata={"namespace": ns, "name": "glm53-semantic-probe"},
+                spec={
+                    "selector": labels(stack, "semantic-probe"),
+                    "ports": [{"name": "metrics", "port": port, "targetPort": "metrics"}],
+                },
+                opts=child,
+            )
+            probe_target = probe.spec.cluster_ip.apply(lambda ip: f"{ip}:{port}")
+        if k8s_target.prometheus_operator:
+            rules, monitor = operator_objects(args.spec, ns, stack, args.tls)
+            k8s.apiextensions.CustomResource(
+                f"{name}-alert-rules",
+                api_version="monitoring.coreos.com/v1",
+                kind="PrometheusRule",
+                metadata={"namespace": ns, "name": "glm53-vllm"},
+                spec=rules,
+                opts=child,
+            )
+            k8s.apiextensions.CustomResource(
+                f"{name}-pod-monitor",
+                api_version="monitoring.coreos.com/v1",
+                kind="PodMonitor",
+                metadata={"namespace": ns, "name": "glm53-vllm"},
+                spec=monitor,
+                opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[scrape_key])),
+            )
+        else:
+            self._prometheus(name, args, probe_target, child)
+        self.register_outputs({})
+
+    @staticmethod
+    def _prometheus(
+        name: str,
+        args: KubernetesScrapeArgs,
+        probe_target: pulumi.Output[str] | None,
+        child: pulumi.ResourceOptions,
+    ) -> None:
+        """Prometheus in the namespace, its targets listed by a sidecar, and its Service."""
+        k8s_target, monitoring = args.k8s_target, args.monitoring
+        ns = k8s_target.namespace
+        rules_file = render_alert_rules(args.spec, by_host=True)
+        interval = monitoring.scrape_interval
+
+        def prometheus_files(probe: str | None) -> dict[str, str]:
+            return {
+                "prometheus.yml": to_yaml(scrape_config(interval, probe, args.tls)),
+                "rules.yml": rules_file,
+            }
+
+        files: pulumi.Output[dict[str, str]] = pulumi.Output.from_input(probe_target).apply(prometheus_files)
+        digest = files.apply(
+            lambda f: hashlib.sha256("".join(f[k] for k in sorted(f)).encode()).hexdigest()[:16]
+        )
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-prometheus-config",
+            metadata={"namespace": ns, "name": "glm53-prometheus"},
+            data=files,
+            opts=child,
+        )
+        script = k8s.core.v1.ConfigMap(
+            f"{name}-prometheus-targets",
+            metadata={"namespace": ns, "name": "glm53-prometheus-targets"},
+            data={TARGETS_SCRIPT.name: TARGETS_SCRIPT.read_text()},
+            opts=child,
+        )
+        account = _rbac(f"{name}-prometheus", ns, child)
+        selector = labels(args.stack, "prometheus")
+        pull = k8s_target.image_pull_policy
+        k8s.apps.v1.Deployment(
+            f"{name}-prometheus",
+            metadata={"namespace": ns, "name": "glm53-prometheus"},
+            spec={
+                "replicas": 1,
+                "selector": {"matchLabels": selector},
+                # One TSDB volume: the old pod goes before the new one starts.
+                "strategy": {"type": "Recreate"},
+                "template": {
+                    # A new config or rule file restarts Prometheus (the Docker stack replaces its container).
+                    "metadata": {"labels": selector, "annotations": {"glm53/config": digest}},
+                    "spec": {
+                        "serviceAccountName": "glm53-prometheus",
+                        "containers": [{
+                            "name": "prometheus",
+                            "image": monitoring.image,
+                            "imagePullPolicy": pull,
+                            "args": PROMETHEUS_FLAGS,
+                            "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
+                            "volumeMounts": [
+                                {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                                {"name": "data", "mountPath": DATA_PATH},
+                                {"name": "targets", "mountPath": TARGETS_DIR, "readOnly": True},
+                            ],
+                            "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}, "periodSeconds": 5},
+                        }, targets_container(args.script_image, pull, ns, args.stack, GUARD_PORT)],
+                        "volumes": [
+                            {"name": "config", "projected": {"sources": [
+                                {"configMap": {"name": "glm53-prometheus"}},
+                                {"secret": {"name": SCRAPE_SECRET, "items": [
+                                    {"key": SCRAPE_SECRET_KEY, "path": SCRAPE_KEY_PATH.rsplit("/", 1)[1]},
+                                    *([{"key": GUARD_CA_KEY, "path": REPLICA_CA_PATH.rsplit("/", 1)[1]}] if args.tls else []),
+                                ]}},
                             ]}},
-                        ]}},
-                        {"name": "data", "emptyDir": {}},
-                        {"name": "targets", "emptyDir": {}},
-                        {"name": "script", "configMap": {"name": "glm53-prometheus-targets"}},
-                    ],
+                            {"name": "data", "emptyDir": {}},
+                            {"name": "targets", "emptyDir": {}},
+                            {"name": "script", "configMap": {"name": "glm53-prometheus-targets"}},
+                        ],
+                    },
                 },
             },
-        },
-        opts=pulumi.ResourceOptions.merge(
-            opts, pulumi.ResourceOptions(depends_on=[config_map, script, account, scrape_key])
-        ),
-    )  # fmt: skip
-    service_port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
-    if k8s_target.prometheus_node_port is not None:
-        service_port["nodePort"] = k8s_target.prometheus_node_port
-    k8s.core.v1.Service(
-        f"{stack}-prometheus-service",
-        metadata={"namespace": ns, "name": "glm53-prometheus", "annotations": prometheus_annotations(config)},
-        spec={
-            "type": "NodePort" if k8s_target.prometheus_node_port is not None else "ClusterIP",
-            "selector": selector,
-            "ports": [service_port],
-        },
-        opts=opts,
-    )
-    return prometheus
+            opts=pulumi.ResourceOptions.merge(
+                child,
+                pulumi.ResourceOptions(
+                    depends_on=[config_map, script, account, args.guard.scrape_key, *args.after]
+                ),
+            ),
+        )  # fmt: skip
+        service_port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
+        if k8s_target.prometheus_node_port is not None:
+            service_port["nodePort"] = k8s_target.prometheus_node_port
+        k8s.core.v1.Service(
+            f"{name}-prometheus-service",
+            metadata={
+                "namespace": ns,
+                "name": "glm53-prometheus",
+                "annotations": prometheus_annotations(monitoring),
+            },
+            spec={
+                "type": "NodePort" if k8s_target.prometheus_node_port is not None else "ClusterIP",
+                "selector": selector,
+                "ports": [service_port],
+            },
+            opts=child,
+        )

@@ -29,7 +29,9 @@ from components.config import (
     CACHE_MOUNT_PATH,
     SHUTDOWN_MARGIN_SECONDS,
     VISIBILITY_ENV,
+    FrontConfig,
     KubernetesTargetConfig,
+    MonitoringConfig,
     StackConfig,
 )
 from components.vllm_server import ServingSpec, health_probe
@@ -80,16 +82,16 @@ def opt_in(accepted: bool, label: tuple[str, str]) -> dict[str, str]:
     return {label[0]: label[1]} if accepted else {}
 
 
-def front_annotations(config: StackConfig) -> dict[str, str]:
+def front_annotations(front: FrontConfig) -> dict[str, str]:
     """On the front's Service: ``glm53.tls: on`` with ``glm:front.tls``, else the plain-HTTP opt-in."""
-    if config.front.tls:
+    if front.tls:
         return {TLS_LABEL: "on"}
-    return opt_in(config.front.allow_plain_http, PLAIN_HTTP_LABEL)
+    return opt_in(front.allow_plain_http, PLAIN_HTTP_LABEL)
 
 
-def prometheus_annotations(config: StackConfig) -> dict[str, str]:
+def prometheus_annotations(monitoring: MonitoringConfig) -> dict[str, str]:
     """``glm:monitoring.allowPublicBind`` on Prometheus' Service."""
-    return opt_in(config.monitoring.allow_public_bind, PUBLIC_BIND_LABEL)
+    return opt_in(monitoring.allow_public_bind, PUBLIC_BIND_LABEL)
 
 
 def pod_env(serving: ServingSpec) -> list[dict[str, str]]:

@@ -92,7 +92,12 @@ def recorded() -> Iterator[list[Registration]]:
         response = original(self, request)
         if request.type != ROOT_TYPE:
             specs = tuple(
-                {"name": a.spec.name, "type": a.spec.type, "parentUrn": a.spec.parentUrn, "noParent": a.spec.noParent}
+                {
+                    "name": a.spec.name,
+                    "type": a.spec.type,
+                    "parentUrn": a.spec.parentUrn,
+                    "noParent": a.spec.noParent,
+                }
                 for a in request.aliases
                 if a.HasField("spec")
             )
