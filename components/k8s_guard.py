@@ -34,7 +34,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
 from components.k8s_state import moved_from_root
-from components.k8s_workload import GUARD_PORT_NAME, labels
+from components.k8s_workload import GUARD_PORT_NAME, ON_ERROR_LOGS, labels
 from components.nginx_conf import CONF_FILE
 from components.replica_guard import CONTAINER_PORT, GuardCredentials, guard_credentials, render_guard_files
 from components.vllm_server import ServingSpec
@@ -90,6 +90,7 @@ def guard_container(k8s_target: KubernetesTargetConfig, image: str) -> dict[str,
         "readinessProbe": {"tcpSocket": {"port": GUARD_PORT_NAME}, "periodSeconds": 2},
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", guard_quit(k8s_target.pre_stop_seconds)]}}},
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
+        **ON_ERROR_LOGS,
     }  # fmt: skip
 
 

@@ -7,6 +7,7 @@ receives them); these components hand it to pulumi-kubernetes.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,10 +17,14 @@ import pulumi_kubernetes as k8s
 from components import k8s_workload as workload
 from components.config import KubernetesTargetConfig, StackConfig
 from components.k8s_guard import GUARD_VOLUME, PodGuard, guard_container
+from components.k8s_roll import RollWatch, RollWatchArgs
 from components.k8s_state import moved_from_root
 from components.vllm_server import ServingSpec
 
 ROLLOUT_MARGIN_SECONDS = 120
+DEPLOYMENT_NAME = "glm53-vllm"
+"""The serving Deployment's and Service's name in the namespace."""
+SKIP_AWAIT = "pulumi.com/skipAwait"
 
 
 class JitCache(pulumi.ComponentResource):
@@ -86,6 +91,8 @@ class ServingPods(pulumi.ComponentResource):
     whose in-pod gate passed."""
 
     deployment: k8s.apps.v1.Deployment
+    roll: RollWatch
+    """Done when the pods of the current template are rolled out; ``up`` fails when one failed."""
     service: k8s.core.v1.Service
     """The pods' ClusterIP Service: the front's upstream."""
 
@@ -93,10 +100,6 @@ class ServingPods(pulumi.ComponentResource):
         super().__init__("glm:k8s_serving:ServingPods", name, None, opts)
         config, serving, k8s_target = args.config, args.serving, args.k8s_target
         child = moved_from_root(self)
-        # A roll starts the pods one after the other, each allowed the gate's deadline; a pod that
-        # never answers right fails `up` when this runs out (the old pods keep serving meanwhile).
-        rollout = f"{serving.load_deadline_seconds * k8s_target.replicas + ROLLOUT_MARGIN_SECONDS}s"
-        custom = pulumi.CustomTimeouts(create=rollout, update=rollout)
 
         def spec(refs: list[Any]) -> dict[str, Any]:
             guard = (guard_container(k8s_target, config.front.image), GUARD_VOLUME, refs[2])
@@ -104,20 +107,41 @@ class ServingPods(pulumi.ComponentResource):
                 config, serving, k8s_target, args.stack, refs[0], refs[1], guard
             )
 
+        specs = pulumi.Output.all(args.serving_image, args.gate_image, args.guard.digest).apply(spec)
         self.deployment = k8s.apps.v1.Deployment(
             name,
-            metadata={"namespace": k8s_target.namespace, "name": "glm53-vllm"},
-            spec=pulumi.Output.all(args.serving_image, args.gate_image, args.guard.digest).apply(spec),
+            # Applied without pulumi-kubernetes' wait: the roll's watch below waits, and fails fast.
+            metadata={
+                "namespace": k8s_target.namespace,
+                "name": DEPLOYMENT_NAME,
+                "annotations": {SKIP_AWAIT: "true"},
+            },
+            spec=specs,
             opts=pulumi.ResourceOptions.merge(
-                child,
-                pulumi.ResourceOptions(
-                    depends_on=[args.cache, args.guard.release, *args.after], custom_timeouts=custom
-                ),
+                child, pulumi.ResourceOptions(depends_on=[args.cache, args.guard.release, *args.after])
             ),
+        )
+        # A roll starts the pods one after the other, each allowed the gate's deadline; a pod that
+        # never answers right fails `up` when this runs out (the old pods keep serving meanwhile),
+        # one that failed (its engine, its gate, the preflight) fails it at once.
+        self.roll = RollWatch(
+            f"{name}-roll",
+            RollWatchArgs(
+                kubeconfig=os.path.expanduser(k8s_target.kubeconfig) if k8s_target.kubeconfig else None,
+                context=k8s_target.context,
+                namespace=k8s_target.namespace,
+                deployment=DEPLOYMENT_NAME,
+                selector=",".join(f"{k}={v}" for k, v in workload.labels(args.stack, "vllm").items()),
+                template=specs.apply(
+                    lambda s: s["template"]["metadata"]["annotations"][workload.TEMPLATE_ANNOTATION]
+                ),
+                deadline_seconds=serving.load_deadline_seconds * k8s_target.replicas + ROLLOUT_MARGIN_SECONDS,
+            ),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.deployment]),
         )
         self.service = k8s.core.v1.Service(
             f"{name}-service",
-            metadata={"namespace": k8s_target.namespace, "name": "glm53-vllm"},
+            metadata={"namespace": k8s_target.namespace, "name": DEPLOYMENT_NAME},
             spec=workload.serving_service_spec(serving, args.stack),
             opts=child,
         )

@@ -21,6 +21,7 @@ pulumi-kubernetes unchanged. What differs from a Docker host, and why:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -55,6 +56,11 @@ SERVING_CONTAINER = "vllm"
 GATE_CONTAINER = "gate"
 GUARD_PORT_NAME = "guard"
 """The pod's one published port: the guard sidecar's (components/k8s_guard.py), never vLLM's."""
+TEMPLATE_ANNOTATION = "glm53/template"
+"""The pod template's digest, on the template itself: which pods a roll brings (components/k8s_roll.py)."""
+ON_ERROR_LOGS = {"terminationMessagePolicy": "FallbackToLogsOnError"}
+"""On every container: one that fails without writing its termination message gets its last log
+lines there (vLLM's argparse error, the preflight's problems), which the roll's watch quotes."""
 HEALTH_TIMEOUT_SECONDS = 10
 """The exec health check's limit: a Python start and one ``/health`` request (5 s at most)."""
 
@@ -181,6 +187,7 @@ def serving_container(
         },
         "livenessProbe": {**health, "periodSeconds": 10, "failureThreshold": LIVENESS_FAILURES},
         "lifecycle": {"preStop": {"sleep": {"seconds": k8s.pre_stop_seconds}}},
+        **ON_ERROR_LOGS,
     }
     if limits:
         container["resources"] = {"limits": limits, "requests": limits}
@@ -206,6 +213,7 @@ def gate_container(
             "successThreshold": 1,
         },
         "resources": {"requests": {"cpu": "50m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
+        **ON_ERROR_LOGS,
     }
 
 
@@ -222,31 +230,39 @@ def serving_deployment_spec(
     ``guard`` is the guard sidecar, its volume and its release's digest (components/k8s_guard.py)."""
     selector = labels(stack, "vllm")
     guard_container, guard_volume, guard_digest = guard
+    template: dict[str, Any] = {
+        # A new guard release (another key) rolls the pods.
+        "metadata": {
+            "labels": selector,
+            # What the policy pack's k8s-gpu-requests checks the cards against.
+            "annotations": {"glm53/guard": guard_digest, ACCELERATOR_ANNOTATION: accelerator(config)},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": grace_seconds(config, k8s),
+            "containers": [
+                serving_container(config, serving, k8s, image),
+                gate_container(config, serving, k8s, gate_image),
+                guard_container,
+            ],
+            "volumes": [*_volumes(config, serving, k8s), guard_volume],
+        },
+    }
+    template["metadata"]["annotations"][TEMPLATE_ANNOTATION] = digest(template)
     return {
         "replicas": k8s.replicas,
         "selector": {"matchLabels": selector},
         # maxSurge 0: the old pod frees its cards before the new one needs them.
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
-        # A pod that never answers right stops the roll; Pulumi reports the deadline as a failure.
+        # A pod that never answers right stops the roll; the roll's watch fails `up` on it
+        # (components/k8s_roll.py), or sooner on a pod that failed.
         "progressDeadlineSeconds": serving.load_deadline_seconds,
-        "template": {
-            # A new guard release (another key) rolls the pods.
-            "metadata": {
-                "labels": selector,
-                # What the policy pack's k8s-gpu-requests checks the cards against.
-                "annotations": {"glm53/guard": guard_digest, ACCELERATOR_ANNOTATION: accelerator(config)},
-            },
-            "spec": {
-                "terminationGracePeriodSeconds": grace_seconds(config, k8s),
-                "containers": [
-                    serving_container(config, serving, k8s, image),
-                    gate_container(config, serving, k8s, gate_image),
-                    guard_container,
-                ],
-                "volumes": [*_volumes(config, serving, k8s), guard_volume],
-            },
-        },
+        "template": template,
     }
+
+
+def digest(obj: Any) -> str:
+    """16 hex digits of the JSON of ``obj`` (keys sorted): the same object, the same digest."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def serving_service_spec(serving: ServingSpec, stack: str) -> dict[str, Any]:

@@ -72,9 +72,14 @@ def cluster() -> Iterator[Path]:
     out = subprocess.run([str(CLUSTER), "start"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     REPORT["cluster_start_s"] = round(time.monotonic() - started, 1)
+    # The roll's watch (components/k8s_roll.py) runs kubectl from PATH, as on an operator's machine.
+    bin_dir = subprocess.run([str(BUILD), "--check"], capture_output=True, text=True).stdout.strip()
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{path}"
     try:
         yield Path(out.stdout.strip().splitlines()[-1])
     finally:
+        os.environ["PATH"] = path
         started = time.monotonic()
         stopped = subprocess.run([str(CLUSTER), "stop"], capture_output=True, text=True, timeout=300)
         REPORT["cluster_stop_s"] = round(time.monotonic() - started, 1)
