@@ -15,6 +15,8 @@ pulumi-kubernetes unchanged. What differs from a Docker host, and why:
 - readiness is the gate, not ``/health``: a sidecar in the pod runs the gate's own checks
   (``python -m components.gate``: the served name and length, 13x17 → 221, a tool call, the KV
   pool) against its pod's vLLM, so the Service sends a pod traffic only once it answers right;
+- the GPU preflight (components/preflight.sh, the Docker hosts' file) runs in the pod, an init
+  container with vLLM's cards, weights and /dev/shm: a refusal stops the pod before vLLM starts;
 - vLLM listens on the pod's loopback (``--host=127.0.0.1``): the pod's one port is its guard's
   (components/k8s_guard.py), which asks for the stack's credential as a Docker replica's guard does.
 """
@@ -35,6 +37,7 @@ from components.config import (
     MonitoringConfig,
     StackConfig,
 )
+from components.preflight import pod_preflight_script
 from components.vllm_server import ServingSpec, health_probe
 from policy.glm_policies import (
     ACCELERATOR_ANNOTATION,
@@ -54,6 +57,9 @@ STARTUP_PERIOD_SECONDS = 10
 LIVENESS_FAILURES = 3
 SERVING_CONTAINER = "vllm"
 GATE_CONTAINER = "gate"
+PREFLIGHT_CONTAINER = "preflight"
+NODE_NAME_ENV = {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+"""The pod's node, from the downward API: the preflight's lines name it."""
 GUARD_PORT_NAME = "guard"
 """The pod's one published port: the guard sidecar's (components/k8s_guard.py), never vLLM's."""
 TEMPLATE_ANNOTATION = "glm53/template"
@@ -194,6 +200,41 @@ def serving_container(
     return container
 
 
+def preflight_container(
+    config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
+) -> dict[str, Any]:
+    """The preflight on the pod's node before vLLM starts: components/preflight.sh, the file the
+    Docker hosts run, in the serving image (bash, awk, python3; ``nvidia-smi`` from the container
+    runtime, ``npu-smi`` among the profile's mounts), with vLLM's cards, weights, /dev/shm and
+    mounts. A refusal exits 1 with one line per problem (node, config key, fix), which the kubelet
+    keeps as its termination message for the roll's watch (components/k8s_roll.py) to quote."""
+    limits = card_limits(config)
+    kind = accelerator(config)
+    script = pod_preflight_script(
+        config.preflight,
+        config.model,
+        config.facts,
+        config.hardware,
+        kind,
+        len(config.container.accelerators) if limits else 0,
+        config.serving.gpu_memory_utilization,
+    )
+    container: dict[str, Any] = {
+        "name": PREFLIGHT_CONTAINER,
+        "image": image,
+        "imagePullPolicy": k8s.image_pull_policy,
+        "command": ["bash", "-c", script],
+        "env": [NODE_NAME_ENV],
+        "volumeMounts": _mounts(config, serving),
+        **ON_ERROR_LOGS,
+    }
+    if limits:
+        # The same cards as vLLM's: the kubelet hands an init container's devices on to the pod's
+        # containers, so the preflight looks at the very cards vLLM gets.
+        container["resources"] = {"limits": limits, "requests": limits}
+    return container
+
+
 def gate_container(
     config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
 ) -> dict[str, Any]:
@@ -247,6 +288,8 @@ def serving_deployment_spec(
             "volumes": [*_volumes(config, serving, k8s), guard_volume],
         },
     }
+    if config.preflight.enabled:
+        template["spec"]["initContainers"] = [preflight_container(config, serving, k8s, image)]
     template["metadata"]["annotations"][TEMPLATE_ANNOTATION] = digest(template)
     return {
         "replicas": k8s.replicas,

@@ -56,13 +56,50 @@ def preflight_script(
     ``facts``/``profile``: the hardware profile (``glm:hardware``); ``accelerators``: the indices
     ``glm:container.accelerators`` gives the container.
     """
+    settings = _settings(preflight, model, facts, profile, accelerators, gpu_memory_utilization)
+    return _script(
+        f"HOST={shlex.quote(host_label(host))}\n", {**settings, "CARDS_FROM": "docker"}, model, facts
+    )
+
+
+POD_HOST = '"glm:target.kubernetes node ${NODE_NAME}"'
+"""How a pod's preflight names where it runs: its node, from the downward API (``NODE_NAME``)."""
+
+
+def pod_preflight_script(
+    preflight: PreflightConfig,
+    model: ModelConfig,
+    facts: HardwareFacts,
+    profile: str,
+    accelerator: str,
+    cards: int,
+    gpu_memory_utilization: float,
+) -> str:
+    """The same checks in the serving pod's init container, on the ``cards`` cards of kind
+    ``accelerator`` (``none`` in a rehearsal) the device plugin gave the pod, indices 0 to
+    ``cards`` - 1 (a container sees only its own); the weights where the pod mounts them
+    (``model.mountPath``) and the pod's /dev/shm; its lines name the node. The Docker runtime check
+    is left out: the device plugin handed the cards over, or the container would not have started."""
+    mounted = model.model_copy(update={"host_dir": model.mount_path})
+    settings = _settings(preflight, mounted, facts, profile, list(range(cards)), gpu_memory_utilization)
+    pod = {**settings, "ACCELERATOR": accelerator, "CARDS_FROM": "device-plugin"}
+    return _script(f"HOST={POD_HOST}\n", pod, mounted, facts)
+
+
+def _settings(
+    preflight: PreflightConfig,
+    model: ModelConfig,
+    facts: HardwareFacts,
+    profile: str,
+    accelerators: list[int],
+    gpu_memory_utilization: float,
+) -> dict[str, str]:
     need_disk = preflight.min_free_disk_gib
     if need_disk is None:
         need_disk = model.weights_gib if model.download.enabled else 0
     chip = facts.accelerator_model
     driver = facts.driver_minimum
-    settings = {
-        "HOST": host_label(host),
+    return {
         "ACCELERATOR": facts.accelerator,
         "ACCELERATORS": " ".join(map(str, accelerators)),
         "GMU": f"{gpu_memory_utilization:g}",
@@ -77,7 +114,12 @@ def preflight_script(
         "NEED_DISK_GIB": f"{need_disk:g}",
         "MIN_SHM_GIB": f"{preflight.min_shm_gib:g}",
     }
-    script = "".join(f"{name}={shlex.quote(value)}\n" for name, value in settings.items())
+
+
+def _script(host: str, settings: dict[str, str], model: ModelConfig, facts: HardwareFacts) -> str:
+    """``host`` (the ``HOST=`` line), the settings, the weights check where the weights are
+    checked in place, then components/preflight.sh."""
+    script = host + "".join(f"{name}={shlex.quote(value)}\n" for name, value in settings.items())
     if not model.download.enabled:
         script += f"check_weights() {{\n{verify_script(model, facts.served)}}}\n"
     return script + PREFLIGHT_SH.read_text()

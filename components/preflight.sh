@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # The preflight, run with bash on the target host before anything is created there.
 # components/preflight.py sends it with these settings assigned above it:
-#   HOST              the host it runs on, as messages name it (glm:target.hosts[NAME] (user@address:port))
+#   HOST              the host it runs on, as messages name it (glm:target.hosts[NAME] (user@address:port),
+#                     or on Kubernetes glm:target.kubernetes node NODE)
 #   ACCELERATOR       nvidia | ascend | none (the profile's kind)
 #   ACCELERATORS      the indices of glm:container.accelerators, space-separated
 #   GMU               glm:serving.gpuMemoryUtilization
@@ -11,6 +12,8 @@
 #   CHIP, CHIP_CC     the card the profile is for (part of its name; compute capability or empty)
 #   IMAGE_CUDA, DRIVER_MINIMUM   the image's CUDA and the oldest driver that runs it (or empty)
 #   HOST_DIR, NEED_DISK_GIB, MIN_SHM_GIB
+#   CARDS_FROM        docker (a host: Docker must hand the GPUs over) | device-plugin (a pod's
+#                     init container, components/k8s_workload.py: the plugin already did)
 # and, where the weights are checked, a function check_weights (components/weights_check.py).
 # It reports every problem at once, one line each on stderr naming the host, the config key and the
 # fix, and exits 1 if any.
@@ -140,7 +143,7 @@ check_nvidia() {
       ok\ *) say "preflight: ${line#ok }" ;;
     esac
   done <<<"$verdict"
-  check_container_runtime
+  if [ "$CARDS_FROM" = docker ]; then check_container_runtime; else say "preflight: GPUs from the device plugin"; fi
 }
 
 # Docker's --gpus needs NVIDIA's runtime hook (or runtime), or a CDI spec for nvidia.com/gpu.
@@ -189,7 +192,10 @@ check_host() {
   [ "$free_kib" -ge "$need_kib" ] || problem "only $((free_kib / 1048576)) GiB free under $probe, the weights need $NEED_DISK_GIB GiB (glm:model.weightsGib / glm:preflight.minFreeDiskGib). Fix: free disk space or point glm:model.hostDir at a larger disk"
   shm_kib=$(df -Pk /dev/shm | awk 'NR==2 {print $2}')
   need_shm_kib=$(awk -v g="$MIN_SHM_GIB" 'BEGIN {printf "%d", g * 1048576}')
-  [ "$shm_kib" -ge "$need_shm_kib" ] || problem "/dev/shm on the host is $((shm_kib / 1024)) MiB, glm:preflight.minShmGib asks for $MIN_SHM_GIB GiB. Fix: enlarge /dev/shm on the host"
+  local shm_where='on the host' shm_fix='enlarge /dev/shm on the host'
+  # In a pod /dev/shm is the pod's own: a memory emptyDir of glm:container.shmSize.
+  [ "$CARDS_FROM" = docker ] || { shm_where='in the pod'; shm_fix="set glm:container.shmSize to ${MIN_SHM_GIB}g or more"; }
+  [ "$shm_kib" -ge "$need_shm_kib" ] || problem "/dev/shm $shm_where is $((shm_kib / 1024)) MiB, glm:preflight.minShmGib asks for $MIN_SHM_GIB GiB. Fix: $shm_fix"
   say "preflight: $((free_kib / 1048576)) GiB free under $probe, /dev/shm $((shm_kib / 1024)) MiB"
 }
 

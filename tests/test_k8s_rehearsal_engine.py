@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine import PulumiProject
+from tests.host_scripts import weights
 from tests.k8s_cluster import (
     API_KEY,
     REPORT,
@@ -46,6 +47,9 @@ def test_a800_rehearses_on_the_cluster_without_cards(
         frontUrl=f"http://127.0.0.1:{REHEARSAL_PORTS[0]}/v1",
     )
     config.pop("glm:serving")  # the fault switch is the local lifecycle's
+    # The pod's preflight checks the profile's weights where the pod mounts them, as a Docker
+    # rehearsal's does on its stand-in host: the a800 folder (sparse: 306 GiB on paper).
+    weights(k8s_folders["models"])
     # Above the a800 engine's known start (371.5 s): config refuses a shorter gate deadline.
     config["glm:smoke"] = {"deadlineSeconds": 400}
     set_stack_config(project, config, stack="a800")

@@ -78,7 +78,7 @@ def test_the_preflights_problems_are_quoted_whole() -> None:
     assert [p.split(": ")[0] for p in problems] == [
         "    | preflight on glm:target.kubernetes node gpu-node-3"
     ] * 2
-    assert problems[1].endswith("Fix: enlarge /dev/shm on the host")
+    assert problems[1].endswith("Fix: set glm:container.shmSize to 16g or more")
 
 
 @pytest.mark.parametrize(
