@@ -15,9 +15,11 @@ Figures are printed; ``GLM_K8S_REPORT=path`` also writes them as JSON.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +214,64 @@ def test_a_wrong_answer_version_never_receives_traffic(project: PulumiProject, k
     started = time.monotonic()
     project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
     REPORT["restore_up_s"] = round(time.monotonic() - started, 1)
+    assert all(ready(p) for p in live_pods(k8s_cluster)) and ask() == "221"
+
+
+def failed_up(project: PulumiProject, kubeconfig: Path, label: str) -> tuple[str, float]:
+    """``up`` that must fail: its output, and the seconds from the new pod's failing container's
+    end (its ``finishedAt``, the kubelet's clock: this machine's) to ``up``'s own end."""
+    before = {p["metadata"]["name"] for p in pods(kubeconfig)}
+    out = project.run("up", "--yes", "--skip-preview", "-s", "local", check=False, timeout=900)
+    ended = time.time()
+    finished = [
+        datetime.fromisoformat(state["terminated"]["finishedAt"]).timestamp()
+        for p in pods(kubeconfig)
+        if p["metadata"]["name"] not in before
+        for c in [*p["status"].get("initContainerStatuses", []), *p["status"].get("containerStatuses", [])]
+        for state in (c.get("state") or {}, c.get("lastState") or {})
+        if state.get("terminated", {}).get("finishedAt") and state["terminated"].get("exitCode")
+    ]
+    assert finished, f"no new pod's container failed:\n{out[-2000:]}"
+    seconds = round(ended - min(finished), 1)
+    REPORT[label] = {"failure_to_up_failed_s": seconds, "message": out[-1500:]}
+    return out, seconds
+
+
+def test_a_bad_flag_fails_up_in_seconds_with_vllms_own_words(
+    project: PulumiProject, k8s_cluster: Path
+) -> None:
+    """A flag vLLM's parser refuses (a real flag, a value it has no choice for: the config passes
+    it) rolled: ``up`` stops on the new pod's exit, quoting vLLM, not at the rollout deadline; the
+    old pods keep serving."""
+    project.run("config", "set", "--path", "glm:serving.extraEnv.VLLM_SIM_STRICT_FLAGS", "1", "-s", "local")
+    project.run("config", "set", "--path", "glm:serving.extraArgs[0]", "--dtype=fp13", "-s", "local")
+    out, seconds = failed_up(project, k8s_cluster, "bad_flag_roll")
+    assert "the serving pods' roll failed" in out and "container vllm exited 2" in out
+    assert "argument --dtype: invalid choice: 'fp13'" in out
+    assert seconds < 15, seconds  # the watch polls every 2 s; the deadline would be 60 s x 2 + 120 s
+    assert ask() == "221"
+    project.run("config", "rm", "--path", "glm:serving.extraArgs", "-s", "local")
+    project.run("config", "rm", "--path", "glm:serving.extraEnv.VLLM_SIM_STRICT_FLAGS", "-s", "local")
+    project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
+    assert all(ready(p) for p in live_pods(k8s_cluster)) and ask() == "221"
+
+
+def test_a_preflight_refusal_fails_up_naming_the_node_key_and_fix(
+    project: PulumiProject, k8s_cluster: Path
+) -> None:
+    """The pod's preflight (its init container) finds too little disk under the weights: ``up``
+    stops in seconds with its lines, vLLM never started in the new pod."""
+    project.run("config", "set", "--path", "glm:preflight.minFreeDiskGib", "1000000", "-s", "local")
+    out, seconds = failed_up(project, k8s_cluster, "preflight_refusal_roll")
+    assert "init container preflight exited 1" in out
+    assert re.search(r"preflight on glm:target\.kubernetes node \S+: only \d+ GiB free under /models", out), (
+        out
+    )
+    assert "glm:preflight.minFreeDiskGib" in out and "Fix: free disk space" in out
+    assert seconds < 15, seconds
+    assert ask() == "221"
+    project.run("config", "rm", "--path", "glm:preflight.minFreeDiskGib", "-s", "local")
+    project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
     assert all(ready(p) for p in live_pods(k8s_cluster)) and ask() == "221"
 
 
