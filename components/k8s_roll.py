@@ -118,6 +118,18 @@ class RollWatchProvider(pulumi.dynamic.ResourceProvider):
     """Waits for the roll on create and on an update that brings a new one. Pickled with dill:
     imports live inside the methods."""
 
+    def check(self, _olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.CheckResult:
+        failures = [
+            pulumi.dynamic.CheckFailure(k, f"{k} must be set")
+            for k in ("namespace", "deployment", "selector")
+            if not news.get(k)
+        ]
+        if float(news.get("deadline_seconds") or 0) <= 0:
+            failures.append(
+                pulumi.dynamic.CheckFailure("deadline_seconds", "a roll needs a positive deadline")
+            )
+        return pulumi.dynamic.CheckResult(news, failures)
+
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> pulumi.dynamic.DiffResult:
         from components.gate.run import plain
 

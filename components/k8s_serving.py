@@ -22,7 +22,7 @@ from components.k8s_state import moved_from_root
 from components.vllm_server import ServingSpec
 
 ROLLOUT_MARGIN_SECONDS = 120
-DEPLOYMENT_NAME = "glm53-vllm"
+SERVING_NAME = "glm53-vllm"
 """The serving Deployment's and Service's name in the namespace."""
 SKIP_AWAIT = "pulumi.com/skipAwait"
 
@@ -70,18 +70,20 @@ class ServingPodsArgs:
     stack: str
     """The stack's name: the pods' labels (``app.kubernetes.io/instance``)."""
     config: StackConfig
-    """The stack's config: its profile's cards, the weights, the container's /dev/shm and mounts, the smoke
-    steps the pods' readiness runs, vLLM's drain."""
+    """The stack's config: its profile's cards, the weights, the container's /dev/shm and mounts,
+    the smoke steps the pods' readiness runs, the preflight, vLLM's drain."""
     serving: ServingSpec
     """The rendered ``vllm serve`` (on the pod's loopback: ``pod_serving``)."""
     k8s_target: KubernetesTargetConfig
     """``glm:target.kubernetes``: namespace, replicas, pull policy, preStop, readiness period."""
     serving_image: pulumi.Input[str]
+    """The serving image (components/k8s_images.py): vLLM's, and the preflight's."""
     gate_image: pulumi.Input[str]
     """The readiness sidecar's image (components/k8s_images.py)."""
     guard: PodGuard
     """The pods' guard: its release rolls the pods, and the pods start after it."""
     cache: JitCache
+    """The JIT cache's claim the pods mount."""
     after: list[pulumi.Resource]
     """What the pods wait for besides: the images' loads onto the nodes."""
 
@@ -113,7 +115,7 @@ class ServingPods(pulumi.ComponentResource):
             # Applied without pulumi-kubernetes' wait: the roll's watch below waits, and fails fast.
             metadata={
                 "namespace": k8s_target.namespace,
-                "name": DEPLOYMENT_NAME,
+                "name": SERVING_NAME,
                 "annotations": {SKIP_AWAIT: "true"},
             },
             spec=specs,
@@ -130,7 +132,7 @@ class ServingPods(pulumi.ComponentResource):
                 kubeconfig=os.path.expanduser(k8s_target.kubeconfig) if k8s_target.kubeconfig else None,
                 context=k8s_target.context,
                 namespace=k8s_target.namespace,
-                deployment=DEPLOYMENT_NAME,
+                deployment=SERVING_NAME,
                 selector=",".join(f"{k}={v}" for k, v in workload.labels(args.stack, "vllm").items()),
                 template=specs.apply(
                     lambda s: s["template"]["metadata"]["annotations"][workload.TEMPLATE_ANNOTATION]
@@ -141,7 +143,7 @@ class ServingPods(pulumi.ComponentResource):
         )
         self.service = k8s.core.v1.Service(
             f"{name}-service",
-            metadata={"namespace": k8s_target.namespace, "name": DEPLOYMENT_NAME},
+            metadata={"namespace": k8s_target.namespace, "name": SERVING_NAME},
             spec=workload.serving_service_spec(serving, args.stack),
             opts=child,
         )

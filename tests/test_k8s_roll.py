@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from components.k8s_pod_status import COMING, FAILED, READY, pod_verdict, roll_verdict
-from components.k8s_roll import watch_roll
+from components.k8s_roll import RollWatchProvider, watch_roll
 from components.provider_errors import OperatorError
 from tests.conftest import Deployment, run_program, unwrap
 from tests.test_k8s_target import DEPLOYMENT, k8s_target, plain_http_accepted
@@ -230,6 +230,15 @@ def test_without_kubectl_the_watch_says_what_to_install(
         OperatorError, match=r"watched with kubectl, which is not on PATH\. Fix: install kubectl"
     ):
         watch_roll(props())
+
+
+def test_a_watch_without_a_deadline_or_a_namespace_is_refused_at_preview() -> None:
+    checked = RollWatchProvider().check({}, {**props(), "namespace": "", "deadline_seconds": 0.0})
+    assert [(f.property, f.reason) for f in checked.failures] == [
+        ("namespace", "namespace must be set"),
+        ("deadline_seconds", "a roll needs a positive deadline"),
+    ]
+    assert RollWatchProvider().check({}, props()).failures == []
 
 
 @pytest.fixture(scope="module")
