@@ -123,9 +123,12 @@ def test_continuous_usage_stats_reach_a_client_that_asked_for_them(front) -> Non
     assert chunks[-1].choices == []
 
 
-def test_a_key_beyond_its_share_gets_a_429_with_retry_after_and_the_other_key_is_served(front) -> None:
-    """Capacity 8 (--max-num-seqs) and two keys: 4 streams each. Alice's 5th request is refused in
-    OpenAI's shape before anything streamed; Bob's is answered."""
+def test_a_key_beyond_what_is_free_gets_a_429_with_retry_after_and_the_other_key_is_served(front) -> None:
+    """Capacity 8 (--max-num-seqs) and two keys, Bob active with one request at a time: Alice's
+    streams take every slot but the one kept free for Bob (work-conserving: 7, not her share of 4).
+    Her next request is refused in OpenAI's shape before anything streamed; Bob's is answered."""
+    bob = front.client(KEYS["bob"])
+    bob.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     body = {
         "model": SERVED,
         "messages": [{"role": "user", "content": "go"}],
@@ -134,7 +137,7 @@ def test_a_key_beyond_its_share_gets_a_429_with_retry_after_and_the_other_key_is
     }
     headers = {"Authorization": f"Bearer {KEYS['alice']}"}
     with httpx.Client(base_url=front.base, timeout=30) as http, contextlib.ExitStack() as held:
-        for _ in range(4):
+        for _ in range(7):
             response = held.enter_context(
                 http.stream("POST", "/v1/chat/completions", json=body, headers=headers)
             )
@@ -144,7 +147,7 @@ def test_a_key_beyond_its_share_gets_a_429_with_retry_after_and_the_other_key_is
         assert refused.headers["retry-after"] == "1"
         error = refused.json()["error"]
         assert error["code"] == "rate_limit_exceeded" and "fair share" in error["message"]
-        answer = front.client(KEYS["bob"]).chat.completions.create(
+        answer = bob.chat.completions.create(
             model=SERVED, messages=[{"role": "user", "content": "13*17"}], max_tokens=60
         )
         assert "221" in (answer.choices[0].message.content or "")
