@@ -13,9 +13,10 @@ tokens/s for the engine), with a prefill rate (``VLLM_SIM_PREFILL_TOKENS_PER_S``
   ``Retry-After`` and counts.
 
 For each front ("before": nginx straight to the engine, as on main; "after": through the meter),
-B alone for ``--alone`` seconds, then B during the flood for ``--flood`` seconds (after a warm-up
-of 5 s). Printed: B's TTFT p50/p99 in each phase, the requests and tokens each key got, the 429s
-(nginx's per-key limits and the meter's fair share apart).
+A's flood alone for ``--lone`` seconds (B has sent nothing yet: how much of the box a lone key
+gets), then B alone for ``--alone`` seconds, then B during the flood for ``--flood`` seconds (after
+a warm-up of 5 s). Printed: the answers A got alone, B's TTFT p50/p99 in each phase, the requests
+and tokens each key got, the 429s (nginx's per-key limits and the meter's fair share apart).
 
     .venv/bin/python benchmarks/fair_share.py [--max-num-seqs 8] [--flood 30]
 """
@@ -23,6 +24,7 @@ of 5 s). Printed: B's TTFT p50/p99 in each phase, the requests and tokens each k
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import sys
@@ -162,6 +164,32 @@ def quantiles(values: list[float]) -> str:
     return f"p50 {cuts[49]:.3f} s  p99 {cuts[98]:.3f} s  (n={len(values)})"
 
 
+def start_flood(http: httpx.Client, args: argparse.Namespace, stop: threading.Event, tally: Tally) -> list:
+    share = max(1, args.max_num_seqs // len(KEYS))
+    workers = [
+        threading.Thread(target=flood, args=(http, args.a_tokens, stop, tally), daemon=True)
+        for _ in range(args.flood_factor * share)
+    ]
+    for w in workers:
+        w.start()
+    return workers
+
+
+def stop_flood(workers: list, stop: threading.Event, args: argparse.Namespace) -> None:
+    stop.set()
+    for w in workers:
+        w.join(timeout=args.a_tokens * args.decode_seconds * 10 + 60)
+
+
+def window(tally: Tally) -> Tally:
+    """What ``tally`` counted until now: the answers completed in its window, not those streaming."""
+    with tally.lock:
+        return Tally(
+            tally.started, time.monotonic(), tally.requests, tally.tokens,
+            tally.refused_front, tally.refused_share, tally.failed,
+        )  # fmt: skip
+
+
 def run(meter: bool, args: argparse.Namespace) -> dict[str, object]:
     config = build_stack_config({"hardware": "local", "front": {"usageMeter": {"fairShare": True}}})
     env = {
@@ -173,34 +201,31 @@ def run(meter: bool, args: argparse.Namespace) -> dict[str, object]:
             base_url=front.base, headers={"Authorization": f"Bearer {KEYS['key-a']}"}, timeout=600
         )
         b_client = front.client(KEYS["key-b"], timeout=600)
+        lone, stop = Tally(), threading.Event()
+        workers = start_flood(a_http, args, stop, lone)
+        time.sleep(args.lone)
+        lone_window = window(lone)
+        stop_flood(workers, stop, args)
         alone = Tally()
         now = time.monotonic()
         steady(b_client, args, now + args.alone, alone, now + 1)
         b, a = Tally(), Tally()  # both from the flood's start
         stop = threading.Event()
-        share = max(1, args.max_num_seqs // len(KEYS))
-        workers = [
-            threading.Thread(target=flood, args=(a_http, args.a_tokens, stop, a), daemon=True)
-            for _ in range(args.flood_factor * share)
-        ]
-        for w in workers:
-            w.start()
+        workers = start_flood(a_http, args, stop, a)
         now = time.monotonic()
         steady(b_client, args, now + args.flood, b, now + WARM_UP_SECONDS)
-        stop.set()
-        for w in workers:
-            w.join(timeout=args.a_tokens * args.decode_seconds * 10 + 60)
+        stop_flood(workers, stop, args)
         a_http.close()
-    return {"alone": alone, "b": b, "a": a, "workers": len(workers)}
+    return {"lone": lone_window, "alone": alone, "b": b, "a": a, "workers": len(workers)}
 
 
 def report(name: str, result: dict[str, object]) -> None:
-    alone, b, a = result["alone"], result["b"], result["a"]
-    assert isinstance(alone, Tally) and isinstance(b, Tally) and isinstance(a, Tally)
+    lone, alone, b, a = result["lone"], result["alone"], result["b"], result["a"]
+    assert all(isinstance(t, Tally) for t in (lone, alone, b, a))
     print(f"\n{name}")
     print(f"  key B alone          TTFT {quantiles(alone.ttft)}")
     print(f"  key B during flood   TTFT {quantiles(b.ttft)}")
-    for label, t in (("key A (flood)", a), ("key B (steady)", b)):
+    for label, t in (("key A alone", lone), ("key A (flood)", a), ("key B (steady)", b)):
         seconds = t.last_done - t.started
         print(
             f"  {label:15s} {t.requests} answered, {t.tokens} tokens in {seconds:.0f} s "
@@ -218,6 +243,7 @@ def main() -> None:
     parser.add_argument("--flood-factor", type=int, default=10)
     parser.add_argument("--a-tokens", type=int, default=100)
     parser.add_argument("--b-interval", type=float, default=0.25)
+    parser.add_argument("--lone", type=float, default=20.0)
     parser.add_argument("--alone", type=float, default=15.0)
     parser.add_argument("--flood", type=float, default=45.0)
     parser.add_argument("--only", choices=["before", "after"])
@@ -226,7 +252,8 @@ def main() -> None:
         f"engine: --max-num-seqs {args.max_num_seqs}, {1 / args.decode_seconds:.0f} tokens/s per sequence "
         f"({args.max_num_seqs / args.decode_seconds:.0f} for the engine), prefill {args.prefill_rate} tokens/s; "
         f"key A: {args.flood_factor} x its share of {args.max_num_seqs // 2} slots, {args.a_tokens}-token streams; "
-        f"key B: a 16-token stream of a {args.b_prompt_tokens}-token prompt every {args.b_interval} s"
+        f"key B: a 16-token stream of a {args.b_prompt_tokens}-token prompt every {args.b_interval} s; "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     for name, meter in (
         ("before (main: nginx straight to the engine)", False),

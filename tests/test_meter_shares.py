@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "images" / "usage-meter"))
 
-from meter_shares import ACTIVE_SECONDS, Meter  # noqa: E402 (the meter's folder is no package)
+from meter_shares import ACTIVE_SECONDS, Meter  # the meter's folder is no package
 
 CAPACITY = 8
 """The benchmark's engine (``--max-num-seqs 8``, one replica): two keys of weight 1 have 4 each."""

@@ -188,7 +188,11 @@ class Meter:
                 "Requests refused with 429 beyond the key's share of the engine's slots.",
             ),
             ("glm_key_in_flight", "gauge", "Generation requests of the key in the engine now."),
-            ("glm_key_share", "gauge", "The key's guaranteed share of the engine's slots now (among the active keys)."),
+            (
+                "glm_key_share",
+                "gauge",
+                "The key's guaranteed share of the engine's slots now (among the active keys).",
+            ),
             ("glm_key_last_seen_timestamp_seconds", "gauge", "When the key last sent a request (Unix time)."),
             (
                 "glm_key_time_to_first_token_seconds",
