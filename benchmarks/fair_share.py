@@ -24,12 +24,14 @@ and tokens each key got, the 429s (nginx's per-key limits and the meter's fair s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +58,8 @@ class Tally:
     refused_share: int = 0
     failed: int = 0
     ttft: list[float] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    """Key B's phases: the engine's requests waiting for a slot, sampled every 0.2 s."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -157,11 +161,28 @@ def flood(http: httpx.Client, tokens: int, stop: threading.Event, tally: Tally) 
             tally.tokens += int(usage[-1]) if usage else 0
 
 
+def sample_waiting(engine: str, stop: threading.Event, tally: Tally) -> None:
+    """How many requests wait in the engine for a slot: the meter keeps them free for B, so a B
+    that waits shows here (a slow TTFT without one is this machine's CPU, not a slot)."""
+    with httpx.Client(base_url=engine, timeout=5) as http:
+        while not stop.wait(0.2):
+            found = re.search(
+                r"^vllm:num_requests_waiting(?:\{[^}]*\})? (\S+)$", http.get("/metrics").text, re.M
+            )
+            if found:
+                tally.waiting.append(int(float(found[1])))
+
+
+def queue(tally: Tally) -> str:
+    waited = sum(1 for n in tally.waiting if n)
+    return f"a request waiting for a slot in {waited} of {len(tally.waiting)} samples (at most {max(tally.waiting, default=0)})"
+
+
 def quantiles(values: list[float]) -> str:
     if len(values) < 2:
         return "n/a (fewer than 2 answers)"
     cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return f"p50 {cuts[49]:.3f} s  p99 {cuts[98]:.3f} s  (n={len(values)})"
+    return f"p50 {cuts[49]:.3f} s  p99 {cuts[98]:.3f} s  max {max(values):.3f} s  (n={len(values)})"
 
 
 def start_flood(http: httpx.Client, args: argparse.Namespace, stop: threading.Event, tally: Tally) -> list:
@@ -190,6 +211,18 @@ def window(tally: Tally) -> Tally:
         )  # fmt: skip
 
 
+@contextlib.contextmanager
+def sampling(engine: str, tally: Tally) -> Iterator[None]:
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample_waiting, args=(engine, stop, tally), daemon=True)
+    sampler.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sampler.join()
+
+
 def run(meter: bool, args: argparse.Namespace) -> dict[str, object]:
     config = build_stack_config({"hardware": "local", "front": {"usageMeter": {"fairShare": True}}})
     env = {
@@ -208,12 +241,14 @@ def run(meter: bool, args: argparse.Namespace) -> dict[str, object]:
         stop_flood(workers, stop, args)
         alone = Tally()
         now = time.monotonic()
-        steady(b_client, args, now + args.alone, alone, now + 1)
+        with sampling(front.engine, alone):
+            steady(b_client, args, now + args.alone, alone, now + 1)
         b, a = Tally(), Tally()  # both from the flood's start
         stop = threading.Event()
         workers = start_flood(a_http, args, stop, a)
         now = time.monotonic()
-        steady(b_client, args, now + args.flood, b, now + WARM_UP_SECONDS)
+        with sampling(front.engine, b):
+            steady(b_client, args, now + args.flood, b, now + WARM_UP_SECONDS)
         stop_flood(workers, stop, args)
         a_http.close()
     return {"lone": lone_window, "alone": alone, "b": b, "a": a, "workers": len(workers)}
@@ -223,8 +258,8 @@ def report(name: str, result: dict[str, object]) -> None:
     lone, alone, b, a = result["lone"], result["alone"], result["b"], result["a"]
     assert all(isinstance(t, Tally) for t in (lone, alone, b, a))
     print(f"\n{name}")
-    print(f"  key B alone          TTFT {quantiles(alone.ttft)}")
-    print(f"  key B during flood   TTFT {quantiles(b.ttft)}")
+    print(f"  key B alone          TTFT {quantiles(alone.ttft)}; engine: {queue(alone)}")
+    print(f"  key B during flood   TTFT {quantiles(b.ttft)}; engine: {queue(b)}")
     for label, t in (("key A alone", lone), ("key A (flood)", a), ("key B (steady)", b)):
         seconds = t.last_done - t.started
         print(
