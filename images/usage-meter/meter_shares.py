@@ -97,18 +97,20 @@ class Meter:
         self._table = ""
 
     def configure(self, table: str) -> None:
-        """Take nginx's share table, ``capacity=64 alice=1 bob=2`` (``off`` at the end: count only).
+        """Take nginx's share table, ``capacity=32x2 alice=1 bob=2``: ``maxNumSeqs x`` the replicas
+        in rotation, then each key's weight (``off`` at the end: count only).
 
         >>> meter = Meter()
-        >>> meter.configure("capacity=8 a=1 b=3")
+        >>> meter.configure("capacity=8x2 a=1 b=3")
         >>> meter.capacity, meter.weights, meter.fair_share
-        (8, {'a': 1.0, 'b': 3.0}, True)
+        (16, {'a': 1.0, 'b': 3.0}, True)
         """
         if table == self._table:
             return
         fields = table.split()
         pairs = dict(f.split("=", 1) for f in fields if "=" in f)
-        self.capacity = int(pairs.pop("capacity", "0"))
+        slots, _, replicas = pairs.pop("capacity", "0").partition("x")
+        self.capacity = int(slots) * int(replicas or "1")
         self.weights = {name: float(weight) for name, weight in pairs.items()}
         self.fair_share = "off" not in fields
         self._table = table
