@@ -110,5 +110,7 @@ def meter_conf(
     # A bracket makes the name a pattern, which may match nothing (REPLICAS_FILE before the first
     # rotation change): until then, the replicas there are.
     count = f"        include {rotation_dir}/replicas.ma[p];" if rotation_dir else ""
-    replicas = render_file("nginx-meter-replicas.conf", {"replicas": str(meter.replicas), "rotation_count": count})
+    replicas = render_file(
+        "nginx-meter-replicas.conf", {"replicas": str(meter.replicas), "rotation_count": count}
+    )
     return MeterConf(headers, resolver, replicas, meter_routes, return_server)
