@@ -90,9 +90,19 @@ def test_the_slots_a_key_used_at_once_lately_stay_free_for_it() -> None:
     assert in_flight(shares) == CAPACITY
 
 
+def test_a_key_holding_its_recent_peak_can_double_it_without_waiting() -> None:
+    """b holds 2 streams (its most lately): a's flood leaves 2 more free, so b's demand may double
+    before any of a's streams has to end (the run that kept one slot, not b's peak, saw b wait)."""
+    shares = meter()
+    assert shares.admit("b", now=0.0) and shares.admit("b", now=0.0)
+    assert fill(shares, "a", now=1.0) == CAPACITY - 4
+    assert shares.admit("b", now=2.0) and shares.admit("b", now=2.0)
+    assert in_flight(shares) == CAPACITY
+
+
 def test_a_key_using_its_free_slot_gets_the_next_one_the_flood_gives_back() -> None:
     """b takes the slot kept for it; a's streams then end one by one, and a gets none back until
-    one more is free for b: b can always grow by one without waiting for a stream to end."""
+    one more is free for b: a slot b will ask for is free before it asks."""
     shares = meter()
     used_once(shares, "b", 1, now=0.0)
     fill(shares, "a", now=1.0)

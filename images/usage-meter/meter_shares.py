@@ -140,13 +140,12 @@ class Meter:
         return max(1, math.floor(self.capacity * weight / ((weight + others) or 1.0)))
 
     def headroom(self, name: str, now: float) -> int:
-        """The free slots kept for an active ``name`` while another key is beyond its share: enough
-        for the most it held at once lately and at least one more than it holds now, within its share.
-        The engine cannot preempt a running stream, so a slot another key holds frees only when that
-        stream ends: what ``name`` will ask for must already be free."""
+        """The free slots kept for an active ``name`` while another key is beyond its share: as many
+        as it held at once lately (at least one) on top of what it holds now, within its share, so
+        it can double at once. The engine cannot preempt a running stream: a slot another key holds
+        frees only when that stream ends, so what ``name`` will ask for must already be free."""
         usage = self.keys[name]
-        wanted = max(usage.peak.at(now) - usage.in_flight, 1)
-        return max(0, min(self.share(name, now) - usage.in_flight, wanted))
+        return max(0, min(self.share(name, now) - usage.in_flight, max(usage.peak.at(now), 1)))
 
     def admit(self, name: str, now: float) -> bool:
         """Take a slot for ``name`` within its share, or beyond it if the headroom of every other
