@@ -19,8 +19,6 @@ from components.usage_meter import shares_header
 USAGE_SHARES_FILE = "usage-shares.conf"
 """The share table nginx sends the meter (key names and weights, no key). Delivered with the key
 maps, as it changes with them."""
-REPLICAS_FILE = "replicas.map"
-"""In the rotation's folder: ``glm N;``, the replicas in rotation (templates/rotation.sh writes it)."""
 DOCKER_DNS = "127.0.0.11"
 """Docker's embedded DNS on a user-defined network: nginx finds the meter by name at request time,
 so a replaced meter container (a new address) needs no reload."""
@@ -107,8 +105,8 @@ def meter_conf(
         },
     )
     meter_routes = "".join(render_file("nginx-meter-route.conf", {"route": route}) for route in routes)
-    # A bracket makes the name a pattern, which may match nothing (REPLICAS_FILE before the first
-    # rotation change): until then, the replicas there are.
+    # replicas.map (``glm N;``) is what templates/rotation.sh writes at each change. A bracket makes
+    # the name a pattern, which may match nothing: before the first change, the replicas there are.
     count = f"        include {rotation_dir}/replicas.ma[p];" if rotation_dir else ""
     replicas = render_file(
         "nginx-meter-replicas.conf", {"replicas": str(meter.replicas), "rotation_count": count}

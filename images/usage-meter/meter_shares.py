@@ -85,7 +85,7 @@ class Meter:
 
     Work-conserving: a key's share counts only the keys active now, and beyond its share a key may
     take any slot but the few kept free for the other active keys (:meth:`headroom`). A lone key
-    gets every slot; a second key finds its slots free the moment it asks.
+    gets every slot; another active key finds free, the moment it asks, as many as it used lately.
     """
 
     def __init__(self) -> None:
