@@ -367,6 +367,60 @@ def test_a_pod_that_starts_answering_wrong_leaves_the_service(k8s_cluster: Path)
     }
 
 
+TLS_NAME = "glm-front.test"
+
+
+def test_tls_on_kubernetes_is_tls(project: PulumiProject, k8s_cluster: Path, tmp_path: Path) -> None:
+    """Issue 34 finding 2 on the cluster: with ``glm:front.tls`` and a test CA's certificate, the
+    roll passes the gate (which verifies the name), the front's NodePort speaks TLS that verifies
+    for the name against the stack's CA only, and plain HTTP gets no answer there."""
+    import ssl
+
+    from tests.test_semantic_probe_tls_e2e import set_pem
+    from tests.tls_certs import TestCa
+
+    stack_ca = TestCa.create(tmp_path / "stack-ca", "GLM k8s e2e CA")
+    other_ca = TestCa.create(tmp_path / "other-ca", "GLM k8s e2e other CA")
+    cert, key = stack_ca.issue([f"DNS:{TLS_NAME}"])
+    https_url = FRONT_URL.replace("http://", "https://")
+    project.run("config", "set", "--path", "glm:front.tls", "true", "-s", "local")
+    project.run("config", "set", "--path", "glm:front.tlsName", TLS_NAME, "-s", "local")
+    project.run("config", "set", "--path", "glm:target.kubernetes.frontUrl", https_url, "-s", "local")
+    set_pem(project, "glm:front.tlsCaCertificate", stack_ca.certificate)
+    set_pem(project, "glm:tlsCertificate", cert, secret=True)
+    set_pem(project, "glm:tlsKey", key, secret=True)
+    started = time.monotonic()
+    project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
+    REPORT["tls_up_s"] = round(time.monotonic() - started, 1)
+    outputs = project.outputs("local")
+    assert outputs["endpoint"] == https_url
+    assert "streaming" in outputs["smoke"]["steps_run"], outputs["smoke"]
+
+    body = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "What is 13*17?"}]}
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    trusted = ssl.create_default_context(cadata=stack_ca.certificate)
+    with httpx.Client(verify=trusted, trust_env=False, timeout=30) as client:
+        answer = client.post(
+            f"{https_url}/chat/completions", json=body, headers=headers, extensions={"sni_hostname": TLS_NAME}
+        )
+    assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"].strip() == "221"
+    foreign = ssl.create_default_context(cadata=other_ca.certificate)
+    with (
+        httpx.Client(verify=foreign, trust_env=False, timeout=30) as client,
+        pytest.raises(httpx.ConnectError),
+    ):
+        client.post(
+            f"{https_url}/chat/completions", json=body, headers=headers, extensions={"sni_hostname": TLS_NAME}
+        )
+    plain = httpx.post(
+        f"{FRONT_URL}/chat/completions", json=body, headers=headers, timeout=30, trust_env=False
+    )
+    assert plain.status_code == 400 and "221" not in plain.text, (
+        plain.text
+    )  # nginx: plain HTTP to an HTTPS port
+    project.run("preview", "--expect-no-changes", "-s", "local", timeout=300)
+
+
 def test_destroy_keeps_the_weights_and_the_jit_cache(
     project: PulumiProject, k8s_cluster: Path, k8s_folders: dict[str, Path]
 ) -> None:
