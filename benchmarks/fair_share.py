@@ -13,9 +13,10 @@ tokens/s for the engine), with a prefill rate (``VLLM_SIM_PREFILL_TOKENS_PER_S``
   ``Retry-After`` and counts.
 
 For each front ("before": nginx straight to the engine, as on main; "after": through the meter),
-B alone for ``--alone`` seconds, then B during the flood for ``--flood`` seconds (after a warm-up
-of 5 s). Printed: B's TTFT p50/p99 in each phase, the requests and tokens each key got, the 429s
-(nginx's per-key limits and the meter's fair share apart).
+A's flood alone for ``--lone`` seconds (B has sent nothing yet: how much of the box a lone key
+gets), then B alone for ``--alone`` seconds, then B during the flood for ``--flood`` seconds (after
+a warm-up of 5 s). Printed: the answers A got alone, B's TTFT p50/p99 in each phase, the requests
+and tokens each key got, the 429s (nginx's per-key limits and the meter's fair share apart).
 
     .venv/bin/python benchmarks/fair_share.py [--max-num-seqs 8] [--flood 30]
 """
@@ -23,11 +24,14 @@ of 5 s). Printed: B's TTFT p50/p99 in each phase, the requests and tokens each k
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +58,8 @@ class Tally:
     refused_share: int = 0
     failed: int = 0
     ttft: list[float] = field(default_factory=list)
+    waiting: list[int] = field(default_factory=list)
+    """Key B's phases: the engine's requests waiting for a slot, sampled every 0.2 s."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -155,11 +161,66 @@ def flood(http: httpx.Client, tokens: int, stop: threading.Event, tally: Tally) 
             tally.tokens += int(usage[-1]) if usage else 0
 
 
+def sample_waiting(engine: str, stop: threading.Event, tally: Tally) -> None:
+    """How many requests wait in the engine for a slot: the meter keeps them free for B, so a B
+    that waits shows here (a slow TTFT without one is this machine's CPU, not a slot)."""
+    with httpx.Client(base_url=engine, timeout=5) as http:
+        while not stop.wait(0.2):
+            found = re.search(
+                r"^vllm:num_requests_waiting(?:\{[^}]*\})? (\S+)$", http.get("/metrics").text, re.M
+            )
+            if found:
+                tally.waiting.append(int(float(found[1])))
+
+
+def queue(tally: Tally) -> str:
+    waited = sum(1 for n in tally.waiting if n)
+    return f"a request waiting for a slot in {waited} of {len(tally.waiting)} samples (at most {max(tally.waiting, default=0)})"
+
+
 def quantiles(values: list[float]) -> str:
     if len(values) < 2:
         return "n/a (fewer than 2 answers)"
     cuts = statistics.quantiles(values, n=100, method="inclusive")
-    return f"p50 {cuts[49]:.3f} s  p99 {cuts[98]:.3f} s  (n={len(values)})"
+    return f"p50 {cuts[49]:.3f} s  p99 {cuts[98]:.3f} s  max {max(values):.3f} s  (n={len(values)})"
+
+
+def start_flood(http: httpx.Client, args: argparse.Namespace, stop: threading.Event, tally: Tally) -> list:
+    share = max(1, args.max_num_seqs // len(KEYS))
+    workers = [
+        threading.Thread(target=flood, args=(http, args.a_tokens, stop, tally), daemon=True)
+        for _ in range(args.flood_factor * share)
+    ]
+    for w in workers:
+        w.start()
+    return workers
+
+
+def stop_flood(workers: list, stop: threading.Event, args: argparse.Namespace) -> None:
+    stop.set()
+    for w in workers:
+        w.join(timeout=args.a_tokens * args.decode_seconds * 10 + 60)
+
+
+def window(tally: Tally) -> Tally:
+    """What ``tally`` counted until now: the answers completed in its window, not those streaming."""
+    with tally.lock:
+        return Tally(
+            tally.started, time.monotonic(), tally.requests, tally.tokens,
+            tally.refused_front, tally.refused_share, tally.failed,
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def sampling(engine: str, tally: Tally) -> Iterator[None]:
+    stop = threading.Event()
+    sampler = threading.Thread(target=sample_waiting, args=(engine, stop, tally), daemon=True)
+    sampler.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        sampler.join()
 
 
 def run(meter: bool, args: argparse.Namespace) -> dict[str, object]:
@@ -173,34 +234,33 @@ def run(meter: bool, args: argparse.Namespace) -> dict[str, object]:
             base_url=front.base, headers={"Authorization": f"Bearer {KEYS['key-a']}"}, timeout=600
         )
         b_client = front.client(KEYS["key-b"], timeout=600)
+        lone, stop = Tally(), threading.Event()
+        workers = start_flood(a_http, args, stop, lone)
+        time.sleep(args.lone)
+        lone_window = window(lone)
+        stop_flood(workers, stop, args)
         alone = Tally()
         now = time.monotonic()
-        steady(b_client, args, now + args.alone, alone, now + 1)
+        with sampling(front.engine, alone):
+            steady(b_client, args, now + args.alone, alone, now + 1)
         b, a = Tally(), Tally()  # both from the flood's start
         stop = threading.Event()
-        share = max(1, args.max_num_seqs // len(KEYS))
-        workers = [
-            threading.Thread(target=flood, args=(a_http, args.a_tokens, stop, a), daemon=True)
-            for _ in range(args.flood_factor * share)
-        ]
-        for w in workers:
-            w.start()
+        workers = start_flood(a_http, args, stop, a)
         now = time.monotonic()
-        steady(b_client, args, now + args.flood, b, now + WARM_UP_SECONDS)
-        stop.set()
-        for w in workers:
-            w.join(timeout=args.a_tokens * args.decode_seconds * 10 + 60)
+        with sampling(front.engine, b):
+            steady(b_client, args, now + args.flood, b, now + WARM_UP_SECONDS)
+        stop_flood(workers, stop, args)
         a_http.close()
-    return {"alone": alone, "b": b, "a": a, "workers": len(workers)}
+    return {"lone": lone_window, "alone": alone, "b": b, "a": a, "workers": len(workers)}
 
 
 def report(name: str, result: dict[str, object]) -> None:
-    alone, b, a = result["alone"], result["b"], result["a"]
-    assert isinstance(alone, Tally) and isinstance(b, Tally) and isinstance(a, Tally)
+    lone, alone, b, a = result["lone"], result["alone"], result["b"], result["a"]
+    assert all(isinstance(t, Tally) for t in (lone, alone, b, a))
     print(f"\n{name}")
-    print(f"  key B alone          TTFT {quantiles(alone.ttft)}")
-    print(f"  key B during flood   TTFT {quantiles(b.ttft)}")
-    for label, t in (("key A (flood)", a), ("key B (steady)", b)):
+    print(f"  key B alone          TTFT {quantiles(alone.ttft)}; engine: {queue(alone)}")
+    print(f"  key B during flood   TTFT {quantiles(b.ttft)}; engine: {queue(b)}")
+    for label, t in (("key A alone", lone), ("key A (flood)", a), ("key B (steady)", b)):
         seconds = t.last_done - t.started
         print(
             f"  {label:15s} {t.requests} answered, {t.tokens} tokens in {seconds:.0f} s "
@@ -218,6 +278,7 @@ def main() -> None:
     parser.add_argument("--flood-factor", type=int, default=10)
     parser.add_argument("--a-tokens", type=int, default=100)
     parser.add_argument("--b-interval", type=float, default=0.25)
+    parser.add_argument("--lone", type=float, default=20.0)
     parser.add_argument("--alone", type=float, default=15.0)
     parser.add_argument("--flood", type=float, default=45.0)
     parser.add_argument("--only", choices=["before", "after"])
@@ -226,7 +287,8 @@ def main() -> None:
         f"engine: --max-num-seqs {args.max_num_seqs}, {1 / args.decode_seconds:.0f} tokens/s per sequence "
         f"({args.max_num_seqs / args.decode_seconds:.0f} for the engine), prefill {args.prefill_rate} tokens/s; "
         f"key A: {args.flood_factor} x its share of {args.max_num_seqs // 2} slots, {args.a_tokens}-token streams; "
-        f"key B: a 16-token stream of a {args.b_prompt_tokens}-token prompt every {args.b_interval} s"
+        f"key B: a 16-token stream of a {args.b_prompt_tokens}-token prompt every {args.b_interval} s; "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     for name, meter in (
         ("before (main: nginx straight to the engine)", False),

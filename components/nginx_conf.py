@@ -303,9 +303,10 @@ def _render(
     meter_resolver = meter_return = ""
     if meter is not None:
         parts = meter_conf(front, meter, shares=meter_shares, proxy=proxy, routes=INFERENCE_ROUTES,
-                           scheme=scheme, return_listen=meter_return_listen, errors=_errors(front))  # fmt: skip
+                           scheme=scheme, return_listen=meter_return_listen, errors=_errors(front),
+                           rotation_dir=rotation_dir if upstream is None else None)  # fmt: skip
         proxy_settings, meter_resolver, meter_return, routes = (
-            parts.headers, parts.resolver, parts.return_server, parts.routes
+            parts.headers, parts.replicas + parts.resolver, parts.return_server, parts.routes
         )  # fmt: skip
     proxy_settings = render_file("nginx-proxy.conf", {**proxy, "meter_headers": proxy_settings}).rstrip("\n")
     ssl = render_server_tls(*tls_paths) if tls_paths is not None else ""
@@ -369,6 +370,7 @@ def render_release_conf(
     guarded: bool = False,
     status_listen: str = str(STATUS_PORT),
     meter: MeterRoute | None = None,
+    meter_return_listen: str = str(METER_RETURN_PORT),
     prometheus: str | None = None,
 ) -> str:
     """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it, and
@@ -385,6 +387,7 @@ def render_release_conf(
         guarded=guarded,
         status_listen=status_listen,
         meter=meter,
+        meter_return_listen=meter_return_listen,
         prometheus=prometheus,
     )
 
@@ -401,6 +404,7 @@ def render_front_files(
     replica_files: Mapping[str, str] | None = None,
     status_listen: str = str(STATUS_PORT),
     meter: MeterRoute | None = None,
+    meter_return_listen: str = str(METER_RETURN_PORT),
     prometheus: str | None = None,
 ) -> dict[str, str]:
     """Every file of one front release, by name: what ``NginxReload`` delivers.
@@ -421,13 +425,14 @@ def render_front_files(
             guarded=replica_files is not None,
             status_listen=status_listen,
             meter=meter,
+            meter_return_listen=meter_return_listen,
             prometheus=prometheus,
         ),
         API_KEYS_FILE: render_key_map(api_keys),
         METRICS_KEYS_FILE: render_key_map(metrics_keys),
     }
     if meter is not None:
-        files[USAGE_SHARES_FILE] = shares_directive(front, sorted(api_keys), meter.capacity)
+        files[USAGE_SHARES_FILE] = shares_directive(front, sorted(api_keys), meter)
     if tls_pair is not None:
         files[TLS_CERT], files[TLS_KEY] = tls_pair
     files.update(replica_files or {})
@@ -466,6 +471,6 @@ def render_nginx_conf(
         runtime_dir=runtime_dir,
         meter=meter,
         meter_return_listen=meter_return_listen,
-        meter_shares=shares_directive(front, sorted(api_keys), meter.capacity) if meter else None,
+        meter_shares=shares_directive(front, sorted(api_keys), meter) if meter else None,
         prometheus=prometheus,
     )

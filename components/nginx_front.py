@@ -214,7 +214,7 @@ class NginxFront(pulumi.ComponentResource):
                 opts=child,
             )
             address = f"{meter_container_name(container)}:{front.usage_meter.port}"
-            route = MeterRoute(address, max_num_seqs * replicas)
+            route = MeterRoute(address, max_num_seqs, replicas)
         nginx_conf = render_release_conf(
             front,
             tls=front.tls,

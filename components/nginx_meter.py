@@ -36,13 +36,17 @@ class MeterRoute:
 
     address: str
     """The meter's ``host:port`` on the private network."""
-    capacity: int
-    """The engine's slots it shares among the keys: ``--max-num-seqs`` x replicas."""
+    slots_per_replica: int
+    """Each replica's ``--max-num-seqs``: the meter shares that many times the replicas in rotation."""
+    replicas: int = 1
+    """The replicas there are: the count until the rotation has written its own (a release), or for
+    good (a one-file harness, whose replicas are all in)."""
 
 
-def shares_directive(front: FrontConfig, key_names: Sequence[str], capacity: int) -> str:
+def shares_directive(front: FrontConfig, key_names: Sequence[str], meter: MeterRoute) -> str:
     """The header that tells the meter every key's weight and the slots (``usage-shares.conf``)."""
-    return f'        proxy_set_header X-Glm-Shares "{shares_header(front, key_names, capacity)}";\n'
+    table = shares_header(front, key_names, meter.slots_per_replica)
+    return f'        proxy_set_header X-Glm-Shares "{table}";\n'
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class MeterConf:
     """Server level: the key's name, the share table, the meter's address (a variable)."""
     resolver: str
     """http level: Docker's DNS, when the meter has a name (empty for an address)."""
+    replicas: str
+    """http level: ``$replicas_in_rotation``, from the rotation's count (a release)."""
     routes: str
     """The public server's inference locations, to the meter."""
     return_server: str
@@ -69,9 +75,11 @@ def meter_conf(
     scheme: str,
     return_listen: str,
     errors: Mapping[str, str],
+    rotation_dir: str | None,
 ) -> MeterConf:
     """``shares``: the share table inline (a one-file harness), else the release's file; ``proxy``:
-    the proxy settings' values, which the return listener repeats (credential, timeouts, retries)."""
+    the proxy settings' values, which the return listener repeats (credential, timeouts, retries);
+    ``rotation_dir``: where the rotation writes how many replicas are in (None: a harness, all in)."""
     # Only the key's name goes to the meter, as a header nginx sets itself (a client's own is
     # replaced), with the share table; the address is a variable, so nginx resolves it per request.
     table = shares.rstrip("\n") if shares is not None else f"        include {USAGE_SHARES_FILE};"
@@ -97,4 +105,10 @@ def meter_conf(
         },
     )
     meter_routes = "".join(render_file("nginx-meter-route.conf", {"route": route}) for route in routes)
-    return MeterConf(headers, resolver, meter_routes, return_server)
+    # replicas.map (``glm N;``) is what templates/rotation.sh writes at each change. A bracket makes
+    # the name a pattern, which may match nothing: before the first change, the replicas there are.
+    count = f"        include {rotation_dir}/replicas.ma[p];" if rotation_dir else ""
+    replicas = render_file(
+        "nginx-meter-replicas.conf", {"replicas": str(meter.replicas), "rotation_count": count}
+    )
+    return MeterConf(headers, resolver, replicas, meter_routes, return_server)

@@ -30,17 +30,19 @@ def container_name(container: ContainerConfig) -> str:
     return f"{container.name}-usage-meter"
 
 
-def shares_header(front: FrontConfig, key_names: Sequence[str], capacity: int) -> str:
-    """The share table nginx sends the meter with every request (``X-Glm-Shares``): the slots and
-    each key name's weight. In nginx's config, not the meter's: a key or slot change is a graceful
-    reload, and the meter (its counters, its streams in flight) keeps running.
+def shares_header(front: FrontConfig, key_names: Sequence[str], slots_per_replica: int) -> str:
+    """The share table nginx sends the meter with every request (``X-Glm-Shares``): the slots, as
+    ``maxNumSeqs x`` the replicas in rotation (nginx's ``$replicas_in_rotation``, filled per request),
+    and each key name's weight. In nginx's config, not the meter's: a key, slot or rotation change is
+    a graceful reload, and the meter (its counters, its streams in flight) keeps running.
 
-    >>> shares_header(FrontConfig(), ["bob", "alice"], 64)
-    'capacity=64 alice=1 bob=1 off'
+    >>> shares_header(FrontConfig(), ["bob", "alice"], 32)
+    'capacity=32x$replicas_in_rotation alice=1 bob=1 off'
     """
     meter = front.usage_meter
     weights = " ".join(f"{name}={meter.weights.get(name, 1.0):g}" for name in sorted(key_names))
-    return f"capacity={capacity}{' ' + weights if weights else ''}" + ("" if meter.fair_share else " off")
+    capacity = f"capacity={slots_per_replica}x$replicas_in_rotation"
+    return f"{capacity}{' ' + weights if weights else ''}" + ("" if meter.fair_share else " off")
 
 
 def image_tag() -> str:

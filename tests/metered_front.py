@@ -30,6 +30,8 @@ class MeteredFront:
     base: str
     meter_port: int | None
     directory: Path
+    engine: str
+    """The simulator's own base URL (its ``/metrics``: requests running and waiting)."""
 
     def client(self, key: str, **kwargs: object) -> openai.OpenAI:
         options: dict = {"max_retries": 0, "timeout": 60, **kwargs}
@@ -95,5 +97,10 @@ def metered_front(
         ]
         proc = stack.enter_context(running(argv, directory / "nginx.log"))
         wait_for_port(port, proc)
-        yield MeteredFront(f"http://127.0.0.1:{port}", meter_port if meter else None, directory)
+        yield MeteredFront(
+            f"http://127.0.0.1:{port}",
+            meter_port if meter else None,
+            directory,
+            f"http://127.0.0.1:{sim_port}",
+        )
     shutil.rmtree(directory, ignore_errors=True)

@@ -14,6 +14,7 @@ Figures are printed; ``GLM_K8S_REPORT=path`` also writes them as JSON.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import threading
@@ -152,6 +153,108 @@ def test_up_passes_the_gate_through_the_front_service(project: PulumiProject, k8
     assert ask() == "221"
     refused = httpx.post(f"{FRONT_URL}/chat/completions", json={}, timeout=10, trust_env=False)
     assert refused.status_code == 401
+
+
+INTRUDER_NAMESPACE = "glm53-intruder"
+
+INTRUDER = """
+import json, sys, urllib.request as u
+out = {}
+for name, url, key, body in json.loads(sys.argv[1]):
+    headers = {"Content-Type": "application/json"} | ({"Authorization": "Bearer " + key} if key else {})
+    data = json.dumps(body).encode() if body else None
+    try:
+        with u.urlopen(u.Request(url, data=data, headers=headers), timeout=5) as r:
+            out[name] = [r.status, r.read(300).decode(errors="replace")]
+    except u.HTTPError as e:
+        out[name] = [e.code, e.read(300).decode(errors="replace")]
+    except OSError as e:
+        out[name] = ["unreachable", str(e)]
+print(json.dumps(out))
+"""
+"""A client in another namespace: each request's status and the start of its body."""
+
+
+def _secret_file(kubeconfig: Path, secret: str, name: str) -> str:
+    data = json.loads(kubectl(kubeconfig, "get", "secret", secret, "-o", "json"))["data"]
+    return base64.b64decode(data[name]).decode()
+
+
+def test_no_pod_of_another_namespace_reaches_vllm_without_the_credential(k8s_cluster: Path) -> None:
+    """Issue 34 finding 1 on the cluster: the bridge CNI enforces no NetworkPolicy, so the guard
+    is the barrier. From a pod in another namespace: vLLM's own port on the pod's address is
+    closed, the guard's port and the glm53-vllm Service answer neither inference nor metrics
+    without the credential, and do with it (so the refusals are the guard's, not a dead route);
+    the front answers a client's key."""
+    pod = live_pods(k8s_cluster)[0]
+    pod_ip = pod["status"]["podIP"]
+    gate_image = next(c["image"] for c in pod["spec"]["containers"] if c["name"] == "gate")
+    service = json.loads(kubectl(k8s_cluster, "get", "svc", "glm53-vllm", "-o", "json"))["spec"]
+    front = json.loads(kubectl(k8s_cluster, "get", "svc", "glm53-front", "-o", "json"))["spec"]
+    auth = _secret_file(k8s_cluster, "glm53-front-keys", "replica-guard-auth.conf")
+    replica_key = re.search(r'"Bearer ([^"]+)"', auth).group(1)  # type: ignore[union-attr]
+    chat = {
+        "model": "glm-5.3-flash",
+        "messages": [{"role": "user", "content": "What is 13*17?"}],
+        "max_tokens": 16,
+    }
+    vllm_port = 8000  # the local profile's --port (vLLM's default)
+    guard_port = next(c for c in pod["spec"]["containers"] if c["name"] == "guard")["ports"][0][
+        "containerPort"
+    ]
+    guard = f"http://{pod_ip}:{guard_port}"
+    svc = f"http://{service['clusterIP']}:{service['ports'][0]['port']}"
+    front_url = f"http://{front['clusterIP']}:{front['ports'][0]['port']}"
+    requests = [
+        ("vllm_port_models", f"http://{pod_ip}:{vllm_port}/v1/models", None, None),
+        ("guard_chat_no_key", f"{guard}/v1/chat/completions", None, chat),
+        ("guard_metrics_no_key", f"{guard}/metrics", None, None),
+        ("guard_chat_client_key", f"{guard}/v1/chat/completions", API_KEY, chat),
+        ("service_chat_no_key", f"{svc}/v1/chat/completions", None, chat),
+        ("service_metrics_no_key", f"{svc}/metrics", None, None),
+        ("service_chat_replica_key", f"{svc}/v1/chat/completions", replica_key, chat),
+        ("guard_metrics_replica_key", f"{guard}/metrics", replica_key, None),
+        ("front_chat_client_key", f"{front_url}/v1/chat/completions", API_KEY, chat),
+    ]
+    kubectl(k8s_cluster, "create", "namespace", INTRUDER_NAMESPACE, "-n", "default", check=False)
+    try:
+        kubectl(
+            k8s_cluster, "run", "intruder", "-n", INTRUDER_NAMESPACE, f"--image={gate_image}",
+            "--image-pull-policy=Never", "--restart=Never", "--command", "--",
+            "python3", "-c", INTRUDER, json.dumps(requests),
+        )  # fmt: skip
+        deadline = time.monotonic() + 90
+        phase = ""
+        while time.monotonic() < deadline and phase not in ("Succeeded", "Failed"):
+            time.sleep(1)
+            got = json.loads(
+                kubectl(k8s_cluster, "get", "pod", "intruder", "-n", INTRUDER_NAMESPACE, "-o", "json")
+            )
+            phase = got["status"].get("phase", "")
+        logs = kubectl(k8s_cluster, "logs", "intruder", "-n", INTRUDER_NAMESPACE)
+        assert phase == "Succeeded", f"the intruder pod ended {phase!r}: {logs}"
+    finally:
+        kubectl(
+            k8s_cluster,
+            "delete",
+            "namespace",
+            INTRUDER_NAMESPACE,
+            "--wait=false",
+            "-n",
+            "default",
+            check=False,
+        )
+    seen = json.loads(logs.strip().splitlines()[-1])
+    REPORT["exposure_from_another_namespace"] = {k: v[0] for k, v in seen.items()}
+    print(json.dumps(seen, indent=2))
+    assert seen["vllm_port_models"][0] == "unreachable", seen
+    for refused in ("guard_chat_no_key", "guard_metrics_no_key", "guard_chat_client_key",
+                    "service_chat_no_key", "service_metrics_no_key"):  # fmt: skip
+        assert seen[refused][0] in (401, 403), (refused, seen[refused])
+        assert "221" not in seen[refused][1] and "vllm:" not in seen[refused][1], (refused, seen[refused])
+    for served in ("service_chat_replica_key", "front_chat_client_key"):
+        assert seen[served][0] == 200 and "221" in seen[served][1], (served, seen[served])
+    assert seen["guard_metrics_replica_key"][0] == 200 and "vllm:" in seen["guard_metrics_replica_key"][1]
 
 
 def test_prometheus_scrapes_each_pod_with_the_rules_loaded(k8s_cluster: Path) -> None:
@@ -321,6 +424,60 @@ def test_a_pod_that_starts_answering_wrong_leaves_the_service(k8s_cluster: Path)
         "readmitted_after_s": readmitted,
         "readiness_period_s": 5,
     }
+
+
+TLS_NAME = "glm-front.test"
+
+
+def test_tls_on_kubernetes_is_tls(project: PulumiProject, k8s_cluster: Path, tmp_path: Path) -> None:
+    """Issue 34 finding 2 on the cluster: with ``glm:front.tls`` and a test CA's certificate, the
+    roll passes the gate (which verifies the name), the front's NodePort speaks TLS that verifies
+    for the name against the stack's CA only, and plain HTTP gets no answer there."""
+    import ssl
+
+    from tests.test_semantic_probe_tls_e2e import set_pem
+    from tests.tls_certs import TestCa
+
+    stack_ca = TestCa.create(tmp_path / "stack-ca", "GLM k8s e2e CA")
+    other_ca = TestCa.create(tmp_path / "other-ca", "GLM k8s e2e other CA")
+    cert, key = stack_ca.issue([f"DNS:{TLS_NAME}"])
+    https_url = FRONT_URL.replace("http://", "https://")
+    project.run("config", "set", "--path", "glm:front.tls", "true", "-s", "local")
+    project.run("config", "set", "--path", "glm:front.tlsName", TLS_NAME, "-s", "local")
+    project.run("config", "set", "--path", "glm:target.kubernetes.frontUrl", https_url, "-s", "local")
+    set_pem(project, "glm:front.tlsCaCertificate", stack_ca.certificate)
+    set_pem(project, "glm:tlsCertificate", cert, secret=True)
+    set_pem(project, "glm:tlsKey", key, secret=True)
+    started = time.monotonic()
+    project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
+    REPORT["tls_up_s"] = round(time.monotonic() - started, 1)
+    outputs = project.outputs("local")
+    assert outputs["endpoint"] == https_url
+    assert "streaming" in outputs["smoke"]["steps_run"], outputs["smoke"]
+
+    body = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "What is 13*17?"}]}
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    trusted = ssl.create_default_context(cadata=stack_ca.certificate)
+    with httpx.Client(verify=trusted, trust_env=False, timeout=30) as client:
+        answer = client.post(
+            f"{https_url}/chat/completions", json=body, headers=headers, extensions={"sni_hostname": TLS_NAME}
+        )
+    assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"].strip() == "221"
+    foreign = ssl.create_default_context(cadata=other_ca.certificate)
+    with (
+        httpx.Client(verify=foreign, trust_env=False, timeout=30) as client,
+        pytest.raises(httpx.ConnectError),
+    ):
+        client.post(
+            f"{https_url}/chat/completions", json=body, headers=headers, extensions={"sni_hostname": TLS_NAME}
+        )
+    plain = httpx.post(
+        f"{FRONT_URL}/chat/completions", json=body, headers=headers, timeout=30, trust_env=False
+    )
+    assert plain.status_code == 400 and "221" not in plain.text, (
+        plain.text
+    )  # nginx: plain HTTP to an HTTPS port
+    project.run("preview", "--expect-no-changes", "-s", "local", timeout=300)
 
 
 def test_destroy_keeps_the_weights_and_the_jit_cache(

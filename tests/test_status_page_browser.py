@@ -105,7 +105,7 @@ def metered_status_front(boxes: list[int], directory: Path):
         wait_for_port(meter_port, stack.enter_context(running(argv, directory / "meter.log")))
         conf = render_nginx_conf(
             config.front, [f"127.0.0.1:{p}" for p in boxes], KEYS, metrics_keys=METRICS,
-            listen=f"127.0.0.1:{port}", runtime_dir=str(directory), meter=MeterRoute(f"127.0.0.1:{meter_port}", 256 * len(boxes)),
+            listen=f"127.0.0.1:{port}", runtime_dir=str(directory), meter=MeterRoute(f"127.0.0.1:{meter_port}", 256, len(boxes)),
             meter_return_listen=f"127.0.0.1:{return_port}", prometheus=f"127.0.0.1:{prometheus_port}",
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)

@@ -6,6 +6,9 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,12 +16,16 @@ import httpx
 import pytest
 import yaml
 
+from components import rotation
 from components.config import build_stack_config
+from components.nginx_conf import CONF_FILE, render_front_files
+from components.nginx_meter import MeterRoute
+from components.nginx_reload import ROTATION_DIR, STATUS_DIR
 from components.prometheus_config import METER_JOB
 from ops.usage import promtool_query, usage_rows, usage_table
 from tests.engine import free_port
-from tests.metered_front import metered_front
-from tests.test_nginx_front import running
+from tests.metered_front import METER, metered_front
+from tests.test_nginx_front import NGINX, running, runtime_dir, vllm_sim, wait_for_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -123,9 +130,12 @@ def test_continuous_usage_stats_reach_a_client_that_asked_for_them(front) -> Non
     assert chunks[-1].choices == []
 
 
-def test_a_key_beyond_its_share_gets_a_429_with_retry_after_and_the_other_key_is_served(front) -> None:
-    """Capacity 8 (--max-num-seqs) and two keys: 4 streams each. Alice's 5th request is refused in
-    OpenAI's shape before anything streamed; Bob's is answered."""
+def test_a_key_beyond_what_is_free_gets_a_429_with_retry_after_and_the_other_key_is_served(front) -> None:
+    """Capacity 8 (--max-num-seqs) and two keys, Bob active with one request at a time: Alice's
+    streams take every slot but the one kept free for Bob (work-conserving: 7, not her share of 4).
+    Her next request is refused in OpenAI's shape before anything streamed; Bob's is answered."""
+    bob = front.client(KEYS["bob"])
+    bob.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     body = {
         "model": SERVED,
         "messages": [{"role": "user", "content": "go"}],
@@ -134,7 +144,7 @@ def test_a_key_beyond_its_share_gets_a_429_with_retry_after_and_the_other_key_is
     }
     headers = {"Authorization": f"Bearer {KEYS['alice']}"}
     with httpx.Client(base_url=front.base, timeout=30) as http, contextlib.ExitStack() as held:
-        for _ in range(4):
+        for _ in range(7):
             response = held.enter_context(
                 http.stream("POST", "/v1/chat/completions", json=body, headers=headers)
             )
@@ -144,7 +154,7 @@ def test_a_key_beyond_its_share_gets_a_429_with_retry_after_and_the_other_key_is
         assert refused.headers["retry-after"] == "1"
         error = refused.json()["error"]
         assert error["code"] == "rate_limit_exceeded" and "fair share" in error["message"]
-        answer = front.client(KEYS["bob"]).chat.completions.create(
+        answer = bob.chat.completions.create(
             model=SERVED, messages=[{"role": "user", "content": "13*17"}], max_tokens=60
         )
         assert "221" in (answer.choices[0].message.content or "")
@@ -199,3 +209,53 @@ def test_make_status_table_reads_the_counters_from_a_real_prometheus(front, tmp_
     alice = next(line for line in table.splitlines() if line.startswith("alice"))
     assert alice.split()[1] == f"{expected['alice'][0]:.0f}"
     assert "s ago" in alice
+
+
+def test_the_meter_shares_the_slots_of_the_replicas_in_rotation() -> None:
+    """A release of two replicas (maxNumSeqs 8): nginx tells the meter 8 x the replicas the real
+    rotation program lists as in. box2 failed its gate: 8 slots, not 16; box2 admitted: 16."""
+    config = build_stack_config({"hardware": "local", "front": {"usageMeter": {"fairShare": True}}})
+    directory = runtime_dir()
+    script = rotation.SCRIPT.replace(ROTATION_DIR, str(directory / "rotation"))
+    script = script.replace(STATUS_DIR, str(directory / "status"))
+    meter_port, return_port, port = free_port(), free_port(), free_port()
+
+    def rotate(*args: str) -> None:  # nginx is not the container's PID 1 here: files only, no reload
+        subprocess.run(["sh", "-c", script, "sh", *args], check=True, capture_output=True, timeout=30)
+
+    def capacity_after_a_chat() -> float:
+        httpx.post(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            json={"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+            headers={"Authorization": f"Bearer {KEYS['alice']}"},
+            timeout=30,
+        ).raise_for_status()
+        metrics = httpx.get(f"http://127.0.0.1:{meter_port}/metrics", timeout=5).text
+        return float(re.search(r"^glm_fair_share_capacity (\S+)$", metrics, re.M)[1])  # type: ignore[index]
+
+    with vllm_sim() as sim_port, contextlib.ExitStack() as stack:
+        rotate("admit", "box1", f"127.0.0.1:{sim_port}")
+        rotate("admit", "box2", f"127.0.0.1:{sim_port}")
+        rotate("fail", "box2", "{}")
+        files = render_front_files(
+            config.front, KEYS, listen=f"127.0.0.1:{port}", runtime_dir=str(directory),
+            rotation_dir=str(directory / "rotation"), status_listen=f"127.0.0.1:{free_port()}",
+            meter=MeterRoute(f"127.0.0.1:{meter_port}", 8, 2), meter_return_listen=f"127.0.0.1:{return_port}",
+        )  # fmt: skip
+        for name, text in files.items():
+            (directory / name).write_text(text)
+        argv = [sys.executable, "-I", "-S", str(METER), "--host", "127.0.0.1", "--port", str(meter_port),
+                "--upstream", f"127.0.0.1:{return_port}"]  # fmt: skip
+        wait_for_port(meter_port, stack.enter_context(running(argv, directory / "meter.log")))
+        argv = [NGINX, "-c", str(directory / CONF_FILE), "-p", str(directory), "-e", "stderr",
+                "-g", "daemon off;"]  # fmt: skip
+        nginx = stack.enter_context(running(argv, directory / "nginx.log"))
+        wait_for_port(port, nginx)
+        assert capacity_after_a_chat() == 8
+        rotate("admit", "box2", f"127.0.0.1:{sim_port}")
+        nginx.send_signal(signal.SIGHUP)  # the reload rotation.sh does in the front container
+        deadline = time.monotonic() + 15
+        while (capacity := capacity_after_a_chat()) != 16:
+            assert time.monotonic() < deadline, f"the meter still shares {capacity} slots"
+            time.sleep(0.2)
+    shutil.rmtree(directory, ignore_errors=True)

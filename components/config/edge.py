@@ -56,10 +56,11 @@ class UsageMeterConfig(Model):
     )
     fair_share: bool = Field(
         False,
-        description="Admit at most a key's share of the engine's slots at once (maxNumSeqs x replicas "
-        "x its weight / all weights), and beyond it only slots no other key may claim now; the rest "
-        "gets a 429 with Retry-After. Off by default: with two active keys (a user's and the semantic "
-        "probe's) each gets half the slots even while the other idles "
+        description="Share the engine's slots among the keys active now (maxNumSeqs x replicas in "
+        "rotation x its weight / the active keys' weights, always admitted), and beyond its share let a "
+        "key take any slot but those kept free for the other active keys (each one's recent peak); the "
+        "rest gets a 429 with Retry-After. A lone key gets every slot. Off by default until key B's p99 "
+        "time to first token during a flood is measured within 20 % of alone "
         '(docs/front-and-alerts.md "Sharing one box").',
     )
     weights: dict[str, Annotated[float, Field(gt=0)]] = Field(

@@ -24,6 +24,7 @@
 #   {{ROOT}}/<replica>.address   host:port      {{ROOT}}/<replica>.state   in | out
 #   {{ROOT}}/<replica>.reason    the JSON body  {{ROOT}}/upstream.conf     what nginx.conf includes
 #   {{ROOT}}/reason.map          the body of the 503 when no replica is in rotation
+#   {{ROOT}}/replicas.map        how many replicas are in (the usage meter shares their slots)
 #   {{ROOT}}/<replica>.events.<event>   how many times, and when last (epoch seconds)
 # and, for the stack's Prometheus (the front serves it on its private status port), the state and
 # the history of every replica: {{STATUS}}/rotation.prom.
@@ -92,7 +93,7 @@ publish() {
   mv -f "$status/rotation.prom.new" "$status/rotation.prom"
 }
 
-# upstream.conf and reason.map from the per-replica files; nginx -t; then a graceful reload.
+# upstream.conf, reason.map and replicas.map from the per-replica files; nginx -t; then a graceful reload.
 # Sets $old to the workers that served before the reload (reload_nginx).
 render() {
   : > "$root/upstream.conf.new"
@@ -120,7 +121,8 @@ render() {
   if [ "$serving" = 0 ] && [ -n "$reason" ]; then
     printf "glm '%s';\n" "$reason" > "$root/reason.map.new"
   fi
-  for f in upstream.conf reason.map; do
+  echo "glm $serving;" > "$root/replicas.map.new"
+  for f in upstream.conf reason.map replicas.map; do
     if [ -e "$root/$f" ]; then cp "$root/$f" "$root/$f.previous"; else : > "$root/$f.previous"; fi
     mv -f "$root/$f.new" "$root/$f"
   done
@@ -131,7 +133,7 @@ render() {
     return 0
   fi
   if ! out=$(nginx -t -q -e stderr -c "$conf" 2>&1); then
-    for f in upstream.conf reason.map; do mv -f "$root/$f.previous" "$root/$f"; done
+    for f in upstream.conf reason.map replicas.map; do mv -f "$root/$f.previous" "$root/$f"; done
     printf 'nginx -t refused the new rotation, so it was not loaded; the front keeps its current one.\n%s\n' "$out" >&2
     exit 3
   fi

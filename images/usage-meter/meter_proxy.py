@@ -187,7 +187,7 @@ class Proxy:
     async def handle(self, request: Message, body: bytes, writer: asyncio.StreamWriter) -> bool:
         method, target, _ = [*request.head.split(" "), "", ""][:3]
         if method == "GET" and target == "/metrics":
-            text = self.meter.exposition().encode()
+            text = self.meter.exposition(time.monotonic()).encode()
             writer.write(
                 response_head(
                     "200 OK",
@@ -219,11 +219,12 @@ class Proxy:
         usage.last_seen = time.time()
         if generation and not self.meter.admit(client, now):
             exchange.status = 429
-            share = self.meter.share(client)
+            share = self.meter.share(client, now)
+            active = sum(self.meter.active(name, now) for name in self.meter.keys)
             message = (
                 f"Too many requests in flight for this API key: its fair share of the engine is {share} "
-                f"at once ({self.meter.capacity} slots shared among {len(self.meter.weights)} keys) and the "
-                "other keys' shares are reserved. Retry after the Retry-After seconds."
+                f"at once ({self.meter.capacity} slots shared among {active} active keys), and the free "
+                "slots are kept for the other keys. Retry after the Retry-After seconds."
             )
             await self.reply(
                 writer,

@@ -23,12 +23,17 @@ key that holds every slot with long streams makes everybody else wait for whole 
 11.3 s of TTFT measured (issue 36). ``--scheduling-policy priority`` (a ``priority`` per request) is
 an order, not a share: a higher key's flood starves a lower one, equal keys are first come first
 served again, and a priority per key needs the front to set it (vLLM reads it from the body). A per-key rate (nginx's 10 r/s) does not bound slots: 24 streams
-of 40 s are well under any rate. Slots are what must be shared. Each key's share is
-``capacity x weight / sum of weights`` (at least 1), ``capacity`` being ``--max-num-seqs`` times the
-replicas. A key may go beyond its share into slots no one else can claim now: it always leaves
-free the unused part of every recently active key's share and, while any key is idle, one share
-for it, so the next request of another key finds a free slot at once. With two keys that is a
-strict half each; with many keys, a lone busy key can use most of the box.
+of 40 s are well under any rate. Slots are what must be shared, and work-conserving: a slot kept
+for a key that is not there is a slot nobody uses. ``capacity`` is ``--max-num-seqs`` times the
+replicas in rotation (nginx's ``$replicas_in_rotation``). Among the keys *active* now (asked in the
+last 60 s, or hold a slot), each is sure of ``capacity x weight / their weights`` (at least 1): it is
+admitted up to that even when the engine is full, and its request waits in vLLM for the first slot
+that frees. Beyond its share a key may take any slot but the *headroom* of every other active key:
+as many slots as that key held at once lately (at least one) on top of what it holds, within its
+share. vLLM cannot preempt a running stream, so a slot the flooder holds frees only when its stream
+ends; the headroom is what the other key finds free the moment it asks, and as the flooder's
+streams end it gets none back until the headroom is free again. A lone key gets every slot; beside
+a key that sends one request at a time (the semantic probe) all but one, two while that one runs.
 
 Standard library only (like the simulator): it runs on a bare ``python3``.
 """
