@@ -87,7 +87,7 @@ def watch_roll(props: dict[str, Any]) -> dict[str, Any]:
         except FileNotFoundError:
             raise OperatorError(
                 "the serving pods' roll is watched with kubectl, which is not on PATH. Fix: install kubectl "
-                "(the one-node cluster's is in ~/.cache/glm53-k8s/bin: put that folder on PATH)"
+                "(the one-node cluster's: export PATH=$(scripts/k8s/build.sh --check):$PATH)"
             ) from None
         except (RuntimeError, subprocess.TimeoutExpired, ValueError) as err:
             problem = str(err)  # the API server restarting, a network blip: tried again until the deadline
