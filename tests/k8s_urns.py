@@ -6,9 +6,10 @@ mocks (``tests/conftest.py``) while the mock monitor's ``RegisterResource`` is r
 it made, the parent, and the aliases the SDK sent (alias specs: the mock monitor supports them, as
 the engine does).
 
-``answers_to`` does what the engine does with those specs (pulumi/pkg/resource/deploy, alias
-resolution): a spec's empty fields are the resource's own; ``noParent`` means the stack's root;
-and a child also answers to its own name and type under every URN its parent answers to.
+``answers_to`` does what the engine does with those specs (the engine resolves them since
+pulumi/pulumi#9734; children's inherited aliases fixed in #12848): a spec's empty fields are the
+resource's own; ``noParent`` means the stack's root; and a child also answers to its own name and
+type under every URN its parent answers to.
 
 ``KINDS`` are the stack variants the tests run, and ``tests/fixtures/k8s-urns-before-components.json``
 holds the URNs main registered for them at 3a8e588, before the target became components
