@@ -90,7 +90,11 @@ def watch_roll(props: dict[str, Any]) -> dict[str, Any]:
                 "(the one-node cluster's: export PATH=$(scripts/k8s/build.sh --check):$PATH)"
             ) from None
         except (RuntimeError, subprocess.TimeoutExpired, ValueError) as err:
-            problem = str(err)  # the API server restarting, a network blip: tried again until the deadline
+            # The API server restarting, a network blip: tried again until the deadline, said once.
+            problem = str(err)
+            if problem != said:
+                say(f"kubectl failed, trying again: {problem}")
+                said = problem
         else:
             verdict = roll_verdict(deployment, pods, str(props["template"]))
             if verdict.state == FAILED:

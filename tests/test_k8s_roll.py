@@ -222,6 +222,19 @@ def test_the_watch_returns_once_rolled_out_and_times_out_on_a_stall(
         watch_roll(props(deadline=1))
 
 
+def test_a_cluster_kubectl_cannot_reach_is_named_at_the_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    refused = "Unable to connect to the server: dial tcp 10.0.0.1:6443: connect: connection refused"
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(f"#!/bin/sh\necho '{refused}' >&2\nexit 1\n")
+    kubectl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(OperatorError, match=f"did not finish in 1 s .*{refused}"):
+        watch_roll(props(deadline=1))
+    assert capsys.readouterr().err.count("[roll] kubectl failed, trying again: ") == 1
+
+
 def test_without_kubectl_the_watch_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
