@@ -85,11 +85,23 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     )
     in_ns = pulumi.ResourceOptions(providers=[cluster], depends_on=[namespace])
     cache = JitCache(f"{stack}-jit-cache", k8s_target, stack, opts=in_ns)
-    guard = PodGuard(stack, PodGuardArgs(config.front, serving.port, k8s_target, stack), opts=in_ns)
+    guard = PodGuard(
+        stack,
+        PodGuardArgs(front=config.front, vllm_port=serving.port, k8s_target=k8s_target, stack=stack),
+        opts=in_ns,
+    )
     pods = ServingPods(
         f"{stack}-vllm",
         ServingPodsArgs(
-            stack, config, serving, k8s_target, images.serving, images.gate, guard, cache, images.loaded
+            stack=stack,
+            config=config,
+            serving=serving,
+            k8s_target=k8s_target,
+            serving_image=images.serving,
+            gate_image=images.gate,
+            guard=guard,
+            cache=cache,
+            after=images.loaded,
         ),
         opts=in_ns,
     )
