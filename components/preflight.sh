@@ -67,7 +67,11 @@ END {
         "glm:serving.gpuMemoryUtilization to " (fits > 0 ? fits : 0) " or less"
     } else ok = ok " " g ":" free[g] "/" need
   }
-  if (missing != "")
+  if (missing != "" && from == "device-plugin")
+    print "problem the pod was given " NR " GPU(s), indices " shown ", fewer than the " k " nvidia.com/gpu it " \
+      "requests (as many as glm:container.accelerators lists): vLLM would start on fewer cards. " \
+      "Fix: check the node's device plugin (kubectl describe node: nvidia.com/gpu allocatable)"
+  else if (missing != "")
     print "problem glm:container.accelerators lists GPU " missing " but nvidia-smi shows " NR " GPU(s), indices " \
       shown " (CUDA_VISIBLE_DEVICES drops unknown indices silently: vLLM would start on fewer cards or none). " \
       "Fix: list only indices nvidia-smi -L shows"
@@ -125,7 +129,11 @@ AWK
 
 check_nvidia() {
   if ! command -v nvidia-smi >/dev/null; then
-    problem "nvidia-smi not found on the host (glm:hardware $PROFILE needs NVIDIA GPUs). Fix: install the NVIDIA driver and container toolkit"
+    if [ "$CARDS_FROM" = docker ]; then
+      problem "nvidia-smi not found on the host (glm:hardware $PROFILE needs NVIDIA GPUs). Fix: install the NVIDIA driver and container toolkit"
+    else  # the toolkit mounts nvidia-smi into a container only with the cards it was given
+      problem "nvidia-smi not found in the pod: it was given no NVIDIA GPU (glm:hardware $PROFILE needs them; the pod requests nvidia.com/gpu). Fix: run the NVIDIA device plugin and container toolkit on the node (kubectl describe node: nvidia.com/gpu allocatable)"
+    fi
     return
   fi
   local gpus apps verdict
@@ -136,7 +144,7 @@ check_nvidia() {
   apps=$(nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_uuid --format=csv 2>/dev/null) || apps=''
   verdict=$(printf '%s\n' "$gpus" | APPS="$apps" LC_ALL=C awk -F', ' -v want="$ACCELERATORS" -v gmu="$GMU" -v ctx="$CONTEXT_MIB" \
     -v chip="$CHIP" -v cc="$CHIP_CC" -v profile="$PROFILE" -v cuda="$IMAGE_CUDA" -v dmin="$DRIVER_MINIMUM" \
-    "$NVIDIA_SMI_AWK")
+    -v from="$CARDS_FROM" "$NVIDIA_SMI_AWK")
   while IFS= read -r line; do
     case "$line" in
       problem\ *) problem "${line#problem }" ;;

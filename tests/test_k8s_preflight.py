@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,36 @@ def test_a_small_pod_shm_names_the_containers_shm_size(tmp_path: Path) -> None:
         "glm:preflight.minShmGib asks for 1e+06 GiB. Fix: set glm:container.shmSize to 1e+06g or more"
         in result.stderr
     )
+
+
+def test_a_pod_given_fewer_cards_than_it_requests_names_the_device_plugin(tmp_path: Path) -> None:
+    """Eight cards requested, one there (the real H200's row): in a pod the indices are the device
+    plugin's, not the user's to list, so the fix is the node's plugin, not glm:container.accelerators'
+    indices (the line the real H200 printed: tests/fixtures/nvidia-h200/pod-preflight-h200.txt)."""
+    weights(tmp_path)
+    config = a800(tmp_path, model={"hostDir": str(tmp_path), "mountPath": str(tmp_path)})
+    script = pod_preflight_script(config.preflight, config.model, H200_FACTS, "h200", "nvidia", 8, 0.95)
+    eight_gpus(count=1).install(tmp_path / "bin")
+    result = in_pod(script, tmp_path / "bin")
+    assert result.returncode == 1
+    (line,) = [p for p in result.stderr.splitlines() if "GPU(s)" in p]
+    assert line.startswith(f"{WHERE}the pod was given 1 GPU(s), indices 0, fewer than the 8 nvidia.com/gpu")
+    assert line.endswith(
+        "Fix: check the node's device plugin (kubectl describe node: nvidia.com/gpu allocatable)"
+    )
+    assert "list only indices" not in result.stderr
+
+
+def test_a_pod_given_no_card_finds_no_nvidia_smi_and_names_the_device_plugin(tmp_path: Path) -> None:
+    """NVIDIA's container toolkit mounts nvidia-smi into a container only with the cards the device
+    plugin gave it: a pod given none has no nvidia-smi (how the real H200 run made one: PATH
+    without it)."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has an nvidia-smi on PATH")
+    weights(tmp_path)
+    config = a800(tmp_path, model={"hostDir": str(tmp_path), "mountPath": str(tmp_path)})
+    script = pod_preflight_script(config.preflight, config.model, H200_FACTS, "h200", "nvidia", 1, 0.95)
+    result = in_pod(script, tmp_path / "no-tools")
+    assert result.returncode == 1
+    assert f"{WHERE}nvidia-smi not found in the pod: it was given no NVIDIA GPU" in result.stderr
+    assert "Fix: run the NVIDIA device plugin and container toolkit on the node" in result.stderr
