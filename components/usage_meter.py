@@ -37,7 +37,7 @@ def shares_header(front: FrontConfig, key_names: Sequence[str], slots_per_replic
     a graceful reload, and the meter (its counters, its streams in flight) keeps running.
 
     >>> shares_header(FrontConfig(), ["bob", "alice"], 32)
-    'capacity=32x$replicas_in_rotation alice=1 bob=1 off'
+    'capacity=32x$replicas_in_rotation alice=1 bob=1'
     """
     meter = front.usage_meter
     weights = " ".join(f"{name}={meter.weights.get(name, 1.0):g}" for name in sorted(key_names))

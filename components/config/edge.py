@@ -55,13 +55,13 @@ class UsageMeterConfig(Model):
         "end-to-end suite has run with it in the path.",
     )
     fair_share: bool = Field(
-        False,
+        True,
         description="Share the engine's slots among the keys active now (maxNumSeqs x replicas in "
         "rotation x its weight / the active keys' weights, always admitted), and beyond its share let a "
         "key take any slot but those kept free for the other active keys (each one's recent peak); the "
-        "rest gets a 429 with Retry-After. A lone key gets every slot. Off by default until key B's p99 "
-        "time to first token during a flood is measured within 20 % of alone "
-        '(docs/front-and-alerts.md "Sharing one box").',
+        "rest gets a 429 with Retry-After. A lone key gets every slot; a steady key's p99 time to first "
+        "token held within 6 % of alone during another's flood (docs/front-and-alerts.md "
+        '"Sharing one box"). Takes effect with `enabled`.',
     )
     weights: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict,
