@@ -287,10 +287,18 @@ def _module(nodeid: str) -> str:
     return nodeid.split("::")[0].rsplit("/", 1)[-1]
 
 
+ONE_CLUSTER = ("test_k8s_engine.py", "test_k8s_rehearsal_engine.py")
+"""Modules that each start the one-node Kubernetes (scripts/k8s/cluster.sh: one per machine, fixed
+ports): one group, so one worker runs them one after the other. Two at once, the second's etcd found
+its port taken and neither API server came up."""
+
+
 def _group(nodeid: str) -> tuple[str, str]:
-    """A test's group: its file, or ``<file>#2`` for the second half of a SPLIT module; and the key
-    under which SECONDS knows it."""
+    """A test's group: its file, or ``<file>#2`` for the second half of a SPLIT module, or the first
+    of ONE_CLUSTER for its modules; and the key under which SECONDS knows it."""
     path, module = nodeid.split("::")[0], _module(nodeid)
+    if module in ONE_CLUSTER:
+        return f"tests/{ONE_CLUSTER[0]}", ONE_CLUSTER[0]
     if nodeid.split("::")[-1].startswith(SPLIT.get(module, ())):
         return f"{path}#2", f"{module}#2"
     return path, module

@@ -70,7 +70,9 @@ def cluster() -> Iterator[Path]:
     subprocess.run([str(BUILD)], check=True, capture_output=True, timeout=120)
     started = time.monotonic()
     out = subprocess.run([str(CLUSTER), "start"], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
+    if out.returncode != 0:  # what did start is stopped: a half-started node holds the ports
+        stopped = subprocess.run([str(CLUSTER), "stop"], capture_output=True, text=True, timeout=300)
+        raise AssertionError(f"{out.stderr}\n(stopped what had started: {stopped.stderr.strip()[-300:]})")
     REPORT["cluster_start_s"] = round(time.monotonic() - started, 1)
     # The roll's watch (components/k8s_roll.py) runs kubectl from PATH, as on an operator's machine.
     bin_dir = subprocess.run([str(BUILD), "--check"], capture_output=True, text=True).stdout.strip()

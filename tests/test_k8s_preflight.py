@@ -165,7 +165,7 @@ def test_a_small_pod_shm_names_the_containers_shm_size(tmp_path: Path) -> None:
 def test_a_pod_given_fewer_cards_than_it_requests_names_the_device_plugin(tmp_path: Path) -> None:
     """Eight cards requested, one there (the real H200's row): in a pod the indices are the device
     plugin's, not the user's to list, so the fix is the node's plugin, not glm:container.accelerators'
-    indices (the line the real H200 printed: tests/fixtures/nvidia-h200/pod-preflight-h200.txt)."""
+    indices (the line the real H200 printed: tests/fixtures/nvidia-h200/pod-2026-12-03/)."""
     weights(tmp_path)
     config = a800(tmp_path, model={"hostDir": str(tmp_path), "mountPath": str(tmp_path)})
     script = pod_preflight_script(config.preflight, config.model, H200_FACTS, "h200", "nvidia", 8, 0.95)
@@ -193,3 +193,53 @@ def test_a_pod_given_no_card_finds_no_nvidia_smi_and_names_the_device_plugin(tmp
     assert result.returncode == 1
     assert f"{WHERE}nvidia-smi not found in the pod: it was given no NVIDIA GPU" in result.stderr
     assert "Fix: run the NVIDIA device plugin and container toolkit on the node" in result.stderr
+
+
+H200_POD = Path(__file__).parent / "fixtures" / "nvidia-h200" / "pod-2026-12-03"
+"""The pod's script run on the real H200 (2026-12-03): one card, eight asked for one, none."""
+
+
+def _h200_blocks() -> dict[str, str]:
+    text = (H200_POD / "pod-preflight-h200.txt").read_text()
+    return {b.split("\n", 1)[0]: b.split("\n", 1)[1] for b in text.split("### ")[1:]}
+
+
+def test_the_scripts_run_on_the_real_h200_are_what_pods_run_today() -> None:
+    """The H200 profile's pod scripts as ``render.py`` there rendered them (weights at /tmp/w)."""
+    from components.config import build_stack_config
+    from tests.host_scripts import HOST
+
+    for cards in (1, 8):
+        config = build_stack_config(
+            {
+                "hardware": "a800", "target": HOST, "front": {"allowPlainHttp": True},
+                "model": {"hostDir": "/tmp/w", "mountPath": "/tmp/w", "directory": "GLM-5.3-Flash", "weightsGib": 2},
+                "serving": {"tensorParallelSize": cards}, "container": {"accelerators": list(range(cards))},
+            }
+        )  # fmt: skip
+        script = pod_preflight_script(
+            config.preflight,
+            config.model,
+            H200_FACTS,
+            "h200",
+            "nvidia",
+            cards,
+            config.serving.gpu_memory_utilization,
+        )
+        assert script == (H200_POD / f"pod-preflight-h200-{cards}.sh").read_text()
+
+
+def test_on_the_real_h200_a_pod_passes_with_its_card_and_is_refused_without_them() -> None:
+    blocks = _h200_blocks()
+    one = blocks["pod, h200 profile, 1 card (the device plugin's index 0)"]
+    assert "preflight: GPUs from the device plugin" in one and "\nexit=0 " in one
+    eight = blocks["pod, h200 profile, 8 cards asked, 1 present"]
+    assert (
+        "preflight on glm:target.kubernetes node h200-node: the pod was given 1 GPU(s), indices 0, "
+        "fewer than the 8 nvidia.com/gpu" in eight
+    ) and "\nexit=1 " in eight
+    none = blocks["pod given no card: nvidia-smi absent, as the toolkit mounts it only with a card"]
+    assert "node h200-node: nvidia-smi not found in the pod" in none and "\nexit=1 " in none
+    # The host's run of the same file beside them keeps its own lines (no runtime on that host).
+    host = blocks["host (Docker), h200 profile, GPU [0..7]"]
+    assert "glm:container.accelerators lists GPU 1,2,3,4,5,6,7 but nvidia-smi shows 1 GPU(s)" in host
