@@ -27,13 +27,15 @@ WATCHED = (
     "context",
     "deadline_seconds",
     "deployment",
+    "generation",
     "kubeconfig",
     "namespace",
     "selector",
     "template",
     "version",
 )
-"""The inputs that make a new roll to watch (``template``: the pod template's digest)."""
+"""The inputs that make a new roll to watch (``template``: the pod template's digest; ``generation``:
+the Deployment's, so that a change back to the template of a roll that failed is watched too)."""
 VERSION = hashlib.sha256(
     b"".join(Path(__file__).with_name(f).read_bytes() for f in ("k8s_roll.py", "k8s_pod_status.py"))
 ).hexdigest()[:12]
@@ -165,6 +167,10 @@ class RollWatchArgs:
     """Its pods' label selector (``key=value,...``)."""
     template: pulumi.Input[str]
     """The digest of the pod template rolled out (``TEMPLATE_ANNOTATION``): a new one, a new watch."""
+    generation: pulumi.Input[int | None]
+    """The Deployment's ``metadata.generation`` after this ``up`` applied it. The template alone
+    missed a roll back: after a failed roll (the watch's state keeps the good digest), going back to
+    the good config changed the Deployment but not the watch, and ``up`` ended before the pods had."""
     deadline_seconds: int
     """How long a roll may take before it fails (the old rollout timeout)."""
 

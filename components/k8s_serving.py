@@ -137,6 +137,7 @@ class ServingPods(pulumi.ComponentResource):
                 template=specs.apply(
                     lambda s: s["template"]["metadata"]["annotations"][workload.TEMPLATE_ANNOTATION]
                 ),
+                generation=self.deployment.metadata.apply(lambda m: m.generation if m else None),
                 deadline_seconds=serving.load_deadline_seconds * k8s_target.replicas + ROLLOUT_MARGIN_SECONDS,
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.deployment]),

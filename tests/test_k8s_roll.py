@@ -284,3 +284,14 @@ def test_every_serving_container_leaves_its_last_lines_for_the_watch(local_on_k8
         c["name"]: "FallbackToLogsOnError" for c in containers
     }
     assert len(containers) >= 3
+
+
+def test_going_back_to_the_template_of_a_failed_roll_is_watched_too() -> None:
+    """After a failed roll the watch's state keeps the good template's digest; the config put back
+    to it changes the Deployment (generation 7 → 8: Kubernetes counts every spec change) but not
+    the digest. Without the generation, ``up`` ended at once while a new pod was still starting (the
+    first run on the real cluster: the restore's ``up`` took 10.6 s, a pod's start 11.5 s)."""
+    failed_roll_state = {**props(), "generation": 7.0}
+    back = {**props(), "generation": 8.0}
+    assert RollWatchProvider().diff("roll", failed_roll_state, back).changes
+    assert not RollWatchProvider().diff("roll", back, {**back}).changes  # preview after up: nothing
