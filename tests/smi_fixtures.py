@@ -128,27 +128,49 @@ H200_FACTS = replace(
 checks a box of the profile's own card passes can pass on that real card."""
 
 
+def _h200_run_config(hardware: str, accelerators: list[int], mount_path: str | None = None) -> StackConfig:
+    """The stack the real H200 runs render: weights in /tmp/w (2 GiB), ``accelerators`` listed;
+    ``mount_path``: where a pod mounts them (its own scripts read them there)."""
+    from tests.host_scripts import HOST
+
+    model = {"hostDir": "/tmp/w", "directory": "GLM-5.3-Flash", "weightsGib": 2}
+    return build_stack_config(
+        {
+            "hardware": hardware,
+            "target": HOST,
+            "front": {"allowPlainHttp": True},
+            "model": {**model, "mountPath": mount_path} if mount_path else model,
+            "serving": {"tensorParallelSize": len(accelerators)},
+            "container": {"accelerators": accelerators},
+        }
+    )
+
+
 def render_h200_scripts() -> dict[str, str]:
     """The preflight scripts the real H200 run uses (``run-on-h200.sh``), weights in /tmp/w: the
     H200 profile on GPU [0] and on [0..7], and the a800 and rtx5090 profiles on GPU [0]."""
-    from tests.host_scripts import HOST, preflight_of
+    from tests.host_scripts import preflight_of
 
-    def config(hardware: str, accelerators: list[int]) -> StackConfig:
-        return build_stack_config(
-            {
-                "hardware": hardware,
-                "target": HOST,
-                "front": {"allowPlainHttp": True},
-                "model": {"hostDir": "/tmp/w", "directory": "GLM-5.3-Flash", "weightsGib": 2},
-                "serving": {"tensorParallelSize": len(accelerators)},
-                "container": {"accelerators": accelerators},
-            }
-        )
-
+    config = _h200_run_config
     scripts = {
         "preflight-h200-1.sh": preflight_of(config("a800", [0]), H200_FACTS, "h200"),
         "preflight-h200-8.sh": preflight_of(config("a800", list(range(8))), H200_FACTS, "h200"),
         "preflight-a800-1.sh": preflight_of(config("a800", [0])),
         "preflight-rtx5090-1.sh": preflight_of(config("rtx5090", [0])),
     }
+    return scripts
+
+
+def render_h200_pod_scripts() -> dict[str, str]:
+    """The pod's preflight (``CARDS_FROM=device-plugin``) the real H200 ran (``pod-2026-12-03/``):
+    the H200 profile given 1 card and asking for 8, weights mounted at /tmp/w."""
+    from components.preflight import pod_preflight_script
+
+    scripts = {}
+    for cards in (1, 8):
+        config = _h200_run_config("a800", list(range(cards)), mount_path="/tmp/w")
+        scripts[f"pod-preflight-h200-{cards}.sh"] = pod_preflight_script(
+            config.preflight, config.model, H200_FACTS, "h200", "nvidia", cards,
+            config.serving.gpu_memory_utilization,
+        )  # fmt: skip
     return scripts

@@ -22,7 +22,7 @@ import pytest
 from components.preflight import PREFLIGHT_SH, pod_preflight_script
 from tests.conftest import Deployment, run_program, unwrap
 from tests.host_scripts import a800, weights
-from tests.smi_fixtures import H200_FACTS, eight_gpus
+from tests.smi_fixtures import H200_FACTS, eight_gpus, render_h200_pod_scripts
 from tests.test_k8s_target import DEPLOYMENT, k8s_target, plain_http_accepted
 
 NODE = "gpu-node-3"
@@ -205,28 +205,9 @@ def _h200_blocks() -> dict[str, str]:
 
 
 def test_the_scripts_run_on_the_real_h200_are_what_pods_run_today() -> None:
-    """The H200 profile's pod scripts as ``render.py`` there rendered them (weights at /tmp/w)."""
-    from components.config import build_stack_config
-    from tests.host_scripts import HOST
-
-    for cards in (1, 8):
-        config = build_stack_config(
-            {
-                "hardware": "a800", "target": HOST, "front": {"allowPlainHttp": True},
-                "model": {"hostDir": "/tmp/w", "mountPath": "/tmp/w", "directory": "GLM-5.3-Flash", "weightsGib": 2},
-                "serving": {"tensorParallelSize": cards}, "container": {"accelerators": list(range(cards))},
-            }
-        )  # fmt: skip
-        script = pod_preflight_script(
-            config.preflight,
-            config.model,
-            H200_FACTS,
-            "h200",
-            "nvidia",
-            cards,
-            config.serving.gpu_memory_utilization,
-        )
-        assert script == (H200_POD / f"pod-preflight-h200-{cards}.sh").read_text()
+    """The H200 profile's pod scripts as they ran there (weights mounted at /tmp/w)."""
+    for name, script in render_h200_pod_scripts().items():
+        assert script == (H200_POD / name).read_text(), name
 
 
 def test_on_the_real_h200_a_pod_passes_with_its_card_and_is_refused_without_them() -> None:
