@@ -14,10 +14,12 @@ and the probe's ``glm53/params`` pod annotations), so two runs of one commit dif
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,9 @@ def snapshot() -> dict[str, dict[str, Any]]:
     from tests.k8s_urns import KINDS, _urn, recorded
     from tests.test_multihost import THREE, target
 
-    runs = {stack: (lambda s=stack: run_program(s)) for stack in profile_stacks()}
+    runs: dict[str, Callable[[], Any]] = {
+        stack: functools.partial(run_program, stack) for stack in profile_stacks()
+    }
     runs["a800-three-hosts"] = lambda: run_program("a800", overrides={"glm:target": target(*THREE)})
     runs.update({f"k8s-{kind}": run for kind, run in KINDS.items()})
     found: dict[str, dict[str, Any]] = {}
