@@ -558,3 +558,14 @@ def test_image_input_needs_a_media_allow_list() -> None:
 def test_image_input_on_a_vllm_older_than_the_allow_list_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"limitMmPerPrompt=\{'image': 1\} on vLLM 0.10.2"):
         make("ascend", image={"vllmVersion": "0.10.2"})
+
+
+@pytest.mark.parametrize("where", ["env", "extraEnv"])
+def test_an_env_boolean_is_refused_naming_the_key_and_the_quoting(where: str) -> None:
+    """YAML's `true` is not text an engine reads the same way everywhere (vLLM parses many of its
+    switches with int()): the user says which text they mean."""
+    with pytest.raises(ConfigError) as refused:
+        make("a800", serving={where: {"VLLM_SLEEP_WHEN_IDLE": True}})
+    message = str(refused.value)
+    assert f"glm:serving.{where}.VLLM_SLEEP_WHEN_IDLE" in message and "read as a boolean" in message
+    assert "'\"1\"'" in message

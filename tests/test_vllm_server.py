@@ -269,3 +269,11 @@ def test_the_private_network_is_deleted_before_it_is_replaced(deployed: dict[str
     """A fixed name cannot exist twice (Docker >= 25 refuses; 20.10 makes lookups ambiguous)."""
     for stack in ("a800", "local"):
         assert deployed[stack].options[f"{stack}-serving-network"].delete_before_replace is True
+
+
+def test_an_env_number_as_config_set_stores_it_reaches_the_container_as_its_text() -> None:
+    """`pulumi config set --path glm:serving.extraEnv.NCCL_IB_TIMEOUT 22` writes the number 22 into
+    the stack file (the CLI reads the value as YAML): the container gets the text the user typed."""
+    serving = {"extraEnv": {"NCCL_IB_TIMEOUT": 22, "VLLM_SLEEP_WHEN_IDLE": 1, "NCCL_X_RATIO": 0.5}}
+    envs = serving_container(run_program("a800", overrides={"glm:serving": serving}))["envs"]
+    assert {"NCCL_IB_TIMEOUT=22", "VLLM_SLEEP_WHEN_IDLE=1", "NCCL_X_RATIO=0.5"} <= set(envs)

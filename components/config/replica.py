@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from components.config.values import DockerSize, HubRepo, Revision, ServedName
+from components.config.values import DockerSize, EnvText, HubRepo, Revision, ServedName
 from components.model_base import Model, Positive
 
 VISIBILITY_ENV = (
@@ -199,8 +199,12 @@ class ServingConfig(Model):
         default_factory=list,
         description="Appended verbatim (the seed's EXTRA_ARGS knob); flags the config renders are refused.",
     )
-    env: dict[str, str] = Field(default_factory=dict, description="The profile's environment.")
-    extra_env: dict[str, str] = Field(default_factory=dict, description="Added to (and overriding) `env`.")
+    env: dict[str, EnvText] = Field(default_factory=dict, description="The profile's environment.")
+    extra_env: dict[str, EnvText] = Field(
+        default_factory=dict,
+        description="Added to (and overriding) `env`. A number is taken as its text (`config set` stores "
+        "`1` as a number); a boolean is refused: quote the text the variable expects (`'\"1\"'`).",
+    )
 
     @property
     def speculative_config(self) -> dict[str, Any] | None:

@@ -8,9 +8,9 @@ the served model id, a hub repository id and revision, a client name. Nothing he
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from components.profiles import PROFILES, spoken_list
 
@@ -37,6 +37,24 @@ def hardware_description() -> str:
     """``glm:hardware``'s description, naming every registered profile (README, Pulumi.yaml)."""
     return f"Hardware profile: {spoken_list(list(PROFILES))}; selects the seed's production defaults."
 
+
+def _env_text(value: Any) -> Any:
+    """An environment value is text; ``pulumi config set --path ... 1`` stores the number 1 (the CLI
+    reads the value as YAML): a number is taken as the text it was typed as. A YAML boolean is not:
+    vLLM reads some switches with ``int()`` (``true`` crashes it) and others as ``"true"``."""
+    if isinstance(value, bool):
+        raise ValueError(
+            f"{str(value).lower()} was read as a boolean, and an environment value is text: which "
+            "text the engine expects differs per variable (vLLM parses many with int()). Fix: quote "
+            "it as the variable expects, e.g. pulumi config set --path <key> '\"1\"'"
+        )
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+EnvText = Annotated[str, BeforeValidator(_env_text)]
+"""A value of ``glm:serving.env``/``extraEnv``: text, or a number taken as its text."""
 
 Hardware = Annotated[str, AfterValidator(_known_profile)]
 """A name in ``components.profiles.PROFILES``, checked when validated (so a profile registered
