@@ -47,7 +47,7 @@ def once(name: str, extra: list[str], env: dict[str, str]) -> tuple[float, float
     ).stdout.strip()
     params = {
         "endpoint": f"http://{address}:{spec.port}/v1", "served_name": spec.served_name,
-        "max_model_len": spec.max_model_len, "flags": spec.flags, "container_name": name,
+        "max_model_len": spec.max_model_len, "flags": spec.shown_flags, "container_name": name,
         "smoke": {"deadline_seconds": 300, "steps": ["models"]},
         "container_watch": {"name": name, "docker_host": "unix:///var/run/docker.sock", "ssh": []},
     }  # fmt: skip

@@ -238,7 +238,7 @@ def _outputs(
         # The same argv as a list (make debug runs it), and its flags by name (the probe reads
         # --max-num-seqs there): nothing parses the command line back.
         "vllmArgs": serving.argv,
-        "vllmFlags": serving.flags,
+        "vllmFlags": serving.shown_flags,
         "imageRef": home.image.ref,
         "curl": front.url.apply(lambda url: _curl(url, serving.served_name)),
         "prometheusUrl": monitoring.url,

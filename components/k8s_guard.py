@@ -37,6 +37,7 @@ from components.k8s_state import moved_from_root
 from components.k8s_workload import GUARD_PORT_NAME, ON_ERROR_LOGS, labels
 from components.nginx_conf import CONF_FILE
 from components.replica_guard import CONTAINER_PORT, GuardCredentials, guard_credentials, render_guard_files
+from components.vllm_flags.render import FlagValue
 from components.vllm_server import ServingSpec
 
 GUARD_CONTAINER = "guard"
@@ -61,7 +62,7 @@ def pod_serving(serving: ServingSpec) -> ServingSpec:
     host (the ascend seed's ``0.0.0.0``), else before ``--port``."""
     if "--host" in serving.flags:
         return dataclasses.replace(serving, flags={**serving.flags, "--host": LOOPBACK})
-    flags: dict[str, str | bool] = {}
+    flags: dict[str, FlagValue] = {}
     for flag, value in serving.flags.items():
         if flag == "--port":
             flags["--host"] = LOOPBACK

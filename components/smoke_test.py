@@ -238,7 +238,7 @@ def gate_params(
         "container_name": serving.container.name,
         "endpoint": endpoint,
         "env": serving.env,
-        "flags": serving.flags,
+        "flags": serving.shown_flags,
         "image_ref": image_ref,
         "max_model_len": serving.max_model_len,
         "model_path": serving.model_path,

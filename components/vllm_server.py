@@ -1,23 +1,23 @@
 """VllmServer: the `vllm serve` container, its argv and environment rendered from the config.
 
 The argv is one ``--flag=value`` element per flag in a fixed order, so changing one flag in a stack
-file shows up in ``pulumi preview --diff`` as exactly one changed element of ``command``.
+file shows up in ``pulumi preview --diff`` as exactly one changed element of ``command``. The flags
+themselves are rendered by ``components/vllm_flags/`` (vLLM's command line in one place).
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_docker as docker
 
 from components.config.replica import ContainerConfig, MountConfig
-from components.config.sections import StackSections
-from components.vllm_flags import SWITCHES, TOGGLES, VALUE_FLAGS
+from components.vllm_flags.render import FlagValue, argv_of, render_flags
+from components.vllm_flags.render import shown_flags as _shown
 
 if TYPE_CHECKING:
     from components.config.stack import StackConfig
@@ -26,51 +26,6 @@ REPLICA_LABEL = "glm53.replica"
 """The serving container's label naming its replica in the front's rotation (components/rotation.py)."""
 VLLM_NETWORK_ALIAS = "vllm"
 VLLM_HOST_GATEWAY = "host.docker.internal"
-
-
-def _flag_value(value: Any) -> str:
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        # A list of words (``--allowed-media-domains``): vLLM reads them as separate arguments.
-        return " ".join(value)
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"), sort_keys=False)
-    return str(value)
-
-
-def render_flags(config: StackSections) -> dict[str, str | bool]:
-    """Each `vllm serve` flag the config sets, in argv order: its rendered value, or True for a
-    bare switch. The gate's messages read flag values here; nothing parses the argv back. The flag
-    check renders them too, before the rules have passed (hence ``StackSections``)."""
-    serving = config.serving
-    values = {**serving.model_dump(), "served_model_name": config.model.served_name}
-    values["speculative_config"] = serving.speculative_config
-    values["shutdown_timeout"] = config.shutdown_timeout
-    flags: dict[str, str | bool] = {
-        flag: _flag_value(values[attr]) for attr, flag in VALUE_FLAGS if values.get(attr) is not None
-    }
-    flags.update({flag: True for attr, flag in SWITCHES if values[attr]})
-    for attr, name in TOGGLES:
-        if values[attr] is not None:
-            flags[f"--enable-{name}" if values[attr] else f"--no-enable-{name}"] = True
-    return flags
-
-
-LIST_FLAGS = ("--allowed-media-domains",)
-"""Flags whose value is several arguments (argparse ``nargs="+"``): ``--flag a b``."""
-
-
-def argv_of(model_path: str, flags: Mapping[str, str | bool], extra_args: Sequence[str]) -> list[str]:
-    """The model path, one ``--flag[=value]`` element per flag (a list flag: the flag, then one
-    element per word), then the extra args verbatim."""
-    argv = [model_path]
-    for flag, value in flags.items():
-        if value is True:
-            argv.append(flag)
-        elif flag in LIST_FLAGS:
-            argv += [flag, *str(value).split()]
-        else:
-            argv.append(f"{flag}={value}")
-    return [*argv, *extra_args]
 
 
 def render_argv(config: StackConfig) -> list[str]:
@@ -165,8 +120,9 @@ class ServingSpec:
     """The weights' revision: part of what a promotion compares."""
     port: int
     max_model_len: int
-    flags: dict[str, str | bool]
-    """Each rendered flag and its value (True for a bare switch), in argv order."""
+    flags: dict[str, FlagValue]
+    """Each rendered flag and its value (True for a bare switch, a tuple for several arguments),
+    in argv order."""
     extra_args: list[str]
     env: dict[str, str]
     devices: list[str]
@@ -183,6 +139,11 @@ class ServingSpec:
     @property
     def argv(self) -> list[str]:
         return argv_of(self.model_path, self.flags, self.extra_args)
+
+    @property
+    def shown_flags(self) -> dict[str, str | bool]:
+        """The flags as the gate's messages and the ``vllmFlags`` output show them."""
+        return _shown(self.flags)
 
 
 def render_serving(config: StackConfig) -> ServingSpec:

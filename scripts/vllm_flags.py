@@ -23,7 +23,7 @@ What it does, and why:
    its type (int, float, str, bool switch, json), choices and ``nargs``.
 
 The result is committed (``components/vllm_flags/<version>.json``); the config refuses a flag the
-profile's version does not have (``components/flag_check.py``) and the simulator refuses it too
+profile's version does not have (``components/vllm_flags/checks.py``) and the simulator refuses it too
 under ``VLLM_SIM_STRICT_FLAGS`` (its copy: ``images/vllm-sim/vllm_flags.json``, ``--sim``).
 """
 
@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT_DIR = ROOT / "components" / "vllm_flags"
 SIM_COPY = ROOT / "images" / "vllm-sim" / "vllm_flags.json"
 # Requirements the parser never needs (CUDA libraries and kernels, gigabytes): not installed.
 HEAVY = re.compile(
@@ -67,6 +66,16 @@ STUBBED_ROOTS = ("torch", "torchvision", "torchaudio", "triton", "numba", "cupy"
 
 
 # -- step 1-2: the venv (runs with any python3) --
+
+
+def tables_folder() -> Path:
+    """Where the project reads the tables (``components/vllm_flags/tables.py``). Asked here, not
+    at import: the dump inside the throwaway venv must not find the project's folders (``ops``,
+    ``tests``, ``policy``) before its own packages."""
+    sys.path.insert(0, str(ROOT))
+    from components.vllm_flags.tables import FLAG_TABLES
+
+    return FLAG_TABLES
 
 
 def pip(venv: Path, *args: str) -> None:
@@ -266,7 +275,7 @@ def main() -> int:
         f"scripts/vllm_flags.py {args.version}: make_arg_parser of {wheel} from PyPI, "
         "built on the CPU platform with torch and the GPU stack stubbed"
     )
-    out = args.out or OUT_DIR / f"{args.version}.json"
+    out = args.out or tables_folder() / f"{args.version}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     for path in [out, *([SIM_COPY] if args.sim else [])]:
         path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from components.config import ConfigError
-from components.flag_check import FLAG_TABLES, flag_table
 from components.profiles import PROFILES
+from components.vllm_flags.tables import FLAG_TABLES, flag_table
 from tests.test_config import make
 
 PROJECT = Path(__file__).resolve().parent.parent

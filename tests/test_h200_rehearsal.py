@@ -7,7 +7,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from components.flag_check import flag_table, unknown_flags
+from components.vllm_flags.checks import unknown_flags
+from components.vllm_flags.tables import flag_table
 
 PROJECT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("render_argv", PROJECT / "scripts/h200/render_argv.py")

@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from components.vllm_server import LIST_FLAGS
+from components.vllm_flags.owned import OWNED
 from tests.conftest import TEST_API_KEYS, Deployment, profile_stacks, run_program, stack_config, unwrap
 
 
@@ -28,8 +28,9 @@ def test_outputs_for_reviewers_and_operators(deployed: dict[str, Deployment], st
     # vllmFlags is the argv's flags by name: the same rendering, nothing parsed back.
     flags = outputs["vllmFlags"]
     # A flag of several words (--allowed-media-domains a b) is the flag, then one element per word.
+    several = {row.flag for row in OWNED if row.kind == "values"}
     rendered = [
-        [f] if v is True else [f, *v.split()] if f in LIST_FLAGS else [f"{f}={v}"] for f, v in flags.items()
+        [f] if v is True else [f, *v.split()] if f in several else [f"{f}={v}"] for f, v in flags.items()
     ]
     assert sorted(outputs["vllmArgs"][1:]) == sorted(arg for args in rendered for arg in args)
     assert shlex.split(outputs["vllmCommandLine"]) == ["vllm", "serve", *outputs["vllmArgs"]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -35,6 +36,21 @@ WARNED_ENV = {
 }
 FALSE_ENV = {"", "0", "false", "no", "off"}
 """What switches a boolean vLLM variable off."""
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A POSIX environment variable name (what `docker run -e NAME=value` splits on the first `=`)."""
+
+
+def env_name_problems(env: Mapping[str, object], key: str) -> list[str]:
+    """Names in ``key`` (e.g. ``glm:serving.env``) that are not environment variable names."""
+    return [
+        f"{key}.{name!r} is not an environment variable name: Docker splits `NAME=value` at the first "
+        "`=`, so it would set another variable than the one written (and skip the checks on it). "
+        "Fix: letters, digits and `_`, not starting with a digit (e.g. TZ or VLLM_ENGINE_READY_TIMEOUT_S)."
+        for name in sorted(env)
+        if not ENV_NAME.fullmatch(name)
+    ]
 
 
 def dangerous_env(name: str, value: str) -> str | None:

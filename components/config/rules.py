@@ -5,10 +5,10 @@ problem as a message naming the key, the value, the limit and the fix, or None.
 from __future__ import annotations
 
 from components.config.kubernetes import KUBERNETES_CHECKS
-from components.config.replica import SHUTDOWN_MARGIN_SECONDS, dangerous_env
+from components.config.replica import SHUTDOWN_MARGIN_SECONDS, dangerous_env, env_name_problems
 from components.config.sections import StackSections
-from components.flag_check import check_known_flags
-from components.vllm_flags import env_name_problems, extra_args_problems
+from components.vllm_flags.checks import check_known_flags, extra_args_problems
+from components.vllm_flags.render import render_flags
 from policy.glm_policies import binds_all_interfaces, is_loopback
 
 # vLLM's own default for VLLM_ENGINE_READY_TIMEOUT_S (vLLM >= 0.14; SPEC §3).
@@ -307,10 +307,6 @@ def _check_replicas_alike(c: StackSections) -> str | None:
 
 def _check_known_flags(c: StackSections) -> str | None:
     """Every flag exists in the profile's vLLM version (the real parser's table)."""
-    from components.vllm_server import (
-        render_flags,  # here: it brings Pulumi, which loading the config does not need
-    )
-
     return check_known_flags(c.image.vllm_version, render_flags(c), c.serving.extra_args, c.image.added_flags)
 
 

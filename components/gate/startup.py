@@ -18,7 +18,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from components.vllm_flags import owned_flags
+from components.vllm_flags.owned import EXTRA_ARGS, config_key
 
 
 @dataclass(frozen=True)
@@ -106,14 +106,14 @@ class StartupFailure:
         object.__setattr__(self, "samples", _samples("failures", self.cause))
 
 
-FLAG_KEY = "glm:serving.extraArgs, or the glm:serving key that renders the flag"
+FLAG_KEY = f"{EXTRA_ARGS}, or the glm:serving key that renders the flag"
 
 STARTUP_FAILURES: tuple[StartupFailure, ...] = (
     # argparse's own wording (vLLM's FlexibleArgumentParser is one): "vllm serve: error: unrecognized arguments: --x"
     StartupFailure(
         "a flag this vLLM does not have",
         re.compile(r"unrecognized arguments?:"),
-        "glm:serving.extraArgs",
+        EXTRA_ARGS,
         "spell the flag as `vllm serve --help` of the image's version does (preview checks it "
         "against components/vllm_flags/<version>.json)",
     ),
@@ -204,15 +204,6 @@ def is_error(line: str) -> bool:
     return failure(line) is not None or bool(ERROR_LINE.search(line))
 
 
-def flag_key(flag: str, rendered: Collection[str]) -> str:
-    """The config key behind ``--flag``: a flag the config owns comes from the key the flag table
-    names (``--max-num-seqs`` → ``glm:serving.maxNumSeqs``, ``--served-model-name`` →
-    ``glm:model.servedName``); anything else the stack renders came from ``extraArgs``."""
-    if flag in rendered:
-        return owned_flags().get(flag, "glm:serving.extraArgs")
-    return "glm:serving.extraArgs"
-
-
 @dataclass(frozen=True)
 class Diagnosis:
     """Why the engine stopped, as far as its log says."""
@@ -242,8 +233,8 @@ def diagnose(log_lines: list[str], rendered_flags: Collection[str] = (), keep: i
         )  # fmt: skip
     line, found = known[-1]
     key = found.key
-    if found.key in (FLAG_KEY, "glm:serving.extraArgs"):
+    if found.key in (FLAG_KEY, EXTRA_ARGS):
         flag = _ARGUMENT.search(line) or re.search(r"arguments?: (--[\w-]+)", line)
         if flag:
-            key = flag_key(flag.group(1), set(rendered_flags))
+            key = config_key(flag.group(1), set(rendered_flags))
     return Diagnosis(found.cause, key, found.fix, tuple(errors[-keep:]))

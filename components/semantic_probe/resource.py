@@ -71,7 +71,8 @@ APP_FILES = (
     "components/semantic_probe/saturation.py",
     "components/semantic_probe/service.py",
     "components/semantic_probe/ejection.py",
-    "components/vllm_flags.py",  # gate/startup.py names the key a failing flag came from
+    "components/vllm_flags/__init__.py",
+    "components/vllm_flags/owned.py",  # gate/startup.py names the key a failing flag came from
 )
 """The project modules the probe imports: the gate's checks themselves, not a copy of their logic."""
 ROOT_DISTRIBUTIONS = ("httpx", "prometheus_client", "pydantic")

@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from components.config import build_stack_config
+from components.vllm_flags.render import FlagValue, flag_args
 from components.vllm_server import render_serving
 
 # A host the config needs to validate; nothing contacts it (the rehearsal runs vLLM by hand).
@@ -57,16 +58,23 @@ ADDED = [
 def fitted(hardware: str) -> dict[str, object]:
     config = build_stack_config({"hardware": hardware, "target": TARGET, "front": {"allowPlainHttp": True}})
     spec = render_serving(config)
-    argv, changed = [MODEL], []
-    for token in spec.argv[1:]:
-        flag = token.partition("=")[0]
+    flags: dict[str, FlagValue] = {}
+    changed: list[dict[str, str | None]] = []
+    for flag, value in spec.flags.items():
         if flag in FIT:
             new, why = FIT[flag]
-            changed.append({"flag": token, "now": f"{flag}={new}" if new else None, "why": why})
+            changed.append(
+                {
+                    "flag": " ".join(flag_args({flag: value})),
+                    "now": f"{flag}={new}" if new else None,
+                    "why": why,
+                }
+            )
             if new:
-                argv.append(f"{flag}={new}")
+                flags[flag] = new
         else:
-            argv.append(token)
+            flags[flag] = value
+    argv = [MODEL, *flag_args(flags), *spec.extra_args]
     for token, why in ADDED:
         argv.append(token)
         changed.append({"flag": None, "now": token, "why": why})
@@ -79,8 +87,8 @@ def fitted(hardware: str) -> dict[str, object]:
         "env": env,
         "changed": changed,
         "served_name": spec.served_name,
-        "max_num_seqs": int(next(t.split("=")[1] for t in argv if t.startswith("--max-num-seqs="))),
-        "shutdown_timeout": int(next(t.split("=")[1] for t in argv if t.startswith("--shutdown-timeout="))),
+        "max_num_seqs": int(str(flags["--max-num-seqs"])),
+        "shutdown_timeout": int(str(flags["--shutdown-timeout"])),
         "port": spec.port,
         # What the profile knows of its start (the gate prints each milestone beside it).
         "known": {

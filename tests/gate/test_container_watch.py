@@ -75,7 +75,7 @@ def serving(image: str) -> Iterator[Run]:
             "endpoint": f"http://{address}:{spec.port}/v1",
             "served_name": spec.served_name,
             "max_model_len": spec.max_model_len,
-            "flags": spec.flags,
+            "flags": spec.shown_flags,
             "container_name": name,
             "smoke": {"deadline_seconds": 120, "steps": ["models"]},
             "container_watch": {

@@ -22,7 +22,7 @@ from components.smoke_test import (
     key_fingerprint,
     package_hash,
 )
-from components.vllm_server import render_flags, render_serving
+from components.vllm_server import render_serving
 from tests.conftest import (
     GATE_METRICS_TEST_KEY,
     PROJECT,
@@ -52,7 +52,7 @@ def test_create_and_update_return_full_outputs_without_the_key(sims, capsys) -> 
         assert KEY[3:20] not in serialized
         assert outs["api_key"] == key_fingerprint(KEY)
         assert outs["results"]["kv_pool_tokens"] == 4 * 32768
-        assert outs["flags"] == render_flags(local_config())
+        assert outs["flags"] == render_serving(local_config()).shown_flags
         assert outs["max_model_len"] == 32768  # coerced back from 32768.0
         for name in ("endpoint", "env", "image_ref", "model_path", "served_name", "smoke", "version"):
             assert name in outs

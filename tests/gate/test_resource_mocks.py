@@ -17,7 +17,7 @@ from pulumi.runtime import rpc
 
 from components.config import StackConfig, build_stack_config
 from components.smoke_test import VERSION, SmokeTest, SmokeTestArgs, SmokeTestProvider
-from components.vllm_server import render_env, render_flags, render_serving
+from components.vllm_server import render_env, render_serving
 from tests.conftest import redacted, stack_config
 
 DYNAMIC = "pulumi-python:dynamic:Resource"
@@ -99,7 +99,7 @@ def test_inputs_carry_what_the_gate_verifies(secret_key_run) -> None:
     mocks, _ = secret_key_run
     inputs = gate_inputs(mocks)
     config = a800_config()
-    assert inputs["flags"] == render_flags(config)
+    assert inputs["flags"] == render_serving(config).shown_flags
     assert inputs["flags"]["--speculative-config"] == '{"method":"mtp","num_speculative_tokens":5}'
     assert inputs["flags"]["--enable-expert-parallel"] is True
     assert inputs["env"] == render_env(config)

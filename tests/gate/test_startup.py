@@ -10,12 +10,9 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, get_args
 
 import pytest
-from pydantic import BaseModel
 
-from components.config import StackConfig, build_stack_config
 from components.gate.startup import (
     MILESTONES,
     STARTUP_FAILURES,
@@ -24,13 +21,10 @@ from components.gate.startup import (
     StartupFailure,
     diagnose,
     failure,
-    flag_key,
     is_error,
     milestone,
 )
 from components.profiles import PROFILES
-from components.vllm_server import render_serving
-from tests.conftest import stack_config
 
 LINES = json.loads((Path(__file__).parents[2] / "components/gate/startup_lines.json").read_text("utf-8"))
 SAMPLES = [
@@ -194,45 +188,3 @@ def test_an_unknown_failure_still_shows_the_error_lines() -> None:
     found = diagnose(["INFO fine", "ERROR something nobody catalogued", "Traceback (most recent call last):"])
     assert found.cause == "not one of the known start-up failures"
     assert found.lines == ("ERROR something nobody catalogued", "Traceback (most recent call last):")
-
-
-def _config_model_has(key: str) -> bool:
-    """``glm:a.b`` names a field of the config models (by the alias the stack file uses)."""
-    model: Any = StackConfig
-    for part in key.removeprefix("glm:").split("."):
-        fields = {f.alias or n: f for n, f in model.model_fields.items()} if isinstance(model, type) else {}
-        if part not in fields:
-            return False
-        annotation = fields[part].annotation
-        model = next(
-            (
-                a
-                for a in (annotation, *get_args(annotation))
-                if isinstance(a, type) and issubclass(a, BaseModel)
-            ),
-            None,
-        )
-    return True
-
-
-@pytest.mark.parametrize("profile", list(PROFILES))
-def test_every_rendered_flag_names_a_key_of_the_config(profile: str) -> None:
-    """A start-up failure on a flag names the key it came from (issue 38): `--served-model-name`
-    was named `glm:serving.servedModelName` and `--speculative-config` `glm:serving.speculativeConfig`,
-    keys that do not exist. Every flag every profile renders, its key read back through the models."""
-    raw = {k.removeprefix("glm:"): v for k, v in stack_config(profile).items() if k.startswith("glm:")}
-    serving = render_serving(build_stack_config({k: v for k, v in raw.items() if k != "apiKeys"}))
-    rendered = {arg.split("=", 1)[0] for arg in serving.argv if arg.startswith("--")}
-    named = {flag: flag_key(flag, rendered) for flag in rendered}
-    assert {flag: key for flag, key in named.items() if not _config_model_has(key)} == {}
-    if "--served-model-name" in rendered:
-        assert named["--served-model-name"] == "glm:model.servedName"
-    if "--speculative-config" in rendered:
-        assert named["--speculative-config"] == "glm:serving.numSpeculativeTokens"
-
-
-def test_a_flag_from_extra_args_names_extra_args() -> None:
-    config = build_stack_config({"hardware": "local", "serving": {"extraArgs": ["--max-log-len=10"]}})
-    rendered = {arg.split("=", 1)[0] for arg in render_serving(config).argv if arg.startswith("--")}
-    assert "--max-log-len" in rendered
-    assert flag_key("--max-log-len", rendered) == "glm:serving.extraArgs"
