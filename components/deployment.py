@@ -26,7 +26,7 @@ from components.semantic_probe.resource import (
     SemanticProbeArgs,
     SemanticProbeSpec,
 )
-from components.smoke_test import SmokeTest, SmokeTestArgs
+from components.smoke_gate import SmokeTest, SmokeTestArgs
 from components.target import exec_ssh
 from components.vllm_server import ServingSpec, command_line, render_serving
 

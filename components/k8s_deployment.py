@@ -33,7 +33,7 @@ from components.promotion import fingerprint, served_model
 from components.replica_guard import SCRAPER
 from components.secrets import GeneratedKey, Secrets
 from components.semantic_probe.resource import SemanticProbeSpec
-from components.smoke_test import SmokeTest, SmokeTestArgs
+from components.smoke_gate import SmokeTest, SmokeTestArgs
 from components.target import docker_ssh_opts
 from components.vllm_server import command_line, render_serving
 
