@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -14,7 +13,6 @@ from components.change_cost import front_replacement_notice, serving_replacement
 from components.config import (
     GATE_METRICS_CLIENT,
     HostConfig,
-    SemanticProbeConfig,
     SmokeConfig,
     StackConfig,
     semantic_probe_runs,
@@ -28,7 +26,7 @@ from components.prometheus_scrape import PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
 from components.replica_guard import GuardCredentials, guard_credentials
 from components.replicas import Replica, Roll, guarded_scrape, host_base, roll, serving_container
-from components.secrets import GeneratedKey, Secrets
+from components.secrets import Secrets, StackKeys
 from components.semantic_probe.resource import (
     ProbeReplica,
     SemanticProbe,
@@ -45,11 +43,11 @@ def _first_key(keys: dict[str, str]) -> str:
 
 
 def _with_key(
-    keys: pulumi.Output[dict[str, str]] | None, client_name: str, key: pulumi.Output[str] | None
+    keys: pulumi.Output[dict[str, str]] | None, client_name: str | None, key: pulumi.Output[str] | None
 ) -> pulumi.Output[dict[str, str]] | None:
     """The users' keys plus one the stack generated, under its own name (config loading refuses a
     user key of that name), secret like the keys themselves."""
-    if key is None:
+    if key is None or client_name is None:
         return keys
     users = keys if keys is not None else pulumi.Output.from_input({})
     merged = pulumi.Output.all(users, key).apply(lambda both: {**both[0], client_name: both[1]})
@@ -72,7 +70,7 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     # Only once the hosts passed preflight: a refused host leaves nothing in the state.
     preflights = [b.preflight for b in bases if b.preflight]
     probe = config.semantic_probe if semantic_probe_runs(config) else None
-    keys = _GeneratedKeys.create(probe, config.smoke, stack, after=preflights)
+    keys = StackKeys.create(probe, config.smoke, stack, after=preflights)
     plan = _roll_plan(config, serving, secrets, stack, hosts, preflights)
     first = serving_container(plan, bases[0], after=[])
     front = NginxFront(
@@ -94,35 +92,6 @@ def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     prober = _semantic_probe(spec, stack, plan, replicas, front, keys.probe, smoke, preflights)
     outputs = _outputs(config, serving, served, replicas[0], front, monitoring, smoke)
     return outputs | _fleet_outputs(config.promote_from, promoted, plan, replicas, prober, keys)
-
-
-@dataclass
-class _GeneratedKeys:
-    """Keys the stack makes for its own clients, secret, kept in the state (``GeneratedKey``)."""
-
-    probe: pulumi.Output[str] | None
-    """The semantic probe's API key, when the probe runs."""
-    gate_metrics: pulumi.Output[str] | None
-    """The gate's metrics key: the KV-pool check reads vLLM's /metrics through the front, on every
-    stack, unless glm:smoke.metricsUrl names another source."""
-
-    @classmethod
-    def create(
-        cls, probe: SemanticProbeConfig | None, smoke: SmokeConfig, stack: str, after: list[Preflight]
-    ) -> _GeneratedKeys:
-        """``probe``: the probe's settings when it runs, else None."""
-        # Only once the hosts passed preflight: a refused host leaves nothing in the state.
-        opts = pulumi.ResourceOptions(depends_on=after)
-        return cls(
-            probe=GeneratedKey(f"{stack}-semantic-probe-key", probe.client_name, "sk-probe-", opts=opts).key
-            if probe is not None
-            else None,
-            gate_metrics=None
-            if smoke.metrics_url
-            else GeneratedKey(
-                f"{stack}-smoke-metrics-key", GATE_METRICS_CLIENT, "sk-gate-metrics-", opts=opts
-            ).key,
-        )
 
 
 def _roll_plan(
@@ -166,7 +135,7 @@ def _roll_plan(
 def _front_args(
     config: StackConfig,
     secrets: Secrets,
-    keys: _GeneratedKeys,
+    keys: StackKeys,
     guards: GuardCredentials | None,
     network_name: pulumi.Output[str],
     host_count: int,
@@ -177,8 +146,7 @@ def _front_args(
         host=config.target.host,
         container=config.container,
         network_name=network_name,
-        api_keys=_with_key(secrets.api_keys, config.semantic_probe.client_name, keys.probe)
-        or secrets.api_keys,
+        api_keys=_with_key(secrets.api_keys, keys.probe_client, keys.probe) or secrets.api_keys,
         tls_files=secrets.tls_files,
         metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
         replica_files=guards.front_files() if guards else None,
@@ -221,7 +189,7 @@ def _front_gate_args(
     host: HostConfig,
     front: NginxFront,
     replicas: list[Replica],
-    keys: _GeneratedKeys,
+    keys: StackKeys,
     tls: EndpointTls | None,
 ) -> SmokeTestArgs:
     """The gate through the front, as clients reach the model."""
@@ -331,7 +299,7 @@ def _fleet_outputs(
     plan: Roll,
     replicas: list[Replica],
     probe: SemanticProbe | None,
-    keys: _GeneratedKeys,
+    keys: StackKeys,
 ) -> dict[str, Any]:
     """The outputs of the drain, the probe, the gate's metrics key, several replicas, a promotion."""
     # What the drain needs when `make destroy` meets a config the program refuses (rotation.py).
