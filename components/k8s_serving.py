@@ -15,7 +15,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import k8s_workload as workload
-from components.config import KubernetesTargetConfig, StackConfig
+from components.config import KubernetesTargetConfig
 from components.k8s_guard import GUARD_VOLUME, PodGuard, guard_container
 from components.k8s_roll import RollWatch, RollWatchArgs
 from components.k8s_state import moved_from_root
@@ -69,9 +69,9 @@ class ServingPodsArgs:
 
     stack: str
     """The stack's name: the pods' labels (``app.kubernetes.io/instance``)."""
-    config: StackConfig
-    """The stack's config: its profile's cards, the weights, the container's /dev/shm and mounts,
-    the smoke steps the pods' readiness runs, the preflight, vLLM's drain."""
+    pod: workload.PodConfig
+    """What the pods read of the stack's config: its profile's cards, the weights, the smoke steps
+    the pods' readiness runs, the preflight, vLLM's drain, the guard's image."""
     serving: ServingSpec
     """The rendered ``vllm serve`` (on the pod's loopback: ``pod_serving``)."""
     k8s_target: KubernetesTargetConfig
@@ -100,13 +100,13 @@ class ServingPods(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ServingPodsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("glm:k8s_serving:ServingPods", name, None, opts)
-        config, serving, k8s_target = args.config, args.serving, args.k8s_target
+        pod, serving, k8s_target = args.pod, args.serving, args.k8s_target
         child = moved_from_root(self)
 
         def spec(refs: list[Any]) -> dict[str, Any]:
-            guard = (guard_container(k8s_target, config.front.image), GUARD_VOLUME, refs[2])
+            guard = (guard_container(k8s_target, pod.guard_image), GUARD_VOLUME, refs[2])
             return workload.serving_deployment_spec(
-                config, serving, k8s_target, args.stack, refs[0], refs[1], guard
+                pod, serving, k8s_target, args.stack, refs[0], refs[1], guard
             )
 
         specs = pulumi.Output.all(args.serving_image, args.gate_image, args.guard.digest).apply(spec)

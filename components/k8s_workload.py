@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from components.config import (
@@ -34,10 +35,14 @@ from components.config import (
     VISIBILITY_ENV,
     FrontConfig,
     KubernetesTargetConfig,
+    ModelConfig,
     MonitoringConfig,
+    PreflightConfig,
+    SmokeConfig,
     StackConfig,
 )
 from components.preflight import pod_preflight_script
+from components.profiles import HardwareFacts
 from components.vllm_server import ServingSpec, health_probe
 from policy.glm_policies import (
     ACCELERATOR_ANNOTATION,
@@ -71,21 +76,61 @@ HEALTH_TIMEOUT_SECONDS = 10
 """The exec health check's limit: a Python start and one ``/health`` request (5 s at most)."""
 
 
+@dataclass(frozen=True)
+class PodConfig:
+    """What the serving pods read of the stack's config (:meth:`of`), besides the rendered
+    ``ServingSpec`` and ``glm:target.kubernetes``."""
+
+    model: ModelConfig
+    """The weights: where they are on the node and in the pod; what the preflight checks."""
+    smoke: SmokeConfig
+    """The steps and ``chat_template_kwargs`` of the pods' readiness (the gate's own checks)."""
+    preflight: PreflightConfig
+    """``glm:preflight``: whether the init container runs, and its limits."""
+    facts: HardwareFacts
+    hardware: str
+    """The profile (``glm:hardware``): the preflight checks its card."""
+    accelerators: tuple[int, ...]
+    """``glm:container.accelerators``: as many cards as it lists."""
+    gpu_memory_utilization: float
+    rehearsing: bool
+    """The simulator in place of vLLM: no cards."""
+    shutdown_timeout: int | None
+    """vLLM's ``--shutdown-timeout`` drain, inside the pods' grace period."""
+    guard_image: str
+    """The front's nginx image: the guard sidecar runs it (components/k8s_guard.py)."""
+
+    @classmethod
+    def of(cls, config: StackConfig) -> PodConfig:
+        return cls(
+            model=config.model,
+            smoke=config.smoke,
+            preflight=config.preflight,
+            facts=config.facts,
+            hardware=config.hardware,
+            accelerators=tuple(config.container.accelerators),
+            gpu_memory_utilization=config.serving.gpu_memory_utilization,
+            rehearsing=config.rehearsing,
+            shutdown_timeout=config.shutdown_timeout,
+            guard_image=config.front.image,
+        )
+
+
 def labels(stack: str, role: str) -> dict[str, str]:
     """The selector labels of one role (``vllm``, ``front``, ``prometheus``) of one stack."""
     return {"app.kubernetes.io/name": f"glm53-{role}", "app.kubernetes.io/instance": stack}
 
 
-def accelerator(config: StackConfig) -> str:
+def accelerator(pod: PodConfig) -> str:
     """The cards' kind the pods request (``nvidia``, ``ascend``), or ``none`` (the simulator)."""
-    kind = config.facts.accelerator
-    return NO_CARDS if config.rehearsing or kind not in CARD_RESOURCES else kind
+    kind = pod.facts.accelerator
+    return NO_CARDS if pod.rehearsing or kind not in CARD_RESOURCES else kind
 
 
-def card_limits(config: StackConfig) -> dict[str, str]:
+def card_limits(pod: PodConfig) -> dict[str, str]:
     """``{"nvidia.com/gpu": "8"}`` for eight listed cards; nothing in a rehearsal (no accelerator)."""
-    kind = accelerator(config)
-    return {} if kind == NO_CARDS else {CARD_RESOURCES[kind]: str(len(config.container.accelerators))}
+    kind = accelerator(pod)
+    return {} if kind == NO_CARDS else {CARD_RESOURCES[kind]: str(len(pod.accelerators))}
 
 
 def opt_in(accepted: bool, label: tuple[str, str]) -> dict[str, str]:
@@ -111,12 +156,12 @@ def pod_env(serving: ServingSpec) -> list[dict[str, str]]:
     return [{"name": k, "value": v} for k, v in sorted(serving.env.items()) if k not in VISIBILITY_ENV]
 
 
-def grace_seconds(config: StackConfig, k8s: KubernetesTargetConfig) -> int:
+def grace_seconds(pod: PodConfig, k8s: KubernetesTargetConfig) -> int:
     """preStop pause + vLLM's drain (``--shutdown-timeout``) + a margin: SIGKILL never cuts a drain."""
-    return k8s.pre_stop_seconds + (config.shutdown_timeout or 0) + SHUTDOWN_MARGIN_SECONDS
+    return k8s.pre_stop_seconds + (pod.shutdown_timeout or 0) + SHUTDOWN_MARGIN_SECONDS
 
 
-def readiness_command(serving: ServingSpec, config: StackConfig) -> list[str]:
+def readiness_command(serving: ServingSpec, smoke: SmokeConfig) -> list[str]:
     """The gate's own checks against this pod's vLLM (the pod shares one network namespace)."""
     base = f"http://127.0.0.1:{serving.port}"
     return [
@@ -126,15 +171,14 @@ def readiness_command(serving: ServingSpec, config: StackConfig) -> list[str]:
         "--metrics-url", f"{base}/metrics",
         "--served-name", serving.served_name,
         "--max-model-len", str(serving.max_model_len),
-        "--steps", ",".join(s for s in READINESS_STEPS if s in config.smoke.steps),
+        "--steps", ",".join(s for s in READINESS_STEPS if s in smoke.steps),
         "--deadline-seconds", "5",
         "--request-timeout", str(READINESS_REQUEST_TIMEOUT_SECONDS),
-        "--chat-template-kwargs", json.dumps(config.smoke.chat_template_kwargs, sort_keys=True),
+        "--chat-template-kwargs", json.dumps(smoke.chat_template_kwargs, sort_keys=True),
     ]  # fmt: skip
 
 
-def _volumes(config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetConfig) -> list[dict[str, Any]]:
-    model = config.model
+def _volumes(model: ModelConfig, serving: ServingSpec, k8s: KubernetesTargetConfig) -> list[dict[str, Any]]:
     weights: dict[str, Any] = (
         {"persistentVolumeClaim": {"claimName": k8s.weights_claim, "readOnly": True}}
         if k8s.weights_claim
@@ -155,9 +199,9 @@ def _volumes(config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetCon
     return volumes
 
 
-def _mounts(config: StackConfig, serving: ServingSpec) -> list[dict[str, Any]]:
+def _mounts(model: ModelConfig, serving: ServingSpec) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [
-        {"name": "weights", "mountPath": config.model.mount_path, "readOnly": True},
+        {"name": "weights", "mountPath": model.mount_path, "readOnly": True},
         {"name": "jit-cache", "mountPath": CACHE_MOUNT_PATH},
     ]
     if serving.container.shm_size_mb is not None:
@@ -170,14 +214,14 @@ def _mounts(config: StackConfig, serving: ServingSpec) -> list[dict[str, Any]]:
 
 
 def serving_container(
-    config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
+    pod: PodConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
 ) -> dict[str, Any]:
     """``vllm serve`` with the rendered argv: started once its load fits the gate's deadline
     (a startup probe that never kills a long load), restarted when ``/health`` says the engine died.
     The checks run in the container (Docker's health check): vLLM listens on the pod's loopback,
     where the kubelet's HTTP probes, sent to the pod's address, do not reach."""
     health = {"exec": {"command": health_probe(serving.port)[1:]}, "timeoutSeconds": HEALTH_TIMEOUT_SECONDS}
-    limits = card_limits(config)
+    limits = card_limits(pod)
     container: dict[str, Any] = {
         "name": SERVING_CONTAINER,
         "image": image,
@@ -185,7 +229,7 @@ def serving_container(
         "command": ["vllm", "serve"],
         "args": serving.argv,
         "env": pod_env(serving),
-        "volumeMounts": _mounts(config, serving),
+        "volumeMounts": _mounts(pod.model, serving),
         "startupProbe": {
             **health,
             "periodSeconds": STARTUP_PERIOD_SECONDS,
@@ -201,23 +245,23 @@ def serving_container(
 
 
 def preflight_container(
-    config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
+    pod: PodConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
 ) -> dict[str, Any]:
     """The preflight on the pod's node before vLLM starts: components/preflight.sh, the file the
     Docker hosts run, in the serving image (bash, awk, python3; ``nvidia-smi`` from the container
     runtime, ``npu-smi`` among the profile's mounts), with vLLM's cards, weights, /dev/shm and
     mounts. A refusal exits 1 with one line per problem (node, config key, fix), which the kubelet
     keeps as its termination message for the roll's watch (components/k8s_roll.py) to quote."""
-    limits = card_limits(config)
-    kind = accelerator(config)
+    limits = card_limits(pod)
+    kind = accelerator(pod)
     script = pod_preflight_script(
-        config.preflight,
-        config.model,
-        config.facts,
-        config.hardware,
+        pod.preflight,
+        pod.model,
+        pod.facts,
+        pod.hardware,
         kind,
-        len(config.container.accelerators) if limits else 0,
-        config.serving.gpu_memory_utilization,
+        len(pod.accelerators) if limits else 0,
+        pod.gpu_memory_utilization,
     )
     container: dict[str, Any] = {
         "name": PREFLIGHT_CONTAINER,
@@ -225,7 +269,7 @@ def preflight_container(
         "imagePullPolicy": k8s.image_pull_policy,
         "command": ["bash", "-c", script],
         "env": [NODE_NAME_ENV],
-        "volumeMounts": _mounts(config, serving),
+        "volumeMounts": _mounts(pod.model, serving),
         **ON_ERROR_LOGS,
     }
     if limits:
@@ -236,7 +280,7 @@ def preflight_container(
 
 
 def gate_container(
-    config: StackConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
+    pod: PodConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
 ) -> dict[str, Any]:
     """The readiness sidecar: idle itself; its readiness probe is one run of the gate's checks."""
     return {
@@ -247,7 +291,7 @@ def gate_container(
         "command": ["python3", "-c", "import signal; signal.pause()"],
         "env": [{"name": GATE_KEY_ENV, "value": "in-pod-no-key"}],
         "readinessProbe": {
-            "exec": {"command": readiness_command(serving, config)},
+            "exec": {"command": readiness_command(serving, pod.smoke)},
             "periodSeconds": k8s.readiness_period_seconds,
             "timeoutSeconds": 3 * READINESS_REQUEST_TIMEOUT_SECONDS,
             "failureThreshold": 1,
@@ -259,7 +303,7 @@ def gate_container(
 
 
 def serving_deployment_spec(
-    config: StackConfig,
+    pod: PodConfig,
     serving: ServingSpec,
     k8s: KubernetesTargetConfig,
     stack: str,
@@ -276,20 +320,20 @@ def serving_deployment_spec(
         "metadata": {
             "labels": selector,
             # What the policy pack's k8s-gpu-requests checks the cards against.
-            "annotations": {"glm53/guard": guard_digest, ACCELERATOR_ANNOTATION: accelerator(config)},
+            "annotations": {"glm53/guard": guard_digest, ACCELERATOR_ANNOTATION: accelerator(pod)},
         },
         "spec": {
-            "terminationGracePeriodSeconds": grace_seconds(config, k8s),
+            "terminationGracePeriodSeconds": grace_seconds(pod, k8s),
             "containers": [
-                serving_container(config, serving, k8s, image),
-                gate_container(config, serving, k8s, gate_image),
+                serving_container(pod, serving, k8s, image),
+                gate_container(pod, serving, k8s, gate_image),
                 guard_container,
             ],
-            "volumes": [*_volumes(config, serving, k8s), guard_volume],
+            "volumes": [*_volumes(pod.model, serving, k8s), guard_volume],
         },
     }
-    if config.preflight.enabled:
-        template["spec"]["initContainers"] = [preflight_container(config, serving, k8s, image)]
+    if pod.preflight.enabled:
+        template["spec"]["initContainers"] = [preflight_container(pod, serving, k8s, image)]
     template["metadata"]["annotations"][TEMPLATE_ANNOTATION] = digest(template)
     return {
         "replicas": k8s.replicas,

@@ -10,7 +10,7 @@ from typing import Any
 import pulumi
 import pulumi_docker as docker
 
-from components.config import HostConfig, StackConfig
+from components.config import FrontConfig, HostConfig, SmokeConfig, StackConfig
 from components.model_volume import ModelVolume
 from components.nginx_front import NginxFront
 from components.preflight import Preflight, PreflightArgs
@@ -105,23 +105,50 @@ def host_base(
     return HostBase(host, prefix, provider, preflight, image, volume)
 
 
-def serving_container(
-    config: StackConfig,
-    serving: ServingSpec,
-    secrets: Secrets,
-    base: HostBase,
-    after: list[pulumi.Resource],
-    drain: pulumi.ResourceHook,
-) -> VllmServer:
+@dataclass(frozen=True)
+class Roll:
+    """What every replica of a roll shares: what it runs, how the front drains and admits it, how
+    its gate asks it, and the guards' credentials (several hosts, or TLS)."""
+
+    serving: ServingSpec
+    secrets: Secrets
+    """``glm:servingSecretEnv`` joins each serving container's env."""
+    smoke: SmokeConfig
+    """``glm:smoke``: what each replica's gate asks."""
+    front: FrontConfig
+    """The front's TLS and image: a guard speaks the front's scheme."""
+    grace_seconds: int
+    """``glm:container.stopGraceSeconds``: how long a drain waits for the requests in flight."""
+    front_on: dict[str, Any]
+    """How to reach the front's container (``rotation.front_access``)."""
+    drain: pulumi.ResourceHook
+    """Before Docker stops a replica (replaced, restarted, removed), the front stops sending it requests."""
+    api_key: pulumi.Output[str]
+    guards: GuardCredentials | None
+
+
+def roll(plan: Roll, bases: list[HostBase], first: VllmServer, front: NginxFront) -> list[Replica]:
+    """Every host's replica, the front's host (``first``, whose network the front joined) first. A
+    rolling update replaces one replica at a time: each waits until the previous one is back in
+    the front's rotation (its gate passed)."""
+    replicas: list[Replica] = []
+    for base in bases:
+        server = first if not replicas else serving_container(plan, base, after=[replicas[-1].gate])
+        guard = replica_guard(plan, base, server, on_front=not replicas)
+        replicas.append(gated(plan, base, server, guard, front, one_box=len(bases) == 1))
+    return replicas
+
+
+def serving_container(plan: Roll, base: HostBase, after: list[pulumi.Resource]) -> VllmServer:
     return VllmServer(
         f"{base.prefix}-serving",
         VllmServerArgs(
-            serving=serving,
+            serving=plan.serving,
             image=base.image.ref,
             mounts=base.volume.mounts,
-            secret_env=secrets.serving_env,
+            secret_env=plan.secrets.serving_env,
             replica=base.host.name,
-            drain=drain,
+            drain=plan.drain,
         ),
         opts=pulumi.ResourceOptions(
             providers=[base.provider],
@@ -131,14 +158,12 @@ def serving_container(
 
 
 def gated(
-    config: StackConfig,
-    serving: ServingSpec,
+    plan: Roll,
     base: HostBase,
     server: VllmServer,
     guard: ReplicaGuard | None,
     front: NginxFront,
-    front_on: dict[str, Any],
-    api_key: pulumi.Output[str],
+    one_box: bool,
 ) -> Replica:
     """The replica's gate, which admits it to the front's rotation once it passed: by the fixed
     address of its guard, else of its vLLM."""
@@ -148,20 +173,20 @@ def gated(
     gate = ReplicaGate(
         f"{base.prefix}-replica",
         ReplicaGateArgs(
-            serving=serving,
-            smoke=config.smoke,
+            serving=plan.serving,
+            smoke=plan.smoke,
             host=base.host,
-            api_key=api_key,
+            api_key=plan.api_key,
             image_ref=base.image.ref,
             container_id=server.container.id,
             admission=Admission(
                 # Known at preview: a front release (a key revoked) is not a change of the gate's.
-                front=front_on,
+                front=plan.front_on,
                 front_container_id=front.container.id,
                 address=address,
-                grace_seconds=config.container.stop_grace_seconds,
+                grace_seconds=plan.grace_seconds,
                 stack=pulumi.get_stack(),
-                one_box=len(config.target.hosts) == 1,
+                one_box=one_box,
             ),
         ),
         # The front's config (which includes the rotation) and the guard's are live before the
@@ -173,27 +198,20 @@ def gated(
     )
 
 
-def replica_guard(
-    config: StackConfig,
-    serving: ServingSpec,
-    base: HostBase,
-    server: VllmServer,
-    guards: GuardCredentials | None,
-) -> ReplicaGuard | None:
+def replica_guard(plan: Roll, base: HostBase, server: VllmServer, on_front: bool) -> ReplicaGuard | None:
     """A replica off the front's host is published only through its guard; with TLS the front's
     own replica too (one upstream speaks one scheme), on its private network only."""
-    on_front = base.host is config.target.host
-    if guards is None or (on_front and not config.front.tls):
+    if plan.guards is None or (on_front and not plan.front.tls):
         return None
     return ReplicaGuard(
         f"{base.prefix}-guard",
         ReplicaGuardArgs(
-            serving=serving,
-            front=config.front,
+            serving=plan.serving,
+            front=plan.front,
             host=base.host,
             publish_address=None if on_front else base.host.replica_address,
             network_name=server.network_name,
-            credentials=guards,
+            credentials=plan.guards,
         ),
         opts=pulumi.ResourceOptions(
             providers=[base.provider], depends_on=[base.preflight] if base.preflight else []
@@ -201,7 +219,7 @@ def replica_guard(
     )
 
 
-def guarded_scrape(config: StackConfig, guards: GuardCredentials | None) -> GuardedScrape | None:
+def guarded_scrape(guards: GuardCredentials | None) -> GuardedScrape | None:
     """Prometheus' way to the guards: the scrape key, which no inference route takes."""
     if guards is None:
         return None

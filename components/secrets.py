@@ -6,11 +6,13 @@ only reads them the way components must hold them, with ``get_secret*``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+
+from components.config import GATE_METRICS_CLIENT, SemanticProbeConfig, SmokeConfig
 
 
 @dataclass(frozen=True)
@@ -90,4 +92,40 @@ class GeneratedKey(pulumi.dynamic.Resource):
             name,
             {"client_name": client_name, "prefix": prefix, "key": None},
             pulumi.ResourceOptions.merge(opts, secret),
+        )
+
+
+@dataclass
+class StackKeys:
+    """Keys the stack makes for its own clients, secret, kept in the state (``GeneratedKey``)."""
+
+    probe: pulumi.Output[str] | None
+    """The semantic probe's API key, when the probe runs."""
+    probe_client: str | None
+    """The name the front knows the probe's key by (``glm:semanticProbe.clientName``)."""
+    gate_metrics: pulumi.Output[str] | None
+    """The gate's metrics key: the KV-pool check reads vLLM's /metrics through the front, on every
+    stack, unless glm:smoke.metricsUrl names another source."""
+
+    @classmethod
+    def create(
+        cls,
+        probe: SemanticProbeConfig | None,
+        smoke: SmokeConfig,
+        stack: str,
+        after: Sequence[pulumi.Resource],
+    ) -> StackKeys:
+        """``probe``: the probe's settings when it runs, else None. ``after``: on Docker hosts their
+        preflights, so that a refused host leaves nothing in the state."""
+        opts = pulumi.ResourceOptions(depends_on=after)
+        return cls(
+            probe=GeneratedKey(f"{stack}-semantic-probe-key", probe.client_name, "sk-probe-", opts=opts).key
+            if probe is not None
+            else None,
+            probe_client=probe.client_name if probe is not None else None,
+            gate_metrics=None
+            if smoke.metrics_url
+            else GeneratedKey(
+                f"{stack}-smoke-metrics-key", GATE_METRICS_CLIENT, "sk-gate-metrics-", opts=opts
+            ).key,
         )

@@ -236,7 +236,7 @@ def _secrets_in(pod: dict[str, Any]) -> list[str]:
 
 
 def test_the_probe_reads_guarded_metrics_with_the_scrape_key() -> None:
-    from components.semantic_probe.service import ProbeSettings
+    from components.semantic_probe.settings import ProbeSettings
 
     settings = ProbeSettings(
         "http://front:8080/v1", "http://vllm:8000/metrics", "glm", 1024, {}, 60, 3, guarded_metrics=True

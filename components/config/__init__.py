@@ -9,9 +9,10 @@ Pulumi.yaml's ``config:`` block and README's config table are checked against th
 ``tests/test_config_docs.py``.
 
 The modules, each importing only those above it: ``values`` (value types, ``ConfigError``),
-``target``, ``replica`` (image, model, serving, container), ``edge`` (front, monitoring, preflight,
-semantic probe, rehearsal), ``sections`` (the stack's sections together), ``rules`` and
-``advisories`` (across sections), ``stack`` (``StackConfig``), ``secret_inputs``, ``loading``.
+``target``, ``replica`` (image, model, serving, container), ``certificate`` (the front's, read with
+openssl), ``edge`` (front, monitoring, preflight, semantic probe, rehearsal), ``sections`` (the
+stack's sections together), ``rules`` and ``advisories`` (across sections), ``stack``
+(``StackConfig``), ``secret_inputs``, ``loading``.
 """
 
 from components.config.edge import (

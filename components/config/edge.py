@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from components.config.certificate import check_ca_certificate, check_tls_name
 from components.config.replica import ImageBuildConfig
 from components.config.values import (
     CLIENT_NAME,
@@ -17,7 +18,6 @@ from components.config.values import (
     PrometheusDuration,
     Timeout,
 )
-from components.front_tls import check_ca_certificate, check_tls_name
 from components.model_base import Model, Positive
 
 

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from components.config.certificate import certificate_problems, default_name
 from components.config.edge import SemanticProbeConfig
 from components.config.replica import ENV_NAME, VISIBILITY_ENV, dangerous_env
 from components.config.stack import StackConfig
 from components.config.values import CLIENT_NAME
-from components.front_tls import certificate_problems, default_name
 from components.key_strength import MIN_GUESSES_LOG10, guesses_log10
 
 SECRET_KEYS = {

@@ -10,6 +10,7 @@ replica, and takes one that fails K runs in a row out of the front's rotation (a
 passes) through the front's requests volume (components/rotation_requests.py), never the Docker
 socket.
 
+- ``settings.py``: what the probe is told (``params.json``) and the targets it asks;
 - ``service.py``: the loops and their metrics, plain Python (runs in the probe container);
 - ``saturation.py``: when a saturated target is left alone, and for how many runs in a row;
 - ``ejection.py``: the eject/readmit requests (runs in the probe container);

@@ -19,14 +19,8 @@ import sys
 import threading
 from pathlib import Path
 
-from components.semantic_probe.service import (
-    ProbeMetrics,
-    ProbeSettings,
-    ReplicaKeys,
-    run_forever,
-    run_once,
-    serve_metrics,
-)
+from components.semantic_probe.service import ProbeMetrics, run_forever, run_once, serve_metrics
+from components.semantic_probe.settings import ProbeSettings, ReplicaKeys
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from components.gate.checks import StepOutcome
-from components.semantic_probe.service import REPLICA_PATH, ProbeMetrics, ProbeTarget
+from components.semantic_probe.service import ProbeMetrics
+from components.semantic_probe.settings import REPLICA_PATH, ProbeTarget
 
 log = logging.getLogger("semantic-probe")
 _UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,()=/+-]")

@@ -35,7 +35,7 @@ from components.nginx_conf import CONTAINER_PORT as FRONT_PORT
 from components.replica_tls import guard_tls
 from components.rotation_requests import PROBE_REQUESTS_DIR
 from components.semantic_probe import container_name
-from components.semantic_probe.service import ProbeSettings
+from components.semantic_probe.settings import ProbeSettings
 from components.vllm_server import ServingSpec, upstream_hosts
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -70,6 +70,7 @@ APP_FILES = (
     "components/semantic_probe/__main__.py",
     "components/semantic_probe/saturation.py",
     "components/semantic_probe/service.py",
+    "components/semantic_probe/settings.py",
     "components/semantic_probe/ejection.py",
     "components/vllm_flags/__init__.py",
     "components/vllm_flags/owned.py",  # gate/startup.py names the key a failing flag came from

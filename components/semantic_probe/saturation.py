@@ -7,14 +7,11 @@ Plain Python, no Pulumi: it runs in the probe container, beside ``service.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from components.gate.checks import StepOutcome
 from components.gate.metrics import parse_samples, total
 from components.gate.tls import EndpointTls
-
-if TYPE_CHECKING:
-    from components.semantic_probe.service import ProbeSettings, ProbeTarget
+from components.semantic_probe.settings import ProbeSettings, ProbeTarget
 
 
 def saturation(

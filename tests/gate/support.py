@@ -26,7 +26,7 @@ import pytest
 from components.config import StackConfig, build_stack_config
 from components.gate.checks import GateFailure, run_gate
 from components.nginx_conf import render_nginx_conf
-from components.smoke_test import gate_params
+from components.smoke_gate import gate_params
 from components.vllm_server import render_argv, render_serving
 from tests.conftest import PROJECT
 from tests.engine import free_port

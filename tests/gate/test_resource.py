@@ -1,4 +1,4 @@
-"""The dynamic provider and the component's inputs (``components/smoke_test.py``): create and
+"""The dynamic provider and the component's inputs (``components/smoke_gate.py``): create and
 update run the gate and return full outputs without the key; diff, check and delete; the inputs are
 deterministic; the version covers the whole package; the local stack reads vLLM's own metrics.
 """
@@ -14,7 +14,7 @@ import pytest
 from components.config import GATE_METRICS_CLIENT, ConfigError, SecretInputs, build_stack_config
 from components.gate.checks import GateFailure, plain
 from components.gate.settings import SmokeConfig
-from components.smoke_test import (
+from components.smoke_gate import (
     SmokeTestProvider,
     changed_inputs,
     gate_outputs,
@@ -233,17 +233,18 @@ def test_the_gate_reruns_when_the_front_changes_and_only_key_names_show() -> Non
     assert changed_inputs(stored, _gate_inputs(run_program("local"))) == []
 
 
-def test_a_provider_stored_under_its_old_module_still_loads() -> None:
+@pytest.mark.parametrize("old_module", ["components.gate.resource", "components.smoke_test"])
+def test_a_provider_stored_under_its_old_module_still_loads(old_module: str) -> None:
     """Pulumi keeps the provider pickled by reference (dill.loads of the state's ``__provider``); the
-    provider lived in ``components.gate.resource`` until this release, so destroying or refreshing a
-    stack deployed before must still find it there."""
+    provider lived in ``components.gate.resource``, then in ``components.smoke_test``, so destroying
+    or refreshing a stack deployed then must still find it there."""
     import pickle
 
     import dill
 
-    from components.smoke_test import SmokeTestProvider
+    from components.smoke_gate import SmokeTestProvider
 
     stored = pickle.dumps(SmokeTestProvider(), protocol=0)
-    assert b"components.smoke_test" in stored
-    old = stored.replace(b"components.smoke_test", b"components.gate.resource")
+    assert b"components.smoke_gate" in stored
+    old = stored.replace(b"components.smoke_gate", old_module.encode())
     assert isinstance(dill.loads(old), SmokeTestProvider)

@@ -131,7 +131,7 @@ def test_the_image_carries_the_gate_itself_and_its_packages() -> None:
         assert files[f"app/{module}"] == (PROJECT_DIR / module).read_bytes()
     # Only the gate's runtime: neither Pulumi's resources nor the stack configuration.
     for module in (
-        "components/smoke_test.py",
+        "components/smoke_gate.py",
         "components/config/__init__.py",
         "policy/glm_policies/__init__.py",
     ):

@@ -18,13 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from components.config import build_stack_config
 from components.semantic_probe import PROBE_STEPS
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
-from components.semantic_probe.service import (
-    ProbeMetrics,
-    ProbeSettings,
-    run_forever,
-    run_once,
-    serve_metrics,
-)
+from components.semantic_probe.service import ProbeMetrics, run_forever, run_once, serve_metrics
+from components.semantic_probe.settings import ProbeSettings
 from components.vllm_server import render_serving
 from tests.gate.support import KEY, Sim, free_port, local_config
 
@@ -317,7 +312,7 @@ def test_a_full_engine_that_generates_nothing_is_probed_not_skipped() -> None:
     import http.server
 
     from components.semantic_probe.saturation import saturation
-    from components.semantic_probe.service import ProbeTarget
+    from components.semantic_probe.settings import ProbeTarget
 
     state = {"generated": 100.0}
 

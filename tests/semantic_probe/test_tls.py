@@ -15,7 +15,8 @@ from components.replica_tls import TLS_NAME, self_signed
 from components.semantic_probe import PROBE_STEPS
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.saturation import saturation
-from components.semantic_probe.service import ProbeMetrics, ProbeSettings, ReplicaKeys, run_once
+from components.semantic_probe.service import ProbeMetrics, run_once
+from components.semantic_probe.settings import ProbeSettings, ReplicaKeys
 from tests.gate.support import KEY, Sim, needs_nginx, start_front, stop
 from tests.test_nginx_front import SERVED, vllm_sim
 from tests.test_replica_guard import KEY as REPLICA_KEY

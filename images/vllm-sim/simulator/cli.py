@@ -15,6 +15,7 @@ from typing import Any
 from simulator import startup, strict_flags
 from simulator.config import Config, UsageError, env_bool, parse_config
 from simulator.engine import Engine
+from simulator.routes import ROUTES
 from simulator.server import SimServer
 from simulator.startup import log
 
@@ -44,7 +45,7 @@ def main(argv: list | None = None) -> int:
     if status is not None:
         return status
     try:
-        server = SimServer((cfg.host, cfg.port), cfg, Engine(cfg, stop), stop)
+        server = SimServer((cfg.host, cfg.port), ROUTES, cfg, Engine(cfg, stop), stop)
     except OSError as exc:
         sys.stderr.write(f"ERROR: cannot bind {cfg.host}:{cfg.port}: {exc}\n")
         return 1

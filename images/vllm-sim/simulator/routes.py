@@ -12,7 +12,6 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from simulator import tokenizer
 from simulator.config import FAULTS
@@ -20,11 +19,9 @@ from simulator.engine import SimRequest
 from simulator.errors import HTTPError, bad_request, engine_failure
 from simulator.plan import Plan, completion_plan, make_plan
 from simulator.replies import Reply
+from simulator.server import FAULTS_PATH, Handler
 from simulator.startup import log
 from simulator.streaming import ChunkStream
-
-if TYPE_CHECKING:
-    from simulator.server import Handler
 
 
 # ---- the simulator's own endpoint ---------------------------------------------------------
@@ -330,6 +327,6 @@ ROUTES: dict[tuple[str, str], Callable[[Handler], None]] = {
     ("POST", "/detokenize"): detokenize,
     ("POST", "/v1/chat/completions"): chat,
     ("POST", "/v1/completions"): completions,
-    ("GET", "/sim/faults"): sim_faults,
-    ("PUT", "/sim/faults"): sim_faults,
+    ("GET", FAULTS_PATH): sim_faults,
+    ("PUT", FAULTS_PATH): sim_faults,
 }

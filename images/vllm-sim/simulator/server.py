@@ -13,10 +13,10 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from simulator import routes
 from simulator.config import Config
 from simulator.engine import Aborted, Engine
 from simulator.errors import HTTPError, bad_request, error_body
@@ -26,17 +26,31 @@ def _reason_phrase(status: int) -> str:
     return BaseHTTPRequestHandler.responses.get(status, ("",))[0]
 
 
+FAULTS_PATH = "/sim/faults"
+"""The runtime fault switch's route: it exists only with ``VLLM_SIM_RUNTIME_FAULTS=1``."""
+
+
 class SimServer(ThreadingHTTPServer):
-    """A thread per connection; what the handlers share: the config, the engine, the vocabulary
-    ``/tokenize`` learnt (for ``/detokenize``), the requests in flight and the stop signals."""
+    """A thread per connection; what the handlers share: the routes (``simulator.routes.ROUTES``,
+    handed in: the routes take the handler, so this module does not import them back), the config,
+    the engine, the vocabulary ``/tokenize`` learnt (for ``/detokenize``), the requests in flight
+    and the stop signals."""
 
     daemon_threads = True
     request_queue_size = 256
     allow_reuse_address = True
 
-    def __init__(self, address: tuple, cfg: Config, engine: Engine, stop: threading.Event):
+    def __init__(
+        self,
+        address: tuple,
+        routes: Mapping[tuple[str, str], Callable[[Handler], None]],
+        cfg: Config,
+        engine: Engine,
+        stop: threading.Event,
+    ):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        self.routes = routes
         self.cfg = cfg
         self.engine = engine
         self.stop = stop
@@ -61,7 +75,7 @@ class SimServer(ThreadingHTTPServer):
 
 
 class Handler(BaseHTTPRequestHandler):
-    """One connection: requests read, dispatched to :data:`simulator.routes.ROUTES`, replies sent."""
+    """One connection: requests read, dispatched to the server's routes, replies sent."""
 
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
@@ -160,13 +174,13 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         method = "GET" if self.command == "HEAD" else self.command
-        route = routes.ROUTES.get((method, path))
-        if route is routes.sim_faults and not self.server.cfg.runtime_faults:
+        route = self.server.routes.get((method, path))
+        if route is not None and path == FAULTS_PATH and not self.server.cfg.runtime_faults:
             route = None  # the switch exists only with VLLM_SIM_RUNTIME_FAULTS=1
             self.read_body()  # so that the connection's next request starts where it should
         try:
             if route is None:
-                known = any(p == path for (_, p) in routes.ROUTES) and path != "/sim/faults"
+                known = any(p == path for (_, p) in self.server.routes) and path != FAULTS_PATH
                 status = 405 if known else 404
                 detail = "Method Not Allowed" if known else "Not Found"
                 self.send_json(status, {"detail": detail})
