@@ -12,6 +12,7 @@ from typing import Any
 
 from components.config.certificate import certificate_problems, default_name
 from components.config.edge import SemanticProbeConfig
+from components.config.kubernetes import secret_env_problem
 from components.config.replica import ENV_NAME, VISIBILITY_ENV, dangerous_env
 from components.config.stack import StackConfig
 from components.config.values import CLIENT_NAME
@@ -110,6 +111,8 @@ class SecretInputs:
                 )
             if (reason := dangerous_env(name, "1")) is not None:
                 found.append(f"glm:servingSecretEnv.{name}: {reason}")
+        if (lost := secret_env_problem(config, [name for name, _ in self.serving_env_items()])) is not None:
+            found.append(lost)
         if (collision := _probe_key_collision(self.api_keys, config.semantic_probe)) is not None:
             found.append(collision)
         found += _unknown_weights(self.api_keys, config)
