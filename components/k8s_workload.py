@@ -161,8 +161,24 @@ def grace_seconds(pod: PodConfig, k8s: KubernetesTargetConfig) -> int:
     return k8s.pre_stop_seconds + (pod.shutdown_timeout or 0) + SHUTDOWN_MARGIN_SECONDS
 
 
+def _smoke_questions(smoke: SmokeConfig) -> list[str]:
+    """``glm:smoke``'s questions and answer where the stack sets them (the gate's own defaults
+    otherwise, left off so that the pods of a stack that sets none stay as they were)."""
+    args = []
+    for flag, field in (
+        ("--prompt", "prompt"),
+        ("--expected-answer", "expected_answer"),
+        ("--tool-prompt", "tool_prompt"),
+    ):
+        value = getattr(smoke, field)
+        if value != SmokeConfig.model_fields[field].default:
+            args += [flag, value]
+    return args
+
+
 def readiness_command(serving: ServingSpec, smoke: SmokeConfig) -> list[str]:
-    """The gate's own checks against this pod's vLLM (the pod shares one network namespace)."""
+    """The gate's own checks against this pod's vLLM (the pod shares one network namespace), with
+    the stack's questions, as the front's gate asks them."""
     base = f"http://127.0.0.1:{serving.port}"
     return [
         "python3", "-m", "components.gate",
@@ -175,6 +191,7 @@ def readiness_command(serving: ServingSpec, smoke: SmokeConfig) -> list[str]:
         "--deadline-seconds", "5",
         "--request-timeout", str(READINESS_REQUEST_TIMEOUT_SECONDS),
         "--chat-template-kwargs", json.dumps(smoke.chat_template_kwargs, sort_keys=True),
+        *_smoke_questions(smoke),
     ]  # fmt: skip
 
 

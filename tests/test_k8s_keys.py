@@ -18,7 +18,7 @@ import pytest
 
 from components.config import ConfigError, build_stack_config
 from components.config.secret_inputs import SecretInputs
-from tests.conftest import stack_config
+from tests.conftest import Deployment, run_program, stack_config, unwrap
 from tests.k8s_urns import KINDS
 
 LOCAL_DOCKER = {"name": "localhost", "dockerHost": "unix:///var/run/docker.sock"}
@@ -169,11 +169,12 @@ def test_the_committed_kubernetes_kinds_build_and_warn_of_no_lost_key(
 ) -> None:
     said: list[str] = []
     monkeypatch.setattr(pulumi.log, "warn", lambda message, *_, **__: said.append(str(message)))
-    assert KINDS[kind]().outputs["target"] == "kubernetes"
+    deployment = KINDS[kind]()
+    assert deployment.outputs["target"] == "kubernetes"
     assert [line for line in said if NOT_READ in line] == []
 
 
-# ---- warned: the pods' readiness asks the gate's own questions -----------------------------------
+# ---- honoured: the pods' readiness asks the stack's own questions --------------------------------
 
 QUESTIONS = {
     "prompt": "What is 12×12? Answer with the number only.",
@@ -182,15 +183,37 @@ QUESTIONS = {
 }
 
 
-def test_the_stacks_own_questions_are_warned_the_pods_readiness_does_not_ask() -> None:
-    """On the cluster the front's gate and the probe ask glm:smoke's questions, each pod's readiness
-    the gate's own: a stack that set its own hears so before a roll that never turns Ready."""
-    config = build_stack_config({"hardware": "local", "target": ON_K8S, "smoke": QUESTIONS})
-    [warning] = [a for a in config.advisories() if NOT_READ in a]
-    assert warning.startswith(
-        "glm:smoke.prompt, glm:smoke.expectedAnswer, glm:smoke.toolPrompt is not read on Kubernetes "
-        "by the serving pods' readiness"
-    )
-    assert "13x17 -> 221" in warning
-    on_docker = build_stack_config({"hardware": "local", "target": ON_DOCKER, "smoke": QUESTIONS})
-    assert not [a for a in on_docker.advisories() if NOT_READ in a]
+def readiness(deployment: Deployment) -> list[str]:
+    pods = unwrap(deployment.one("kubernetes:apps/v1:Deployment", "-vllm").inputs)["spec"]["template"]
+    [gate] = [c for c in pods["spec"]["containers"] if c["name"] == "gate"]
+    return list(gate["readinessProbe"]["exec"]["command"])
+
+
+def test_the_pods_readiness_asks_the_questions_the_front_gate_asks() -> None:
+    """On Docker hosts a replica's gate asks glm:smoke's questions; on the cluster each pod's
+    readiness runs that gate, and asked 13x17 whatever the stack said."""
+    smoke = {**(stack_config("local").get("glm:smoke") or {}), **QUESTIONS}
+    command = readiness(run_program("local", {"glm:target": ON_K8S, "glm:smoke": smoke}))
+    tail = command[command.index("--chat-template-kwargs") + 2 :]
+    assert tail == [
+        "--prompt", QUESTIONS["prompt"],
+        "--expected-answer", QUESTIONS["expectedAnswer"],
+        "--tool-prompt", QUESTIONS["toolPrompt"],
+    ]  # fmt: skip
+
+
+def test_a_stack_that_keeps_the_gates_questions_keeps_its_pods() -> None:
+    command = readiness(run_program("local", {"glm:target": ON_K8S}))
+    assert command[-2] == "--chat-template-kwargs"
+
+
+def test_the_gates_command_line_asks_the_questions_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    from components.gate import __main__ as gate
+
+    asked: dict[str, Any] = {}
+    monkeypatch.setattr(gate, "run_gate", lambda params, *_: asked.update(params["smoke"]) or {})
+    monkeypatch.setenv("GLM_GATE_KEY", "in-pod-no-key")
+    argv = ["--endpoint", "http://127.0.0.1:8000/v1", "--api-key-env", "GLM_GATE_KEY"]
+    assert gate.main([*argv, "--prompt", QUESTIONS["prompt"], "--expected-answer", "144"]) == 0
+    assert (asked["prompt"], asked["expected_answer"]) == (QUESTIONS["prompt"], "144")
+    assert "tool_prompt" not in asked  # the gate's own, from glm:smoke's defaults

@@ -269,24 +269,6 @@ def _warn_docker_host_keys(c: StackSections) -> str | None:
     return "\n".join(found) or None
 
 
-def _warn_readiness_questions(c: StackSections) -> str | None:
-    """The front's gate and the probe ask ``glm:smoke``'s questions on the cluster too; the pods'
-    readiness (the gate's command line in each pod) has no way to be told them yet. A warning: a
-    model that fails the gate's own questions fails the roll loudly (the pod's readiness quotes the
-    question), the old pods serving meanwhile."""
-    questions = ("smoke.prompt", "smoke.expectedAnswer", "smoke.toolPrompt")
-    found = [path for path in questions if set_on_kubernetes(c, path)]
-    if not found:
-        return None
-    return (
-        f"{', '.join(f'glm:{path}' for path in found)} {NOT_READ} by the serving pods' readiness: the "
-        "gate through the front and the semantic probe ask them, but each pod asks the gate's own "
-        "(13x17 -> 221, the weather in Paris) before its Service sends it traffic, so a model that "
-        "answers only yours is never Ready and the roll fails quoting that question. Remove them "
-        "(pulumi config rm --path 'glm:smoke.prompt' ...) if the model answers the gate's own."
-    )
-
-
 KUBERNETES_CHECKS = [
     _check_front_tls,
     _check_front_node_port,
@@ -299,9 +281,4 @@ KUBERNETES_CHECKS = [
     _check_network_mode,
     _check_ipc_mode,
 ]
-KUBERNETES_ADVISORIES = [
-    _warn_front_node_port,
-    _warn_prometheus_node_port,
-    _warn_docker_host_keys,
-    _warn_readiness_questions,
-]
+KUBERNETES_ADVISORIES = [_warn_front_node_port, _warn_prometheus_node_port, _warn_docker_host_keys]

@@ -62,6 +62,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with --tls-name: trust the PEM certificates in this file alone (glm:front.tlsCaCertificate); "
         "default: the system's CAs",
     )
+    # glm:smoke's questions and answer; unset: its defaults (13x17 -> 221, the weather in Paris).
+    parser.add_argument("--prompt", help="the arithmetic question (glm:smoke.prompt)")
+    parser.add_argument("--expected-answer", help="its exact answer (glm:smoke.expectedAnswer)")
+    parser.add_argument("--tool-prompt", help="the tool-call question (glm:smoke.toolPrompt)")
     parser.add_argument(
         "--chat-template-kwargs",
         type=json.loads,
@@ -91,6 +95,15 @@ def main(argv: list[str] | None = None) -> int:
             "deadline_seconds": args.deadline_seconds,
             "request_timeout_seconds": args.request_timeout,
             "chat_template_kwargs": args.chat_template_kwargs,
+            **{
+                key: value
+                for key, value in (
+                    ("prompt", args.prompt),
+                    ("expected_answer", args.expected_answer),
+                    ("tool_prompt", args.tool_prompt),
+                )
+                if value is not None
+            },
         },
     }
     if args.tls_name:
