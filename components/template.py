@@ -62,6 +62,37 @@ def shell_program(name: str, values: Mapping[str, str], *, nginx: bool = True) -
     return template(FRONT_LIBRARY) + "\n" + text if nginx else text
 
 
+def host_script(*names: str, values: Mapping[str, str]) -> str:
+    r"""The named templates filled as one program, each less its leading comment lines (the
+    shellcheck directives and the notes for the reader): what runs, a resource input, is only the
+    program. A command never stands alone as a placeholder (``shellcheck`` reads ``{{X}}`` there as
+    a brace group): a program made of pieces names the templates in order.
+
+    >>> host_script("nginx-start.sh", values={"CONF": "/c"}).startswith("while [ ! -e /c ]")
+    True
+    """
+    body = []
+    for name in names:
+        lines = template(name).splitlines(keepends=True)
+        while lines and lines[0].startswith("#"):
+            lines.pop(0)
+        body += lines
+    return render_template("".join(body), values)
+
+
+def one_line_script(*names: str, values: Mapping[str, str]) -> str:
+    """:func:`host_script` as one line (a container's command, a preStop, a health check), from
+    templates written one statement a line, each ending as the shell needs it (``;``, ``&``).
+
+    >>> one_line_script("nginx-start.sh", values={"CONF": "/c"})
+    "while [ ! -e /c ]; do sleep 0.1; done; exec nginx -c /c -e stderr -g 'daemon off;'"
+    """
+    lines = host_script(*names, values=values).splitlines()
+    if any(line.lstrip().startswith("#") for line in lines):
+        raise ValueError(f"{names}: a comment below the first statement would swallow the rest of the line")
+    return " ".join(lines)
+
+
 def sources_text(*names: str) -> str:
     """The text of the named templates and the library, for a provider's source hash: a change to
     a program it runs re-delivers what depends on it."""
