@@ -10,7 +10,8 @@ at once, each naming the config key and the fix; of what the box reports (names,
 only printable ASCII is shown.
 
 The checks are ``components/preflight.sh`` (bash and awk, run as is by the tests) and
-``components/weights_check.py``; this module assigns the stack's values above them.
+``components/weights_check.py``; this module fills the stack's values above them
+(``templates/preflight-settings.sh``, ``preflight-check-weights.sh``).
 """
 
 from __future__ import annotations
