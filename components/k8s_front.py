@@ -35,8 +35,7 @@ FRONT_DIR = "/etc/glm53-front"
 FRONT_ROTATION_DIR = f"{FRONT_DIR}/rotation"
 FRONT_DRAIN_SECONDS = 5
 FRONT_QUIT = one_line_script(
-    "k8s-front-quit.sh",
-    values={"DRAIN_SECONDS": str(FRONT_DRAIN_SECONDS), "CONF": f"{FRONT_DIR}/{CONF_FILE}"},
+    "nginx-quit.sh", values={"PAUSE_SECONDS": str(FRONT_DRAIN_SECONDS), "CONF": f"{FRONT_DIR}/{CONF_FILE}"}
 )
 """The front's preStop: out of its Service first, then nginx's graceful quit (SIGTERM is a fast one)."""
 

@@ -13,6 +13,7 @@ import pytest
 
 from components.gate.container import ssh_wrapper
 from components.k8s_front import FRONT_QUIT, upstream_conf
+from components.k8s_guard import guard_quit
 from components.nginx_conf import replica_server, upstream_server
 from components.nginx_reload import START_COMMAND
 from components.rotation import SCRIPT as ROTATION_SCRIPT
@@ -29,9 +30,13 @@ def test_the_front_waits_for_its_first_release_then_runs_nginx_as_pid_1() -> Non
     )
 
 
-def test_the_kubernetes_front_leaves_its_service_then_quits_gracefully() -> None:
+def test_nginx_in_a_pod_leaves_its_service_then_quits_gracefully() -> None:
+    """The Kubernetes front's preStop and each serving pod's guard's (its pause: preStopSeconds)."""
     assert FRONT_QUIT == (
         "sleep 5; nginx -c /etc/glm53-front/nginx.conf -s quit; while [ -e /tmp/nginx.pid ]; do sleep 1; done"
+    )
+    assert guard_quit(10) == (
+        "sleep 10; nginx -c /etc/glm53-guard/nginx.conf -s quit; while [ -e /tmp/nginx.pid ]; do sleep 1; done"
     )
 
 
