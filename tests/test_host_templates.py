@@ -17,6 +17,7 @@ from components.k8s_guard import guard_quit
 from components.nginx_conf import replica_server, upstream_server
 from components.nginx_reload import START_COMMAND
 from components.rotation import SCRIPT as ROTATION_SCRIPT
+from components.target import RUN_STDIN
 from components.template import TEMPLATES, host_script, one_line_script
 from components.vllm_server import health_probe
 
@@ -50,6 +51,13 @@ def test_the_health_check_is_one_python_line_asking_vllm_health() -> None:
         "'http://127.0.0.1:8000/health',timeout=5).status==200 else 1)",
     ]
     compile(probe[3], "vllm-health.py", "exec")
+
+
+def test_a_host_command_runs_the_script_on_its_stdin_and_the_gate_sidecar_idles() -> None:
+    assert RUN_STDIN == 'bash -c "$(cat)"'
+    idle = one_line_script("gate-idle.py", values={})
+    assert idle == "import signal; signal.pause()"
+    compile(idle, "gate-idle.py", "exec")
 
 
 def test_every_upstream_server_line_has_one_shape() -> None:
