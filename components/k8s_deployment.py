@@ -111,7 +111,7 @@ def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, sta
             gate_base_image=config.semantic_probe.base_image,
             front_image=config.front.image,
             prometheus_image=config.monitoring.image,
-            load_command=k8s_target.image_load_command,
+            load_command=k8s_target.image_load_template,
         ),
         opts=pulumi.ResourceOptions(providers=[build_engine]),
     )

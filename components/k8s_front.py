@@ -18,7 +18,14 @@ import pulumi_kubernetes as k8s
 from components import k8s_workload as workload
 from components.config import FrontConfig, KubernetesTargetConfig
 from components.k8s_state import moved_from_root
-from components.nginx_conf import CONF_FILE, CONTAINER_PORT, NEXT_UPSTREAM_TRIES, render_front_files
+from components.nginx_conf import (
+    CONF_FILE,
+    CONTAINER_PORT,
+    NEXT_UPSTREAM_TRIES,
+    render_front_files,
+    upstream_server,
+)
+from components.template import one_line_script
 
 TlsFiles = tuple[pulumi.Output[str], pulumi.Output[str]]
 """``glm:tlsCertificate`` and ``glm:tlsKey`` (``Secrets.tls_files``)."""
@@ -27,9 +34,8 @@ FRONT_DIR = "/etc/glm53-front"
 """Where the front's release (nginx.conf, the key maps, the upstream) is mounted in its pod."""
 FRONT_ROTATION_DIR = f"{FRONT_DIR}/rotation"
 FRONT_DRAIN_SECONDS = 5
-FRONT_QUIT = (
-    f"sleep {FRONT_DRAIN_SECONDS}; nginx -c {FRONT_DIR}/{CONF_FILE} -s quit; "
-    "while [ -e /tmp/nginx.pid ]; do sleep 1; done"
+FRONT_QUIT = one_line_script(
+    "nginx-quit.sh", values={"PAUSE_SECONDS": str(FRONT_DRAIN_SECONDS), "CONF": f"{FRONT_DIR}/{CONF_FILE}"}
 )
 """The front's preStop: out of its Service first, then nginx's graceful quit (SIGTERM is a fast one)."""
 
@@ -47,7 +53,7 @@ def upstream_conf(cluster_ip: str, port: int) -> str:
     retry nginx may make (a retry is a new connection, which reaches a Ready pod), and each
     connection lives at most ``KEEPALIVE_TIME_SECONDS``, less than the preStop pause.
     """
-    server = f"        server {cluster_ip}:{port} max_fails=0;\n"
+    server = f"        {upstream_server(f'{cluster_ip}:{port}', max_fails=0)}\n"
     return server * NEXT_UPSTREAM_TRIES + f"        keepalive_time {KEEPALIVE_TIME_SECONDS}s;\n"
 
 

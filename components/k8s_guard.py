@@ -37,6 +37,7 @@ from components.k8s_state import moved_from_root
 from components.k8s_workload import GUARD_PORT_NAME, ON_ERROR_LOGS, labels
 from components.nginx_conf import CONF_FILE
 from components.replica_guard import CONTAINER_PORT, GuardCredentials, guard_credentials, render_guard_files
+from components.template import one_line_script
 from components.vllm_flags.render import FlagValue
 from components.vllm_server import ServingSpec
 
@@ -73,10 +74,8 @@ def pod_serving(serving: ServingSpec) -> ServingSpec:
 def guard_quit(pre_stop_seconds: int) -> str:
     """The guard's preStop: out of the Service with vLLM, then nginx's graceful quit, which lets
     the streams vLLM is still draining finish (SIGTERM would be a fast quit that cuts them)."""
-    return (
-        f"sleep {pre_stop_seconds}; nginx -c {GUARD_DIR}/{CONF_FILE} -s quit; "
-        "while [ -e /tmp/nginx.pid ]; do sleep 1; done"
-    )
+    values = {"PAUSE_SECONDS": str(pre_stop_seconds), "CONF": f"{GUARD_DIR}/{CONF_FILE}"}
+    return one_line_script("nginx-quit.sh", values=values)
 
 
 def guard_container(k8s_target: KubernetesTargetConfig, image: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from components.config import ImageConfig
 from components.k8s_state import moved_from_root
 from components.semantic_probe.resource import build_context
 from components.serving_image import ServingImage
+from components.template import placeholders, render_template
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,16 @@ class ClusterImagesArgs:
     prometheus_image: str
     """``glm:monitoring.image``."""
     load_command: str | None
-    """``glm:target.kubernetes.imageLoadCommand`` (``{image}`` the reference); None: the nodes pull."""
+    """``glm:target.kubernetes.imageLoadCommand`` (``{{image}}`` the reference, ``image_load_template``);
+    None: the nodes pull."""
 
 
 def _load(template: str, image: pulumi.Input[str]) -> pulumi.Output[str]:
     """The load command for ``image``, quoted for the shell."""
-    return pulumi.Output.from_input(image).apply(lambda ref: template.format(image=shlex.quote(ref)))
+    # A command that names no image (the config allows it, as it always did) runs as written.
+    return pulumi.Output.from_input(image).apply(
+        lambda ref: render_template(template, {"image": shlex.quote(ref)} if placeholders(template) else {})
+    )
 
 
 class ClusterImages(pulumi.ComponentResource):

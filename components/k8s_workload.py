@@ -43,6 +43,7 @@ from components.config import (
 )
 from components.preflight import pod_preflight_script
 from components.profiles import HardwareFacts
+from components.template import one_line_script
 from components.vllm_server import ServingSpec, health_probe
 from policy.glm_policies import (
     ACCELERATOR_ANNOTATION,
@@ -305,7 +306,7 @@ def gate_container(
         "image": image,
         "imagePullPolicy": k8s.image_pull_policy,
         # Waits for its SIGTERM; the work is the probe below.
-        "command": ["python3", "-c", "import signal; signal.pause()"],
+        "command": ["python3", "-c", one_line_script("gate-idle.py", values={})],
         "env": [{"name": GATE_KEY_ENV, "value": "in-pod-no-key"}],
         "readinessProbe": {
             "exec": {"command": readiness_command(serving, pod.smoke)},

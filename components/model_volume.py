@@ -17,22 +17,30 @@ import pulumi_docker as docker
 from components.config import CACHE_MOUNT_PATH, HostConfig, ModelConfig
 from components.hardware import ServedArchitecture
 from components.target import host_command
+from components.template import host_script
 
 WEIGHTS_CHECK = Path(__file__).with_name("weights_check.py")
 
 
-def verify_script(model: ModelConfig, served: ServedArchitecture | None = None) -> str:
-    """Shell that fails unless the weights folder is complete: ``components/weights_check.py`` (its
-    docstring says what it checks), with ``config.json``'s identity checked against ``served``."""
+def weights_check_values(model: ModelConfig, served: ServedArchitecture | None = None) -> dict[str, str]:
+    """``templates/weights-verify.sh``'s values, and preflight's check_weights': the program
+    ``components/weights_check.py`` (its docstring says what it checks) and its arguments, with
+    ``config.json``'s identity checked against ``served``."""
     args = [model.host_path, f"{model.weights_gib:g}"]
     if served is not None:
         args += [served.model_type, served.architecture]
-    program = WEIGHTS_CHECK.read_text()
-    return f"python3 - {shlex.join(args)} <<'PY'\n{program}PY\n"
+    # The heredoc's last line is the template's: the program without its final newline.
+    return {"ARGS": shlex.join(args), "PROGRAM": WEIGHTS_CHECK.read_text().removesuffix("\n")}
+
+
+def verify_script(model: ModelConfig, served: ServedArchitecture | None = None) -> str:
+    """Shell that fails unless the weights folder is complete (``templates/weights-verify.sh``)."""
+    return host_script("weights-verify.sh", values=weights_check_values(model, served))
 
 
 def download_script(model: ModelConfig) -> str:
-    """Shell that downloads the weights with the hub's CLI, then verifies them.
+    """Shell that downloads the weights with the hub's CLI (``templates/weights-download.sh``, then
+    ``weights-fetch-<source>.sh``), then verifies them.
 
     ``shlex.quote`` stops the shell, not the CLI's option parser: every option's value is glued to
     it (``--revision=…``) and the repository, Hugging Face's positional argument, follows ``--``, so
@@ -41,10 +49,15 @@ def download_script(model: ModelConfig) -> str:
     dest = model.host_path
     rev = [] if model.revision == "unpinned" else [f"--revision={model.revision}"]
     if model.download.source == "modelscope":
-        fetch = ["modelscope", "download", f"--model={model.download.repo}", *rev, f"--local_dir={dest}"]
+        options = [f"--model={model.download.repo}", *rev, f"--local_dir={dest}"]
     else:
-        fetch = ["huggingface-cli", "download", *rev, f"--local-dir={dest}", "--", model.download.repo or ""]
-    return f"set -eu\nmkdir -p -- {shlex.quote(dest)}\n{shlex.join(fetch)}\n" + verify_script(model)
+        options = [*rev, f"--local-dir={dest}", "--", model.download.repo or ""]
+    fetch = host_script(
+        "weights-download.sh",
+        f"weights-fetch-{model.download.source}.sh",
+        values={"DEST": shlex.quote(dest), "OPTIONS": shlex.join(options)},
+    )
+    return fetch + verify_script(model)
 
 
 def cache_volume_name(container_name: str) -> str:

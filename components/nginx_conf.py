@@ -203,24 +203,49 @@ def render_server_tls(certificate: str, key: str) -> str:
     return render_file("nginx-ssl.conf", values).rstrip("\n")
 
 
+def upstream_server(
+    address: str, *, max_fails: int | None = None, fail_timeout_seconds: int | None = None, down: bool = False
+) -> str:
+    """One ``server`` line of ``upstream vllm``, from every renderer: nginx.conf's inline replicas,
+    the rotation's file (templates/rotation.sh: ``address`` is the shell's ``$(cat "$f")``) and the
+    Kubernetes front's Service (components/k8s_front.py).
+
+    >>> upstream_server("10.0.0.2:8000", max_fails=0)
+    'server 10.0.0.2:8000 max_fails=0;'
+    >>> upstream_server(NO_REPLICA_PLACEHOLDER, down=True)
+    'server 127.0.0.1:9 down;'
+    """
+    parameters = [f"max_fails={max_fails}"] if max_fails is not None else []
+    parameters += [f"fail_timeout={fail_timeout_seconds}s"] if fail_timeout_seconds is not None else []
+    parameters += ["down"] if down else []
+    return " ".join(["server", address, *parameters]) + ";"
+
+
+def replica_server(address: str) -> str:
+    """A replica in rotation, skipped for a while after it fails (``UPSTREAM_MAX_FAILS``).
+
+    >>> replica_server("10.0.0.2:8000")
+    'server 10.0.0.2:8000 max_fails=2 fail_timeout=30s;'
+    """
+    return upstream_server(
+        address, max_fails=UPSTREAM_MAX_FAILS, fail_timeout_seconds=UPSTREAM_FAIL_TIMEOUT_SECONDS
+    )
+
+
 def _upstream_servers(upstream: Sequence[str] | None, rotation_dir: str) -> str:
     """The ``upstream vllm`` block's servers: ``upstream`` inline (a one-file harness), or the
     rotation's file, which lists only replicas whose gate passed (components/rotation.py)."""
     if upstream is None:
         # A bracket makes the name a pattern, which may match nothing: before the first admission
         # the placeholder alone keeps the block valid, and nginx answers the rotation's 503.
-        return (
-            f"        server {NO_REPLICA_PLACEHOLDER} down;\n        include {rotation_dir}/upstream.con[f];"
-        )
+        placeholder = upstream_server(NO_REPLICA_PLACEHOLDER, down=True)
+        return f"        {placeholder}\n        include {rotation_dir}/upstream.con[f];"
     for server in upstream:
         if not _UPSTREAM.fullmatch(server):
             raise ValueError(f"upstream {server!r} is not host:port")
     if len(upstream) == 1:
-        return f"        server {upstream[0]};"
-    return "\n".join(
-        f"        server {server} max_fails={UPSTREAM_MAX_FAILS} fail_timeout={UPSTREAM_FAIL_TIMEOUT_SECONDS}s;"
-        for server in upstream
-    )
+        return f"        {upstream_server(upstream[0])}"
+    return "\n".join(f"        {replica_server(server)}" for server in upstream)
 
 
 def _rate_limits(front: FrontConfig) -> tuple[str, str]:

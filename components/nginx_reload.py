@@ -29,7 +29,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic
 
-from components.template import shell_program, sources_text
+from components.template import one_line_script, shell_program, sources_text
 
 PROVIDER_VERSION = "1"
 """Bump by hand for a behaviour change that must re-deliver every stack's front config."""
@@ -58,10 +58,8 @@ EFFECT = (
 )
 """Shown in every ``preview --diff`` of this resource: what applying the change costs."""
 
-START_COMMAND = (
-    f"while [ ! -e {CURRENT_CONF} ]; do sleep 0.1; done; "
-    f"exec nginx -c {CURRENT_CONF} -e stderr -g 'daemon off;'"
-)
+START_VALUES = {"CONF": CURRENT_CONF}
+START_COMMAND = one_line_script("nginx-start.sh", values=START_VALUES)
 """The container's command: wait for the first release, then nginx as PID 1 (so ``kill -HUP 1``)."""
 
 RELEASE_SCRIPT = shell_program(

@@ -10,7 +10,8 @@ at once, each naming the config key and the fix; of what the box reports (names,
 only printable ASCII is shown.
 
 The checks are ``components/preflight.sh`` (bash and awk, run as is by the tests) and
-``components/weights_check.py``; this module assigns the stack's values above them.
+``components/weights_check.py``; this module fills the stack's values above them
+(``templates/preflight-settings.sh``, ``preflight-check-weights.sh``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import pulumi
 
 from components.config import HostConfig, ModelConfig, PreflightConfig
 from components.hardware import HardwareFacts
-from components.model_volume import verify_script
+from components.model_volume import weights_check_values
 from components.target import host_command, host_label
+from components.template import host_script
 
 PREFLIGHT_SH = Path(__file__).with_name("preflight.sh")
 
@@ -57,13 +59,13 @@ def preflight_script(
     ``glm:container.accelerators`` gives the container.
     """
     settings = _settings(preflight, model, facts, profile, accelerators, gpu_memory_utilization)
-    return _script(
-        f"HOST={shlex.quote(host_label(host))}\n", {**settings, "CARDS_FROM": "docker"}, model, facts
-    )
+    host_settings = {**settings, "HOST": shlex.quote(host_label(host)), "CARDS_FROM": shlex.quote("docker")}
+    return _script(host_settings, model, facts)
 
 
 POD_HOST = '"glm:target.kubernetes node ${NODE_NAME}"'
-"""How a pod's preflight names where it runs: its node, from the downward API (``NODE_NAME``)."""
+"""How a pod's preflight names where it runs, as the shell reads it: its node, from the downward
+API (``NODE_NAME``)."""
 
 
 def pod_preflight_script(
@@ -82,8 +84,13 @@ def pod_preflight_script(
     is left out: the device plugin handed the cards over, or the container would not have started."""
     mounted = model.model_copy(update={"host_dir": model.mount_path})
     settings = _settings(preflight, mounted, facts, profile, list(range(cards)), gpu_memory_utilization)
-    pod = {**settings, "ACCELERATOR": accelerator, "CARDS_FROM": "device-plugin"}
-    return _script(f"HOST={POD_HOST}\n", pod, mounted, facts)
+    pod = {
+        **settings,
+        "HOST": POD_HOST,
+        "ACCELERATOR": shlex.quote(accelerator),
+        "CARDS_FROM": shlex.quote("device-plugin"),
+    }
+    return _script(pod, mounted, facts)
 
 
 def _settings(
@@ -99,7 +106,7 @@ def _settings(
         need_disk = model.weights_gib if model.download.enabled else 0
     chip = facts.accelerator_model
     driver = facts.driver_minimum
-    return {
+    values = {
         "ACCELERATOR": facts.accelerator,
         "ACCELERATORS": " ".join(map(str, accelerators)),
         "GMU": f"{gpu_memory_utilization:g}",
@@ -114,14 +121,20 @@ def _settings(
         "NEED_DISK_GIB": f"{need_disk:g}",
         "MIN_SHM_GIB": f"{preflight.min_shm_gib:g}",
     }
+    return {name: shlex.quote(value) for name, value in values.items()}
 
 
-def _script(host: str, settings: dict[str, str], model: ModelConfig, facts: HardwareFacts) -> str:
-    """``host`` (the ``HOST=`` line), the settings, the weights check where the weights are
-    checked in place, then components/preflight.sh."""
-    script = host + "".join(f"{name}={shlex.quote(value)}\n" for name, value in settings.items())
-    if not model.download.enabled:
-        script += f"check_weights() {{\n{verify_script(model, facts.served)}}}\n"
+def _script(settings: dict[str, str], model: ModelConfig, facts: HardwareFacts) -> str:
+    """The settings (quoted for the shell: ``templates/preflight-settings.sh``), the weights check
+    where the weights are checked in place (``preflight-check-weights.sh``), then
+    components/preflight.sh, whole."""
+    if model.download.enabled:
+        script = host_script("preflight-settings.sh", values=settings)
+    else:
+        weights = weights_check_values(model, facts.served)
+        script = host_script(
+            "preflight-settings.sh", "preflight-check-weights.sh", values={**settings, **weights}
+        )
     return script + PREFLIGHT_SH.read_text()
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import pulumi
 
-from components.nginx_conf import UPSTREAM_FAIL_TIMEOUT_SECONDS, UPSTREAM_MAX_FAILS
+from components.nginx_conf import replica_server, upstream_server
 from components.nginx_reload import (
     CURRENT_CONF,
     RELOAD_WAIT_SECONDS,
@@ -43,14 +43,16 @@ from components.openai_errors import openai_error
 from components.template import shell_program
 from components.vllm_server import REPLICA_LABEL
 
+_ADDRESS = '$(cat "$f")'
+"""A replica's address where rotation.sh writes its ``server`` line: its ``.address`` file."""
 SCRIPT = shell_program(
     "rotation.sh",
     {
         "ROOT": ROTATION_DIR,
         "STATUS": STATUS_DIR,
         "CURRENT_CONF": CURRENT_CONF,
-        "MAX_FAILS": str(UPSTREAM_MAX_FAILS),
-        "FAIL_TIMEOUT": str(UPSTREAM_FAIL_TIMEOUT_SECONDS),
+        "SERVER_IN": replica_server(_ADDRESS),
+        "SERVER_OUT": upstream_server(_ADDRESS, down=True),
         "TRIES": str(RELOAD_WAIT_SECONDS * 20),
         "WAIT": str(RELOAD_WAIT_SECONDS),
     },

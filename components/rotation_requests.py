@@ -40,9 +40,9 @@ from __future__ import annotations
 
 import base64
 
-from components.nginx_reload import CONF_ROOT, START_COMMAND
+from components.nginx_reload import CONF_ROOT, START_VALUES
 from components.rotation import SCRIPT as ROTATION_SCRIPT
-from components.template import shell_program
+from components.template import one_line_script, shell_program
 
 FRONT_REQUESTS_DIR = f"{CONF_ROOT}/rotation-requests"
 """Where the front container mounts the requests volume (beside, not inside, the rotation state)."""
@@ -66,14 +66,21 @@ def volume_name(stack_container: str) -> str:
     return f"{stack_container}-rotation-requests"
 
 
-def _install(path: str, text: str) -> str:
-    encoded = base64.b64encode(text.encode()).decode()
-    return f"echo {encoded} | base64 -d > {path}"
+def _base64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
-FRONT_COMMAND = (
-    f"mkdir -p {RUNTIME_DIR}; {_install(_SCRIPT_PATH, ROTATION_SCRIPT)}; {_install(_LOOP_PATH, LOOP)}; "
-    f"sh {_LOOP_PATH} & {START_COMMAND}"
+FRONT_COMMAND = one_line_script(
+    "rotation-requests-start.sh",
+    "nginx-start.sh",
+    values={
+        "RUNTIME_DIR": RUNTIME_DIR,
+        "ROTATION_BASE64": _base64(ROTATION_SCRIPT),
+        "ROTATION_PATH": _SCRIPT_PATH,
+        "LOOP_BASE64": _base64(LOOP),
+        "LOOP_PATH": _LOOP_PATH,
+        **START_VALUES,
+    },
 )
 """The front container's command: the request loop in the background, then (after the first
 release) nginx as PID 1, exactly as ``nginx_reload.START_COMMAND`` (so ``kill -HUP 1`` still reloads

@@ -17,6 +17,7 @@ import pulumi
 from pulumi_command import local, remote
 
 from components.config import ConfigError, HostConfig
+from components.template import one_line_script
 
 
 def known_hosts_line(host: HostConfig) -> str:
@@ -177,7 +178,7 @@ def host_label(host: HostConfig) -> str:
     return f"glm:target.hosts[{host.name}] ({'this machine' if host.is_local else ssh_destination(host)})"
 
 
-RUN_STDIN = 'bash -c "$(cat)"'
+RUN_STDIN = one_line_script("host-command.sh", values={})
 """The command line of every host command: bash runs the script that came on stdin, read whole
 first, so that none of the script's own commands reads the rest of it as its input."""
 

@@ -16,6 +16,7 @@ import pulumi
 import pulumi_docker as docker
 
 from components.config.replica import ContainerConfig, MountConfig
+from components.template import one_line_script
 from components.vllm_flags.render import FlagValue, argv_of, render_flags
 from components.vllm_flags.render import shown_flags as _shown
 
@@ -169,11 +170,7 @@ def render_serving(config: StackConfig) -> ServingSpec:
 
 def health_probe(port: int) -> list[str]:
     """Docker health check: vLLM's /health (python3 is in every vLLM image; curl is not)."""
-    script = (
-        "import sys,urllib.request;"
-        f"sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:{port}/health',timeout=5).status==200 else 1)"
-    )
-    return ["CMD", "python3", "-c", script]
+    return ["CMD", "python3", "-c", one_line_script("vllm-health.py", values={"PORT": str(port)})]
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from components.config import (
 )
 from components.config.loading import STACK_KEYS
 from components.front_tls import front_tls
+from components.gate.container import ssh_wrapper
 from components.gate.startup import is_error, milestone
 from components.model_volume import weights_and_cache
 from components.nginx_front import front_container_name
@@ -108,11 +109,9 @@ def docker(config: StackConfig) -> list[str]:
     if host.is_local:
         return ["docker", "-H", host.docker_host]
     # The docker CLI runs `ssh`: a wrapper earlier on PATH adds the pinned host key, user and key.
-    wrapper = Path(tempfile.mkdtemp(prefix="glm53-ops-")) / "ssh"
-    real_ssh = next(p for p in ("/usr/bin/ssh", "/bin/ssh") if Path(p).exists())
-    wrapper.write_text(f'#!/bin/sh\nexec {real_ssh} {shlex.join(docker_ssh_opts(host))} "$@"\n')
-    wrapper.chmod(0o700)
-    os.environ["PATH"] = f"{wrapper.parent}:{os.environ['PATH']}"
+    folder = Path(tempfile.mkdtemp(prefix="glm53-ops-"))
+    ssh_wrapper(folder, docker_ssh_opts(host))
+    os.environ["PATH"] = f"{folder}:{os.environ['PATH']}"
     return ["docker", "-H", host.docker_host]
 
 

@@ -131,7 +131,7 @@ def base_config(kubeconfig: Path, folders: dict[str, Path]) -> dict[str, Any]:
                 "replicas": 2,
                 "cacheHostPath": str(folders["cache"]),
                 "imagePullPolicy": "Never",
-                "imageLoadCommand": f"{CLUSTER} import {{image}}",
+                "imageLoadCommand": f"{CLUSTER} import {{{{image}}}}",
                 "readinessPeriodSeconds": 5,
                 "preStopSeconds": 5,
             },

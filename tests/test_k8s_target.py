@@ -367,9 +367,11 @@ def test_kubernetes_with_several_hosts_is_refused_naming_the_fix() -> None:
         build_stack_config({"hardware": "local", "target": target})
 
 
-def test_the_image_load_command_gets_each_image_quoted() -> None:
+@pytest.mark.parametrize("spelled", ["{{image}}", "{image}"])
+def test_the_image_load_command_gets_each_image_quoted(spelled: str) -> None:
+    """``{{image}}``, and ``{image}`` as the key was first spelled, fill in the same command."""
     deployment = run_program(
-        "local", {"glm:target": k8s_target(imageLoadCommand="scripts/k8s/cluster.sh import {image}")}
+        "local", {"glm:target": k8s_target(imageLoadCommand=f"scripts/k8s/cluster.sh import {spelled}")}
     )
     loads = {r.name: r.inputs for r in deployment.of_type("command:local:Command") if "-load-" in r.name}
     assert sorted(loads) == [
@@ -380,3 +382,28 @@ def test_the_image_load_command_gets_each_image_quoted() -> None:
     ]
     assert loads["local-load-front"]["create"] == "scripts/k8s/cluster.sh import glm53-local/nginx:bookworm"
     assert loads["local-load-serving"]["create"].startswith("scripts/k8s/cluster.sh import glm53-vllm-sim:")
+
+
+def test_the_old_image_placeholder_is_read_with_an_advisory_naming_the_new_spelling() -> None:
+    old = build_stack_config(
+        {"hardware": "local", "target": k8s_target(imageLoadCommand="docker push {image}")}
+    )
+    assert old.advisories() == [
+        "glm:target.kubernetes.imageLoadCommand='docker push {image}': {image} is the old spelling of its "
+        "placeholder (still read as the image). Fix: {{image}}, the placeholder style of every template "
+        "of the stack: glm:target.kubernetes.imageLoadCommand: 'docker push {{image}}'."
+    ]
+    new = build_stack_config(
+        {"hardware": "local", "target": k8s_target(imageLoadCommand="docker push {{image}}")}
+    )
+    assert new.advisories() == []
+
+
+def test_an_image_load_command_naming_another_placeholder_is_refused() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"imageLoadCommand='docker push \{\{ref\}\}' names \{\{ref\}\}: the stack fills only \{\{image\}\}",
+    ):
+        build_stack_config(
+            {"hardware": "local", "target": k8s_target(imageLoadCommand="docker push {{ref}}")}
+        )

@@ -17,7 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from components.config.sections import StackSections
+from components.config.target import OLD_IMAGE_PLACEHOLDER
 from components.profiles import PROFILES
+from components.template import placeholders
 
 K8S = "glm:target.kubernetes"
 NOT_READ = "is not read on Kubernetes"
@@ -59,6 +61,34 @@ def _check_front_tls(c: StackSections) -> str | None:
         f"{K8S}.frontUrl={k8s.front_url!r} with glm:front.tls=true: the front serves TLS, and the "
         "smoke gate would ask it in plain HTTP. Fix: https://<node or load balancer>:<port>/v1 (the "
         "gate verifies glm:front.tlsName there, trusting glm:front.tlsCaCertificate)."
+    )
+
+
+def _check_image_load_command(c: StackSections) -> str | None:
+    """The load command names the image as ``{{image}}`` and nothing else the stack could fill."""
+    k8s = c.target.kubernetes
+    if k8s is None or k8s.image_load_template is None:
+        return None
+    unknown = sorted(placeholders(k8s.image_load_template) - {"image"})
+    if not unknown:
+        return None
+    return (
+        f"{K8S}.imageLoadCommand={k8s.image_load_command!r} names "
+        + ", ".join(f"{{{{{name}}}}}" for name in unknown)
+        + ": the stack fills only {{image}} (each image's reference, quoted for the shell). Fix: "
+        "e.g. `docker push {{image}}` or `scripts/k8s/cluster.sh import {{image}}`."
+    )
+
+
+def _warn_image_load_placeholder(c: StackSections) -> str | None:
+    k8s = c.target.kubernetes
+    command = k8s.image_load_command if k8s is not None else None
+    if k8s is None or command is None or not OLD_IMAGE_PLACEHOLDER.search(command):
+        return None
+    return (
+        f"{K8S}.imageLoadCommand={command!r}: {{image}} is the old spelling of its placeholder "
+        "(still read as the image). Fix: {{image}}, the placeholder style of every template of the "
+        f"stack: {K8S}.imageLoadCommand: {k8s.image_load_template!r}."
     )
 
 
@@ -280,5 +310,11 @@ KUBERNETES_CHECKS = [
     _check_privileged,
     _check_network_mode,
     _check_ipc_mode,
+    _check_image_load_command,
 ]
-KUBERNETES_ADVISORIES = [_warn_front_node_port, _warn_prometheus_node_port, _warn_docker_host_keys]
+KUBERNETES_ADVISORIES = [
+    _warn_front_node_port,
+    _warn_prometheus_node_port,
+    _warn_docker_host_keys,
+    _warn_image_load_placeholder,
+]

@@ -173,6 +173,10 @@ def _public_key_line(text: str) -> str | None:
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
+OLD_IMAGE_PLACEHOLDER = re.compile(r"(?<!\{)\{image\}(?!\})")
+"""``imageLoadCommand``'s placeholder as it was first spelled (Python's ``str.format``)."""
+
+
 class KubernetesTargetConfig(Model):
     """The Kubernetes form of ``glm:target`` (components/k8s_deployment.py; docs/scaling.md)."""
 
@@ -208,8 +212,9 @@ class KubernetesTargetConfig(Model):
     )
     image_load_command: str | None = Field(
         None,
-        description="Run on the machine running Pulumi for each image the stack builds, `{image}` "
-        "replaced (`scripts/k8s/cluster.sh import {image}`, `docker push {image}`); unset: none.",
+        description="Run on the machine running Pulumi for each image the stack builds, `{{image}}` "
+        "replaced (`scripts/k8s/cluster.sh import {{image}}`, `docker push {{image}}`); unset: none. "
+        "`{image}`, the old spelling, still works, with an advisory.",
     )
     pre_stop_seconds: int = Field(
         10,
@@ -247,6 +252,14 @@ class KubernetesTargetConfig(Model):
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    @property
+    def image_load_template(self) -> str | None:
+        """``imageLoadCommand`` in the placeholder style of every template (components/template.py):
+        ``{image}``, the old spelling, read as ``{{image}}``."""
+        if self.image_load_command is None:
+            return None
+        return OLD_IMAGE_PLACEHOLDER.sub("{{image}}", self.image_load_command)
 
 
 class TargetConfig(Model):

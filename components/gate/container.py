@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ from components.gate.startup import (
     diagnose,
     milestone,
 )
+from components.template import render_file
 
 DOCKER_TIMEOUT_SECONDS = 30.0
 # vLLM's "INFO 12-01 10:24:25 [core.py:93] " (the time is beside each progress line already).
@@ -69,14 +70,20 @@ def docker_cli(spec: Mapping[str, Any]) -> Iterator[tuple[list[str], dict[str, s
         yield argv, env
         return
     with tempfile.TemporaryDirectory(prefix="glm53-docker-ssh-") as folder:
-        real_ssh = next(p for p in ("/usr/bin/ssh", "/bin/ssh") if Path(p).exists())
-        wrapper = Path(folder) / "ssh"
         # One SSH connection for the watch's docker commands (logs, inspect, events): each would
         # otherwise pay a handshake, seconds on a loaded host. The master ends 5 s after the last.
         shared = ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/cm-%C", "-o", "ControlPersist=5"]
-        wrapper.write_text(f'#!/bin/sh\nexec {real_ssh} {shlex.join([*ssh_opts, *shared])} "$@"\n')
-        wrapper.chmod(0o700)
+        ssh_wrapper(Path(folder), [*ssh_opts, *shared])
         yield argv, {**env, "PATH": f"{folder}:{env.get('PATH', '')}"}
+
+
+def ssh_wrapper(folder: Path, options: Sequence[str]) -> None:
+    """Writes ``folder/ssh`` (``templates/ssh-wrapper.sh``): the real ssh with ``options`` first,
+    for a docker CLI that finds ``folder`` first on PATH (the gate's watch, ``ops``)."""
+    real_ssh = next(p for p in ("/usr/bin/ssh", "/bin/ssh") if Path(p).exists())
+    wrapper = folder / "ssh"
+    wrapper.write_text(render_file("ssh-wrapper.sh", {"SSH": real_ssh, "OPTIONS": shlex.join(options)}))
+    wrapper.chmod(0o700)
 
 
 def _timestamp(text: str) -> float | None:

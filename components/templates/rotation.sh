@@ -105,10 +105,10 @@ render() {
     name=${f##*/}
     name=${name%.address}
     if [ "$(cat "$root/$name.state" 2>/dev/null)" = in ]; then
-      echo "server $(cat "$f") max_fails={{MAX_FAILS}} fail_timeout={{FAIL_TIMEOUT}}s;" >> "$root/upstream.conf.new"
+      echo "{{SERVER_IN}}" >> "$root/upstream.conf.new"
       serving=$((serving + 1))
     else
-      echo "server $(cat "$f") down;" >> "$root/upstream.conf.new"
+      echo "{{SERVER_OUT}}" >> "$root/upstream.conf.new"
       # The latest reason: the replica whose failure or drain came last.
       # shellcheck disable=SC3013 # -nt: dash (the front image's sh) and busybox have it
       if [ -s "$root/$name.reason" ] && { [ -z "$reason" ] || [ "$root/$name.reason" -nt "$latest" ]; }; then
