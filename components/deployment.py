@@ -8,7 +8,6 @@ from typing import Any
 
 import pulumi
 
-from components import rotation
 from components.change_cost import front_replacement_notice, serving_replacement_notice, warn_when_replaced
 from components.config import (
     GATE_METRICS_CLIENT,
@@ -17,15 +16,18 @@ from components.config import (
     StackConfig,
     semantic_probe_runs,
 )
+from components.docker import rotation
+from components.docker.nginx_front import STOP_GRACE_SECONDS, NginxFront, NginxFrontArgs, front_container_name
+from components.docker.preflight import Preflight
+from components.docker.prometheus_scrape import PrometheusScrape, ScrapeSpec
+from components.docker.replica_guard import GuardCredentials, guard_credentials
+from components.docker.replicas import Replica, Roll, guarded_scrape, host_base, roll, serving_container
+from components.docker.target import exec_ssh
+from components.docker.vllm_server import ServingSpec, command_line, render_serving
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
-from components.nginx_front import STOP_GRACE_SECONDS, NginxFront, NginxFrontArgs, front_container_name
-from components.preflight import Preflight
 from components.profiles import HardwareFacts
-from components.prometheus_scrape import PrometheusScrape, ScrapeSpec
 from components.promotion import fingerprint, promoted_image, served_model
-from components.replica_guard import GuardCredentials, guard_credentials
-from components.replicas import Replica, Roll, guarded_scrape, host_base, roll, serving_container
 from components.secrets import Secrets, StackKeys
 from components.semantic_probe.resource import (
     ProbeReplica,
@@ -34,8 +36,6 @@ from components.semantic_probe.resource import (
     SemanticProbeSpec,
 )
 from components.smoke_gate import SmokeTest, SmokeTestArgs
-from components.target import exec_ssh
-from components.vllm_server import ServingSpec, command_line, render_serving
 
 
 def _first_key(keys: dict[str, str]) -> str:
@@ -57,7 +57,7 @@ def _with_key(
 def deploy(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
     """Create every resource of the stack and return the stack outputs."""
     if config.target.kubernetes is not None:
-        from components.k8s_deployment import deploy_kubernetes
+        from components.kubernetes.deployment import deploy_kubernetes
 
         return deploy_kubernetes(config, secrets, stack)
     # Rendered once: the serving containers run it, the gates quote it, the fingerprint hashes it.
@@ -102,7 +102,7 @@ def _roll_plan(
     hosts: list[HostConfig],
     preflights: list[Preflight],
 ) -> Roll:
-    """What every replica of the roll shares (components/replicas.py)."""
+    """What every replica of the roll shares (components/docker/replicas.py)."""
     # Several hosts: each replica off the front's host answers only the stack's replica key, through
     # its guard (with TLS, every replica does, over TLS).
     guards = (
