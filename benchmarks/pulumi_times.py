@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.config import build_stack_config
-from components.docker.nginx_reload import CONF_ROOT
+from components.render.nginx_conf import CONF_ROOT
 from tests.engine import PROJECT, PulumiProject, engine_missing
 
 KEY = "sk-bench-fa1f879d51c611aa6bcd"

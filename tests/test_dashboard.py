@@ -20,8 +20,8 @@ import yaml
 
 from components.config import build_stack_config
 from components.docker import rotation
-from components.docker.nginx_reload import ROTATION_DIR, STATUS_DIR
 from components.render.dashboard import PANELS, RATE, panel_queries, render_json
+from components.render.nginx_conf import ROTATION_DIR, STATUS_DIR
 from components.render.prometheus_config import ROTATION_JOB, ScrapeSpec
 from components.render.prometheus_rules import render_alert_rules
 from components.semantic_probe.ejection import Ejector

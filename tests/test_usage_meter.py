@@ -18,8 +18,7 @@ import yaml
 
 from components.config import build_stack_config
 from components.docker import rotation
-from components.docker.nginx_reload import ROTATION_DIR, STATUS_DIR
-from components.render.nginx_conf import CONF_FILE, render_front_files
+from components.render.nginx_conf import CONF_FILE, ROTATION_DIR, STATUS_DIR, render_front_files
 from components.render.nginx_meter import MeterRoute
 from components.render.prometheus_config import METER_JOB
 from ops.usage import promtool_query, usage_rows, usage_table

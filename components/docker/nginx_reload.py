@@ -29,6 +29,7 @@ from typing import Any
 import pulumi
 import pulumi.dynamic
 
+from components.render.nginx_conf import CONF_ROOT
 from components.render.template import one_line_script, shell_program, sources_text
 
 PROVIDER_VERSION = "1"
@@ -40,14 +41,7 @@ VERSION = f"{PROVIDER_VERSION}+{SOURCE_HASH}"
 
 DIGEST_FILE = "secrets.digest"
 """In each release beside nginx.conf: :func:`secrets_digest` of its secret files."""
-CONF_ROOT = "/etc/nginx/glm"
-"""Mount point of the front's config volume: ``releases/<id>/`` and the ``current`` symlink."""
 CURRENT_CONF = f"{CONF_ROOT}/current/nginx.conf"
-ROTATION_DIR = f"{CONF_ROOT}/rotation"
-"""The replicas in rotation (components/docker/rotation.py): beside the releases, never part of one."""
-STATUS_DIR = f"{CONF_ROOT}/status"
-"""What the front's status port serves: ``rotation.prom``, written by the rotation (readable by
-nginx's workers, unlike the rotation's own files)."""
 RELOAD_WAIT_SECONDS = 10
 """How long the new workers may take to replace the old ones' listeners after SIGHUP."""
 EXEC_TIMEOUT_SECONDS = 120

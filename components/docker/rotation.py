@@ -33,13 +33,16 @@ import pulumi
 from components.docker.nginx_reload import (
     CURRENT_CONF,
     RELOAD_WAIT_SECONDS,
-    ROTATION_DIR,
-    STATUS_DIR,
     container_exec_argv,
     docker_argv,
 )
 from components.docker.vllm_server import REPLICA_LABEL
-from components.render.nginx_conf import replica_server, upstream_server
+from components.render.nginx_conf import (
+    ROTATION_DIR,
+    STATUS_DIR,
+    replica_server,
+    upstream_server,
+)
 from components.render.openai_errors import openai_error
 from components.render.template import shell_program
 

@@ -1,17 +1,17 @@
 """The usage meter on the front's host: usage per API key name and each key's fair share.
 
 The meter itself (``images/usage-meter/usage_meter.py``, standard library only) says why it is a
-process of its own and how the share works. Here: the share table nginx sends it (:func:`shares_header`) and
-``UsageMeter``, which builds its image on the front host's Docker engine and runs it on the stack's
-private network. nginx sends the inference routes to it with the key's name and it sends them back
-to nginx's return listener (components/render/nginx_conf.py), which keeps the rotation of gated replicas;
-the stack's Prometheus scrapes its ``/metrics`` (job ``usage-meter``).
+process of its own and how the share works. Here: ``UsageMeter``, which builds its image on the
+front host's Docker engine and runs it on the stack's private network (the share table nginx sends
+it: ``shares_header``, components/render/nginx_meter.py). nginx sends the inference routes to it
+with the key's name and it sends them back to nginx's return listener
+(components/render/nginx_conf.py), which keeps the rotation of gated replicas; the stack's
+Prometheus scrapes its ``/metrics`` (job ``usage-meter``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from pathlib import Path
 
 import pulumi
@@ -28,21 +28,6 @@ _PROJECT = Path(__file__).resolve().parents[2]
 def container_name(container: ContainerConfig) -> str:
     """The meter's Docker name (and host name on the private network)."""
     return f"{container.name}-usage-meter"
-
-
-def shares_header(front: FrontConfig, key_names: Sequence[str], slots_per_replica: int) -> str:
-    """The share table nginx sends the meter with every request (``X-Glm-Shares``): the slots, as
-    ``maxNumSeqs x`` the replicas in rotation (nginx's ``$replicas_in_rotation``, filled per request),
-    and each key name's weight. In nginx's config, not the meter's: a key, slot or rotation change is
-    a graceful reload, and the meter (its counters, its streams in flight) keeps running.
-
-    >>> shares_header(FrontConfig(), ["bob", "alice"], 32)
-    'capacity=32x$replicas_in_rotation alice=1 bob=1'
-    """
-    meter = front.usage_meter
-    weights = " ".join(f"{name}={meter.weights.get(name, 1.0):g}" for name in sorted(key_names))
-    capacity = f"capacity={slots_per_replica}x$replicas_in_rotation"
-    return f"{capacity}{' ' + weights if weights else ''}" + ("" if meter.fair_share else " off")
 
 
 def image_tag() -> str:

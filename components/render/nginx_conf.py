@@ -13,7 +13,6 @@ import re
 from collections.abc import Mapping, Sequence
 
 from components.config import ConfigError, FrontConfig, check_api_keys, check_metrics_keys
-from components.docker.nginx_reload import ROTATION_DIR, STATUS_DIR
 from components.render.nginx_meter import (
     DOCKER_DNS,
     METER_RETURN_PORT,
@@ -26,6 +25,14 @@ from components.render.openai_errors import openai_error
 from components.render.status_page import render_front_conf as render_status_page
 from components.render.template import render_file
 
+# The front's config volume, as its files name each other's paths (NginxReload delivers to it).
+CONF_ROOT = "/etc/nginx/glm"
+"""Mount point of the front's config volume: ``releases/<id>/`` and the ``current`` symlink."""
+ROTATION_DIR = f"{CONF_ROOT}/rotation"
+"""The replicas in rotation (components/docker/rotation.py): beside the releases, never part of one."""
+STATUS_DIR = f"{CONF_ROOT}/status"
+"""What the front's status port serves: ``rotation.prom``, written by the rotation (readable by
+nginx's workers, unlike the rotation's own files)."""
 CONTAINER_PORT = 8080
 """Port Nginx listens on inside its container; the host port is ``glm:front.port``."""
 STATUS_PORT = 9146

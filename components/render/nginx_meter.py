@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from components.config import FrontConfig
-from components.docker.usage_meter import shares_header
 from components.render.template import render_file
 
 USAGE_SHARES_FILE = "usage-shares.conf"
@@ -41,6 +40,21 @@ class MeterRoute:
     replicas: int = 1
     """The replicas there are: the count until the rotation has written its own (a release), or for
     good (a one-file harness, whose replicas are all in)."""
+
+
+def shares_header(front: FrontConfig, key_names: Sequence[str], slots_per_replica: int) -> str:
+    """The share table nginx sends the meter with every request (``X-Glm-Shares``): the slots, as
+    ``maxNumSeqs x`` the replicas in rotation (nginx's ``$replicas_in_rotation``, filled per request),
+    and each key name's weight. In nginx's config, not the meter's: a key, slot or rotation change is
+    a graceful reload, and the meter (its counters, its streams in flight) keeps running.
+
+    >>> shares_header(FrontConfig(), ["bob", "alice"], 32)
+    'capacity=32x$replicas_in_rotation alice=1 bob=1'
+    """
+    meter = front.usage_meter
+    weights = " ".join(f"{name}={meter.weights.get(name, 1.0):g}" for name in sorted(key_names))
+    capacity = f"capacity={slots_per_replica}x$replicas_in_rotation"
+    return f"{capacity}{' ' + weights if weights else ''}" + ("" if meter.fair_share else " off")
 
 
 def shares_directive(front: FrontConfig, key_names: Sequence[str], meter: MeterRoute) -> str:
