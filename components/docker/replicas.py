@@ -1,4 +1,4 @@
-"""One replica per host, as ``components/deployment.py`` wires it: what a host needs before its serving
+"""One replica per host, as ``components/docker/deployment.py`` wires it: what a host needs before its serving
 container (Docker, preflight, image, weights), the container, the guard that publishes it off the
 front's host, and the gate that admits it to the front's rotation."""
 

@@ -1,6 +1,6 @@
 """The stack on Kubernetes (``glm:target.kubernetes``): the same profile, the same ``ServingSpec``.
 
-The wiring, as ``deploy`` (components/deployment.py) is for Docker hosts, one component per
+The wiring, as ``deploy_docker`` (components/docker/deployment.py) is for Docker hosts, one component per
 concern: the images, built where the Docker hosts build them and loaded onto the nodes
 (components/kubernetes/images.py); in one namespace, the JIT cache's claim and the serving pods behind a
 ClusterIP Service that lists only pods whose in-pod gate passed (components/kubernetes/serving.py), each
