@@ -46,6 +46,6 @@ test-k8s:  ## the Kubernetes target: mock tests, then the e2e lifecycle on a one
 	scripts/test.sh -rs tests/test_k8s_target.py tests/test_k8s_engine.py tests/test_k8s_rehearsal_engine.py
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
-	shellcheck -S warning components/templates/*.sh components/preflight.sh
+	shellcheck -S warning components/host/templates/*.sh components/host/preflight.sh
 fmt:
 	.venv/bin/ruff format . && .venv/bin/ruff check --fix .

@@ -256,7 +256,7 @@ def ca_and_two_leaves() -> tuple[bytes, tuple[bytes, bytes], tuple[bytes, bytes]
 def certificate_phase() -> dict[str, object]:
     """Certificate renewal: the same load through a real TLS front container (the production
     command and image), the change applied by NginxReload's provider code (what `up` runs)."""
-    from components.nginx_reload import apply_release
+    from components.docker.nginx_reload import apply_release
     from tests.test_nginx_front import vllm_sim
     from tests.test_nginx_reload import live_front
 

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.config import build_stack_config
-from components.nginx_reload import CONF_ROOT
+from components.render.nginx_conf import CONF_ROOT
 from tests.engine import PROJECT, PulumiProject, engine_missing
 
 KEY = "sk-bench-fa1f879d51c611aa6bcd"
@@ -83,7 +83,7 @@ def deployed_as_script(project: PulumiProject, name: str, port: int, workdir: Pa
     lines = ["set -eu", f"docker network create --subnet {subnet} bench-net >/dev/null"]
     uploads = {
         "": [],
-        # The front's delivered config: releases/<id>/ and the `current` link (components/nginx_reload.py).
+        # The front's delivered config: releases/<id>/ and the `current` link (components/docker/nginx_reload.py).
         "-nginx": [CONF_ROOT],
         "-prometheus": ["/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml"],
     }

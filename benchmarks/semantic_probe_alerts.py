@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.config import build_stack_config
-from components.dashboard import RATE, panel_queries
+from components.render.dashboard import RATE, panel_queries
 from tests.engine import PulumiProject, engine_missing
 
 KEY = "sk-semprobe-bench-2d77f9f395203094"
@@ -61,7 +61,7 @@ class Figures:
     healthy_alerts: list[str] = field(default_factory=list)
     panels_checked: int = 0
     panels_without_data: list[str] = field(default_factory=list)
-    """Dashboard panels (components/dashboard.py) whose query returned nothing from the stack."""
+    """Dashboard panels (components/render/dashboard.py) whose query returned nothing from the stack."""
     healthy_alert_details: set[str] = field(default_factory=set)
     """Each alert seen while healthy, with its host/path, since when and its value (why it fired)."""
     fault_to_firing: dict[str, float] = field(default_factory=dict)

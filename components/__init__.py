@@ -10,11 +10,17 @@ from types import ModuleType
 MOVED = {
     "components.gate.resource": "components.smoke_gate",
     "components.smoke_test": "components.smoke_gate",
+    # issue 38's floors: the modules whose dynamic providers a stack's state holds
+    "components.k8s_roll": "components.kubernetes.roll",
+    "components.nginx_reload": "components.docker.nginx_reload",
+    "components.replica_gate": "components.docker.replica_gate",
+    "components.replica_tls": "components.docker.replica_tls",
 }
-"""Where the smoke gate's provider lived before: Pulumi keeps a dynamic resource's provider in the
-state pickled by reference to its module, so ``pulumi destroy`` or ``refresh`` of a stack deployed
-then would stop at ``ModuleNotFoundError`` until its next ``up`` stores the new path. An old name
-is an alias of the new module; it can go once every stack has had one ``up`` since."""
+"""Where a dynamic provider lived before: Pulumi keeps a dynamic resource's provider in the state
+pickled by reference to its class's module (nothing else: the providers hold no state of their own,
+and what their methods import is looked up anew), so ``pulumi destroy`` or ``refresh`` of a stack
+deployed then would stop at ``ModuleNotFoundError`` until its next ``up`` stores the new path. An
+old name is an alias of the new module; it can go once every stack has had one ``up`` since."""
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -94,7 +94,7 @@ class HardwareFacts:
     served: ServedArchitecture | None = None
     """What the weights' ``config.json`` must say; ``None`` where no real weights are read."""
     ttft_slo_seconds: float = 0.5
-    """The time-to-first-token objective (components/slo_rules.py), a bound of vLLM's histogram:
+    """The time-to-first-token objective (components/render/slo_rules.py), a bound of vLLM's histogram:
     the A100 seed (§9.1) wants first tokens within 500 ms under normal load (3 s reads as frozen)."""
     itl_slo_seconds: float = 0.05
     """The inter-token-latency objective, a bound of vLLM's histogram: the A100 seed (§9.1) calls

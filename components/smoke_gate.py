@@ -3,7 +3,7 @@
 ``pulumi up`` reports success only after this resource's create/update has passed.
 :class:`SmokeTestProvider` is the private dynamic provider that runs :func:`run_gate`, and
 :class:`SmokeTest` is the component the program builds; :class:`GateArgs`, :func:`gate_params` and
-:class:`GateComponent` are the wiring it shares with ``ReplicaGate`` (components/replica_gate.py).
+:class:`GateComponent` are the wiring it shares with ``ReplicaGate`` (components/docker/replica_gate.py).
 docs/smoke-gate.md is the operator's view.
 
 Secrets: the API key is a secret *input* (Pulumi stores it encrypted with the inputs). The outputs
@@ -27,13 +27,13 @@ import pulumi
 import pulumi.dynamic
 
 from components.config import HostConfig
+from components.docker.target import docker_ssh_opts
+from components.docker.vllm_server import ServingSpec
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
 from components.gate.container import watch_params
 from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
 from components.profiles import PROFILES
-from components.target import docker_ssh_opts
-from components.vllm_server import ServingSpec
 
 PROVIDER_VERSION = "1"
 """Bump by hand for a behaviour change that must re-run every stack's gate."""

@@ -35,13 +35,13 @@ from components.config import (
     build_stack_config,
 )
 from components.config.loading import STACK_KEYS
+from components.docker.model_volume import weights_and_cache
+from components.docker.nginx_front import front_container_name
+from components.docker.target import docker_ssh_opts
+from components.docker.vllm_server import render_argv, render_serving
 from components.front_tls import front_tls
 from components.gate.container import ssh_wrapper
 from components.gate.startup import is_error, milestone
-from components.model_volume import weights_and_cache
-from components.nginx_front import front_container_name
-from components.target import docker_ssh_opts
-from components.vllm_server import render_argv, render_serving
 from ops.rollback import rollback
 from ops.usage import WINDOW, promtool_query, usage_rows, usage_table
 

@@ -14,7 +14,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 
-from components.prometheus_config import CONTAINER_PORT
+from components.render.prometheus_config import CONTAINER_PORT
 
 WINDOW = "1h"
 """The latency quantiles are over the last hour."""

@@ -23,7 +23,7 @@ done
 if [ "$stack" = local ]; then
   case ${1:-} in up | preview | destroy | refresh | config | import | watch) args+=(--config-file "$GLM_LOCAL_CONFIG") ;; esac
 fi
-# `destroy` runs the program: the serving containers' drain hook (components/rotation.py) is
+# `destroy` runs the program: the serving containers' drain hook (components/docker/rotation.py) is
 # registered by it, and the engine refuses to delete a resource whose hook it cannot find.
 # On a config the program refuses, it registers the hook from the stack's `drain` output instead
 # (GLM_DESTROY_DRAIN): the stack is destroyed whatever its file now says.
@@ -33,7 +33,7 @@ if [ "${1:-}" = destroy ]; then
   export GLM_DESTROY_DRAIN
 fi
 # The SSH commands (preflight, downloads) sign with an SSH agent, never with a key in the state
-# (components/target.py). Without an agent of the user's, one lives for this run only, and the
+# (components/docker/target.py). Without an agent of the user's, one lives for this run only, and the
 # program adds the stack's identityFile to it.
 if [ -z "${SSH_AUTH_SOCK:-}" ] && command -v ssh-agent >/dev/null; then
   eval "$(ssh-agent -s)" >/dev/null

@@ -209,7 +209,7 @@ def run_program(
     def program() -> pulumi.Output[None]:
         pulumi.runtime.register_stack_transformation(record_options)
         namespace = run_main()
-        # No outputs: the program refused the config (make destroy's way, components/rotation.py).
+        # No outputs: the program refused the config (make destroy's way, components/docker/rotation.py).
         return pulumi.Output.all(**namespace.get("outputs", {})).apply(deployment.outputs.update)
 
     try:

@@ -72,7 +72,7 @@ def free_port() -> int:
 @functools.cache
 def ssh_agent(project: Path) -> dict[str, str]:
     """One ssh-agent for each project copy, as ``scripts/pulumi.sh`` starts one for a run: the
-    program adds each stand-in host's identityFile to it (components/target.py); the SSH commands
+    program adds each stand-in host's identityFile to it (components/docker/target.py); the SSH commands
     sign with it and the state never holds a key. One for the whole session held every host's key
     it had ever met, and sshd refuses a client after 6 wrong ones. It ends with the session."""
     import atexit
@@ -137,7 +137,7 @@ class PulumiProject:
         extra_env: dict[str, str] | None = None,
     ) -> str:
         if args[:1] == ("destroy",):
-            # The serving containers' drain hook lives in the program (components/rotation.py); as
+            # The serving containers' drain hook lives in the program (components/docker/rotation.py); as
             # scripts/pulumi.sh does, it gets the stack's `drain` output for a config it refuses.
             args = args if "--run-program" in args else (*args, "--run-program")
             stack = args[args.index("-s") + 1] if "-s" in args else None

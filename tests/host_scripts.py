@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from components.config import StackConfig, build_stack_config
+from components.docker.preflight import preflight_script
 from components.hardware import HardwareFacts
-from components.preflight import preflight_script
 from tests.conftest import TEST_HOST_KEY
 from tests.weights_folder import write_weights
 

@@ -74,7 +74,7 @@ def cluster() -> Iterator[Path]:
         stopped = subprocess.run([str(CLUSTER), "stop"], capture_output=True, text=True, timeout=300)
         raise AssertionError(f"{out.stderr}\n(stopped what had started: {stopped.stderr.strip()[-300:]})")
     REPORT["cluster_start_s"] = round(time.monotonic() - started, 1)
-    # The roll's watch (components/k8s_roll.py) runs kubectl from PATH, as on an operator's machine.
+    # The roll's watch (components/kubernetes/roll.py) runs kubectl from PATH, as on an operator's machine.
     bin_dir = subprocess.run([str(BUILD), "--check"], capture_output=True, text=True).stdout.strip()
     path = os.environ["PATH"]
     os.environ["PATH"] = f"{bin_dir}{os.pathsep}{path}"

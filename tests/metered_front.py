@@ -17,8 +17,8 @@ import httpx
 import openai
 
 from components.config import StackConfig
-from components.nginx_conf import render_nginx_conf
-from components.nginx_meter import MeterRoute
+from components.render.nginx_conf import render_nginx_conf
+from components.render.nginx_meter import MeterRoute
 from tests.engine import free_port
 from tests.test_nginx_front import NGINX, SERVED, SIM, running, runtime_dir, wait_for_port
 

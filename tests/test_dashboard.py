@@ -1,4 +1,4 @@
-"""The Grafana dashboard (components/dashboard.py): the committed JSON is the rendered one, and every
+"""The Grafana dashboard (components/render/dashboard.py): the committed JSON is the rendered one, and every
 panel's PromQL returns data from a real Prometheus scraping two vLLM-protocol simulators (as host
 box1 and box2, like the stack's several-host scrape config) and the semantic probe's real metrics,
 after the probe ejected box2 for wrong answers. Grafana itself does not run here."""
@@ -18,12 +18,12 @@ from pathlib import Path
 import httpx
 import yaml
 
-from components import rotation
 from components.config import build_stack_config
-from components.dashboard import PANELS, RATE, panel_queries, render_json
-from components.nginx_reload import ROTATION_DIR, STATUS_DIR
-from components.prometheus_config import ROTATION_JOB, ScrapeSpec
-from components.prometheus_rules import render_alert_rules
+from components.docker import rotation
+from components.render.dashboard import PANELS, RATE, panel_queries, render_json
+from components.render.nginx_conf import ROTATION_DIR, STATUS_DIR
+from components.render.prometheus_config import ROTATION_JOB, ScrapeSpec
+from components.render.prometheus_rules import render_alert_rules
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
@@ -37,7 +37,7 @@ PROMETHEUS = "/usr/bin/prometheus"
 def test_the_committed_dashboard_is_the_rendered_one() -> None:
     committed = (PROJECT / "dashboards" / "glm53-fleet.json").read_text()
     assert committed == render_json(), (
-        "run: .venv/bin/python -m components.dashboard > dashboards/glm53-fleet.json"
+        "run: .venv/bin/python -m components.render.dashboard > dashboards/glm53-fleet.json"
     )
 
 

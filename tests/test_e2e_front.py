@@ -14,7 +14,7 @@ import subprocess
 import httpx
 import pytest
 
-from components.nginx_reload import EFFECT
+from components.docker.nginx_reload import EFFECT
 from components.profiles import PROFILES
 from tests.engine import PulumiProject, engine_missing
 from tests.test_e2e import WEIGHTS

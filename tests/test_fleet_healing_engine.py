@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
-from components.nginx_reload import STATUS_DIR
+from components.render.nginx_conf import STATUS_DIR
 from tests.engine import PulumiProject, engine_missing
 from tests.multihost import LoadLoop, init_stack, set_config, standin_fleet
 from tests.standin_host import StandinHost, unavailable_reason

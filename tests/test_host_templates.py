@@ -1,5 +1,5 @@
-"""The programs the stack ships to a host are files under components/templates/, rendered by
-components/template.py. Their rendered text is a resource input (a container's command, a preStop,
+"""The programs the stack ships to a host are files under components/host/templates/, rendered by
+components/render/template.py. Their rendered text is a resource input (a container's command, a preStop,
 a health check, a host command's ``create``): the expected texts here are the ones every stack has
 deployed, written out, so a template edit that changes a byte fails here before it replaces a
 container or re-runs a download."""
@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from components.docker.nginx_reload import START_COMMAND
+from components.docker.rotation import SCRIPT as ROTATION_SCRIPT
+from components.docker.target import RUN_STDIN
+from components.docker.vllm_server import health_probe
 from components.gate.container import ssh_wrapper
-from components.k8s_front import FRONT_QUIT, upstream_conf
-from components.k8s_guard import guard_quit
-from components.nginx_conf import replica_server, upstream_server
-from components.nginx_reload import START_COMMAND
-from components.rotation import SCRIPT as ROTATION_SCRIPT
-from components.target import RUN_STDIN
-from components.template import TEMPLATES, host_script, one_line_script
-from components.vllm_server import health_probe
+from components.kubernetes.front import FRONT_QUIT, upstream_conf
+from components.kubernetes.guard import guard_quit
+from components.render.nginx_conf import replica_server, upstream_server
+from components.render.template import TEMPLATES, host_script, one_line_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,7 +97,7 @@ def test_a_host_script_leaves_out_only_the_templates_leading_comments() -> None:
 def test_a_one_line_script_refuses_a_comment_that_would_swallow_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("components.template.TEMPLATES", tmp_path)
+    monkeypatch.setattr("components.render.template.TEMPLATES", tmp_path)
     (tmp_path / "commented.sh").write_text("# header\ntrue;\n# inside\nfalse\n")
     with pytest.raises(ValueError, match="a comment below the first statement"):
         one_line_script("commented.sh", values={})
@@ -108,7 +108,7 @@ def test_make_lint_shellchecks_every_shell_template() -> None:
     lint = next(
         line for line in (ROOT / "Makefile").read_text().splitlines() if line.strip().startswith("shellcheck")
     )
-    assert "components/templates/*.sh" in lint.split()
+    assert "components/host/templates/*.sh" in lint.split()
     shells = [
         p.name
         for p in TEMPLATES.iterdir()

@@ -202,11 +202,11 @@ def test_opted_in_node_ports_warn_and_mark_their_services() -> None:
 def test_a_client_gets_its_answer_over_tls_through_the_tls_guard(tls_stack: dict[str, Any]) -> None:
     """Both releases as the mocks recorded them in two real nginx: the client verifies the front's
     name against the test CA, the front verifies the guard's pinned certificate (a real pair from
-    components/replica_tls.self_signed in place of the mocks' placeholder); plain HTTP to the
+    components/docker/replica_tls.self_signed in place of the mocks' placeholder); plain HTTP to the
     front's port reaches nothing."""
     import httpx
 
-    from components.replica_tls import self_signed
+    from components.docker.replica_tls import self_signed
     from tests.test_k8s_guard import front_and_guard
     from tests.test_nginx_front import _RecordingUpstream
 

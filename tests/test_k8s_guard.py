@@ -1,6 +1,6 @@
 """Issue 34 finding 1 under mocks: no pod of the cluster uses vLLM without the stack's credential.
 
-vLLM listens on its pod's loopback; the pod's one port is its guard's (components/k8s_guard.py),
+vLLM listens on its pod's loopback; the pod's one port is its guard's (components/kubernetes/guard.py),
 whose release (rendered by the program, read off the Secret the mocks recorded) runs here in the
 real ``nginx`` before a recording upstream: no key, another key or the scrape key on an inference
 route gets the 401; the replica key the front's release sends gets through. On a cluster that
@@ -115,7 +115,7 @@ def front_and_guard(deployment: Deployment, guard_pair: tuple[str, str] | None =
     recording upstream, on free loopback ports; yields the front's port. ``guard_pair`` replaces
     the mocks' placeholder replica certificate (ReplicaCertificate's openssl does not run under
     mocks) in both the guard and the front's pin."""
-    from components.k8s_front import FRONT_DIR, upstream_conf
+    from components.kubernetes.front import FRONT_DIR, upstream_conf
 
     port = flag(container(deployment, "vllm")["args"], "--port")
     guard_release = named_secret(deployment, "glm53-vllm-guard")

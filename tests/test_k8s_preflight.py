@@ -1,4 +1,4 @@
-"""The GPU preflight on Kubernetes (issue 34): components/preflight.sh, the file the Docker hosts
+"""The GPU preflight on Kubernetes (issue 34): components/host/preflight.sh, the file the Docker hosts
 run, as the serving pod's init container, on the node, with vLLM's cards, weights and /dev/shm;
 rendered under mocks, and the rendered script run with bash against the real H200's nvidia-smi
 outputs (tests/smi_fixtures.py) as a pod on node ``gpu-node-3`` would run it.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from components.preflight import PREFLIGHT_SH, pod_preflight_script
+from components.docker.preflight import PREFLIGHT_SH, pod_preflight_script
 from tests.conftest import Deployment, run_program, unwrap
 from tests.host_scripts import a800, weights
 from tests.smi_fixtures import H200_FACTS, eight_gpus, render_h200_pod_scripts

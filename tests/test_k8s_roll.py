@@ -1,5 +1,5 @@
 """A failing roll fails ``up`` fast with its cause (issue 34): the serving pods' statuses decided
-(components/k8s_pod_status.py), the watch that polls them (components/k8s_roll.py), and how the
+(components/kubernetes/pod_status.py), the watch that polls them (components/kubernetes/roll.py), and how the
 program wires it (no pulumi-kubernetes wait on the Deployment; every container's last log lines
 in its termination message).
 
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from components.k8s_pod_status import COMING, FAILED, READY, pod_verdict, roll_verdict
-from components.k8s_roll import RollWatchProvider, watch_roll
+from components.kubernetes.pod_status import COMING, FAILED, READY, pod_verdict, roll_verdict
+from components.kubernetes.roll import RollWatchProvider, watch_roll
 from components.provider_errors import OperatorError
 from tests.conftest import Deployment, run_program, unwrap
 from tests.test_k8s_target import DEPLOYMENT, k8s_target, plain_http_accepted

@@ -1,5 +1,5 @@
 """The Kubernetes form of ``glm:target`` under mocks: every profile's stack rendered as the objects
-the API server receives (components/k8s_workload.py, components/k8s_deployment.py).
+the API server receives (components/kubernetes/workload.py, components/kubernetes/deployment.py).
 
 Expected values come from the seeds (cards, /dev/shm) and from the same stack rendered for a
 Docker host (argv, env): the two targets must run the same ``ServingSpec``.
@@ -284,7 +284,7 @@ def test_the_operator_gets_the_same_rules_as_a_prometheus_rule() -> None:
 
 
 def test_the_target_file_lists_running_pods_by_name() -> None:
-    from components.k8s_targets import targets
+    from components.host.k8s_targets import targets
 
     pods = [
         {"metadata": {"name": "glm53-vllm-b"}, "status": {"phase": "Running", "podIP": "198.18.0.7"}},
@@ -324,8 +324,8 @@ def test_the_semantic_probe_asks_through_the_front_with_its_own_key(on_k8s: dict
 def test_the_front_release_with_the_service_upstream_passes_nginx_t(tmp_path: Path) -> None:
     """The real nginx: the release as mounted in the front's pod (nginx.conf, key maps, and the
     upstream file naming the serving Service), paths moved under tmp_path."""
-    from components.k8s_front import upstream_conf
-    from components.nginx_conf import render_front_files
+    from components.kubernetes.front import upstream_conf
+    from components.render.nginx_conf import render_front_files
 
     config = build_stack_config({"hardware": "local", "target": k8s_target()})
     files = render_front_files(

@@ -26,10 +26,10 @@ from typing import Any
 import httpx
 import pytest
 
-from components import rotation
+from components.docker import rotation
+from components.docker.nginx_reload import apply_release
 from components.gate import GateFailure, run_gate
-from components.nginx_reload import apply_release
-from components.status_page import render_page
+from components.render.status_page import render_page
 from tests.conftest import CONTAINER, PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
 from tests.engine import free_port
 

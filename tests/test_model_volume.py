@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from components.config import build_stack_config
-from components.model_volume import download_script, verify_script
+from components.docker.model_volume import download_script, verify_script
 from tests.conftest import Deployment, profile_stacks
 from tests.host_scripts import HOST, a800, fake_tool, run, weights
 

@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from components.config import ConfigError, build_stack_config
-from components.nginx_conf import render_nginx_conf
-from components.prometheus_config import DEFAULT_JOB, ScrapeSpec, render_prometheus_config
-from components.prometheus_rules import render_alert_rules
+from components.render.nginx_conf import render_nginx_conf
+from components.render.prometheus_config import DEFAULT_JOB, ScrapeSpec, render_prometheus_config
+from components.render.prometheus_rules import render_alert_rules
 from tests.conftest import (
     REPLICA_SCRAPE_TEST_KEY,
     REPLICA_TEST_KEY,
@@ -374,8 +374,8 @@ def annotations(config: Any, labels: dict[str, str]) -> dict[str, str]:
 
 
 def test_a_failing_replica_names_its_host() -> None:
+    from components.docker.replica_gate import run_replica_gate
     from components.provider_errors import OperatorError
-    from components.replica_gate import run_replica_gate
     from tests.engine import free_port
 
     closed = f"http://127.0.0.1:{free_port()}"

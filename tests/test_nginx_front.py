@@ -35,7 +35,11 @@ import pytest
 from pulumi.runtime import rpc
 
 from components.config import ConfigError, StackConfig, build_stack_config
-from components.nginx_conf import (
+from components.docker.nginx_front import NginxFront, NginxFrontArgs, public_url
+from components.docker.nginx_reload import START_COMMAND
+from components.docker.rotation import no_replica_body
+from components.profiles import PROFILES
+from components.render.nginx_conf import (
     API_KEYS_FILE,
     CONF_FILE,
     METRICS_KEYS_FILE,
@@ -45,11 +49,7 @@ from components.nginx_conf import (
     render_nginx_conf,
     render_release_conf,
 )
-from components.nginx_front import NginxFront, NginxFrontArgs, public_url
-from components.nginx_reload import START_COMMAND
-from components.profiles import PROFILES
-from components.rotation import no_replica_body
-from components.template import render_template
+from components.render.template import render_template
 from tests.conftest import PROJECT, TEST_HOST_KEY, construct, redacted
 from tests.engine import free_port
 
@@ -862,7 +862,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
     assert {"label": "glm53.role", "value": "front"} in inputs["labels"]  # what the policy pack looks for
     assert "hosts" not in inputs  # vLLM is on the private network, by its alias
     # The container does not depend on the config: no uploads (each change would replace it); its
-    # one volume is the semantic probe's requests directory (components/rotation_requests.py).
+    # one volume is the semantic probe's requests directory (components/docker/rotation_requests.py).
     assert "uploads" not in inputs
     assert inputs["volumes"] == [
         {

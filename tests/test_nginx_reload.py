@@ -24,9 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
-from components import rotation
-from components.nginx_conf import render_front_files
-from components.nginx_reload import START_COMMAND, apply_release
+from components.docker import rotation
+from components.docker.nginx_reload import START_COMMAND, apply_release
+from components.render.nginx_conf import render_front_files
 from tests.test_nginx_front import KEYS, METRICS, SERVED, free_port, self_signed, stack, vllm_sim
 
 IMAGE = "glm53-local/nginx:bookworm"
@@ -304,7 +304,7 @@ def test_a_revoked_key_and_a_replaced_tls_key_leave_no_copy_on_disk(sim_port: in
 
 def test_the_release_reaches_an_ssh_host_on_its_port_as_the_engine_sends_it() -> None:
     """Numbers reach a dynamic provider as floats: the port must still be ssh's integer."""
-    from components.nginx_reload import exec_argv
+    from components.docker.nginx_reload import exec_argv
 
     argv = exec_argv(
         "ssh://glm@10.0.0.2:2222", {"opts": ["-o", "BatchMode=yes"], "port": 2222.0, "address": "10.0.0.2"},

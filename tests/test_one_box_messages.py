@@ -1,4 +1,4 @@
-"""Messages true to what clients get (components/replica_gate.py, ops/__main__.py): a failed gate on
+"""Messages true to what clients get (components/docker/replica_gate.py, ops/__main__.py): a failed gate on
 one box says the API answers 503 until a passing version is back, every printed command carries
 the real stack name, and `make status` never contradicts itself."""
 
@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
+from components.docker.replica_gate import run_replica_gate
 from components.provider_errors import OperatorError
-from components.replica_gate import run_replica_gate
 from ops.__main__ import _gate_summary
 from tests.engine import free_port
 
 
 def _failed_gate(monkeypatch: pytest.MonkeyPatch, **props: object) -> str:
-    monkeypatch.setattr("components.rotation.keep_out", lambda front, host, reason: "kept out")
+    monkeypatch.setattr("components.docker.rotation.keep_out", lambda front, host, reason: "kept out")
     closed = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(OperatorError) as failed:
         run_replica_gate({

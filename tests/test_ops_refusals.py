@@ -1,5 +1,5 @@
 """Day-2 commands with a stack file the program refuses, and Ctrl-C: one line, never a traceback
-(ops/__main__.py); the program on `make destroy` with such a file (components/rotation.py)."""
+(ops/__main__.py); the program on `make destroy` with such a file (components/docker/rotation.py)."""
 
 from __future__ import annotations
 

@@ -201,8 +201,8 @@ def test_an_unknown_conf_is_skipped_with_a_note() -> None:
 
 
 def test_a_front_delivered_by_nginx_reload_is_checked_on_its_nginx_conf() -> None:
-    from components.nginx_conf import render_release_conf
-    from components.nginx_reload import START_COMMAND
+    from components.docker.nginx_reload import START_COMMAND
+    from components.render.nginx_conf import render_release_conf
     from tests.test_nginx_front import stack
 
     container = front(uploads=[], entrypoints=["/bin/sh", "-c"], command=[START_COMMAND])

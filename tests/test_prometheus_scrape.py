@@ -21,8 +21,9 @@ import pytest
 import yaml
 
 from components.config import StackConfig, build_stack_config
+from components.docker.prometheus_scrape import PrometheusScrape
 from components.profiles import PROFILES
-from components.prometheus_config import (
+from components.render.prometheus_config import (
     CONFIG_PATH,
     DEFAULT_JOB,
     PROMETHEUS_FLAGS,
@@ -30,15 +31,14 @@ from components.prometheus_config import (
     ScrapeSpec,
     render_prometheus_config,
 )
-from components.prometheus_rules import (
+from components.render.prometheus_rules import (
     alert_rules,
     checked_block_sizes,
     integers_below,
     kv_pool_below_expr,
     render_alert_rules,
 )
-from components.prometheus_scrape import PrometheusScrape
-from components.status_page import page_files
+from components.render.status_page import page_files
 from tests.conftest import TEST_HOST_KEY, construct
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -715,7 +715,7 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
     assert mocks.registered["metrics-image"][1] == {"name": "prom/prometheus:v2.53.0", "keepLocally": True}
     inputs = mocks.registered["metrics-prometheus"][1]
     assert inputs["name"] == f"{config.container.name}-prometheus"
-    # The status page's files, served at /user/ for the front's /status/ (components/status_page.py).
+    # The status page's files, served at /user/ for the front's /status/ (components/render/status_page.py).
     assert inputs["command"] == [*PROMETHEUS_FLAGS, "--web.user-assets=/etc/prometheus/status-page"]
     assert inputs["image"] == f"sha256:{'ab' * 32}"
     assert inputs["networksAdvanced"] == [{"name": "glm-net"}]

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from components.config import ConfigError, build_stack_config
-from components.prometheus_config import ScrapeSpec
-from components.prometheus_rules import alert_rules
+from components.render.prometheus_config import ScrapeSpec
+from components.render.prometheus_rules import alert_rules
 from tests.conftest import Deployment, run_program, unwrap
 from tests.test_config import make
 

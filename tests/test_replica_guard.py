@@ -28,8 +28,8 @@ import pytest
 from pulumi.runtime import rpc
 
 from components.config import ConfigError, build_stack_config
-from components.nginx_reload import START_COMMAND
-from components.replica_guard import (
+from components.docker.nginx_reload import START_COMMAND
+from components.docker.replica_guard import (
     FRONT_SNIPPET,
     FRONT_TRUST,
     KEY_FILE,
@@ -40,8 +40,13 @@ from components.replica_guard import (
     render_front_snippet,
     render_guard_files,
 )
-from components.replica_tls import TLS_NAME, ReplicaCertificate, _ReplicaCertificateProvider, self_signed
-from components.vllm_server import render_serving
+from components.docker.replica_tls import (
+    TLS_NAME,
+    ReplicaCertificate,
+    _ReplicaCertificateProvider,
+    self_signed,
+)
+from components.docker.vllm_server import render_serving
 from tests.conftest import (
     GATE_METRICS_TEST_KEY,
     PROJECT,

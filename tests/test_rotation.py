@@ -1,4 +1,4 @@
-"""The front's rotation (components/rotation.py, templates/rotation.sh) in a real nginx container.
+"""The front's rotation (components/docker/rotation.py, templates/rotation.sh) in a real nginx container.
 
 The front runs the production command from the local nginx image on the host network (as in
 tests/test_nginx_reload.py); two vLLM-protocol simulators on loopback ports play two replicas, one
@@ -18,8 +18,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from components import rotation
-from components.nginx_reload import apply_release
+from components.docker import rotation
+from components.docker.nginx_reload import apply_release
 from tests.test_nginx_front import KEYS, SERVED, free_port, vllm_sim
 from tests.test_nginx_reload import DOCKER_HOST, IMAGE, LiveFront, _docker_ready, live_front
 

@@ -1,4 +1,4 @@
-"""The SLO alerts (components/slo_rules.py) under ``promtool test rules``: for every profile, a
+"""The SLO alerts (components/render/slo_rules.py) under ``promtool test rules``: for every profile, a
 burn of the error budget fires the fast and the slow alert; a burn within the budget, a short
 spike, and a burn that has ended do not. Bounds from the seeds: a800 0.5 s TTFT, ascend 2.5 s."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from components.profiles import PROFILES
-from components.prometheus_config import DEFAULT_JOB
+from components.render.prometheus_config import DEFAULT_JOB
 from tests.conftest import PROJECT
 from tests.test_prometheus_scrape import Expect, rules_of, run_promtool_tests, series, stack
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from components.config import HostConfig, build_stack_config
-from components.target import docker_ssh_opts
+from components.docker.target import docker_ssh_opts
 from tests.host_scripts import preflight_of
 from tests.standin_host import StandinHost, leftovers, standin_host, unavailable_reason
 
@@ -150,7 +150,7 @@ def test_preflight_passes_over_ssh_on_the_fake_accelerators(
         }
     )  # fmt: skip
     standin_host.present(hardware)
-    # What components/target.py sends: bash -c '<script>' over SSH, as the deploy user.
+    # What components/docker/target.py sends: bash -c '<script>' over SSH, as the deploy user.
     result = standin_host.ssh(f"bash -c {shlex.quote(preflight_of(config))}")
     assert result.returncode == 0, result.stderr
     assert found in result.stdout

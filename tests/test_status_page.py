@@ -1,4 +1,4 @@
-"""The status page (components/status_page.py): what it shows, and that every panel's query is
+"""The status page (components/render/status_page.py): what it shows, and that every panel's query is
 PromQL the real ``promtool`` accepts. tests/test_status_page_browser.py loads it in a real browser."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import httpx
 import yaml
 
 from components.config import build_stack_config
-from components.nginx_conf import CONF_FILE, render_front_files, render_nginx_conf
-from components.status_page import (
+from components.render.nginx_conf import CONF_FILE, render_front_files, render_nginx_conf
+from components.render.status_page import (
     CONTENT_SECURITY_POLICY,
     PAGE_FILE,
     PANELS,

@@ -26,13 +26,13 @@ import openai
 import pytest
 
 from components.config import build_stack_config
-from components.nginx_conf import MeterRoute, render_nginx_conf
-from components.prometheus_config import DEFAULT_JOB, METER_JOB, ROTATION_JOB
+from components.render.nginx_conf import MeterRoute, render_nginx_conf
+from components.render.prometheus_config import DEFAULT_JOB, METER_JOB, ROTATION_JOB
+from components.render.status_page import PANELS
 from components.semantic_probe import SCRAPE_JOB
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
-from components.status_page import PANELS
 from tests.browser import CHROMIUM, browser
 from tests.conftest import PROJECT
 from tests.engine import free_port

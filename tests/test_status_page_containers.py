@@ -1,6 +1,6 @@
 """The status page's route on the real Docker engine, as on a stack: the front container finds the
 stack's Prometheus container by name through Docker's DNS, before and after Prometheus is replaced
-(components/status_page.py; tests/test_status_page.py runs the same route on loopback)."""
+(components/render/status_page.py; tests/test_status_page.py runs the same route on loopback)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 import yaml
 
 from components.config import build_stack_config
-from components.nginx_conf import CONF_FILE, WORKER_PROCESSES, render_front_files
-from components.prometheus_config import CONFIG_PATH, PROMETHEUS_FLAGS
-from components.prometheus_config import CONTAINER_PORT as PROMETHEUS_PORT
-from components.status_page import ASSETS_DIR, page_files, render_page
+from components.render.nginx_conf import CONF_FILE, WORKER_PROCESSES, render_front_files
+from components.render.prometheus_config import CONFIG_PATH, PROMETHEUS_FLAGS
+from components.render.prometheus_config import CONTAINER_PORT as PROMETHEUS_PORT
+from components.render.status_page import ASSETS_DIR, page_files, render_page
 from tests.engine import free_port
 from tests.test_nginx_front import KEYS, METRICS
 

@@ -18,7 +18,7 @@ import pulumi
 import pytest
 
 from components.config import ConfigError, HostConfig, build_stack_config
-from components.target import AGENT_FOR_RUN, docker_ssh_opts, host_command
+from components.docker.target import AGENT_FOR_RUN, docker_ssh_opts, host_command
 from tests.conftest import TEST_HOST_KEY, construct, run_program, unwrap
 
 KEYSCAN_LINE = f"[2001:db8::1]:2222 {TEST_HOST_KEY}"

@@ -16,12 +16,11 @@ import httpx
 import pytest
 import yaml
 
-from components import rotation
 from components.config import build_stack_config
-from components.nginx_conf import CONF_FILE, render_front_files
-from components.nginx_meter import MeterRoute
-from components.nginx_reload import ROTATION_DIR, STATUS_DIR
-from components.prometheus_config import METER_JOB
+from components.docker import rotation
+from components.render.nginx_conf import CONF_FILE, ROTATION_DIR, STATUS_DIR, render_front_files
+from components.render.nginx_meter import MeterRoute
+from components.render.prometheus_config import METER_JOB
 from ops.usage import promtool_query, usage_rows, usage_table
 from tests.engine import free_port
 from tests.metered_front import METER, metered_front

@@ -14,11 +14,11 @@ import pytest
 from pydantic import BaseModel
 
 from components.config import SECRET_KEYS, StackConfig, build_stack_config
+from components.docker.vllm_server import render_serving
 from components.profiles import PROFILES
 from components.vllm_flags.owned import OWNED, owned_flags
 from components.vllm_flags.owned import config_key as key_of_flag
 from components.vllm_flags.tables import FLAG_TABLES
-from components.vllm_server import render_serving
 from tests.conftest import stack_config
 from tests.test_config import make
 

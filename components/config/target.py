@@ -178,7 +178,7 @@ OLD_IMAGE_PLACEHOLDER = re.compile(r"(?<!\{)\{image\}(?!\})")
 
 
 class KubernetesTargetConfig(Model):
-    """The Kubernetes form of ``glm:target`` (components/k8s_deployment.py; docs/scaling.md)."""
+    """The Kubernetes form of ``glm:target`` (components/kubernetes/deployment.py; docs/scaling.md)."""
 
     namespace: str = Field(description="Namespace the stack's objects live in (created by the stack).")
     front_url: str = Field(
@@ -255,7 +255,7 @@ class KubernetesTargetConfig(Model):
 
     @property
     def image_load_template(self) -> str | None:
-        """``imageLoadCommand`` in the placeholder style of every template (components/template.py):
+        """``imageLoadCommand`` in the placeholder style of every template (components/render/template.py):
         ``{image}``, the old spelling, read as ``{{image}}``."""
         if self.image_load_command is None:
             return None

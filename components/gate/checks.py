@@ -6,7 +6,7 @@ fails on its own with a :class:`GateFailure` that says which step, what came bac
 at; a reply of the wrong shape is such a failure too, never a crash.
 
 :func:`run_gate` is what the dynamic providers (``components/smoke_gate.py``,
-``components/replica_gate.py``), the command line (``python -m components.gate``) and the tests
+``components/docker/replica_gate.py``), the command line (``python -m components.gate``) and the tests
 call; :func:`check_steps` is what the semantic probe runs. The seams: ``messages.py`` (what a
 failure says), ``transport.py`` (the client and its bounds), ``run.py`` (one run's parameters and
 results), ``readiness.py`` and ``steps.py`` (the steps, and their one table).

@@ -7,7 +7,7 @@ the reasoning in its own field, a tool call, the KV pool), one request at a time
 verdicts to the stack's Prometheus, whose rules alert after K failed runs in a row. It asks every
 replica directly as well (issue 23), labels each result with its ``host``, skips a saturated
 replica, and takes one that fails K runs in a row out of the front's rotation (and back after K
-passes) through the front's requests volume (components/rotation_requests.py), never the Docker
+passes) through the front's requests volume (components/docker/rotation_requests.py), never the Docker
 socket.
 
 - ``settings.py``: what the probe is told (``params.json``) and the targets it asks;

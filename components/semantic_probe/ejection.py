@@ -1,4 +1,4 @@
-"""The probe's half of ejection and return (issue 23; the front's half: components/rotation_requests.py).
+"""The probe's half of ejection and return (issue 23; the front's half: components/docker/rotation_requests.py).
 
 After K failed runs in a row of a replica asked directly, the probe writes
 ``eject <replica> <since> <text>`` (``since``: when the streak began)

@@ -29,14 +29,14 @@ import pulumi.dynamic
 import pulumi_docker as docker
 
 from components.config import ContainerConfig, SemanticProbeConfig, StackConfig
+from components.docker.replica_tls import guard_tls
+from components.docker.rotation_requests import PROBE_REQUESTS_DIR
+from components.docker.vllm_server import ServingSpec, upstream_hosts
 from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
-from components.nginx_conf import CONTAINER_PORT as FRONT_PORT
-from components.replica_tls import guard_tls
-from components.rotation_requests import PROBE_REQUESTS_DIR
+from components.render.nginx_conf import CONTAINER_PORT as FRONT_PORT
 from components.semantic_probe import container_name
 from components.semantic_probe.settings import ProbeSettings
-from components.vllm_server import ServingSpec, upstream_hosts
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 DOCKERFILE = "images/semantic-probe/Dockerfile"
@@ -52,7 +52,7 @@ APP_FILES = (
     "components/__init__.py",
     "components/model_base.py",
     "components/gate/__init__.py",
-    "components/gate/__main__.py",  # the in-pod readiness check on Kubernetes (components/k8s_workload.py)
+    "components/gate/__main__.py",  # the in-pod readiness check on Kubernetes (components/kubernetes/workload.py)
     "components/gate/checks.py",
     "components/gate/container.py",
     "components/gate/messages.py",
@@ -72,8 +72,9 @@ APP_FILES = (
     "components/semantic_probe/service.py",
     "components/semantic_probe/settings.py",
     "components/semantic_probe/ejection.py",
-    "components/template.py",  # gate/container.py writes its ssh wrapper from a template
-    "components/templates/ssh-wrapper.sh",
+    "components/render/__init__.py",
+    "components/render/template.py",  # gate/container.py writes its ssh wrapper from a template
+    "components/host/templates/ssh-wrapper.sh",
     "components/vllm_flags/__init__.py",
     "components/vllm_flags/owned.py",  # gate/startup.py names the key a failing flag came from
 )
@@ -280,7 +281,7 @@ class SemanticProbeArgs:
     scrape_key: pulumi.Output[str] | None = None
     """The guards' scrape key, for guarded replicas' ``/metrics``; needed with ``replica_key``."""
     requests_volume: pulumi.Input[str] | None = None
-    """The front's requests volume (components/rotation_requests.py), the one thing of the front the
+    """The front's requests volume (components/docker/rotation_requests.py), the one thing of the front the
     probe mounts: it ejects and re-admits replicas through it."""
     replica_certificate: pulumi.Output[str] | None = None
     """The guards' pinned certificate, when they serve TLS."""

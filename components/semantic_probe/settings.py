@@ -40,7 +40,7 @@ class ProbeTarget:
 
 @dataclass(frozen=True)
 class ReplicaKeys:
-    """What the probe holds for guarded replicas (components/replica_guard.py), in two files."""
+    """What the probe holds for guarded replicas (components/docker/replica_guard.py), in two files."""
 
     inference: str
     """The stack's replica key: the steps' requests to a guard's inference routes."""

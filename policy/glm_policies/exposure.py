@@ -26,18 +26,18 @@ from .resource import (
 )
 
 TLS_LABEL = "glm53.tls"
-"""``on`` when the front serves TLS (``components/nginx_front.py``)."""
+"""``on`` when the front serves TLS (``components/docker/nginx_front.py``)."""
 PLAIN_HTTP_LABEL = ("glm53.plain-http", "accepted")
 """Set only from ``glm:front.allowPlainHttp``: the stack opted in to plain HTTP on a public bind."""
 GUARD_LABEL = ("glm53.role", "replica-guard")
-"""Set by ``components/replica_guard.py``: nginx answering only the stack's guard keys (its
+"""Set by ``components/docker/replica_guard.py``: nginx answering only the stack's guard keys (its
 ``nginx_conf``, an ``NginxReload`` input, is checked by rule 2 as the front's is)."""
 PUBLIC_BIND_LABEL = ("glm53.public-bind", "accepted")
 """Set only from ``glm:monitoring.allowPublicBind``: the stack opted in to Prometheus, which checks
 no credential, beyond loopback."""
 NGINX_CONF = "/etc/nginx/nginx.conf"
 RELOADED_CONF = "/etc/nginx/glm/current/nginx.conf"
-"""Where a front delivered by ``NginxReload`` (components/nginx_reload.py) reads its config."""
+"""Where a front delivered by ``NginxReload`` (components/docker/nginx_reload.py) reads its config."""
 
 
 def binds_all_interfaces(host: Any) -> bool:
@@ -174,7 +174,7 @@ def front_requires_api_key(resource: Resource, config: Mapping[str, Any]) -> lis
             return [
                 f"{resource.name} (the front's config): nginx_conf lacks {' and '.join(missing)}, so "
                 "requests reach vLLM without an API key. Fix: render it with "
-                "components/nginx_conf.render_release_conf and set glm:apiKeys."
+                "components/render/nginx_conf.render_release_conf and set glm:apiKeys."
             ]
         return []
     if not is_front(resource):
@@ -189,14 +189,14 @@ def front_requires_api_key(resource: Resource, config: Mapping[str, Any]) -> lis
         return [
             f"{resource.name} (the Nginx front) uploads no {NGINX_CONF} and does not read "
             f"{RELOADED_CONF}: the image's default config serves without an API key. Fix: let "
-            "NginxFront render and deliver it (components/nginx_front.py)."
+            "NginxFront render and deliver it (components/docker/nginx_front.py)."
         ]
     missing = _key_check_missing(_upload_text(resource, confs[-1]))
     if missing:
         return [
             f"{resource.name} (the Nginx front): {NGINX_CONF} lacks {' and '.join(missing)}, so "
             "requests reach vLLM without an API key. Fix: render it with "
-            "components/nginx_conf.render_nginx_conf and set glm:apiKeys."
+            "components/render/nginx_conf.render_nginx_conf and set glm:apiKeys."
         ]
     return []
 

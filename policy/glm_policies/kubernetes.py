@@ -27,7 +27,7 @@ WORKLOADS = {
 """Where each kind keeps its pod spec."""
 NAME_LABEL = "app.kubernetes.io/name"
 SERVING_APP = "glm53-vllm"
-"""The serving pods' ``app.kubernetes.io/name`` (components/k8s_workload.py ``labels``)."""
+"""The serving pods' ``app.kubernetes.io/name`` (components/kubernetes/workload.py ``labels``)."""
 FRONT_APP = "glm53-front"
 PUBLIC_TYPES = ("NodePort", "LoadBalancer")
 ACCELERATOR_ANNOTATION = "glm53/accelerator"
@@ -89,7 +89,7 @@ def k8s_serving_service_private(resource: Resource, config: Mapping[str, Any]) -
     return [
         f"{resource.name} (the vLLM Service) has {', '.join(published)}: vLLM's pods are reached from "
         "beyond the cluster, past the front's keys, limits and route allow-list. Fix: a ClusterIP "
-        "Service (components/k8s_workload.serving_service_spec); clients reach vLLM through the front."
+        "Service (components/kubernetes/workload.serving_service_spec); clients reach vLLM through the front."
     ]
 
 
@@ -195,7 +195,7 @@ def k8s_gpu_requests(resource: Resource, config: Mapping[str, Any]) -> list[str]
         return [
             f"{resource.name} runs vLLM without the annotation {ACCELERATOR_ANNOTATION} "
             f"({', '.join([*CARD_RESOURCES, NO_CARDS])}; found {kind!r}): whether it needs cards cannot be "
-            "told. Fix: render the pods with components/k8s_workload.serving_deployment_spec."
+            "told. Fix: render the pods with components/kubernetes/workload.serving_deployment_spec."
         ]
     card = CARD_RESOURCES[kind]
     violations = []

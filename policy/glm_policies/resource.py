@@ -18,9 +18,9 @@ VOLUME = "docker:index/volume:Volume"
 DYNAMIC = "pulumi-python:dynamic:Resource"
 
 FRONT_LABEL = ("glm53.role", "front")
-"""Set by ``components/nginx_front.py``: the one container allowed to publish on all interfaces."""
+"""Set by ``components/docker/nginx_front.py``: the one container allowed to publish on all interfaces."""
 SERVING_SUFFIX = "-vllm"
-"""Logical name suffix of the vLLM container (``components/vllm_server.py``)."""
+"""Logical name suffix of the vLLM container (``components/docker/vllm_server.py``)."""
 SERVING_LABEL = "glm53.served-model"
 """Label only the vLLM container carries; a second way to recognise it."""
 FRONT_SUFFIX = "-nginx"

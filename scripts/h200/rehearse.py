@@ -45,7 +45,7 @@ SAFE_ENV = {
     "PYTHONUNBUFFERED": "1",
     "VLLM_USE_FLASHINFER_SAMPLER": "0",  # flashinfer does not travel
 }
-METRIC_USERS = ["dashboards", "components/dashboard.py", "components/prometheus_rules.py", "components/gate",
+METRIC_USERS = ["dashboards", "components/render/dashboard.py", "components/render/prometheus_rules.py", "components/gate",
                 "components/semantic_probe", "probe"]  # fmt: skip
 
 

@@ -3,7 +3,7 @@ loopback ports, and the gate's inputs as the engine hands them to the provider.
 
 Each test starts its own simulator (images/vllm-sim/vllm_sim.py) with the local stack's rendered
 argv, and where the gate goes "through the front", a real ``nginx`` running the config
-``components.nginx_conf.render_nginx_conf`` renders.
+``components.render.nginx_conf.render_nginx_conf`` renders.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from components.config import StackConfig, build_stack_config
+from components.docker.vllm_server import render_argv, render_serving
 from components.gate.checks import GateFailure, run_gate
-from components.nginx_conf import render_nginx_conf
+from components.render.nginx_conf import render_nginx_conf
 from components.smoke_gate import gate_params
-from components.vllm_server import render_argv, render_serving
 from tests.conftest import PROJECT
 from tests.engine import free_port
 

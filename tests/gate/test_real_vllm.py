@@ -25,8 +25,8 @@ VLLM_CLOCK = re.compile(r"^\(\w+ pid=\d+\) \w+ (\d\d-\d\d \d\d:\d\d:\d\d) ")
 # Where the project reads vLLM's metrics: the dashboards, the alert rules, the gate, the probes.
 METRIC_USERS = [
     "dashboards/glm53-fleet.json",
-    "components/dashboard.py",
-    "components/prometheus_rules.py",
+    "components/render/dashboard.py",
+    "components/render/prometheus_rules.py",
     *(f"components/gate/{m}.py" for m in ("messages", "metrics", "steps", "transport")),
     "components/semantic_probe/saturation.py",
     "components/semantic_probe/service.py",

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from components.config import GATE_METRICS_CLIENT, ConfigError, SecretInputs, build_stack_config
+from components.docker.vllm_server import render_serving
 from components.gate.checks import GateFailure, plain
 from components.gate.settings import SmokeConfig
 from components.smoke_gate import (
@@ -22,7 +23,6 @@ from components.smoke_gate import (
     key_fingerprint,
     package_hash,
 )
-from components.vllm_server import render_serving
 from tests.conftest import (
     GATE_METRICS_TEST_KEY,
     PROJECT,

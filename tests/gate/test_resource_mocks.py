@@ -16,8 +16,8 @@ import pytest
 from pulumi.runtime import rpc
 
 from components.config import StackConfig, build_stack_config
+from components.docker.vllm_server import render_env, render_serving
 from components.smoke_gate import VERSION, SmokeTest, SmokeTestArgs, SmokeTestProvider
-from components.vllm_server import render_env, render_serving
 from tests.conftest import redacted, stack_config
 
 DYNAMIC = "pulumi-python:dynamic:Resource"

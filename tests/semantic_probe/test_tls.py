@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from components.config import SecretInputs, build_stack_config
+from components.docker.replica_tls import TLS_NAME, self_signed
 from components.front_tls import front_tls
-from components.replica_tls import TLS_NAME, self_signed
 from components.semantic_probe import PROBE_STEPS
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.saturation import saturation

@@ -1,0 +1,301 @@
+"""VllmServer: the `vllm serve` container, its argv and environment rendered from the config.
+
+The argv is one ``--flag=value`` element per flag in a fixed order, so changing one flag in a stack
+file shows up in ``pulumi preview --diff`` as exactly one changed element of ``command``. The flags
+themselves are rendered by ``components/vllm_flags/`` (vLLM's command line in one place).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pulumi
+import pulumi_docker as docker
+
+from components.config.replica import ContainerConfig, MountConfig
+from components.render.template import one_line_script
+from components.vllm_flags.render import FlagValue, argv_of, render_flags
+from components.vllm_flags.render import shown_flags as _shown
+
+if TYPE_CHECKING:
+    from components.config.stack import StackConfig
+
+REPLICA_LABEL = "glm53.replica"
+"""The serving container's label naming its replica in the front's rotation (components/docker/rotation.py)."""
+VLLM_NETWORK_ALIAS = "vllm"
+VLLM_HOST_GATEWAY = "host.docker.internal"
+
+
+def render_argv(config: StackConfig) -> list[str]:
+    """The `vllm serve` arguments: the model path, then one ``--flag[=value]`` per element.
+
+    >>> from components.config import build_stack_config
+    >>> render_argv(build_stack_config({"hardware": "local"}))[:3]
+    ['/models/GLM-5.3-Flash-sim', '--port=8000', '--served-model-name=glm-5.3-flash']
+    """
+    return argv_of(config.model.container_path, render_flags(config), config.serving.extra_args)
+
+
+def render_env(config: StackConfig) -> dict[str, str]:
+    """The container environment: profile env, accelerator pinning, cache dirs, then extraEnv."""
+    env = dict(config.serving.env)
+    visible = ",".join(str(i) for i in config.container.accelerators)
+    if config.facts.accelerator == "ascend":
+        env["ASCEND_RT_VISIBLE_DEVICES"] = visible
+    elif config.facts.accelerator == "nvidia":
+        # The container gets --gpus all (the only value pulumi-docker 4.11 keeps stable, SPEC §6);
+        # CUDA_VISIBLE_DEVICES pins vLLM to the listed cards, numbered as nvidia-smi numbers them.
+        # NVIDIA_VISIBLE_DEVICES says the same to the NVIDIA runtime where it reads it (a
+        # `--runtime nvidia` start); Docker's own --gpus all adds `all` after it.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env["CUDA_VISIBLE_DEVICES"] = visible
+        env["NVIDIA_VISIBLE_DEVICES"] = visible
+    env.update(config.cache_env)
+    if config.serving.allowed_media_domains:
+        # Without this a URL on an allowed host could redirect to any other (vLLM's docs).
+        env["VLLM_MEDIA_URL_ALLOW_REDIRECTS"] = "0"
+    env.update(config.serving.extra_env)
+    if config.rehearsing:
+        # The simulator speaks the wire format of the profile's vLLM (e.g. 0.23.0 on ascend).
+        env["VLLM_SIM_VERSION"] = config.image.vllm_version
+    return dict(sorted(env.items()))
+
+
+def _env_entry(name: str, secret: pulumi.Output[str]) -> pulumi.Output[str]:
+    return pulumi.Output.secret(secret.apply(lambda value: f"{name}={value}"))
+
+
+def render_devices(config: StackConfig) -> list[str]:
+    """Device nodes for the container (Ascend: one davinci node per card plus control devices);
+    none in a rehearsal, whose host has no accelerator."""
+    if config.rehearsing:
+        return []
+    cards = []
+    if config.facts.accelerator == "ascend":
+        cards = [f"/dev/davinci{i}" for i in config.container.accelerators]
+    return cards + list(config.container.devices)
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The full command line, for reviewers and operators (shell-quoted)."""
+    return shlex.join(["vllm", "serve", *argv])
+
+
+def upstream_hosts(container: ContainerConfig) -> list[docker.ContainerHostArgs] | None:
+    """/etc/hosts entries a container needs to reach vLLM: on the host network, the gateway."""
+    if container.network_mode != "host":
+        return None
+    return [docker.ContainerHostArgs(host=VLLM_HOST_GATEWAY, ip="host-gateway")]
+
+
+def go_duration(seconds: int) -> str:
+    """A duration as Go prints it (``1800`` → ``30m0s``): the Docker provider reads health-check
+    durations back in this form, so any other spelling would show as a change on every preview.
+
+    >>> go_duration(30), go_duration(300), go_duration(3725)
+    ('30s', '5m0s', '1h2m5s')
+    """
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """The serving container as the config renders it, once per deployment (:func:`render_serving`),
+    and handed to everything that needs it: the containers, the gates, the promotion fingerprint
+    and the outputs."""
+
+    hardware: str
+    served_name: str
+    model_path: str
+    """Where the weights are inside the container (the argv's first element)."""
+    revision: str | None
+    """The weights' revision: part of what a promotion compares."""
+    port: int
+    max_model_len: int
+    flags: dict[str, FlagValue]
+    """Each rendered flag and its value (True for a bare switch, a tuple for several arguments),
+    in argv order."""
+    extra_args: list[str]
+    env: dict[str, str]
+    devices: list[str]
+    nvidia_gpus: bool
+    """``--gpus all`` (the cards are pinned by ``CUDA_VISIBLE_DEVICES`` in ``env``)."""
+    mounts: list[MountConfig]
+    """Bind mounts besides the model volume (Ascend driver, rtx5090 site-packages)."""
+    container: ContainerConfig
+    load_deadline_seconds: int
+    """The gate's deadline: a load that long is normal, so Docker's health check starts after it."""
+    rehearsal: bool
+    """The vLLM-protocol simulator runs in place of the engine (``glm:rehearsal``)."""
+
+    @property
+    def argv(self) -> list[str]:
+        return argv_of(self.model_path, self.flags, self.extra_args)
+
+    @property
+    def shown_flags(self) -> dict[str, str | bool]:
+        """The flags as the gate's messages and the ``vllmFlags`` output show them."""
+        return _shown(self.flags)
+
+
+def render_serving(config: StackConfig) -> ServingSpec:
+    """Everything the serving container runs, from the config."""
+    return ServingSpec(
+        hardware=config.hardware,
+        served_name=config.model.served_name,
+        model_path=config.model.container_path,
+        revision=config.model.revision,
+        port=config.serving.port,
+        max_model_len=config.serving.max_model_len,
+        flags=render_flags(config),
+        extra_args=list(config.serving.extra_args),
+        env=render_env(config),
+        devices=render_devices(config),
+        nvidia_gpus=config.facts.accelerator == "nvidia" and not config.rehearsing,
+        mounts=list(config.serving_mounts),
+        container=config.container,
+        load_deadline_seconds=config.smoke.deadline_seconds,
+        rehearsal=config.rehearsing,
+    )
+
+
+def health_probe(port: int) -> list[str]:
+    """Docker health check: vLLM's /health (python3 is in every vLLM image; curl is not)."""
+    return ["CMD", "python3", "-c", one_line_script("vllm-health.py", values={"PORT": str(port)})]
+
+
+@dataclass(frozen=True)
+class VllmServerArgs:
+    """The serving container as rendered, the image it runs, and what it mounts besides."""
+
+    serving: ServingSpec
+    """:func:`render_serving`'s, rendered once per deployment."""
+    image: pulumi.Input[str]
+    """The serving image (``ServingImage.ref``)."""
+    mounts: list[docker.ContainerMountArgs]
+    """The model volume's mounts (``ModelVolume.mounts``); ``serving.mounts`` are added after them."""
+    secret_env: Mapping[str, pulumi.Output[str]] | None = None
+    """``glm:servingSecretEnv``: joins the env as secret entries. The SDK then stores the whole
+    ``envs`` encrypted, so a preview shows it as ``[secret]`` (the plain env stays readable in the
+    ``verified`` output and the fingerprint)."""
+    replica: str | None = None
+    """The replica's name in the front's rotation: a label, read by ``drain``."""
+    drain: pulumi.ResourceHook | None = None
+    """The ``before_delete`` hook that takes the replica out of rotation before Docker stops it."""
+
+
+class VllmServer(pulumi.ComponentResource):
+    """The serving container on a private Docker network; it publishes no port."""
+
+    container_name: pulumi.Output[str]
+    """Name of the serving container on the host."""
+    network_name: pulumi.Output[str]
+    """The private network the front and Prometheus join."""
+    upstream: str
+    """host:port of vLLM on the private network."""
+
+    def __init__(self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("glm:serving:VllmServer", name, None, opts)
+        serving = args.serving
+        c = serving.container
+        self.network = docker.Network(
+            f"{name}-network",
+            name=f"{c.name}-net",
+            driver="bridge",
+            # The gateway spelled out: Docker 20.10 records it only after a daemon restart, and
+            # `up --refresh` would then see a changed ipamConfigs and replace the network.
+            ipam_configs=[
+                docker.NetworkIpamConfigArgs(subnet=str(c.subnet), gateway=str(c.subnet.network_address + 1))
+            ],
+            # A fixed network name cannot exist twice (Docker >= 25 refuses, 20.10 makes later
+            # lookups ambiguous): a new subnet deletes the old network first, and with it the
+            # containers attached to it, which are replaced anyway (vLLM's address is in the subnet).
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
+        )
+
+        self.container = docker.Container(
+            f"{name}-vllm",
+            name=c.name,
+            image=args.image,
+            entrypoints=["vllm", "serve"],
+            command=serving.argv,
+            envs=[
+                *[f"{k}={v}" for k, v in serving.env.items()],
+                *[_env_entry(k, v) for k, v in sorted((args.secret_env or {}).items())],
+            ],
+            gpus="all" if serving.nvidia_gpus else None,
+            devices=[
+                docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")
+                for d in serving.devices
+            ],
+            mounts=[
+                *args.mounts,
+                *[
+                    docker.ContainerMountArgs(
+                        type="bind", source=m.source, target=m.target, read_only=m.read_only
+                    )
+                    for m in serving.mounts
+                ],
+            ],
+            shm_size=c.shm_size_mb,
+            ipc_mode=c.ipc_mode,
+            privileged=c.privileged,
+            network_mode=c.network_mode,
+            networks_advanced=[
+                docker.ContainerNetworksAdvancedArgs(
+                    name=self.network.name,
+                    aliases=[VLLM_NETWORK_ALIAS],
+                    ipv4_address=c.vllm_address,
+                )
+            ]
+            if c.network_mode == "bridge"
+            else None,
+            restart=c.restart,
+            # SIGTERM first: with vLLM's --shutdown-timeout, requests in flight finish while the
+            # front sends new ones to the other replicas (SPEC §6: the default 0 kills them).
+            destroy_grace_seconds=c.stop_grace_seconds or None,
+            healthcheck=docker.ContainerHealthcheckArgs(
+                tests=health_probe(serving.port),
+                interval=go_duration(30),
+                timeout=go_duration(10),
+                retries=3,
+                # A load as long as the gate's deadline is normal (632 s weights on rtx5090).
+                start_period=go_duration(serving.load_deadline_seconds),
+            ),
+            log_driver="json-file",
+            log_opts=c.log_opts,
+            labels=[
+                docker.ContainerLabelArgs(label="glm53.hardware", value=serving.hardware),
+                docker.ContainerLabelArgs(label="glm53.served-model", value=serving.served_name),
+                *(
+                    [docker.ContainerLabelArgs(label=REPLICA_LABEL, value=args.replica)]
+                    if args.replica
+                    else []
+                ),
+            ],
+            wait=False,
+            # A fixed container name cannot exist twice: remove the old one first.
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                delete_before_replace=True,
+                hooks=pulumi.ResourceHookBinding(before_delete=[args.drain]) if args.drain else None,
+            ),
+        )
+        self.container_name = self.container.name
+        self.network_name = self.network.name
+        host = VLLM_NETWORK_ALIAS if c.network_mode == "bridge" else VLLM_HOST_GATEWAY
+        self.upstream = f"{host}:{serving.port}"
+        # The fixed address needs no DNS: the front loads its config whether or not vLLM runs.
+        near = c.vllm_address if c.network_mode == "bridge" else VLLM_HOST_GATEWAY
+        self.address = f"{near}:{serving.port}"
+        """host:port where the front on this host reaches vLLM, without a name lookup."""
+        self.register_outputs({"container_name": self.container_name, "network_name": self.network_name})

@@ -1,0 +1,276 @@
+"""The stack on Kubernetes (``glm:target.kubernetes``): the same profile, the same ``ServingSpec``.
+
+The wiring, as ``deploy_docker`` (components/docker/deployment.py) is for Docker hosts, one component per
+concern: the images, built where the Docker hosts build them and loaded onto the nodes
+(components/kubernetes/images.py); in one namespace, the JIT cache's claim and the serving pods behind a
+ClusterIP Service that lists only pods whose in-pod gate passed (components/kubernetes/serving.py), each
+pod's guard (components/kubernetes/guard.py); the nginx front (components/kubernetes/front.py); Prometheus
+(components/kubernetes/monitoring.py); the smoke gate through the front, which blocks ``pulumi up`` as
+on Docker hosts; and the semantic probe (components/kubernetes/probe.py). The namespace and the JIT
+cache's claim (and its volume) are kept on destroy, as the weights are: the next ``up`` adopts
+them (server-side apply).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+import pulumi_kubernetes as k8s
+
+from components.config import (
+    GATE_METRICS_CLIENT,
+    FrontConfig,
+    KubernetesTargetConfig,
+    SemanticProbeConfig,
+    SmokeConfig,
+    StackConfig,
+    semantic_probe_runs,
+)
+from components.docker.replica_guard import SCRAPER
+from components.docker.target import docker_ssh_opts
+from components.docker.vllm_server import ServingSpec, command_line, render_serving
+from components.front_tls import front_tls
+from components.gate.tls import EndpointTls
+from components.kubernetes.front import KubernetesFront, KubernetesFrontArgs, upstream_conf
+from components.kubernetes.guard import PodGuard, PodGuardArgs, pod_serving
+from components.kubernetes.images import ClusterImages, ClusterImagesArgs
+from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs
+from components.kubernetes.probe import KubernetesSemanticProbe, KubernetesSemanticProbeArgs
+from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
+from components.kubernetes.workload import PodConfig
+from components.promotion import fingerprint, served_model
+from components.render.prometheus_config import ScrapeSpec
+from components.secrets import Secrets, StackKeys
+from components.semantic_probe.resource import SemanticProbeSpec
+from components.smoke_gate import SmokeTest, SmokeTestArgs
+
+
+def _with_keys(
+    users: pulumi.Input[dict[str, str]], extra: dict[str, pulumi.Input[str] | None]
+) -> pulumi.Output[dict[str, str]]:
+    """``users`` plus the stack's own clients' keys (those that are not None), secret."""
+    named = {name: key for name, key in extra.items() if key is not None}
+    merged = pulumi.Output.all(users, *named.values()).apply(
+        lambda a: {**a[0], **dict(zip(named, a[1:], strict=True))}
+    )
+    return pulumi.Output.secret(merged)
+
+
+def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict[str, Any]:
+    """Create the stack's objects on the cluster and return the stack outputs."""
+    k8s_target = config.target.kubernetes
+    assert k8s_target is not None
+    unbound = render_serving(config)
+    serving = pod_serving(unbound)  # vLLM on the pod's loopback, behind its guard
+    images = _cluster_images(config, k8s_target, stack)
+    in_ns = _in_namespace(k8s_target, stack)
+    cache = JitCache(f"{stack}-jit-cache", k8s_target, stack, opts=in_ns)
+    guard = PodGuard(stack, PodGuardArgs(config.front, serving.port, k8s_target, stack), opts=in_ns)
+    pod = PodConfig.of(config)
+    pods = ServingPods(
+        f"{stack}-vllm", _pods_args(pod, serving, k8s_target, stack, images, guard, cache), opts=in_ns
+    )
+    probe = config.semantic_probe if semantic_probe_runs(config) else None
+    scrape = _scrape_args(config, k8s_target, stack, images, guard, probe)
+    monitoring = KubernetesScrape(stack, scrape, opts=in_ns)
+    keys = StackKeys.create(probe, config.smoke, stack, after=[])
+    front = KubernetesFront(
+        f"{stack}-front",
+        _front_args(config.front, k8s_target, stack, serving, pods, secrets, keys, guard, images),
+        opts=in_ns,
+    )
+    front_trust = front_tls(config.front)
+    smoke = SmokeTest(
+        f"{stack}-smoke",
+        _front_gate_args(config.smoke, serving, k8s_target, secrets, images, keys, front_trust, pods, front),
+        opts=pulumi.ResourceOptions(depends_on=[pods, front, monitoring]),
+    )
+    if probe is not None and keys.probe is not None:
+        spec = SemanticProbeSpec.of(config, serving, front_trust)
+        _semantic_probe(spec, k8s_target, stack, images, front, keys.probe, guard, smoke, in_ns)
+    # The served model, not where it listens: the fingerprint a Docker stack of the profile has.
+    served = served_model(unbound, config.serving_image, secrets.serving_env_names)
+    return _outputs(k8s_target, serving, served, smoke)
+
+
+def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, stack: str) -> ClusterImages:
+    """The images, built by the first host's Docker engine (as on Docker hosts), loaded onto the nodes."""
+    builder = config.target.hosts[0]
+    build_engine = docker.Provider(
+        f"{stack}-build-docker",
+        host=builder.docker_host,
+        ssh_opts=docker_ssh_opts(builder) if builder.docker_host.startswith("ssh://") else None,
+    )
+    return ClusterImages(
+        stack,
+        ClusterImagesArgs(
+            serving_image=config.serving_image,
+            gate_base_image=config.semantic_probe.base_image,
+            front_image=config.front.image,
+            prometheus_image=config.monitoring.image,
+            load_command=k8s_target.image_load_template,
+        ),
+        opts=pulumi.ResourceOptions(providers=[build_engine]),
+    )
+
+
+def _in_namespace(k8s_target: KubernetesTargetConfig, stack: str) -> pulumi.ResourceOptions:
+    """The cluster's provider and the stack's namespace: what every object of the stack is created in."""
+    cluster = k8s.Provider(
+        f"{stack}-k8s",
+        kubeconfig=os.path.expanduser(k8s_target.kubeconfig) if k8s_target.kubeconfig else None,
+        context=k8s_target.context,
+    )
+    namespace = k8s.core.v1.Namespace(
+        f"{stack}-namespace",
+        metadata={"name": k8s_target.namespace},
+        # Kept on destroy with the cache claim in it (deleting a namespace deletes its claims).
+        opts=pulumi.ResourceOptions(provider=cluster, retain_on_delete=True),
+    )
+    return pulumi.ResourceOptions(providers=[cluster], depends_on=[namespace])
+
+
+def _pods_args(
+    pod: PodConfig,
+    serving: ServingSpec,
+    k8s_target: KubernetesTargetConfig,
+    stack: str,
+    images: ClusterImages,
+    guard: PodGuard,
+    cache: JitCache,
+) -> ServingPodsArgs:
+    return ServingPodsArgs(
+        stack=stack,
+        pod=pod,
+        serving=serving,
+        k8s_target=k8s_target,
+        serving_image=images.serving,
+        gate_image=images.gate,
+        guard=guard,
+        cache=cache,
+        after=images.loaded,
+    )
+
+
+def _scrape_args(
+    config: StackConfig,
+    k8s_target: KubernetesTargetConfig,
+    stack: str,
+    images: ClusterImages,
+    guard: PodGuard,
+    probe: SemanticProbeConfig | None,
+) -> KubernetesScrapeArgs:
+    return KubernetesScrapeArgs(
+        spec=ScrapeSpec.of(config),
+        monitoring=config.monitoring,
+        tls=config.front.tls,
+        k8s_target=k8s_target,
+        stack=stack,
+        script_image=images.gate,
+        guard=guard,
+        probe_port=probe.port if probe else None,
+        after=images.loaded,
+    )
+
+
+def _front_args(
+    front: FrontConfig,
+    k8s_target: KubernetesTargetConfig,
+    stack: str,
+    serving: ServingSpec,
+    pods: ServingPods,
+    secrets: Secrets,
+    keys: StackKeys,
+    guard: PodGuard,
+    images: ClusterImages,
+) -> KubernetesFrontArgs:
+    """The front before the pods' Service, taking the users' keys and the stack's own clients'."""
+    return KubernetesFrontArgs(
+        front=front,
+        k8s_target=k8s_target,
+        stack=stack,
+        upstream=pods.service.spec.cluster_ip.apply(lambda ip: upstream_conf(ip, serving.port)),
+        api_keys=_with_keys(secrets.api_keys, {keys.probe_client: keys.probe} if keys.probe_client else {}),
+        # The guards' scrape key reads the front's /metrics too: the probe's kv_pool reads.
+        metrics_keys=_with_keys(
+            secrets.metrics_keys if secrets.metrics_keys is not None else {},
+            {GATE_METRICS_CLIENT: keys.gate_metrics, SCRAPER: guard.credentials.scrape_key},
+        ),
+        guard_files=guard.credentials.front_files(),
+        tls_files=secrets.tls_files,
+        after=images.loaded,
+    )
+
+
+def _front_gate_args(
+    smoke: SmokeConfig,
+    serving: ServingSpec,
+    k8s_target: KubernetesTargetConfig,
+    secrets: Secrets,
+    images: ClusterImages,
+    keys: StackKeys,
+    tls: EndpointTls | None,
+    pods: ServingPods,
+    front: KubernetesFront,
+) -> SmokeTestArgs:
+    """The gate through the front's Service, as clients reach the model."""
+    front_url = k8s_target.front_url
+    return SmokeTestArgs(
+        serving=serving,
+        smoke=smoke,
+        front_url=front_url,
+        api_key=secrets.api_keys.apply(lambda keys: keys[sorted(keys)[0]]),
+        image_ref=images.serving,
+        metrics_url=smoke.metrics_url or front_url.removesuffix("/v1") + "/metrics",
+        metrics_key=keys.gate_metrics,
+        tls=tls,
+        # A new pod template (any serving change) or a new front re-runs the gate.
+        container_id=pulumi.Output.all(
+            pods.deployment.metadata.generation, front.deployment.metadata.generation
+        ).apply(lambda g: f"deployment-generation-{g[0]}-front-{g[1]}"),
+    )
+
+
+def _semantic_probe(
+    spec: SemanticProbeSpec,
+    k8s_target: KubernetesTargetConfig,
+    stack: str,
+    images: ClusterImages,
+    front: KubernetesFront,
+    api_key: pulumi.Output[str],
+    guard: PodGuard,
+    smoke: SmokeTest,
+    in_ns: pulumi.ResourceOptions,
+) -> KubernetesSemanticProbe:
+    """After the gate, as on Docker hosts: its first run meets a model that answers."""
+    return KubernetesSemanticProbe(
+        f"{stack}-semantic-probe",
+        KubernetesSemanticProbeArgs(
+            spec=spec,
+            k8s_target=k8s_target,
+            stack=stack,
+            image=images.gate,
+            front_ip=front.service.spec.cluster_ip,
+            api_key=api_key,
+            scrape_key=guard.scrape_key,
+            started_after=[smoke, *images.loaded],
+        ),
+        opts=in_ns,
+    )
+
+
+def _outputs(
+    k8s_target: KubernetesTargetConfig, serving: ServingSpec, served: dict[str, Any], smoke: SmokeTest
+) -> dict[str, Any]:
+    return {
+        "endpoint": k8s_target.front_url,
+        "target": "kubernetes",
+        "namespace": k8s_target.namespace,
+        "replicas": k8s_target.replicas,
+        "commandLine": command_line(serving.argv),
+        "servedModelFingerprint": fingerprint(served),
+        "smoke": smoke.results,
+    }

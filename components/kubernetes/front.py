@@ -1,0 +1,206 @@
+"""The nginx front on Kubernetes: the same template and renderer as on a Docker host
+(``render_front_files``), nginx.conf and the upstream in a ConfigMap, the keys (and the replica key
+the serving pods' guards ask for) in a Secret, behind the Service clients use. With
+``glm:front.tls`` the Secret also holds ``tls.crt``/``tls.key`` (the Docker front's files, ciphers
+and protocols), and the front speaks TLS to the pods' guards, pinning their certificate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.config import FrontConfig, KubernetesTargetConfig
+from components.kubernetes import workload
+from components.kubernetes.state import moved_from_root
+from components.render.nginx_conf import (
+    CONF_FILE,
+    CONTAINER_PORT,
+    NEXT_UPSTREAM_TRIES,
+    render_front_files,
+    upstream_server,
+)
+from components.render.template import one_line_script
+
+TlsFiles = tuple[pulumi.Output[str], pulumi.Output[str]]
+"""``glm:tlsCertificate`` and ``glm:tlsKey`` (``Secrets.tls_files``)."""
+
+FRONT_DIR = "/etc/glm53-front"
+"""Where the front's release (nginx.conf, the key maps, the upstream) is mounted in its pod."""
+FRONT_ROTATION_DIR = f"{FRONT_DIR}/rotation"
+FRONT_DRAIN_SECONDS = 5
+FRONT_QUIT = one_line_script(
+    "nginx-quit.sh", values={"PAUSE_SECONDS": str(FRONT_DRAIN_SECONDS), "CONF": f"{FRONT_DIR}/{CONF_FILE}"}
+)
+"""The front's preStop: out of its Service first, then nginx's graceful quit (SIGTERM is a fast one)."""
+
+KEEPALIVE_TIME_SECONDS = 2
+"""How long nginx reuses one connection to the Service: shorter than the serving pods' preStop
+pause, so no request rides an old connection into a pod that has begun to drain."""
+
+
+def upstream_conf(cluster_ip: str, port: int) -> str:
+    """The front's upstream: the serving Service, which lists only pods that passed their gate.
+
+    A Service is one address whatever its pods do, and behind it a connection reaches one pod (the
+    node's rules pick it when the connection opens): so the address is never marked failed
+    (``max_fails=0``: one failure is one pod stopping, not the Service), it is listed once per
+    retry nginx may make (a retry is a new connection, which reaches a Ready pod), and each
+    connection lives at most ``KEEPALIVE_TIME_SECONDS``, less than the preStop pause.
+    """
+    server = f"        {upstream_server(f'{cluster_ip}:{port}', max_fails=0)}\n"
+    return server * NEXT_UPSTREAM_TRIES + f"        keepalive_time {KEEPALIVE_TIME_SECONDS}s;\n"
+
+
+def _front_files(
+    front: FrontConfig,
+    keys: pulumi.Output[dict[str, str]],
+    metrics_keys: pulumi.Output[dict[str, str]],
+    guard_files: pulumi.Output[dict[str, str]],
+    tls_files: TlsFiles | None,
+) -> pulumi.Output[dict[str, str]]:
+    """The release, with the replica key the pods' guards ask for (components/kubernetes/guard.py) and,
+    with ``glm:front.tls``, the stack's TLS pair."""
+    pair = pulumi.Output.all(*tls_files) if front.tls and tls_files is not None else None
+
+    def render(args: list[Any]) -> dict[str, str]:
+        tls_pair = (str(args[3][0]), str(args[3][1])) if args[3] else None
+        return render_front_files(
+            front,
+            dict(args[0]),
+            dict(args[1]),
+            tls_pair,
+            rotation_dir=FRONT_ROTATION_DIR,
+            replica_files=args[2],
+        )
+
+    return pulumi.Output.secret(pulumi.Output.all(keys, metrics_keys, guard_files, pair).apply(render))
+
+
+def _digest(files: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class KubernetesFrontArgs:
+    """What the front serves and where (pass the cluster's provider in ``opts``)."""
+
+    front: FrontConfig
+    """``glm:front``: image, TLS, limits, timeouts, the opt-ins its Service records."""
+    k8s_target: KubernetesTargetConfig
+    """``glm:target.kubernetes``: namespace, pull policy, the front's NodePort."""
+    stack: str
+    """The stack's name: the front pods' labels."""
+    upstream: pulumi.Output[str]
+    """``upstream_conf`` of the serving pods' Service."""
+    api_keys: pulumi.Output[dict[str, str]]
+    """Client name to API key (secret): ``glm:apiKeys`` and the probe's."""
+    metrics_keys: pulumi.Output[dict[str, str]]
+    """Client name to metrics key (secret): ``glm:metricsKeys``, the gate's, the guards' scrape key."""
+    guard_files: pulumi.Output[dict[str, str]]
+    """The replica key (and pinned certificate) the pods' guards ask for (``GuardCredentials.front_files``)."""
+    tls_files: TlsFiles | None
+    """``glm:tlsCertificate``/``glm:tlsKey``, with ``glm:front.tls``."""
+    after: list[pulumi.Resource]
+    """What the front's pods wait for: the images' loads onto the nodes."""
+
+
+class KubernetesFront(pulumi.ComponentResource):
+    """nginx from the same template: nginx.conf and the upstream in a ConfigMap, the key maps in a
+    Secret; a change of either rolls the front (their digest is a pod annotation)."""
+
+    deployment: k8s.apps.v1.Deployment
+    service: k8s.core.v1.Service
+    """The Service clients use (ClusterIP, or the NodePort ``frontNodePort``)."""
+
+    def __init__(
+        self, name: str, args: KubernetesFrontArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("glm:k8s_front:KubernetesFront", name, None, opts)
+        front, k8s_target = args.front, args.k8s_target
+        ns = k8s_target.namespace
+        if front.tls and args.tls_files is None:
+            raise ValueError(f"{name}: glm:front.tls is on but glm:tlsCertificate/glm:tlsKey are not set")
+        child = moved_from_root(self)
+        files = _front_files(front, args.api_keys, args.metrics_keys, args.guard_files, args.tls_files)
+        scheme = "HTTPS" if front.tls else "HTTP"  # the kubelet does not verify the certificate
+        conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE]})
+        secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata={"namespace": ns, "name": "glm53-front"},
+            data=pulumi.Output.all(pulumi.Output.unsecret(conf), args.upstream).apply(
+                lambda a: {**a[0], "upstream.conf": a[1]}
+            ),
+            opts=child,
+        )
+        secret = k8s.core.v1.Secret(
+            f"{name}-keys",
+            metadata={"namespace": ns, "name": "glm53-front-keys"},
+            string_data=secret_files,
+            opts=child,
+        )
+        digest = pulumi.Output.unsecret(
+            pulumi.Output.all(files, args.upstream).apply(lambda a: _digest({**a[0], "u": a[1]}))
+        )
+        selector = workload.labels(args.stack, "front")
+        projected = {
+            "sources": [
+                {"configMap": {"name": "glm53-front", "items": [
+                    {"key": CONF_FILE, "path": CONF_FILE}, {"key": "upstream.conf", "path": "rotation/upstream.conf"},
+                ]}},
+                {"secret": {"name": "glm53-front-keys"}},
+            ]
+        }  # fmt: skip
+        self.deployment = k8s.apps.v1.Deployment(
+            name,
+            metadata={"namespace": ns, "name": "glm53-front"},
+            spec={
+                "replicas": 1,
+                "selector": {"matchLabels": selector},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+                "template": {
+                    "metadata": {"labels": selector, "annotations": {"glm53/release": digest}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 60,
+                        "containers": [{
+                            "name": "nginx",
+                            "image": front.image,
+                            "imagePullPolicy": k8s_target.image_pull_policy,
+                            "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
+                            "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
+                            "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}],
+                            "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http", "scheme": scheme}, "periodSeconds": 2},
+                            "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", FRONT_QUIT]}}},
+                        }],
+                        "volumes": [{"name": "release", "projected": projected}],
+                    },
+                },
+            },
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[config_map, secret, *args.after])
+            ),
+        )  # fmt: skip
+        port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
+        if k8s_target.front_node_port is not None:
+            port["nodePort"] = k8s_target.front_node_port
+        self.service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata={
+                "namespace": ns,
+                "name": "glm53-front",
+                "annotations": workload.front_annotations(front),
+            },
+            spec={
+                "type": "NodePort" if k8s_target.front_node_port is not None else "ClusterIP",
+                "selector": selector,
+                "ports": [port],
+            },
+            opts=child,
+        )
+        self.register_outputs({})

@@ -1,0 +1,508 @@
+"""The front's ``nginx.conf`` and the files beside it: pure, proven against the real ``nginx``.
+
+``render_front_files`` is every file of one release (``nginx.conf`` from
+``components/host/templates/nginx.conf``, the key maps and the TLS pair), as ``NginxReload`` delivers
+them (components/docker/nginx_front.py); ``render_nginx_conf`` is the same config as one self-contained
+file, for harnesses that run one ``nginx -c`` file. The tests run both through ``nginx``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+
+from components.config import ConfigError, FrontConfig, check_api_keys, check_metrics_keys
+from components.render.nginx_meter import (
+    DOCKER_DNS,
+    METER_RETURN_PORT,
+    USAGE_SHARES_FILE,
+    MeterRoute,
+    meter_conf,
+    shares_directive,
+)
+from components.render.openai_errors import openai_error
+from components.render.status_page import render_front_conf as render_status_page
+from components.render.template import render_file
+
+# The front's config volume, as its files name each other's paths (NginxReload delivers to it).
+CONF_ROOT = "/etc/nginx/glm"
+"""Mount point of the front's config volume: ``releases/<id>/`` and the ``current`` symlink."""
+ROTATION_DIR = f"{CONF_ROOT}/rotation"
+"""The replicas in rotation (components/docker/rotation.py): beside the releases, never part of one."""
+STATUS_DIR = f"{CONF_ROOT}/status"
+"""What the front's status port serves: ``rotation.prom``, written by the rotation (readable by
+nginx's workers, unlike the rotation's own files)."""
+CONTAINER_PORT = 8080
+"""Port Nginx listens on inside its container; the host port is ``glm:front.port``."""
+STATUS_PORT = 9146
+"""The front's status port: the rotation's state for the stack's Prometheus (``/metrics``). Never
+published: only containers on the stack's private network reach it."""
+STATUS_FILE = f"{STATUS_DIR}/rotation.prom"
+CONF_FILE = "nginx.conf"
+API_KEYS_FILE = "api-keys.map"
+METRICS_KEYS_FILE = "metrics-keys.map"
+TLS_CERT = "tls.crt"
+TLS_KEY = "tls.key"
+"""File names inside a release directory; nginx.conf refers to the others by these relative names."""
+FRONT_SNIPPET = "replica-guard-auth.conf"
+"""With several hosts: the replica key the front sends (and, with TLS, how it verifies the guards)."""
+FRONT_TRUST = "replica-guard-ca.crt"
+"""With several hosts and TLS: the replica certificate the front pins."""
+SECRET_FILES = (
+    API_KEYS_FILE,
+    METRICS_KEYS_FILE,
+    TLS_CERT,
+    TLS_KEY,
+    FRONT_SNIPPET,
+    FRONT_TRUST,
+    USAGE_SHARES_FILE,
+)
+
+# vLLM binds its port while the weights load but refuses connections until the engine is up
+# (SPEC §3). On a private Docker network a healthy connect takes well under a millisecond, so a
+# short connect timeout turns "loading" or "down" into a fast JSON 503 instead of a hanging client.
+UPSTREAM_CONNECT_TIMEOUT_SECONDS = 2
+# vLLM's uvicorn drops idle keep-alive connections after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE). Nginx
+# must give them up first, or it may send a POST on a socket uvicorn is closing and answer 502.
+UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
+HEALTH_READ_TIMEOUT_SECONDS = 5
+UPSTREAM_MAX_FAILS = 2
+UPSTREAM_FAIL_TIMEOUT_SECONDS = 30
+"""A replica in rotation that refuses connections twice within 30 s is skipped for 30 s (A100
+seed §6.2): the safety net for a crash between two probes. A roll never waits for it: the rotation
+takes a replica out before it is replaced (components/docker/rotation.py)."""
+NEXT_UPSTREAM_TRIES = 3
+"""A request refused before an answer began is tried on at most this many replicas."""
+NO_REPLICA_PLACEHOLDER = "127.0.0.1:9"
+"""The ``down`` server that keeps ``upstream vllm`` valid while no replica is in rotation."""
+WORKER_PROCESSES = 4
+"""LLM traffic is a few hundred long-lived streams; ``auto`` would start one worker per host core."""
+OLD_WORKER_GRACE_SECONDS = 900
+"""``worker_shutdown_timeout``: after a reload, requests already in flight (a removed key's streams
+included) may run this long on the old workers; longer ones are closed then."""
+INFERENCE_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses")
+"""The only paths the front forwards (exact matches). vLLM also serves LoRA loading, scoring,
+tokenizing, dev and profiler routes, some of them without its own key check (SPEC §6)."""
+
+_UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
+
+
+_ACCESS_LOG_FIELDS = {
+    "time": "$time_iso8601",
+    "client": "$api_client$metrics_log_client",
+    "remote_addr": "$remote_addr",
+    "request_id": "$request_id",
+    "method": "$request_method",
+    "uri": "$uri",
+    "status": "$status",
+    "request_length": "$request_length",
+    "bytes_sent": "$bytes_sent",
+    "request_time": "$request_time",
+    "upstream_addr": "$upstream_addr",
+    "upstream_status": "$upstream_status",
+    "upstream_connect_time": "$upstream_connect_time",
+    "upstream_header_time": "$upstream_header_time",
+    "upstream_response_time": "$upstream_response_time",
+    "user_agent": "$http_user_agent",
+}
+"""One JSON object per request. ``$uri`` (not ``$request``) keeps query strings out; the key never
+appears, only the client name it maps to."""
+
+
+def _key_regex(key: str) -> str:
+    """A case-sensitive, anchored PCRE for ``Authorization: Bearer <key>``.
+
+    Nginx ``map`` matches plain strings case-insensitively, which would accept ``SK-ABC`` for
+    ``sk-abc``; a ``~`` regex is case-sensitive. Of the b64token characters only ``.`` and ``+``
+    mean something in a regex; they become one-character classes (no backslashes in nginx.conf).
+    """
+    escaped = key.replace(".", "[.]").replace("+", "[+]")
+    return f"~^Bearer {escaped}$"
+
+
+def render_key_map(keys: Mapping[str, str]) -> str:
+    r"""The ``map`` entries of ``api-keys.map`` / ``metrics-keys.map``, sorted by name.
+
+    >>> render_key_map({"b": "sk-b", "a": "sk.a"})
+    '"~^Bearer sk[.]a$" "a";\n"~^Bearer sk-b$" "b";\n'
+    """
+    return "".join(f'"{_key_regex(keys[name])}" "{name}";\n' for name in sorted(keys))
+
+
+def _log_format() -> str:
+    log_format = json.dumps(_ACCESS_LOG_FIELDS, separators=(",", ":"))
+    for numeric in ("status", "request_length", "bytes_sent", "request_time"):
+        log_format = log_format.replace(f'"${numeric}"', f"${numeric}")
+    return log_format
+
+
+def _errors(front: FrontConfig) -> dict[str, str]:
+    rate = front.rate_limit
+    return {
+        "invalid_api_key": openai_error(
+            "Invalid or missing API key. Send the header `Authorization: Bearer <your key>`.",
+            "invalid_api_key",
+        ),
+        # /metrics and /version: an inference key holder is told which key it needs.
+        "invalid_metrics_key": openai_error(
+            "Invalid or missing metrics key: /metrics and /version take a metrics key (glm:metricsKeys), "
+            "not an inference key (glm:apiKeys). Send the header `Authorization: Bearer <metrics key>`; "
+            "the stack adds one with `pulumi config set --secret --path glm:metricsKeys.<name> <key>` "
+            "(docs/front-and-alerts.md).",
+            "invalid_api_key",
+        ),
+        "method_not_allowed": openai_error("Only GET is allowed here.", "method_not_allowed"),
+        "request_too_large": openai_error(
+            f"Request body is larger than the {front.max_body_size} this endpoint accepts.",
+            "request_too_large",
+        ),
+        "rate_limited": openai_error(
+            f"Rate limit exceeded: {rate.requests_per_second} requests/s (burst {rate.burst}) and "
+            f"{rate.connections_per_key} at once per API key; {rate.unauthenticated_requests_per_second} "
+            f"requests/s and {rate.connections_per_address} at once per address without one. Retry shortly.",
+            "rate_limit_exceeded",
+            "requests",
+        ),
+        "upstream_unavailable": openai_error(
+            "The model server is not reachable: it is starting (loading weights takes minutes) "
+            "or down. Retry later.",
+            "upstream_unavailable",
+            "server_error",
+        ),
+        "upstream_timeout": openai_error(
+            "The model server did not answer in time.", "upstream_timeout", "server_error"
+        ),
+        "not_found": openai_error(
+            "Not found. This endpoint serves only " + ", ".join(INFERENCE_ROUTES) + ".",
+            "not_found",
+        ),
+        "query_string_not_allowed": openai_error(
+            "Query strings are not accepted: the OpenAI API takes its parameters in the JSON body.",
+            "query_string_not_allowed",
+        ),
+        "bad_request": openai_error(
+            "Bad request: malformed HTTP, or a header (such as Authorization) sent twice.", "bad_request"
+        ),
+        "header_too_large": openai_error("Request header or cookie too large.", "request_header_too_large"),
+    }
+
+
+TLS12_CIPHERS = ":".join(
+    [
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        "ECDHE-RSA-CHACHA20-POLY1305",
+    ]
+)
+"""Mozilla's "intermediate" TLS 1.2 suites (ssl-config.mozilla.org, guideline 5.7) less the DHE
+ones, which need a dhparam file: forward secrecy and AEAD only, no SHA-1 or CBC suite. TLS 1.3's
+suites are all modern and not set by ``ssl_ciphers``."""
+
+
+def render_server_tls(certificate: str, key: str) -> str:
+    """The ``server`` block's TLS lines, the front's and the guards' alike: TLS 1.2+ with
+    ``TLS12_CIPHERS`` only and no session tickets (forward secrecy for resumed sessions too)."""
+    values = {"certificate": certificate, "key": key, "ciphers": TLS12_CIPHERS}
+    return render_file("nginx-ssl.conf", values).rstrip("\n")
+
+
+def upstream_server(
+    address: str, *, max_fails: int | None = None, fail_timeout_seconds: int | None = None, down: bool = False
+) -> str:
+    """One ``server`` line of ``upstream vllm``, from every renderer: nginx.conf's inline replicas,
+    the rotation's file (templates/rotation.sh: ``address`` is the shell's ``$(cat "$f")``) and the
+    Kubernetes front's Service (components/kubernetes/front.py).
+
+    >>> upstream_server("10.0.0.2:8000", max_fails=0)
+    'server 10.0.0.2:8000 max_fails=0;'
+    >>> upstream_server(NO_REPLICA_PLACEHOLDER, down=True)
+    'server 127.0.0.1:9 down;'
+    """
+    parameters = [f"max_fails={max_fails}"] if max_fails is not None else []
+    parameters += [f"fail_timeout={fail_timeout_seconds}s"] if fail_timeout_seconds is not None else []
+    parameters += ["down"] if down else []
+    return " ".join(["server", address, *parameters]) + ";"
+
+
+def replica_server(address: str) -> str:
+    """A replica in rotation, skipped for a while after it fails (``UPSTREAM_MAX_FAILS``).
+
+    >>> replica_server("10.0.0.2:8000")
+    'server 10.0.0.2:8000 max_fails=2 fail_timeout=30s;'
+    """
+    return upstream_server(
+        address, max_fails=UPSTREAM_MAX_FAILS, fail_timeout_seconds=UPSTREAM_FAIL_TIMEOUT_SECONDS
+    )
+
+
+def _upstream_servers(upstream: Sequence[str] | None, rotation_dir: str) -> str:
+    """The ``upstream vllm`` block's servers: ``upstream`` inline (a one-file harness), or the
+    rotation's file, which lists only replicas whose gate passed (components/docker/rotation.py)."""
+    if upstream is None:
+        # A bracket makes the name a pattern, which may match nothing: before the first admission
+        # the placeholder alone keeps the block valid, and nginx answers the rotation's 503.
+        placeholder = upstream_server(NO_REPLICA_PLACEHOLDER, down=True)
+        return f"        {placeholder}\n        include {rotation_dir}/upstream.con[f];"
+    for server in upstream:
+        if not _UPSTREAM.fullmatch(server):
+            raise ValueError(f"upstream {server!r} is not host:port")
+    if len(upstream) == 1:
+        return f"        {upstream_server(upstream[0])}"
+    return "\n".join(f"        {replica_server(server)}" for server in upstream)
+
+
+def _rate_limits(front: FrontConfig) -> tuple[str, str]:
+    """The ``limit_*_zone`` lines (http) and the ``limit_*`` lines (server) of ``glm:front.rateLimit``.
+
+    Set once for the whole server, so every location counts: keyed requests per client name (one
+    key's burst cannot starve another), all others per client address (``$unauthenticated_address``
+    is empty for a valid API key, and a zone skips an empty key).
+    """
+    rate = front.rate_limit
+    if not rate.enabled:
+        return "", ""
+    zones = [
+        f"limit_req_zone $api_client zone=per_api_key:10m rate={rate.requests_per_second}r/s;",
+        "limit_req_zone $unauthenticated_address zone=per_address:10m "
+        f"rate={rate.unauthenticated_requests_per_second}r/s;",
+        "limit_conn_zone $api_client zone=connections_per_key:10m;",
+        "limit_conn_zone $unauthenticated_address zone=connections_per_address:10m;",
+    ]
+    limits = [
+        f"limit_req zone=per_api_key burst={rate.burst} nodelay;",
+        f"limit_req zone=per_address burst={rate.unauthenticated_burst} nodelay;",
+        "limit_req_status 429;",
+        f"limit_conn connections_per_key {rate.connections_per_key};",
+        f"limit_conn connections_per_address {rate.connections_per_address};",
+        "limit_conn_status 429;",
+    ]
+    return "\n".join(f"    {z}" for z in zones), "\n".join(f"        {line}" for line in limits)
+
+
+def _render(
+    front: FrontConfig,
+    upstream: Sequence[str] | None,
+    *,
+    api_key_entries: str,
+    metrics_key_entries: str,
+    tls_paths: tuple[str, str] | None,
+    listen: str,
+    runtime_dir: str,
+    rotation_dir: str = ROTATION_DIR,
+    guarded: bool = False,
+    status_listen: str = str(STATUS_PORT),
+    meter: MeterRoute | None = None,
+    meter_return_listen: str = str(METER_RETURN_PORT),
+    meter_shares: str | None = None,
+    prometheus: str | None = None,
+) -> str:
+    """``prometheus`` (host:port): the front serves the status page from it (components/render/status_page.py).
+    ``guarded``: replicas sit behind guards (several hosts): send the replica key and, with TLS,
+    speak TLS to them, pinning the stack's replica certificate. A release (``upstream`` None) also
+    serves the rotation's state on ``status_listen``. ``meter``: the inference routes go through the
+    usage meter, which sends them back to ``meter_return_listen``; ``meter_shares``: the share table
+    inline (a one-file harness), else the release's ``usage-shares.conf``."""
+    # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
+    # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
+    # `down`: never tried.
+    next_upstream = (
+        "\n        proxy_next_upstream error timeout non_idempotent;"
+        f"\n        proxy_next_upstream_tries {NEXT_UPSTREAM_TRIES};"
+    )
+    zones, limits = _rate_limits(front)
+    # Exact locations: with a URI in proxy_pass, vLLM receives exactly the listed path (nginx
+    # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
+    scheme = "https" if guarded and tls_paths is not None else "http"
+    routes = "".join(
+        render_file("nginx-route.conf", {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
+    )
+    if meter is not None and not _UPSTREAM.fullmatch(meter.address):
+        raise ValueError(f"usage meter {meter.address!r} is not host:port")
+    proxy = {
+        "upstream_credential": f"        include {FRONT_SNIPPET};"
+        if guarded
+        else '        proxy_set_header Authorization "";',
+        "upstream_connect_timeout": str(UPSTREAM_CONNECT_TIMEOUT_SECONDS),
+        "next_upstream": next_upstream,
+        "read_timeout": str(front.read_timeout_seconds),
+        "send_timeout": str(front.send_timeout_seconds),
+    }
+    proxy_settings = ""
+    meter_resolver = meter_return = ""
+    if meter is not None:
+        parts = meter_conf(front, meter, shares=meter_shares, proxy=proxy, routes=INFERENCE_ROUTES,
+                           scheme=scheme, return_listen=meter_return_listen, errors=_errors(front),
+                           rotation_dir=rotation_dir if upstream is None else None)  # fmt: skip
+        proxy_settings, meter_resolver, meter_return, routes = (
+            parts.headers, parts.replicas + parts.resolver, parts.return_server, parts.routes
+        )  # fmt: skip
+    proxy_settings = render_file("nginx-proxy.conf", {**proxy, "meter_headers": proxy_settings}).rstrip("\n")
+    ssl = render_server_tls(*tls_paths) if tls_paths is not None else ""
+    if prometheus is not None and not _UPSTREAM.fullmatch(prometheus):
+        raise ValueError(f"prometheus {prometheus!r} is not host:port")
+    status_maps, status_routes = (
+        render_status_page(prometheus, DOCKER_DNS) if prometheus is not None else ("", "")
+    )
+    values = {
+        "worker_processes": str(WORKER_PROCESSES),
+        "worker_shutdown_timeout": str(OLD_WORKER_GRACE_SECONDS),
+        "runtime_dir": runtime_dir,
+        "log_format": _log_format(),
+        "api_keys": api_key_entries.rstrip("\n"),
+        "metrics_keys": metrics_key_entries.rstrip("\n"),
+        "rate_limit_zones": zones,
+        "rate_limits": limits,
+        "upstream_servers": _upstream_servers(upstream, rotation_dir),
+        "upstream_scheme": scheme,
+        "proxy_settings": proxy_settings,
+        "meter_upstream": meter_resolver,
+        "meter_return_server": meter_return,
+        "no_replica_reason": f"        include {rotation_dir}/reason.ma[p];" if upstream is None else "",
+        "keepalive": str(front.keepalive),
+        "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
+        "listen": f"{listen} ssl" if tls_paths is not None else listen,
+        "ssl": ssl,
+        "max_body_size": front.max_body_size,
+        "health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS),
+        "routes": routes,
+        "status_page_maps": status_maps.rstrip("\n"),
+        "status_page_routes": status_routes.rstrip("\n"),
+        "status_server": render_file(
+            "nginx-status.conf", {"status_listen": status_listen, "status_file": STATUS_FILE}
+        )
+        if upstream is None
+        else "",
+        **{f"error_{code}": body for code, body in _errors(front).items()},
+    }
+    return render_file("nginx.conf", values)
+
+
+def _indented(entries: str) -> str:
+    return "".join(f"        {line}\n" for line in entries.splitlines())
+
+
+def _check_keys(api_keys: Mapping[str, str], metrics_keys: Mapping[str, str]) -> None:
+    """Checked at config load too; a render never writes a key nginx.conf cannot hold."""
+    problems = check_api_keys(api_keys) + check_metrics_keys(metrics_keys, api_keys)
+    if problems:
+        raise ConfigError("\n".join(problems))
+
+
+def render_release_conf(
+    front: FrontConfig,
+    tls: bool = False,
+    *,
+    listen: str = str(CONTAINER_PORT),
+    runtime_dir: str = "/tmp",
+    rotation_dir: str = ROTATION_DIR,
+    guarded: bool = False,
+    status_listen: str = str(STATUS_PORT),
+    meter: MeterRoute | None = None,
+    meter_return_listen: str = str(METER_RETURN_PORT),
+    prometheus: str | None = None,
+) -> str:
+    """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it, and
+    no replica either: the rotation (components/docker/rotation.py) lists those that passed their gate."""
+    return _render(
+        front,
+        None,
+        api_key_entries=f"        include {API_KEYS_FILE};",
+        metrics_key_entries=f"        include {METRICS_KEYS_FILE};",
+        tls_paths=(TLS_CERT, TLS_KEY) if tls else None,
+        listen=listen,
+        runtime_dir=runtime_dir,
+        rotation_dir=rotation_dir,
+        guarded=guarded,
+        status_listen=status_listen,
+        meter=meter,
+        meter_return_listen=meter_return_listen,
+        prometheus=prometheus,
+    )
+
+
+def render_front_files(
+    front: FrontConfig,
+    api_keys: Mapping[str, str],
+    metrics_keys: Mapping[str, str] | None = None,
+    tls_pair: tuple[str, str] | None = None,
+    *,
+    listen: str = str(CONTAINER_PORT),
+    runtime_dir: str = "/tmp",
+    rotation_dir: str = ROTATION_DIR,
+    replica_files: Mapping[str, str] | None = None,
+    status_listen: str = str(STATUS_PORT),
+    meter: MeterRoute | None = None,
+    meter_return_listen: str = str(METER_RETURN_PORT),
+    prometheus: str | None = None,
+) -> dict[str, str]:
+    """Every file of one front release, by name: what ``NginxReload`` delivers.
+
+    ``nginx.conf`` holds no secret: it includes ``api-keys.map``/``metrics-keys.map`` and names
+    ``tls.crt``/``tls.key`` by relative path, which nginx resolves against the conf's directory.
+    ``tls_pair`` is (certificate PEM, key PEM) and turns TLS on.
+    """
+    metrics_keys = metrics_keys or {}
+    _check_keys(api_keys, metrics_keys)
+    files = {
+        CONF_FILE: render_release_conf(
+            front,
+            tls=tls_pair is not None,
+            listen=listen,
+            runtime_dir=runtime_dir,
+            rotation_dir=rotation_dir,
+            guarded=replica_files is not None,
+            status_listen=status_listen,
+            meter=meter,
+            meter_return_listen=meter_return_listen,
+            prometheus=prometheus,
+        ),
+        API_KEYS_FILE: render_key_map(api_keys),
+        METRICS_KEYS_FILE: render_key_map(metrics_keys),
+    }
+    if meter is not None:
+        files[USAGE_SHARES_FILE] = shares_directive(front, sorted(api_keys), meter)
+    if tls_pair is not None:
+        files[TLS_CERT], files[TLS_KEY] = tls_pair
+    files.update(replica_files or {})
+    return files
+
+
+def render_nginx_conf(
+    front: FrontConfig,
+    upstream: str | Sequence[str],
+    api_keys: Mapping[str, str],
+    tls: bool = False,
+    *,
+    metrics_keys: Mapping[str, str] | None = None,
+    listen: str = str(CONTAINER_PORT),
+    runtime_dir: str = "/tmp",
+    tls_dir: str = "/etc/nginx/tls",
+    meter: MeterRoute | None = None,
+    meter_return_listen: str = str(METER_RETURN_PORT),
+    prometheus: str | None = None,
+) -> str:
+    """The same config as one self-contained file, keys inline (what nginx sees once it has read
+    the includes): for harnesses that run one ``nginx -c`` file, such as the gate's tests.
+
+    ``upstream`` is vLLM's ``host:port`` (``vllm:8000``); ``tls_dir`` holds ``tls.crt``/``tls.key``;
+    ``meter``: the usage meter, which sends requests back to ``meter_return_listen``.
+    """
+    metrics_keys = metrics_keys or {}
+    _check_keys(api_keys, metrics_keys)
+    return _render(
+        front,
+        [upstream] if isinstance(upstream, str) else list(upstream),
+        api_key_entries=_indented(render_key_map(api_keys)),
+        metrics_key_entries=_indented(render_key_map(metrics_keys)),
+        tls_paths=(f"{tls_dir}/{TLS_CERT}", f"{tls_dir}/{TLS_KEY}") if tls else None,
+        listen=listen,
+        runtime_dir=runtime_dir,
+        meter=meter,
+        meter_return_listen=meter_return_listen,
+        meter_shares=shares_directive(front, sorted(api_keys), meter) if meter else None,
+        prometheus=prometheus,
+    )

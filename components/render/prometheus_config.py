@@ -1,0 +1,209 @@
+"""Prometheus' own files: what it is built from (``ScrapeSpec``), where its files live in the
+container, and ``prometheus.yml``, which tells it what to scrape.
+
+The Docker component (components/docker/prometheus_scrape.py) and the Kubernetes one
+(components/kubernetes/monitoring.py) share the paths, the flags and the YAML both files are written in;
+the alert rules are in components/render/prometheus_rules.py. The render functions are pure; the tests
+run them through the real ``promtool``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import yaml
+
+from components import semantic_probe
+from components.config import (
+    ContainerConfig,
+    HostConfig,
+    MonitoringConfig,
+    SemanticProbeConfig,
+    ServingConfig,
+    SmokeConfig,
+    StackConfig,
+    semantic_probe_runs,
+)
+from components.config.edge import UsageMeterConfig
+from components.hardware import HardwareFacts
+
+DEFAULT_JOB = "vllm"
+ROTATION_JOB = "front-rotation"
+"""The front's status port: which replicas are in rotation, and their gate and ejection history."""
+METER_JOB = "usage-meter"
+"""The usage meter: requests, tokens and latency per API key name (components/docker/usage_meter.py)."""
+CONFIG_PATH = "/etc/prometheus/prometheus.yml"
+RULES_PATH = "/etc/prometheus/rules.yml"
+SCRAPE_KEY_PATH = "/etc/prometheus/scrape-key"
+REPLICA_CA_PATH = "/etc/prometheus/replica-ca.crt"
+"""With several hosts: the guards' scrape key (and, with TLS, the pinned certificate). The scrape
+key reads /metrics, /version and /health; the guards refuse it on every inference route."""
+CONTAINER_PORT = 9090
+DATA_PATH = "/prometheus"
+"""The image's TSDB ``VOLUME``: an anonymous volume that goes with the container. Series restart
+when the container is replaced (any rule or config change); the alerts need only minutes of data."""
+
+# The official image's ENTRYPOINT is /bin/prometheus and its CMD the flags, so `command` holds
+# flags only. Replacing CMD drops the image's console-template flags, which the UI does not need.
+PROMETHEUS_FLAGS = [
+    f"--config.file={CONFIG_PATH}",
+    f"--storage.tsdb.path={DATA_PATH}",
+    f"--web.listen-address=:{CONTAINER_PORT}",
+]
+
+
+def container_name(container: ContainerConfig) -> str:
+    """Prometheus' Docker name (and host name on the stack's private network)."""
+    return f"{container.name}-prometheus"
+
+
+@dataclass(frozen=True)
+class ScrapeSpec:
+    """The slice of the stack Prometheus is built from: its own container and the facts its alert
+    rules name or threshold on."""
+
+    hardware: str
+    """The profile: the rule group is named after it, and VllmTargetDown's text names it."""
+    monitoring: MonitoringConfig
+    """Prometheus' image, port and scrape interval; the alert thresholds (``glm:monitoring``)."""
+    container: ContainerConfig
+    """The serving container: Prometheus' and the probe's containers are named after it, and its
+    log rotation and network mode apply to Prometheus too."""
+    host: HostConfig
+    """The host Prometheus runs on (the front's): its address is the UI's when the UI binds every
+    interface."""
+    serving: ServingConfig
+    """vLLM's ``--max-model-len``, ``--block-size`` and MTP drafts: what the KV-pool and MTP rules
+    check."""
+    engine_start_seconds: float | None
+    """How long an engine start took in the seeds on this hardware (None: not measured):
+    VllmTargetDown waits 20 % longer."""
+    semantic_probe: SemanticProbeConfig | None
+    """The semantic probe when the stack deploys it (Prometheus scrapes it and adds its alerts),
+    else None."""
+    smoke: SmokeConfig
+    """The arithmetic question and answer the probe asks, which its alert quotes."""
+    usage_meter: UsageMeterConfig
+    """The usage meter in the front's path (``glm:front.usageMeter``): Prometheus scrapes its port."""
+    facts: HardwareFacts
+    """The profile's facts: the latency objectives of the SLO alerts (components/render/slo_rules.py)."""
+
+    @classmethod
+    def of(cls, config: StackConfig) -> ScrapeSpec:
+        """What Prometheus and its alert rules read of ``config`` (the Docker and the Kubernetes
+        deployments build it alike; tests and benchmarks render the rules from it)."""
+        return cls(
+            hardware=config.hardware,
+            monitoring=config.monitoring,
+            container=config.container,
+            host=config.target.host,
+            serving=config.serving,
+            engine_start_seconds=config.facts.known_engine_start_seconds,
+            semantic_probe=config.semantic_probe if semantic_probe_runs(config) else None,
+            smoke=config.smoke,
+            usage_meter=config.front.usage_meter,
+            facts=config.facts,
+        )
+
+
+@dataclass(frozen=True)
+class GuardedScrape:
+    """How Prometheus reaches replicas behind their guards (components/docker/replica_guard.py)."""
+
+    key: pulumi.Output[str]
+    """The guards' scrape key (``GuardCredentials.scrape_key``), never the replica key the front sends."""
+    certificate: pulumi.Output[str] | None = None
+    tls_name: str | None = None
+    """The name the pinned certificate carries; None: plain HTTP to the guards."""
+
+
+def render_prometheus_config(
+    monitoring: MonitoringConfig,
+    target: str | dict[str, str],
+    job: str,
+    *,
+    rules_path: str = RULES_PATH,
+    probe_target: str | None = None,
+    guarded: GuardedScrape | None = None,
+    rotation_target: str | None = None,
+    meter_target: str | None = None,
+) -> str:
+    """``prometheus.yml``: scrape vLLM's ``/metrics`` at ``target`` (host:port), the semantic
+    probe's at ``probe_target`` when there is one, the front's rotation at ``rotation_target``, and
+    load the rules.
+
+    Several replicas: ``target`` maps each host's name to its ``host:port``; its series carry
+    the label ``host``. ``guarded``: the replicas answer only their guards' keys; Prometheus holds
+    the scrape key. ``meter_target``: the usage meter's usage per key name (components/docker/usage_meter.py)."""
+    vllm: dict[str, Any] = {
+        "job_name": job,
+        "metrics_path": "/metrics",
+        "static_configs": [{"targets": [target]}]
+        if isinstance(target, str)
+        else [{"targets": [address], "labels": {"host": name}} for name, address in target.items()],
+    }
+    if guarded is not None:
+        vllm["authorization"] = {"type": "Bearer", "credentials_file": SCRAPE_KEY_PATH}
+        if guarded.tls_name is not None:
+            vllm["scheme"] = "https"
+            vllm["tls_config"] = {"ca_file": REPLICA_CA_PATH, "server_name": guarded.tls_name}
+    scrape_configs = [vllm]
+    if probe_target is not None:
+        scrape_configs.append(
+            {
+                "job_name": semantic_probe.SCRAPE_JOB,
+                "metrics_path": "/metrics",
+                "static_configs": [{"targets": [probe_target]}],
+            }
+        )
+    if rotation_target is not None:
+        scrape_configs.append(
+            {
+                "job_name": ROTATION_JOB,
+                "metrics_path": "/metrics",
+                "static_configs": [{"targets": [rotation_target]}],
+            }
+        )
+    if meter_target is not None:
+        scrape_configs.append(
+            {
+                "job_name": METER_JOB,
+                "metrics_path": "/metrics",
+                "static_configs": [{"targets": [meter_target]}],
+            }
+        )
+    config = {
+        "global": {
+            "scrape_interval": monitoring.scrape_interval,
+            "evaluation_interval": monitoring.scrape_interval,
+        },
+        "rule_files": [rules_path],
+        "scrape_configs": scrape_configs,
+    }
+    return to_yaml(config)
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (PromQL) as literal blocks, so the file reads like hand-written rules."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def to_yaml(data: Any) -> str:
+    """Prometheus' YAML: keys in the order given, PromQL over several lines as a literal block.
+
+    >>> print(to_yaml({"expr": "up == 0\\n  or absent(up)", "for": "5m"}), end="")
+    expr: |-
+      up == 0
+        or absent(up)
+    for: 5m
+    """
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
