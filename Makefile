@@ -12,7 +12,7 @@ OPS = scripts/ops.sh
 	k8s-build k8s-start k8s-stop test-k8s
 up:        ## local stack from scratch to a passing smoke gate; STACK=a800: pulumi up of that stack
 	@if [ "$(STACK)" = local ]; then scripts/up.sh; else $(PULUMI) up -s $(STACK); fi
-test:      ## lint, type check, the whole test suite (what CI runs; 20-21 min on 2 cores, stop 41)
+test:      ## lint, type check, the whole test suite (what CI runs; 21-25 min on 2 cores, stops 41-42)
 	scripts/test.sh
 test-fast: ## lint, type check, unit, mocks, renderers on real nginx/promtool: after each change (~2 min)
 	scripts/test.sh --fast
