@@ -2,7 +2,7 @@
 no resource (issue 38: "every stack's rendered resources identical, or each difference explained").
 
     .venv/bin/python scripts/render_snapshot.py OUT.json      # then: diff two snapshots
-    .venv/bin/python scripts/render_snapshot.py --diff A.json B.json
+    .venv/bin/python scripts/render_snapshot.py --diff A.json B.json [--mask-hashes]
 
 Each committed profile stack, a three-host a800 stack and the Kubernetes kinds of
 ``tests/k8s_urns.py`` run through ``tests/conftest.py``'s mocks; every resource is kept as its URN
@@ -26,6 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+HASH = re.compile(r"\b[0-9a-f]{12,64}\b")
 PEM = re.compile(r"-----BEGIN [A-Z ]+-----.*?-----END [A-Z ]+-----\n?", re.S)
 
 
@@ -40,6 +41,19 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, bool | int | float):
         return value
     return f"<{type(value).__name__}>"
+
+
+def _masked(value: Any, key: str = "") -> Any:
+    """``--mask-hashes``: what is left of inputs once hashes over code are set aside (image tags over
+    their files, a gate's ``version``, the pickled ``__provider``): a refactor that moves code changes
+    those and nothing else."""
+    if key == "__provider":
+        return "<provider>"
+    if isinstance(value, dict):
+        return {k: _masked(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return HASH.sub("<hash>", value) if isinstance(value, str) else value
 
 
 def snapshot() -> dict[str, dict[str, Any]]:
@@ -71,16 +85,23 @@ def snapshot() -> dict[str, dict[str, Any]]:
 def main() -> None:
     if sys.argv[1:2] == ["--diff"]:
         a, b = (json.loads(Path(p).read_text()) for p in sys.argv[2:4])
+        if "--mask-hashes" in sys.argv:
+            a, b = _masked(a), _masked(b)
+        differ = 0
         for kind in sorted(set(a) | set(b)):
             ra, rb = a.get(kind, {}), b.get(kind, {})
             for urn in sorted(set(ra) - set(rb)):
+                differ += 1
                 print(f"{kind}: only before: {urn}")
             for urn in sorted(set(rb) - set(ra)):
+                differ += 1
                 print(f"{kind}: only after: {urn}")
             for urn in sorted(set(ra) & set(rb)):
                 if ra[urn] != rb[urn]:
+                    differ += 1
                     keys = sorted(k for k in set(ra[urn]) | set(rb[urn]) if ra[urn].get(k) != rb[urn].get(k))
                     print(f"{kind}: inputs differ: {urn}: {', '.join(keys)}")
+        print(f"{differ} resources differ")
         return
     Path(sys.argv[1]).write_text(json.dumps(snapshot(), indent=1, sort_keys=True))
 
