@@ -69,6 +69,30 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def free_subnet() -> str:
+    """A /24 in 172.30.0.0/16 that no network of the Docker engine holds and no other test of this
+    run has claimed. The program's default, one of 250 derived from the container name, met another
+    stack's network under CI's parallel workers ("Pool overlaps with other one on this address
+    space", stop 43): claims are files made with O_EXCL in a folder the run's workers share."""
+    held = subprocess.run(
+        ["sh", "-c", "docker network inspect --format '{{range .IPAM.Config}}{{.Subnet}} {{end}}' "
+         "$(docker network ls -q)"],
+        capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    claims = Path(f"/tmp/glm53-subnets-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}")
+    claims.mkdir(exist_ok=True)
+    for third in range(1, 255):
+        subnet = f"172.30.{third}.0/24"
+        if subnet in held:
+            continue
+        try:
+            os.close(os.open(claims / f"172.30.{third}", os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            continue
+        return subnet
+    raise RuntimeError(f"every /24 of 172.30.0.0/16 is held or claimed ({claims})")
+
+
 @functools.cache
 def ssh_agent(project: Path) -> dict[str, str]:
     """One ssh-agent for each project copy, as ``scripts/pulumi.sh`` starts one for a run: the
@@ -190,6 +214,7 @@ class PulumiProject:
                 "glm:front.port": str(front_port),
                 "glm:monitoring.port": str(prometheus_port),
                 "glm:container.name": stack.container,
+                "glm:container.networkSubnet": free_subnet(),
                 **(config or {}),
             },
             secrets=secrets,

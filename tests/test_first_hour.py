@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.engine import PROJECT, engine_missing, free_port, stack_file_without_secrets
+from tests.engine import PROJECT, engine_missing, free_port, free_subnet, stack_file_without_secrets
 
 
 def apt_sources_uris() -> set[str]:
@@ -82,7 +82,8 @@ def test_make_up_on_a_fresh_clone_leaves_it_clean_and_the_key_line_works(tmp_pat
     env = {
         **os.environ,
         "GLM_STATE_DIR": str(state),
-        "GLM_SET": f"front.port={port} monitoring.port={free_port()} container.name={name}",
+        "GLM_SET": f"front.port={port} monitoring.port={free_port()} container.name={name} "
+        f"container.networkSubnet={free_subnet()}",
     }
     for var in ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE"):
         env.pop(var, None)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine import PROJECT, PulumiProject, _diagnostics, engine_missing, free_port
+from tests.engine import PROJECT, PulumiProject, _diagnostics, engine_missing, free_port, free_subnet
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 KEY = "sk-walk-3f9a1c7e5b2d8046a1c9e7f3"
@@ -161,7 +161,7 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
     env.pop("GLM_PULUMI", None)
     walker = User(root, env, f"glm53-walk-{port}")
     for key, value in {"glm:front.port": str(port), "glm:monitoring.port": str(free_port()),
-                       "glm:container.name": walker.name}.items():  # fmt: skip
+                       "glm:container.name": walker.name, "glm:container.networkSubnet": free_subnet()}.items():  # fmt: skip
         assert walker.pulumi("config", "set", "--path", key, value).returncode == 0
     assert walker.pulumi("config", "set", "--secret", "--path", "glm:apiKeys.walk", KEY).returncode == 0
     try:

@@ -31,7 +31,7 @@ from components.docker.nginx_reload import apply_release
 from components.gate import GateFailure, run_gate
 from components.render.status_page import render_page
 from tests.conftest import CONTAINER, PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
-from tests.engine import free_port
+from tests.engine import free_port, free_subnet
 
 LOCAL_IMAGES = [
     "glm53-local/python:bookworm",
@@ -134,7 +134,7 @@ def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
                 "usageMeter": {"enabled": True, "baseImage": "glm53-local/python:bookworm"},
             },
             "glm:monitoring": {"image": "glm53-local/prometheus:bookworm", "port": prometheus_port},
-            "glm:container": {"name": name},
+            "glm:container": {"name": name, "networkSubnet": free_subnet()},
         },
     )
     for image in ("-image-build", "-usage-meter-image"):  # the simulator, the usage meter

@@ -60,7 +60,13 @@ GATE_KEY_ENV = "GLM_GATE_KEY"
 """vLLM runs without a key behind the front; the gate's command line still wants one to send."""
 READINESS_REQUEST_TIMEOUT_SECONDS = 30
 STARTUP_PERIOD_SECONDS = 10
-LIVENESS_FAILURES = 3
+LIVENESS_PERIOD_SECONDS = 20
+LIVENESS_FAILURES = 6
+LIVENESS_TIMEOUT_SECONDS = 30
+"""Liveness kills a dead engine, never a slow node: two minutes of failed checks, each allowed 30 s.
+At 10 s / 3 failures / 10 s, the check's own Python start, starved of CPU on a loaded node, timed
+out on healthy pods and the kubelet killed their vLLM mid-roll (stop 43, load 24: 27 of 269 requests
+reset); GPUStack's probe restarting instances at peak load is the same failure (SPEC section 7)."""
 SERVING_CONTAINER = "vllm"
 GATE_CONTAINER = "gate"
 PREFLIGHT_CONTAINER = "preflight"
@@ -253,7 +259,12 @@ def serving_container(
             "periodSeconds": STARTUP_PERIOD_SECONDS,
             "failureThreshold": math.ceil(serving.load_deadline_seconds / STARTUP_PERIOD_SECONDS),
         },
-        "livenessProbe": {**health, "periodSeconds": 10, "failureThreshold": LIVENESS_FAILURES},
+        "livenessProbe": {
+            **health,
+            "timeoutSeconds": LIVENESS_TIMEOUT_SECONDS,
+            "periodSeconds": LIVENESS_PERIOD_SECONDS,
+            "failureThreshold": LIVENESS_FAILURES,
+        },
         "lifecycle": {"preStop": {"sleep": {"seconds": k8s.pre_stop_seconds}}},
         **ON_ERROR_LOGS,
     }
