@@ -172,7 +172,9 @@ def test_readiness_is_the_gate_against_the_pod_not_health(on_k8s: dict[str, Depl
     # Liveness kills a dead engine, not a slow node: at 10 s x 3 its own Python start timed out on
     # healthy pods at load 24 on 2 cores and the kubelet killed vLLM mid-roll (stop 43's run 11).
     liveness = vllm["livenessProbe"]
-    assert liveness["timeoutSeconds"] >= 30 and liveness["periodSeconds"] * liveness["failureThreshold"] >= 120
+    assert (
+        liveness["timeoutSeconds"] >= 30 and liveness["periodSeconds"] * liveness["failureThreshold"] >= 120
+    )
     probe = container(on_k8s["a800"], "gate")["readinessProbe"]["exec"]["command"]
     assert probe[:3] == ["python3", "-m", "components.gate"]
     args = dict(zip(probe[3::2], probe[4::2], strict=True))
