@@ -31,6 +31,7 @@ from components.docker.target import docker_ssh_opts
 from components.docker.vllm_server import ServingSpec
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
 from components.gate.container import watch_params
+from components.gate.messages import LookAt
 from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
 from components.profiles import PROFILES
@@ -215,6 +216,9 @@ class SmokeTestArgs(GateArgs):
     """The front's config, image and key names (``NginxFront.fingerprint``): a change re-runs the gate."""
     tls: EndpointTls | None = None
     """The name the front's certificate carries and what to trust (components/front_tls.py)."""
+    look_at: LookAt | None = None
+    """What the gate's failures name to see the serving container: the target's own commands
+    (kubectl's on Kubernetes); unset, Docker's for the serving container."""
 
 
 def gate_params(
@@ -227,12 +231,15 @@ def gate_params(
     front_fingerprint: pulumi.Input[str] | None = None,
     host: HostConfig | None = None,
     tls: EndpointTls | None = None,
+    look_at: LookAt | None = None,
 ) -> dict[str, Any]:
     """The gate's inputs except the key: deterministic (sorted, no timestamps or random values),
     so a ``pulumi preview`` after ``pulumi up`` shows no change. With ``host`` (where the serving
     container runs), the gate follows the container's log while it waits and fails as soon as the
     container stops (``container_watch``: not a gate input, a new host key does not re-run it).
-    ``tls``: the endpoint's certificate name and trust, when its address is not that name."""
+    ``tls``: the endpoint's certificate name and trust, when its address is not that name.
+    ``look_at``: the commands the failures name, when the target is not a Docker host (not a gate
+    input either: new commands do not re-run it)."""
     settings = {**smoke.model_dump(mode="json"), "request_timeout_seconds": REQUEST_TIMEOUT_SECONDS}
     params: dict[str, Any] = {
         "container_name": serving.container.name,
@@ -258,6 +265,8 @@ def gate_params(
         params["container_watch"] = watch_params(serving.container.name, host.docker_host, ssh, facts)
     if tls is not None:
         params["tls"] = tls.params()
+    if look_at is not None:
+        params["look_at"] = look_at.params()
     if front_fingerprint is not None:
         # Anything between a client and the model changed (nginx.conf, image, key names, TLS): re-run.
         params["front_fingerprint"] = front_fingerprint
@@ -319,7 +328,7 @@ class SmokeTest(GateComponent):
         super().__init__("glm:smoke:SmokeTest", name, None, opts)
         params = gate_params(
             args.serving, args.smoke, args.front_url, args.image_ref, args.metrics_url, args.container_id,
-            args.front_fingerprint, args.host, args.tls,
+            args.front_fingerprint, args.host, args.tls, args.look_at,
         )  # fmt: skip
         if args.metrics_key is not None:
             params["metrics_key"] = pulumi.Output.secret(args.metrics_key)

@@ -20,6 +20,14 @@ from components.gate.checks import REQUEST_TIMEOUT_SECONDS, GateFailure, run_gat
 from components.gate.settings import ALL_SMOKE_STEPS
 from components.gate.tls import EndpointTls
 
+LOOK_AT = {
+    "logs": "the command that shows the serving container's log (default: docker logs)",
+    "running": "the command that lists what runs, the front among it (default: docker ps)",
+    "inspect": "the command that shows the serving container as it runs, its argv among it "
+    "(default: docker inspect)",
+}
+"""The gate's ``look_at`` parameter (``LookAt.params``) as ``--look-at-<name>`` options."""
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
@@ -62,6 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="with --tls-name: trust the PEM certificates in this file alone (glm:front.tlsCaCertificate); "
         "default: the system's CAs",
     )
+    look_at = parser.add_argument_group(
+        "where a failure sends you", "the serving container's target's own commands: all three, or none"
+    )
+    for name, what in LOOK_AT.items():
+        look_at.add_argument(f"--look-at-{name}", metavar="COMMAND", help=what)
     # glm:smoke's questions and answer; unset: its defaults (13x17 -> 221, the weather in Paris).
     parser.add_argument("--prompt", help="the arithmetic question (glm:smoke.prompt)")
     parser.add_argument("--expected-answer", help="its exact answer (glm:smoke.expectedAnswer)")
@@ -85,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [s for s in steps if s not in ALL_SMOKE_STEPS]:
         print(f"error: unknown steps {unknown}; known: {', '.join(ALL_SMOKE_STEPS)}", file=sys.stderr)
         return 2
+    look_at = {name: value for name in LOOK_AT if (value := getattr(args, f"look_at_{name}")) is not None}
+    if look_at and len(look_at) < len(LOOK_AT):
+        print(f"error: give all of {', '.join(f'--look-at-{n}' for n in LOOK_AT)}, or none", file=sys.stderr)
+        return 2
     params = {
         "endpoint": args.endpoint,
         "metrics_url": args.metrics_url,
@@ -106,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             },
         },
     }
+    if look_at:
+        params["look_at"] = look_at
     if args.tls_name:
         ca_file = args.tls_ca_file
         params["tls"] = EndpointTls(

@@ -50,8 +50,9 @@ def run_gate(
 
     ``params`` are the resource inputs without the key: ``endpoint`` (front URL ending in ``/v1``),
     ``served_name``, ``max_model_len``, ``flags``, optional ``metrics_url`` and ``container_name``,
-    and ``smoke`` (``SmokeConfig`` fields plus ``request_timeout_seconds``). Without
-    ``served_name``/``max_model_len`` (the command line), the models step takes what is listed.
+    optional ``look_at`` (the commands failures name: ``LookAt.params``; without it, Docker's for
+    ``container_name``), and ``smoke`` (``SmokeConfig`` fields plus ``request_timeout_seconds``).
+    Without ``served_name``/``max_model_len`` (the command line), the models step takes what is listed.
     """
     run = GateRun(params, api_key, progress, metrics_key)
     try:

@@ -1,7 +1,7 @@
 """What the gate says: the failure of a step, and the excerpts and hints its messages quote.
 
-Pure functions of what came back and of the serving container's flags; no I/O but the progress
-line on stderr.
+Pure functions of what came back, of the serving container's flags and of where its target shows
+it (:class:`LookAt`); no I/O but the progress line on stderr.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 EXCERPT_CHARS = 300
@@ -25,6 +26,50 @@ class GateFailure(Exception):
         super().__init__(f"smoke gate failed at step '{step}': {message}")
         self.step = step
         self.message = message
+
+
+@dataclass(frozen=True)
+class LookAt:
+    """The commands a failure names for seeing the serving container, on its target: a Docker
+    host's by default (:meth:`docker`), or those the stack passed (``look_at``: kubectl's on Kubernetes).
+
+    >>> LookAt.docker("glm53-flash-local").log_of
+    'the log of glm53-flash-local'
+    >>> LookAt("kubectl -n glm logs deploy/glm53-vllm -c vllm", "kubectl -n glm get pods", "…").log_of
+    "the serving container's log (kubectl -n glm logs deploy/glm53-vllm -c vllm)"
+    """
+
+    logs: str
+    """The serving container's log: ``docker logs <container>``."""
+    running: str
+    """What runs, the front among it: ``docker ps``."""
+    inspect: str
+    """The serving container as it runs, its argv among it: ``docker inspect <container>``."""
+    container: str | None = None
+    """The Docker container the commands name: a message then says ``the log of <container>``."""
+
+    @classmethod
+    def docker(cls, container: str) -> LookAt:
+        return cls(f"docker logs {container}", "docker ps", f"docker inspect {container}", container)
+
+    @classmethod
+    def of(cls, params: Mapping[str, Any]) -> LookAt:
+        """The gate's ``look_at`` parameter when given, else Docker's commands for ``container_name``."""
+        given = params.get("look_at")
+        if given:
+            return cls(str(given["logs"]), str(given["running"]), str(given["inspect"]))
+        return cls.docker(params.get("container_name") or "the serving container")
+
+    @property
+    def log_of(self) -> str:
+        """The serving container's log as a sentence names it."""
+        return (
+            f"the log of {self.container}" if self.container else f"the serving container's log ({self.logs})"
+        )
+
+    def params(self) -> dict[str, str]:
+        """The gate's ``look_at`` parameter."""
+        return {"inspect": self.inspect, "logs": self.logs, "running": self.running}
 
 
 def stderr_progress(line: str) -> None:

@@ -74,7 +74,7 @@ def _poll_ready(run: GateRun, url: str, deadline: float, watch: ContainerWatch |
                 + (f"{answered} (the last poll: {last})" if answered and answered != last else last)
                 + ". vLLM refuses connections "
                 "while the weights load and the engine starts (normal: 632 s load on rtx5090, "
-                f"5.5 min init on a800). Look at: docker logs {run.container} (still loading, or "
+                f"5.5 min init on a800). Look at: {run.look_at.logs} (still loading, or "
                 "crashed?), VLLM_ENGINE_READY_TIMEOUT_S, and raise glm:smoke.deadlineSeconds if "
                 "the load is simply slow."
                 + (f" The container's log was at: {watch.status()}." if watch and watch.status() else ""),

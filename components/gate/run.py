@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from components.gate.messages import Progress
+from components.gate.messages import LookAt, Progress
 from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
 from components.gate.transport import REQUEST_TIMEOUT_SECONDS, Transport
@@ -57,7 +57,8 @@ class GateRun:
         self.flags: dict[str, str | bool] = {
             str(k): v if v is True else str(v) for k, v in (p.get("flags") or {}).items()
         }
-        self.container = p.get("container_name") or "the serving container"
+        # What the failures name to see the serving container: its target's own commands.
+        self.look_at = LookAt.of(p)
         # Where the serving container runs (components/gate/container.py): its log while loading.
         self.watch_spec: dict[str, Any] | None = p.get("container_watch") or None
         self.prompt = str(smoke["prompt"])
@@ -77,7 +78,7 @@ class GateRun:
         self.results: dict[str, Any] = {}
         tls = EndpointTls.from_params(p.get("tls"))
         self.transport = Transport(
-            self.endpoint, self.container, self.timeout, tls, self.metrics_url, metrics_key
+            self.endpoint, self.look_at, self.timeout, tls, self.metrics_url, metrics_key
         )
         self.start = time.monotonic()
 

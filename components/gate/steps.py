@@ -111,7 +111,7 @@ def check_models(run: GateRun) -> None:
             "models",
             f"{run.served_name!r} reports max_model_len {reported} but the stack configures "
             f"{run.max_model_len} (glm:serving.maxModelLen). Look at: the running container's "
-            f"argv (docker inspect {run.container}): an old container, or vLLM capped the length.",
+            f"argv ({run.look_at.inspect}): an old container, or vLLM capped the length.",
         )
     run.results["model_root"] = entry.get("root")
 
@@ -137,7 +137,7 @@ def _chat(run: GateRun, step: str, body: dict[str, Any]) -> tuple[dict[str, Any]
         if status == 400:
             hint = " A 400 means vLLM rejected a field: look at glm:smoke.chatTemplateKwargs and the parser flags."
         elif status >= 500:
-            hint = f" Look at: docker logs {run.container} (engine error?)."
+            hint = f" Look at: {run.look_at.logs} (engine error?)."
         raise GateFailure(step, f"{url} answered {status}: {excerpt(raw.decode(errors='replace'))}.{hint}")
     data = run.transport.json_body(step, url, status, raw)
     choices = data.get("choices") if isinstance(data, dict) else None
@@ -361,8 +361,8 @@ def _one_stream(run: GateRun, url: str, body: dict[str, Any]) -> tuple[list[floa
         raise GateFailure(
             "streaming",
             f"the SSE stream from {url} did not finish within {run.timeout:g} s "
-            f"({len(arrivals)} chunks so far). Look at: the front's proxy_read_timeout and the log "
-            f"of {run.container}.",
+            f"({len(arrivals)} chunks so far). Look at: the front's proxy_read_timeout and "
+            f"{run.look_at.log_of}.",
         ) from None
     except httpx.HTTPError as err:
         raise GateFailure("streaming", f"the SSE stream from {url} broke: {describe(err)}") from None

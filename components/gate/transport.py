@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from components.gate.messages import NO_ANSWER, GateFailure, describe, excerpt
+from components.gate.messages import NO_ANSWER, GateFailure, LookAt, describe, excerpt
 from components.gate.metrics import kv_pools, parse_samples, total
 from components.gate.sse import DONE, MalformedChunk, chunk_deltas, chunk_error, delta_text, sse_events
 from components.gate.tls import EndpointTls
@@ -62,13 +62,13 @@ def within(seconds: float, call: Callable[[], T], until: Callable[[], bool] | No
 
 
 class Transport:
-    """The gate's client for one endpoint. ``container`` names the serving container in failures;
-    ``metrics_url`` and ``metrics_key`` let a request that hangs say what the engine is doing."""
+    """The gate's client for one endpoint. ``look_at`` is what its failures name to see the serving
+    container; ``metrics_url`` and ``metrics_key`` let a request that hangs say what the engine is doing."""
 
     def __init__(
         self,
         endpoint: str,
-        container: str,
+        look_at: LookAt,
         timeout: float,
         tls: EndpointTls | None,
         metrics_url: str | None,
@@ -77,7 +77,7 @@ class Transport:
         import httpx
 
         self.endpoint = endpoint
-        self.container = container
+        self.look_at = look_at
         self.timeout = timeout
         # A TLS endpoint reached by an address its certificate does not name (components/gate/tls.py).
         self.tls = tls
@@ -157,7 +157,7 @@ class Transport:
                 step,
                 f"{method} {url} {NO_ANSWER} {limit:g} s ({type(err).__name__}): the "
                 "server accepted the connection but did not answer. Look at: the serving container's "
-                f"log (docker logs {self.container}) and vLLM's queue{queue.get('now', '')}.",
+                f"log ({self.look_at.logs}) and vLLM's queue{queue.get('now', '')}.",
             ) from None
         except httpx.HTTPError as err:
             if (tls_failure := self.tls_failure(step, url, err)) is not None:
@@ -165,7 +165,7 @@ class Transport:
             raise GateFailure(
                 step,
                 f"{method} {url} failed: {describe(err)}. Look at: is the front up "
-                f"(docker ps), and the log of {self.container}.",
+                f"({self.look_at.running}), and {self.look_at.log_of}.",
             ) from None
         finally:
             watcher.cancel()
@@ -235,7 +235,7 @@ class Transport:
                             "streaming",
                             f"the engine sent an error in the middle of the SSE stream from {url}, after "
                             f"{len(arrivals)} chunks: {excerpt(error, 200)}. The front passed it through; "
-                            f"the engine failed the request. Look at: docker logs {self.container}.",
+                            f"the engine failed the request. Look at: {self.look_at.logs}.",
                         )
                     if any(delta_text(delta) for delta in chunk_deltas(chunk)):
                         arrivals.append(time.monotonic() - started)

@@ -78,3 +78,7 @@ def test_usage_errors_exit_2() -> None:
     assert unset.returncode == 2 and "$GATE_TEST_KEY is empty or unset" in unset.stderr
     bad_step = gate_cli("--endpoint", "http://127.0.0.1:9/v1", "--steps", "models,vibes")
     assert bad_step.returncode == 2 and "unknown steps ['vibes']" in bad_step.stderr
+    # A failure naming one target's log and another's list would send the user astray.
+    half = gate_cli("--endpoint", "http://127.0.0.1:9/v1", "--look-at-logs", "kubectl logs deploy/x")
+    assert half.returncode == 2
+    assert "give all of --look-at-logs, --look-at-running, --look-at-inspect, or none" in half.stderr
