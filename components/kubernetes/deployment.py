@@ -227,6 +227,7 @@ def _front_gate_args(
         metrics_url=smoke.metrics_url or front_url.removesuffix("/v1") + "/metrics",
         metrics_key=keys.gate_metrics,
         tls=tls,
+        look_at=pods.look_at,
         # A new pod template (any serving change) or a new front re-runs the gate.
         container_id=pulumi.Output.all(
             pods.deployment.metadata.generation, front.deployment.metadata.generation

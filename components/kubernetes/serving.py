@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig
 from components.docker.vllm_server import ServingSpec
+from components.gate.messages import LookAt
 from components.kubernetes import workload
 from components.kubernetes.guard import GUARD_VOLUME, PodGuard, guard_container
 from components.kubernetes.roll import RollWatch, RollWatchArgs
@@ -25,6 +26,19 @@ ROLLOUT_MARGIN_SECONDS = 120
 SERVING_NAME = "glm53-vllm"
 """The serving Deployment's and Service's name in the namespace."""
 SKIP_AWAIT = "pulumi.com/skipAwait"
+
+
+def where_to_look(namespace: str, selector: str) -> LookAt:
+    """What a gate's failure names on the cluster, kubectl in the stack's namespace: the serving
+    container's log, the stack's pods (the front's among them), and the serving pods as they run
+    (each one's argv, image and events: an old pod still serving shows there). ``selector``: the
+    serving pods' labels, as ``-l`` takes them."""
+    kubectl = f"kubectl -n {namespace}"
+    return LookAt(
+        logs=f"{kubectl} logs deploy/{SERVING_NAME} -c {workload.SERVING_CONTAINER}",
+        running=f"{kubectl} get pods",
+        inspect=f"{kubectl} describe pods -l {selector}",
+    )
 
 
 class JitCache(pulumi.ComponentResource):
@@ -97,16 +111,20 @@ class ServingPods(pulumi.ComponentResource):
     """Done when the pods of the current template are rolled out; ``up`` fails when one failed."""
     service: k8s.core.v1.Service
     """The pods' ClusterIP Service: the front's upstream."""
+    look_at: LookAt
+    """What a gate's failure names to see the pods (their readiness gate's, the front's gate's)."""
 
     def __init__(self, name: str, args: ServingPodsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("glm:k8s_serving:ServingPods", name, None, opts)
         pod, serving, k8s_target = args.pod, args.serving, args.k8s_target
         child = moved_from_root(self)
+        selector = ",".join(f"{k}={v}" for k, v in workload.labels(args.stack, "vllm").items())
+        self.look_at = where_to_look(k8s_target.namespace, selector)
 
         def spec(refs: list[Any]) -> dict[str, Any]:
             guard = (guard_container(k8s_target, pod.guard_image), GUARD_VOLUME, refs[2])
             return workload.serving_deployment_spec(
-                pod, serving, k8s_target, args.stack, refs[0], refs[1], guard
+                pod, serving, k8s_target, args.stack, refs[0], refs[1], guard, self.look_at
             )
 
         specs = pulumi.Output.all(args.serving_image, args.gate_image, args.guard.digest).apply(spec)
@@ -133,7 +151,7 @@ class ServingPods(pulumi.ComponentResource):
                 context=k8s_target.context,
                 namespace=k8s_target.namespace,
                 deployment=SERVING_NAME,
-                selector=",".join(f"{k}={v}" for k, v in workload.labels(args.stack, "vllm").items()),
+                selector=selector,
                 template=specs.apply(
                     lambda s: s["template"]["metadata"]["annotations"][workload.TEMPLATE_ANNOTATION]
                 ),

@@ -14,7 +14,8 @@ pulumi-kubernetes unchanged. What differs from a Docker host, and why:
   drain, inside ``terminationGracePeriodSeconds``; a roll never needs a spare box (``maxSurge: 0``);
 - readiness is the gate, not ``/health``: a sidecar in the pod runs the gate's own checks
   (``python -m components.gate``: the served name and length, 13x17 → 221, a tool call, the KV
-  pool) against its pod's vLLM, so the Service sends a pod traffic only once it answers right;
+  pool) against its pod's vLLM, so the Service sends a pod traffic only once it answers right
+  (its command line: components/kubernetes/readiness.py);
 - the GPU preflight (components/host/preflight.sh, the Docker hosts' file) runs in the pod, an init
   container with vLLM's cards, weights and /dev/shm: a refusal stops the pod before vLLM starts;
 - vLLM listens on the pod's loopback (``--host=127.0.0.1``): the pod's one port is its guard's
@@ -43,6 +44,8 @@ from components.config import (
 )
 from components.docker.preflight import pod_preflight_script
 from components.docker.vllm_server import ServingSpec, health_probe
+from components.gate.messages import LookAt
+from components.kubernetes.readiness import GATE_KEY_ENV, READINESS_REQUEST_TIMEOUT_SECONDS, readiness_command
 from components.profiles import HardwareFacts
 from components.render.template import one_line_script
 from policy.glm_policies import (
@@ -54,11 +57,6 @@ from policy.glm_policies import (
     TLS_LABEL,
 )
 
-READINESS_STEPS = ("models", "arithmetic", "tool_call", "kv_pool")
-"""The gate's steps a pod passes before it is Ready (not ``front_auth``/``streaming``: the front's)."""
-GATE_KEY_ENV = "GLM_GATE_KEY"
-"""vLLM runs without a key behind the front; the gate's command line still wants one to send."""
-READINESS_REQUEST_TIMEOUT_SECONDS = 30
 STARTUP_PERIOD_SECONDS = 10
 LIVENESS_PERIOD_SECONDS = 20
 LIVENESS_FAILURES = 6
@@ -168,40 +166,6 @@ def grace_seconds(pod: PodConfig, k8s: KubernetesTargetConfig) -> int:
     return k8s.pre_stop_seconds + (pod.shutdown_timeout or 0) + SHUTDOWN_MARGIN_SECONDS
 
 
-def _smoke_questions(smoke: SmokeConfig) -> list[str]:
-    """``glm:smoke``'s questions and answer where the stack sets them (the gate's own defaults
-    otherwise, left off so that the pods of a stack that sets none stay as they were)."""
-    args = []
-    for flag, field in (
-        ("--prompt", "prompt"),
-        ("--expected-answer", "expected_answer"),
-        ("--tool-prompt", "tool_prompt"),
-    ):
-        value = getattr(smoke, field)
-        if value != SmokeConfig.model_fields[field].default:
-            args += [flag, value]
-    return args
-
-
-def readiness_command(serving: ServingSpec, smoke: SmokeConfig) -> list[str]:
-    """The gate's own checks against this pod's vLLM (the pod shares one network namespace), with
-    the stack's questions, as the front's gate asks them."""
-    base = f"http://127.0.0.1:{serving.port}"
-    return [
-        "python3", "-m", "components.gate",
-        "--endpoint", f"{base}/v1",
-        "--api-key-env", GATE_KEY_ENV,
-        "--metrics-url", f"{base}/metrics",
-        "--served-name", serving.served_name,
-        "--max-model-len", str(serving.max_model_len),
-        "--steps", ",".join(s for s in READINESS_STEPS if s in smoke.steps),
-        "--deadline-seconds", "5",
-        "--request-timeout", str(READINESS_REQUEST_TIMEOUT_SECONDS),
-        "--chat-template-kwargs", json.dumps(smoke.chat_template_kwargs, sort_keys=True),
-        *_smoke_questions(smoke),
-    ]  # fmt: skip
-
-
 def _volumes(model: ModelConfig, serving: ServingSpec, k8s: KubernetesTargetConfig) -> list[dict[str, Any]]:
     weights: dict[str, Any] = (
         {"persistentVolumeClaim": {"claimName": k8s.weights_claim, "readOnly": True}}
@@ -309,9 +273,10 @@ def preflight_container(
 
 
 def gate_container(
-    pod: PodConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str
+    pod: PodConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str, look_at: LookAt
 ) -> dict[str, Any]:
-    """The readiness sidecar: idle itself; its readiness probe is one run of the gate's checks."""
+    """The readiness sidecar: idle itself; its readiness probe is one run of the gate's checks
+    (components/kubernetes/readiness.py)."""
     return {
         "name": GATE_CONTAINER,
         "image": image,
@@ -320,7 +285,7 @@ def gate_container(
         "command": ["python3", "-c", one_line_script("gate-idle.py", values={})],
         "env": [{"name": GATE_KEY_ENV, "value": "in-pod-no-key"}],
         "readinessProbe": {
-            "exec": {"command": readiness_command(serving, pod.smoke)},
+            "exec": {"command": readiness_command(serving, pod.smoke, look_at)},
             "periodSeconds": k8s.readiness_period_seconds,
             "timeoutSeconds": 3 * READINESS_REQUEST_TIMEOUT_SECONDS,
             "failureThreshold": 1,
@@ -339,9 +304,11 @@ def serving_deployment_spec(
     image: str,
     gate_image: str,
     guard: tuple[dict[str, Any], dict[str, Any], str],
+    look_at: LookAt,
 ) -> dict[str, Any]:
     """The serving Deployment's spec: ``replicas`` pods, rolled one at a time without a spare box.
-    ``guard`` is the guard sidecar, its volume and its release's digest (components/kubernetes/guard.py)."""
+    ``guard`` is the guard sidecar, its volume and its release's digest (components/kubernetes/guard.py);
+    ``look_at``, what the readiness gate's failures name (``ServingPods.look_at``)."""
     selector = labels(stack, "vllm")
     guard_container, guard_volume, guard_digest = guard
     template: dict[str, Any] = {
@@ -355,7 +322,7 @@ def serving_deployment_spec(
             "terminationGracePeriodSeconds": grace_seconds(pod, k8s),
             "containers": [
                 serving_container(pod, serving, k8s, image),
-                gate_container(pod, serving, k8s, gate_image),
+                gate_container(pod, serving, k8s, gate_image, look_at),
                 guard_container,
             ],
             "volumes": [*_volumes(pod.model, serving, k8s), guard_volume],

@@ -52,7 +52,7 @@ APP_FILES = (
     "components/__init__.py",
     "components/model_base.py",
     "components/gate/__init__.py",
-    "components/gate/__main__.py",  # the in-pod readiness check on Kubernetes (components/kubernetes/workload.py)
+    "components/gate/__main__.py",  # the in-pod readiness check on Kubernetes (components/kubernetes/readiness.py)
     "components/gate/checks.py",
     "components/gate/container.py",
     "components/gate/messages.py",

@@ -1,0 +1,59 @@
+"""The serving pods' readiness: the gate's own checks (``python3 -m components.gate``) as the
+``gate`` sidecar's readiness probe runs them against its pod's vLLM, and what their failures name.
+
+Pure: the command line as the API server receives it (components/kubernetes/workload.py puts it in
+the pod template). A failure is the probe's output, which ``kubectl describe pod`` shows among the
+pod's events: it names the cluster's commands (``--look-at-*``), never Docker's.
+"""
+
+from __future__ import annotations
+
+import json
+
+from components.config import SmokeConfig
+from components.docker.vllm_server import ServingSpec
+from components.gate.messages import LookAt
+
+READINESS_STEPS = ("models", "arithmetic", "tool_call", "kv_pool")
+"""The gate's steps a pod passes before it is Ready (not ``front_auth``/``streaming``: the front's)."""
+GATE_KEY_ENV = "GLM_GATE_KEY"
+"""vLLM runs without a key behind the front; the gate's command line still wants one to send."""
+READINESS_REQUEST_TIMEOUT_SECONDS = 30
+
+
+def _smoke_questions(smoke: SmokeConfig) -> list[str]:
+    """``glm:smoke``'s questions and answer where the stack sets them (the gate's own defaults
+    otherwise, left off so that the pods of a stack that sets none stay as they were)."""
+    args = []
+    for flag, field in (
+        ("--prompt", "prompt"),
+        ("--expected-answer", "expected_answer"),
+        ("--tool-prompt", "tool_prompt"),
+    ):
+        value = getattr(smoke, field)
+        if value != SmokeConfig.model_fields[field].default:
+            args += [flag, value]
+    return args
+
+
+def readiness_command(serving: ServingSpec, smoke: SmokeConfig, look_at: LookAt) -> list[str]:
+    """The gate's own checks against this pod's vLLM (the pod shares one network namespace), with
+    the stack's questions, as the front's gate asks them; ``look_at``: the cluster's commands that
+    its failures name (``ServingPods.look_at``)."""
+    base = f"http://127.0.0.1:{serving.port}"
+    return [
+        "python3", "-m", "components.gate",
+        "--endpoint", f"{base}/v1",
+        "--api-key-env", GATE_KEY_ENV,
+        "--metrics-url", f"{base}/metrics",
+        "--served-name", serving.served_name,
+        "--max-model-len", str(serving.max_model_len),
+        "--steps", ",".join(s for s in READINESS_STEPS if s in smoke.steps),
+        "--deadline-seconds", "5",
+        "--request-timeout", str(READINESS_REQUEST_TIMEOUT_SECONDS),
+        "--look-at-logs", look_at.logs,
+        "--look-at-running", look_at.running,
+        "--look-at-inspect", look_at.inspect,
+        "--chat-template-kwargs", json.dumps(smoke.chat_template_kwargs, sort_keys=True),
+        *_smoke_questions(smoke),
+    ]  # fmt: skip

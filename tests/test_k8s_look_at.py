@@ -1,0 +1,238 @@
+"""What a gate's failure tells the user to run, on the Kubernetes target: kubectl, at the objects the
+program renders, never ``docker`` (there is none there); on a Docker host, Docker's as before.
+
+Both gates of a Kubernetes stack carry the cluster's commands: the smoke gate through the front (its
+``look_at`` input) and each pod's readiness gate (its ``--look-at-*`` options). The expected commands
+are built from what the mocks render (the serving Deployment's namespace and name, the container
+that runs ``vllm serve``, the pods' selector); the failures are driven through the gate's runtime
+against a stand-in front on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from components.gate.__main__ import main as gate_main
+from components.gate.checks import GateFailure, run_gate
+from tests.conftest import CONTAINER, Deployment, run_program, unwrap
+from tests.engine import free_port
+from tests.test_k8s_target import DEPLOYMENT, SERVICE, k8s_target
+
+NAMESPACE = "glm53-look"
+GATE = "pulumi-python:dynamic:Resource"
+KEY = "sk-look-at-3f9c1a7e5b2d8f4a6c0e"
+
+
+@pytest.fixture(scope="module")
+def stacks() -> dict[str, Deployment]:
+    """The local stack on the cluster (2 pods, a namespace of its own) and on its Docker host."""
+    return {
+        "k8s": run_program("local", {"glm:target": k8s_target(namespace=NAMESPACE)}),
+        "docker": run_program("local"),
+    }
+
+
+def gate_inputs(deployment: Deployment) -> dict[str, Any]:
+    return dict(unwrap(deployment.one(GATE, "-smoke-gate").inputs))
+
+
+def readiness_options(deployment: Deployment) -> dict[str, str]:
+    """The readiness sidecar's command line, as ``{option: value}`` after ``python3 -m components.gate``."""
+    pods = unwrap(deployment.one(DEPLOYMENT, "-vllm").inputs)["spec"]["template"]["spec"]
+    probes = [c.get("readinessProbe", {}).get("exec", {}).get("command", []) for c in pods["containers"]]
+    [command] = [argv for argv in probes if argv[:3] == ["python3", "-m", "components.gate"]]
+    return dict(zip(command[3::2], command[4::2], strict=True))
+
+
+def rendered_kubectl(deployment: Deployment) -> dict[str, list[str]]:
+    """The commands a user needs for the objects as rendered: the serving container's log, the
+    stack's pods (the front's among them), and the serving pods as they run."""
+    serving = unwrap(deployment.one(DEPLOYMENT, "-vllm").inputs)
+    meta, pods = serving["metadata"], serving["spec"]["template"]
+    [vllm] = [c for c in pods["spec"]["containers"] if c.get("command") == ["vllm", "serve"]]
+    labels = pods["metadata"]["labels"]
+    assert serving["spec"]["selector"]["matchLabels"] == labels
+    assert unwrap(deployment.one(SERVICE, "-vllm-service").inputs)["spec"]["selector"] == labels
+    front = unwrap(deployment.one(DEPLOYMENT, "-front").inputs)["metadata"]
+    assert front["namespace"] == meta["namespace"] == NAMESPACE  # `get pods` there lists the front's
+    kubectl = ["kubectl", "-n", meta["namespace"]]
+    return {
+        "logs": [*kubectl, "logs", f"deploy/{meta['name']}", "-c", vllm["name"]],
+        "running": [*kubectl, "get", "pods"],
+        "inspect": [
+            *kubectl,
+            "describe",
+            "pods",
+            "-l",
+            ",".join(sorted(f"{k}={v}" for k, v in labels.items())),
+        ],
+    }
+
+
+def as_argv(command: str) -> list[str]:
+    """A command's words, a ``-l`` selector's labels in one order (kubectl reads them in any)."""
+    words = shlex.split(command)
+    return [",".join(sorted(w.split(","))) if i and words[i - 1] == "-l" else w for i, w in enumerate(words)]
+
+
+def test_the_front_gate_names_kubectl_at_the_rendered_objects(stacks: dict[str, Deployment]) -> None:
+    look_at = gate_inputs(stacks["k8s"])["look_at"]
+    assert {name: as_argv(command) for name, command in look_at.items()} == rendered_kubectl(stacks["k8s"])
+
+
+def test_each_pods_readiness_gate_names_the_same_commands(stacks: dict[str, Deployment]) -> None:
+    options = readiness_options(stacks["k8s"])
+    look_at = gate_inputs(stacks["k8s"])["look_at"]
+    assert {name: options[f"--look-at-{name}"] for name in look_at} == look_at
+
+
+def test_new_commands_do_not_re_run_the_gate(stacks: dict[str, Deployment]) -> None:
+    """Not a gate input, as the container watch is not: what a failure names verifies nothing."""
+    from components.smoke_gate import changed_inputs, gate_outputs
+
+    news = gate_inputs(stacks["k8s"])
+    stored = gate_outputs({k: v for k, v in news.items() if k != "look_at"}, results={})
+    assert changed_inputs(stored, news) == []
+
+
+def test_the_docker_gate_keeps_its_inputs(stacks: dict[str, Deployment]) -> None:
+    """No new input on a Docker host: its gate would re-run on the next up for nothing."""
+    inputs = gate_inputs(stacks["docker"])
+    assert "look_at" not in inputs
+    assert inputs["container_name"] == unwrap(stacks["docker"].one(CONTAINER, "-vllm").inputs)["name"]
+
+
+# ---- the failures, driven ------------------------------------------------------------------------
+
+
+class StandInFront(BaseHTTPRequestHandler):
+    """Answers ``/v1/models`` as the stack's front would (or with another length), and a chat with
+    a 500 or by dropping the connection."""
+
+    served_name: str
+    max_model_len: int
+    chat: str
+
+    def do_GET(self) -> None:
+        body = json.dumps({"data": [{"id": self.served_name, "max_model_len": self.max_model_len}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.chat == "drop":
+            self.close_connection = True  # no status line: the client's read fails
+            return
+        self.send_response(500)
+        self.send_header("content-length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def stand_in() -> Iterator[Any]:
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(served_name: str, max_model_len: int, chat: str = "500") -> str:
+        values = {"served_name": served_name, "max_model_len": max_model_len, "chat": chat}
+        server = ThreadingHTTPServer(("127.0.0.1", 0), type("Front", (StandInFront,), values))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+FAILURES = {
+    # the failure: (what the stand-in does, the step, which of the commands the message names)
+    "readiness times out": ("closed", "readiness", "logs"),
+    "another max_model_len": ("length", "models", "inspect"),
+    "a chat the engine fails": ("500", "arithmetic", "logs"),
+    "a chat's connection dropped": ("drop", "arithmetic", "running"),
+}
+
+
+def failure(inputs: dict[str, Any], case: str, stand_in: Any) -> GateFailure:
+    """The gate run with a stack's rendered inputs against the stand-in, failing as ``case`` says."""
+    does, step, _ = FAILURES[case]
+    served, length = inputs["served_name"], int(inputs["max_model_len"])
+    if does == "closed":
+        endpoint = f"http://127.0.0.1:{free_port()}/v1"
+    else:
+        endpoint = stand_in(served, length + 1 if does == "length" else length, does)
+    # Without the Docker gate's container watch: it would run the docker CLI against this machine.
+    left_out = ("api_key", "metrics_key", "metrics_url", "container_watch")
+    params = {
+        **{k: v for k, v in inputs.items() if k not in left_out},
+        "endpoint": endpoint,
+        "smoke": {**inputs["smoke"], "steps": [step] if step != "readiness" else [], "deadline_seconds": 0.3},
+    }
+    with pytest.raises(GateFailure) as info:
+        run_gate(params, KEY, lambda _line: None)
+    assert info.value.step == step
+    return info.value
+
+
+@pytest.mark.parametrize("case", FAILURES)
+def test_on_the_cluster_a_failure_names_kubectl_never_docker(
+    stacks: dict[str, Deployment], case: str, stand_in: Any
+) -> None:
+    inputs = gate_inputs(stacks["k8s"])  # its look_at: the rendered objects' (the first test)
+    message = failure(inputs, case, stand_in).message
+    named = FAILURES[case][2]
+    assert inputs["look_at"][named] in message
+    assert "docker" not in message.lower()
+    if named == "running":  # and the serving container's log, by its command too
+        assert inputs["look_at"]["logs"] in message
+
+
+DOCKER_SAYS = {
+    "logs": "docker logs {container}",
+    "inspect": "docker inspect {container}",
+    "running": "(docker ps), and the log of {container}.",
+}
+"""Docker's words, as the gate said them before the cluster had its own."""
+
+
+@pytest.mark.parametrize("case", FAILURES)
+def test_on_a_docker_host_a_failure_names_docker_as_before(
+    stacks: dict[str, Deployment], case: str, stand_in: Any
+) -> None:
+    inputs = gate_inputs(stacks["docker"])
+    container = unwrap(stacks["docker"].one(CONTAINER, "-vllm").inputs)["name"]
+    message = failure(inputs, case, stand_in).message
+    assert DOCKER_SAYS[FAILURES[case][2]].format(container=container) in message
+    assert "kubectl" not in message
+
+
+def test_the_pods_readiness_check_as_rendered_names_kubectl(
+    stacks: dict[str, Deployment], stand_in: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """The sidecar's own command line, run against a stand-in that reports another length: what
+    ``kubectl describe pod`` shows as the probe's output names the cluster's commands."""
+    options = readiness_options(stacks["k8s"])
+    options["--endpoint"] = stand_in(options["--served-name"], int(options["--max-model-len"]) + 1)
+    options["--steps"] = "models"
+    monkeypatch.setenv(options["--api-key-env"], "in-pod-no-key")
+    assert gate_main([word for option in options.items() for word in option]) == 1
+    said = capsys.readouterr().err
+    assert "smoke gate failed at step 'models'" in said
+    assert f"({options['--look-at-inspect']})" in said
+    assert as_argv(options["--look-at-inspect"]) == rendered_kubectl(stacks["k8s"])["inspect"]
+    assert "docker" not in said.lower()
