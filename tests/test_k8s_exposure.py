@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.config import ConfigError, StackConfig, build_stack_config
 from tests.conftest import (
     TEST_API_KEYS,
     Deployment,
@@ -23,7 +24,7 @@ from tests.conftest import (
     stack_config,
     unwrap,
 )
-from tests.test_k8s_target import DEPLOYMENT, SERVICE, k8s_target
+from tests.test_k8s_target import DEPLOYMENT, LOCAL_DOCKER, SERVICE, k8s_target
 from tests.tls_certs import TestCa
 
 SECRET = "kubernetes:core/v1:Secret"
@@ -197,6 +198,64 @@ def test_opted_in_node_ports_warn_and_mark_their_services() -> None:
     assert services["local-prometheus-service"]["metadata"]["annotations"] == {
         "glm53.public-bind": "accepted"
     }
+
+
+# ---- on the cluster no bindAddress is read: the plain-HTTP and public-bind rules name the NodePorts
+
+
+def built(raw: dict[str, Any], stack: str = "local") -> StackConfig:
+    return build_stack_config(raw, stack=stack)
+
+
+def refused_config(raw: dict[str, Any], stack: str = "local") -> str:
+    with pytest.raises(ConfigError) as info:
+        build_stack_config(raw, stack=stack)
+    return str(info.value)
+
+
+def a800_on(target: dict[str, Any], **front: Any) -> dict[str, Any]:
+    """The a800 stack file on ``target``, its front's plain-HTTP opt-in replaced by ``front``: its
+    profile binds the front to every address of a Docker host."""
+    raw = {key.removeprefix("glm:"): value for key, value in stack_config("a800").items()}
+    kept = {key: value for key, value in raw["front"].items() if key != "allowPlainHttp"}
+    return {**raw, "target": target, "front": {**kept, **front}}
+
+
+def test_on_the_cluster_plain_http_is_the_front_node_ports_never_the_bind_address() -> None:
+    """Before: a ClusterIP front of the a800 file was refused naming glm:front.bindAddress=0.0.0.0
+    and "bind to 127.0.0.1", a key the cluster does not read (its warning says so), while the local
+    file (loopback) was accepted; an opted-in NodePort warned of "the API on 0.0.0.0:8008" too."""
+    on_docker = refused_config(a800_on({"hosts": [LOCAL_DOCKER]}), "a800")
+    bind = built(a800_on({"hosts": [LOCAL_DOCKER]}, allowPlainHttp=True), "a800").front
+    assert f"glm:front.bindAddress={bind.bind_address} serves the API over plain HTTP" in on_docker
+
+    built(a800_on(k8s_target()), "a800")  # a ClusterIP: no public bind, no opt-in to ask for
+    message = refused_config(a800_on(k8s_target(frontNodePort=30080)), "a800")
+    assert "glm:target.kubernetes.frontNodePort=30080 serves the API over plain HTTP" in message
+    assert "glm:front.allowPlainHttp: true" in message
+    assert f"glm:front.bindAddress={bind.bind_address}" not in message and "bind to" not in message
+    opted = built(a800_on(k8s_target(frontNodePort=30080), allowPlainHttp=True), "a800")
+    warnings = "\n".join(opted.advisories())
+    assert "the API on every node's port 30080 (glm:target.kubernetes.frontNodePort)" in warnings
+    assert f"{bind.bind_address}:{bind.port}" not in warnings
+
+
+def test_on_the_cluster_a_public_prometheus_is_its_node_port_never_its_bind_address() -> None:
+    """glm:monitoring.bindAddress is warned about as not read on the cluster (docs/scaling.md), never
+    refused with a Docker host's fix (`ssh -L`)."""
+    public = {"hardware": "local", "monitoring": {"bindAddress": "10.0.0.5"}}
+    on_docker = refused_config({**public, "target": {"hosts": [LOCAL_DOCKER]}})
+    assert "glm:monitoring.bindAddress='10.0.0.5' publishes Prometheus beyond loopback" in on_docker
+
+    cluster_ip = built({**public, "target": k8s_target()})
+    [warning] = [a for a in cluster_ip.advisories() if "glm:monitoring.bindAddress" in a]
+    assert "is not read on Kubernetes" in warning
+    message = refused_config({**public, "target": k8s_target(prometheusNodePort=30090)})
+    assert "glm:target.kubernetes.prometheusNodePort=30090 publishes Prometheus" in message
+    assert "beyond loopback" not in message and "ssh -L" not in message
+    opted_in = {**public, "monitoring": {**public["monitoring"], "allowPublicBind": True}}
+    warnings = "\n".join(built({**opted_in, "target": k8s_target(prometheusNodePort=30090)}).advisories())
+    assert "Prometheus on every node's port 30090" in warnings and "10.0.0.5:" not in warnings
 
 
 def test_a_client_gets_its_answer_over_tls_through_the_tls_guard(tls_stack: dict[str, Any]) -> None:

@@ -65,7 +65,9 @@ def _warn_profiler(c: StackSections) -> str | None:
 
 def _warn_plain_http(c: StackSections) -> str | None:
     front = c.front
-    if front.tls or not front.allow_plain_http or is_loopback(front.bind_address):
+    # No bindAddress is read on Kubernetes: _warn_front_node_port (kubernetes.py) says what is plain HTTP.
+    on_cluster = c.target.kubernetes is not None
+    if front.tls or not front.allow_plain_http or is_loopback(front.bind_address) or on_cluster:
         return None
     return (
         f"glm:front.allowPlainHttp=true: the API on {front.bind_address}:{front.port} is plain HTTP, so "
@@ -76,7 +78,9 @@ def _warn_plain_http(c: StackSections) -> str | None:
 
 def _warn_prometheus_bind(c: StackSections) -> str | None:
     monitoring = c.monitoring
-    if not monitoring.allow_public_bind or is_loopback(monitoring.bind_address):
+    # No bindAddress is read on Kubernetes: _warn_prometheus_node_port (kubernetes.py) says what is open.
+    on_cluster = c.target.kubernetes is not None
+    if not monitoring.allow_public_bind or is_loopback(monitoring.bind_address) or on_cluster:
         return None
     return (
         f"glm:monitoring.allowPublicBind=true: Prometheus on {monitoring.bind_address}:{monitoring.port} "

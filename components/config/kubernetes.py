@@ -3,7 +3,8 @@
 
 What the Docker path checks on its binds, checked on the cluster's own forms: a NodePort listens on
 every node's addresses, whatever ``bindAddress`` says: it is a public bind, and takes the opt-ins a
-public ``bindAddress`` takes.
+public ``bindAddress`` takes. The Docker path's bind rules stand aside on the cluster (they would
+name a ``bindAddress`` it does not read, and ask of a ClusterIP what only a public bind needs).
 
 And nothing a stack sets is silently lost: a key the Docker path honours and the Kubernetes path
 does not read is refused, naming what the cluster does instead and the fix, or, where the cluster

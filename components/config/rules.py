@@ -157,7 +157,9 @@ def _check_vllm_not_exposed(c: StackSections) -> str | None:
 
 def _check_plain_http(c: StackSections) -> str | None:
     front = c.front
-    if front.tls or front.allow_plain_http:
+    # No bindAddress is read on Kubernetes: the front's NodePort is its public bind, which
+    # _check_front_node_port (kubernetes.py) checks.
+    if front.tls or front.allow_plain_http or c.target.kubernetes is not None:
         return None
     if len(c.target.hosts) > 1:
         return (
@@ -179,7 +181,10 @@ def _check_plain_http(c: StackSections) -> str | None:
 
 def _check_prometheus_bind(c: StackSections) -> str | None:
     monitoring = c.monitoring
-    if monitoring.allow_public_bind or is_loopback(monitoring.bind_address):
+    # No bindAddress is read on Kubernetes: Prometheus' NodePort is its public bind, which
+    # _check_prometheus_node_port (kubernetes.py) checks.
+    on_cluster = c.target.kubernetes is not None
+    if monitoring.allow_public_bind or is_loopback(monitoring.bind_address) or on_cluster:
         return None
     return (
         f"glm:monitoring.bindAddress={monitoring.bind_address!r} publishes Prometheus beyond loopback: it "
