@@ -23,7 +23,6 @@ from components.docker.prometheus_scrape import PrometheusScrape, ScrapeSpec
 from components.docker.replica_guard import GuardCredentials, guard_credentials
 from components.docker.replicas import Replica, Roll, guarded_scrape, host_base, roll, serving_container
 from components.docker.target import exec_ssh
-from components.docker.vllm_server import ServingSpec, command_line, render_serving
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
 from components.profiles import HardwareFacts
@@ -35,6 +34,7 @@ from components.semantic_probe.resource import (
     SemanticProbeArgs,
     SemanticProbeSpec,
 )
+from components.serving.spec import ServingSpec, command_line, render_serving
 from components.smoke_gate import SmokeTest, SmokeTestArgs
 
 

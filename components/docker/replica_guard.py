@@ -45,7 +45,6 @@ from components.docker.nginx_front import STOP_GRACE_SECONDS, front_fingerprint
 from components.docker.nginx_reload import START_COMMAND, NginxReload, secrets_digest
 from components.docker.replica_tls import TLS_NAME, ReplicaCertificate
 from components.docker.target import exec_ssh
-from components.docker.vllm_server import ServingSpec
 from components.render.nginx_conf import (
     CONF_FILE,
     FRONT_SNIPPET,
@@ -63,6 +62,7 @@ from components.render.nginx_conf import (
 from components.render.openai_errors import openai_error
 from components.render.template import render_file
 from components.secrets import GeneratedKey
+from components.serving.spec import ServingSpec
 
 CONTAINER_PORT = 8080
 """Port the guard listens on inside its container; the host port is ``serving.port``."""

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from components.config import build_stack_config
-from components.docker.vllm_server import render_serving
+from components.serving.spec import render_serving
 from components.vllm_flags.render import FlagValue, flag_args
 
 # A host the config needs to validate; nothing contacts it (the rehearsal runs vLLM by hand).
