@@ -15,7 +15,8 @@ from components.config.replica import ContainerConfig
 from components.serving.spec import ServingSpec, health_probe
 
 REPLICA_LABEL = "glm53.replica"
-"""The serving container's label naming its replica in the front's rotation (components/docker/rotation.py)."""
+"""The serving container's label naming its replica in the front's rotation, read by the drain
+before the container goes (components/docker/drain_hook.py)."""
 VLLM_NETWORK_ALIAS = "vllm"
 VLLM_HOST_GATEWAY = "host.docker.internal"
 
