@@ -12,7 +12,7 @@ import pulumi
 
 from components.config import ConfigError, load_stack_config
 from components.deployment import deploy
-from components.docker.rotation import drain_for_destroy
+from components.docker.drain_hook import drain_for_destroy
 from components.secrets import Secrets
 
 

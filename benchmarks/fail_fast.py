@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from components.docker.vllm_server import render_serving
 from components.gate.checks import GateFailure, run_gate
+from components.serving.spec import render_serving
 from tests.gate.support import local_config
 
 IMAGE = "glm53-vllm-sim:fail-fast-bench"

@@ -24,8 +24,8 @@ from typing import Any
 import pulumi
 
 from components.config import ImageConfig
-from components.docker.serving_image import build_tag
-from components.docker.vllm_server import ServingSpec
+from components.serving.image import build_tag
+from components.serving.spec import ServingSpec
 
 
 def image_identity(image: ImageConfig) -> str:

@@ -28,13 +28,13 @@ import pulumi.dynamic
 
 from components.config import HostConfig
 from components.docker.target import docker_ssh_opts
-from components.docker.vllm_server import ServingSpec
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
 from components.gate.container import watch_params
 from components.gate.messages import LookAt
 from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
 from components.profiles import PROFILES
+from components.serving.spec import ServingSpec
 
 PROVIDER_VERSION = "1"
 """Bump by hand for a behaviour change that must re-run every stack's gate."""

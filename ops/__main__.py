@@ -38,10 +38,10 @@ from components.config.loading import STACK_KEYS
 from components.docker.model_volume import weights_and_cache
 from components.docker.nginx_front import front_container_name
 from components.docker.target import docker_ssh_opts
-from components.docker.vllm_server import render_argv, render_serving
 from components.front_tls import front_tls
 from components.gate.container import ssh_wrapper
 from components.gate.startup import is_error, milestone
+from components.serving.spec import render_argv, render_serving
 from ops.rollback import rollback
 from ops.usage import WINDOW, promtool_query, usage_rows, usage_table
 

@@ -23,7 +23,7 @@ done
 if [ "$stack" = local ]; then
   case ${1:-} in up | preview | destroy | refresh | config | import | watch) args+=(--config-file "$GLM_LOCAL_CONFIG") ;; esac
 fi
-# `destroy` runs the program: the serving containers' drain hook (components/docker/rotation.py) is
+# `destroy` runs the program: the serving containers' drain hook (components/docker/drain_hook.py) is
 # registered by it, and the engine refuses to delete a resource whose hook it cannot find.
 # On a config the program refuses, it registers the hook from the stack's `drain` output instead
 # (GLM_DESTROY_DRAIN): the stack is destroyed whatever its file now says.

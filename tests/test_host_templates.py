@@ -14,12 +14,12 @@ import pytest
 from components.docker.nginx_reload import START_COMMAND
 from components.docker.rotation import SCRIPT as ROTATION_SCRIPT
 from components.docker.target import RUN_STDIN
-from components.docker.vllm_server import health_probe
 from components.gate.container import ssh_wrapper
 from components.kubernetes.front import FRONT_QUIT, upstream_conf
 from components.kubernetes.guard import guard_quit
 from components.render.nginx_conf import replica_server, upstream_server
 from components.render.template import TEMPLATES, host_script, one_line_script
+from components.serving.spec import health_probe
 
 ROOT = Path(__file__).resolve().parent.parent
 

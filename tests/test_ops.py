@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from components.config import ConfigError, build_stack_config, parse_overrides
-from components.docker.vllm_server import render_argv, render_env
+from components.serving.spec import render_argv, render_env
 from ops.__main__ import debug_run, mark
 from tests.conftest import TEST_HOST_KEY
 from tests.engine import PROJECT, PulumiProject, engine_missing

@@ -46,7 +46,7 @@ from components.docker.replica_tls import (
     _ReplicaCertificateProvider,
     self_signed,
 )
-from components.docker.vllm_server import render_serving
+from components.serving.spec import render_serving
 from tests.conftest import (
     GATE_METRICS_TEST_KEY,
     PROJECT,

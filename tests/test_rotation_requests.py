@@ -27,7 +27,8 @@ import pytest
 from components.docker import rotation
 from components.docker.nginx_reload import apply_release
 from components.docker.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DIR
-from components.render.nginx_conf import API_KEYS_FILE, CONF_ROOT, ROTATION_DIR, render_key_map
+from components.render.nginx_clients import render_key_map
+from components.render.nginx_conf import API_KEYS_FILE, CONF_ROOT, ROTATION_DIR
 from components.render.template import shell_program
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from components.docker.serving_image import context_hash, missing_patches
+from components.serving.image import context_hash, missing_patches
 from tests.conftest import PROJECT, Deployment, run_program, serving_container
 
 APPLY = PROJECT / "images" / "a800" / "apply_patches.py"

@@ -14,8 +14,8 @@ import pytest
 from pydantic import BaseModel
 
 from components.config import SECRET_KEYS, StackConfig, build_stack_config
-from components.docker.vllm_server import render_serving
 from components.profiles import PROFILES
+from components.serving.spec import render_serving
 from components.vllm_flags.owned import OWNED, owned_flags
 from components.vllm_flags.owned import config_key as key_of_flag
 from components.vllm_flags.tables import FLAG_TABLES

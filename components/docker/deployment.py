@@ -17,13 +17,13 @@ from components.config import (
     semantic_probe_runs,
 )
 from components.docker import rotation
+from components.docker.drain_hook import drain_hook
 from components.docker.nginx_front import STOP_GRACE_SECONDS, NginxFront, NginxFrontArgs, front_container_name
 from components.docker.preflight import Preflight
 from components.docker.prometheus_scrape import PrometheusScrape, ScrapeSpec
 from components.docker.replica_guard import GuardCredentials, guard_credentials
 from components.docker.replicas import Replica, Roll, guarded_scrape, host_base, roll, serving_container
 from components.docker.target import exec_ssh
-from components.docker.vllm_server import ServingSpec, command_line, render_serving
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
 from components.profiles import HardwareFacts
@@ -35,6 +35,7 @@ from components.semantic_probe.resource import (
     SemanticProbeArgs,
     SemanticProbeSpec,
 )
+from components.serving.spec import ServingSpec, command_line, render_serving
 from components.smoke_gate import SmokeTest, SmokeTestArgs
 
 
@@ -122,7 +123,7 @@ def _roll_plan(
         front=config.front,
         grace_seconds=grace,
         front_on=front_on,
-        drain=rotation.drain_hook(front_on, grace),
+        drain=drain_hook(front_on, grace),
         api_key=secrets.api_keys.apply(_first_key),
         guards=guards,
     )
@@ -298,7 +299,7 @@ def _fleet_outputs(
     keys: StackKeys,
 ) -> dict[str, Any]:
     """The outputs of the drain, the probe, the gate's metrics key, several replicas, a promotion."""
-    # What the drain needs when `make destroy` meets a config the program refuses (rotation.py).
+    # What the drain needs when `make destroy` meets a config the program refuses (drain_hook.py).
     outputs: dict[str, Any] = {"drain": {"front": plan.front_on, "graceSeconds": plan.grace_seconds}}
     if probe is not None:
         outputs["semanticProbe"] = probe.container_name

@@ -8,6 +8,8 @@ The component runs the official image with two rendered files: ``prometheus.yml`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_docker as docker
 
@@ -25,12 +27,22 @@ from components.render.prometheus_config import (
     REPLICA_CA_PATH,
     RULES_PATH,
     SCRAPE_KEY_PATH,
-    GuardedScrape,
     ScrapeSpec,
     container_name,
     render_prometheus_config,
 )
 from components.render.prometheus_rules import render_alert_rules
+
+
+@dataclass(frozen=True)
+class GuardedScrape:
+    """How Prometheus reaches replicas behind their guards (components/docker/replica_guard.py)."""
+
+    key: pulumi.Output[str]
+    """The guards' scrape key (``GuardCredentials.scrape_key``), never the replica key the front sends."""
+    certificate: pulumi.Output[str] | None = None
+    tls_name: str | None = None
+    """The name the pinned certificate carries; None: plain HTTP to the guards."""
 
 
 def _credential_uploads(guarded: GuardedScrape | None) -> list[docker.ContainerUploadArgs]:
@@ -92,7 +104,8 @@ class PrometheusScrape(pulumi.ComponentResource):
                         target,
                         DEFAULT_JOB,
                         probe_target=probe_target,
-                        guarded=guarded,
+                        guarded=guarded is not None,
+                        guard_tls_name=guarded.tls_name if guarded is not None else None,
                         rotation_target=f"{front_container_name(container)}:{STATUS_PORT}",
                         meter_target=f"{meter_container_name(container)}:{spec.usage_meter.port}"
                         if spec.usage_meter.enabled

@@ -45,24 +45,22 @@ from components.docker.nginx_front import STOP_GRACE_SECONDS, front_fingerprint
 from components.docker.nginx_reload import START_COMMAND, NginxReload, secrets_digest
 from components.docker.replica_tls import TLS_NAME, ReplicaCertificate
 from components.docker.target import exec_ssh
-from components.docker.vllm_server import ServingSpec
+from components.render.nginx_clients import INFERENCE_ROUTES, render_key_map, render_server_tls
 from components.render.nginx_conf import (
     CONF_FILE,
     FRONT_SNIPPET,
     FRONT_TRUST,
     HEALTH_READ_TIMEOUT_SECONDS,
-    INFERENCE_ROUTES,
     OLD_WORKER_GRACE_SECONDS,
     TLS_CERT,
     TLS_KEY,
     UPSTREAM_CONNECT_TIMEOUT_SECONDS,
     UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS,
-    render_key_map,
-    render_server_tls,
 )
 from components.render.openai_errors import openai_error
 from components.render.template import render_file
 from components.secrets import GeneratedKey
+from components.serving.spec import ServingSpec
 
 CONTAINER_PORT = 8080
 """Port the guard listens on inside its container; the host port is ``serving.port``."""

@@ -18,10 +18,11 @@ from components.docker.prometheus_scrape import GuardedScrape
 from components.docker.replica_gate import Admission, ReplicaGate, ReplicaGateArgs
 from components.docker.replica_guard import GuardCredentials, ReplicaGuard, ReplicaGuardArgs
 from components.docker.replica_tls import TLS_NAME
-from components.docker.serving_image import ServingImage
 from components.docker.target import docker_ssh_opts
-from components.docker.vllm_server import ServingSpec, VllmServer, VllmServerArgs
+from components.docker.vllm_server import VllmServer, VllmServerArgs
 from components.secrets import Secrets
+from components.serving.image import ServingImage
+from components.serving.spec import ServingSpec
 
 
 @dataclass

@@ -31,7 +31,6 @@ from components.config import (
 )
 from components.docker.replica_guard import SCRAPER
 from components.docker.target import docker_ssh_opts
-from components.docker.vllm_server import ServingSpec, command_line, render_serving
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
 from components.kubernetes.front import KubernetesFront, KubernetesFrontArgs, upstream_conf
@@ -45,6 +44,7 @@ from components.promotion import fingerprint, served_model
 from components.render.prometheus_config import ScrapeSpec
 from components.secrets import Secrets, StackKeys
 from components.semantic_probe.resource import SemanticProbeSpec
+from components.serving.spec import ServingSpec, command_line, render_serving
 from components.smoke_gate import SmokeTest, SmokeTestArgs
 
 

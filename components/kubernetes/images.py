@@ -17,10 +17,10 @@ import pulumi_command as command
 import pulumi_docker as docker
 
 from components.config import ImageConfig
-from components.docker.serving_image import ServingImage
 from components.kubernetes.state import moved_from_root
 from components.render.template import placeholders, render_template
 from components.semantic_probe.resource import build_context
+from components.serving.image import ServingImage
 
 
 @dataclass(frozen=True)

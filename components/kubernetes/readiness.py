@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 from components.config import SmokeConfig
-from components.docker.vllm_server import ServingSpec
 from components.gate.messages import LookAt
+from components.serving.spec import ServingSpec
 
 READINESS_STEPS = ("models", "arithmetic", "tool_call", "kv_pool")
 """The gate's steps a pod passes before it is Ready (not ``front_auth``/``streaming``: the front's)."""

@@ -15,12 +15,12 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig
-from components.docker.vllm_server import ServingSpec
 from components.gate.messages import LookAt
 from components.kubernetes import workload
 from components.kubernetes.guard import GUARD_VOLUME, PodGuard, guard_container
 from components.kubernetes.roll import RollWatch, RollWatchArgs
 from components.kubernetes.state import moved_from_root
+from components.serving.spec import ServingSpec
 
 ROLLOUT_MARGIN_SECONDS = 120
 SERVING_NAME = "glm53-vllm"

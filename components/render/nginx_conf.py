@@ -4,15 +4,28 @@
 ``components/host/templates/nginx.conf``, the key maps and the TLS pair), as ``NginxReload`` delivers
 them (components/docker/nginx_front.py); ``render_nginx_conf`` is the same config as one self-contained
 file, for harnesses that run one ``nginx -c`` file. The tests run both through ``nginx``.
+
+Here: where a release's files and the rotation's lie, the ``upstream`` of replicas (how the front
+connects to them, retries and gives one up), and the whole config put together. What the front
+shows its clients (keys, limits, TLS, error bodies, the access log) is in
+components/render/nginx_clients.py.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 
-from components.config import ConfigError, FrontConfig, check_api_keys, check_metrics_keys
+from components.config import FrontConfig
+from components.render.nginx_clients import (
+    INFERENCE_ROUTES,
+    access_log_format,
+    check_keys,
+    error_bodies,
+    rate_limit_lines,
+    render_key_map,
+    render_server_tls,
+)
 from components.render.nginx_meter import (
     DOCKER_DNS,
     METER_RETURN_PORT,
@@ -21,7 +34,6 @@ from components.render.nginx_meter import (
     meter_conf,
     shares_directive,
 )
-from components.render.openai_errors import openai_error
 from components.render.status_page import render_front_conf as render_status_page
 from components.render.template import render_file
 
@@ -81,133 +93,7 @@ WORKER_PROCESSES = 4
 OLD_WORKER_GRACE_SECONDS = 900
 """``worker_shutdown_timeout``: after a reload, requests already in flight (a removed key's streams
 included) may run this long on the old workers; longer ones are closed then."""
-INFERENCE_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses")
-"""The only paths the front forwards (exact matches). vLLM also serves LoRA loading, scoring,
-tokenizing, dev and profiler routes, some of them without its own key check (SPEC §6)."""
-
 _UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
-
-
-_ACCESS_LOG_FIELDS = {
-    "time": "$time_iso8601",
-    "client": "$api_client$metrics_log_client",
-    "remote_addr": "$remote_addr",
-    "request_id": "$request_id",
-    "method": "$request_method",
-    "uri": "$uri",
-    "status": "$status",
-    "request_length": "$request_length",
-    "bytes_sent": "$bytes_sent",
-    "request_time": "$request_time",
-    "upstream_addr": "$upstream_addr",
-    "upstream_status": "$upstream_status",
-    "upstream_connect_time": "$upstream_connect_time",
-    "upstream_header_time": "$upstream_header_time",
-    "upstream_response_time": "$upstream_response_time",
-    "user_agent": "$http_user_agent",
-}
-"""One JSON object per request. ``$uri`` (not ``$request``) keeps query strings out; the key never
-appears, only the client name it maps to."""
-
-
-def _key_regex(key: str) -> str:
-    """A case-sensitive, anchored PCRE for ``Authorization: Bearer <key>``.
-
-    Nginx ``map`` matches plain strings case-insensitively, which would accept ``SK-ABC`` for
-    ``sk-abc``; a ``~`` regex is case-sensitive. Of the b64token characters only ``.`` and ``+``
-    mean something in a regex; they become one-character classes (no backslashes in nginx.conf).
-    """
-    escaped = key.replace(".", "[.]").replace("+", "[+]")
-    return f"~^Bearer {escaped}$"
-
-
-def render_key_map(keys: Mapping[str, str]) -> str:
-    r"""The ``map`` entries of ``api-keys.map`` / ``metrics-keys.map``, sorted by name.
-
-    >>> render_key_map({"b": "sk-b", "a": "sk.a"})
-    '"~^Bearer sk[.]a$" "a";\n"~^Bearer sk-b$" "b";\n'
-    """
-    return "".join(f'"{_key_regex(keys[name])}" "{name}";\n' for name in sorted(keys))
-
-
-def _log_format() -> str:
-    log_format = json.dumps(_ACCESS_LOG_FIELDS, separators=(",", ":"))
-    for numeric in ("status", "request_length", "bytes_sent", "request_time"):
-        log_format = log_format.replace(f'"${numeric}"', f"${numeric}")
-    return log_format
-
-
-def _errors(front: FrontConfig) -> dict[str, str]:
-    rate = front.rate_limit
-    return {
-        "invalid_api_key": openai_error(
-            "Invalid or missing API key. Send the header `Authorization: Bearer <your key>`.",
-            "invalid_api_key",
-        ),
-        # /metrics and /version: an inference key holder is told which key it needs.
-        "invalid_metrics_key": openai_error(
-            "Invalid or missing metrics key: /metrics and /version take a metrics key (glm:metricsKeys), "
-            "not an inference key (glm:apiKeys). Send the header `Authorization: Bearer <metrics key>`; "
-            "the stack adds one with `pulumi config set --secret --path glm:metricsKeys.<name> <key>` "
-            "(docs/front-and-alerts.md).",
-            "invalid_api_key",
-        ),
-        "method_not_allowed": openai_error("Only GET is allowed here.", "method_not_allowed"),
-        "request_too_large": openai_error(
-            f"Request body is larger than the {front.max_body_size} this endpoint accepts.",
-            "request_too_large",
-        ),
-        "rate_limited": openai_error(
-            f"Rate limit exceeded: {rate.requests_per_second} requests/s (burst {rate.burst}) and "
-            f"{rate.connections_per_key} at once per API key; {rate.unauthenticated_requests_per_second} "
-            f"requests/s and {rate.connections_per_address} at once per address without one. Retry shortly.",
-            "rate_limit_exceeded",
-            "requests",
-        ),
-        "upstream_unavailable": openai_error(
-            "The model server is not reachable: it is starting (loading weights takes minutes) "
-            "or down. Retry later.",
-            "upstream_unavailable",
-            "server_error",
-        ),
-        "upstream_timeout": openai_error(
-            "The model server did not answer in time.", "upstream_timeout", "server_error"
-        ),
-        "not_found": openai_error(
-            "Not found. This endpoint serves only " + ", ".join(INFERENCE_ROUTES) + ".",
-            "not_found",
-        ),
-        "query_string_not_allowed": openai_error(
-            "Query strings are not accepted: the OpenAI API takes its parameters in the JSON body.",
-            "query_string_not_allowed",
-        ),
-        "bad_request": openai_error(
-            "Bad request: malformed HTTP, or a header (such as Authorization) sent twice.", "bad_request"
-        ),
-        "header_too_large": openai_error("Request header or cookie too large.", "request_header_too_large"),
-    }
-
-
-TLS12_CIPHERS = ":".join(
-    [
-        "ECDHE-ECDSA-AES128-GCM-SHA256",
-        "ECDHE-RSA-AES128-GCM-SHA256",
-        "ECDHE-ECDSA-AES256-GCM-SHA384",
-        "ECDHE-RSA-AES256-GCM-SHA384",
-        "ECDHE-ECDSA-CHACHA20-POLY1305",
-        "ECDHE-RSA-CHACHA20-POLY1305",
-    ]
-)
-"""Mozilla's "intermediate" TLS 1.2 suites (ssl-config.mozilla.org, guideline 5.7) less the DHE
-ones, which need a dhparam file: forward secrecy and AEAD only, no SHA-1 or CBC suite. TLS 1.3's
-suites are all modern and not set by ``ssl_ciphers``."""
-
-
-def render_server_tls(certificate: str, key: str) -> str:
-    """The ``server`` block's TLS lines, the front's and the guards' alike: TLS 1.2+ with
-    ``TLS12_CIPHERS`` only and no session tickets (forward secrecy for resumed sessions too)."""
-    values = {"certificate": certificate, "key": key, "ciphers": TLS12_CIPHERS}
-    return render_file("nginx-ssl.conf", values).rstrip("\n")
 
 
 def upstream_server(
@@ -255,34 +141,6 @@ def _upstream_servers(upstream: Sequence[str] | None, rotation_dir: str) -> str:
     return "\n".join(f"        {replica_server(server)}" for server in upstream)
 
 
-def _rate_limits(front: FrontConfig) -> tuple[str, str]:
-    """The ``limit_*_zone`` lines (http) and the ``limit_*`` lines (server) of ``glm:front.rateLimit``.
-
-    Set once for the whole server, so every location counts: keyed requests per client name (one
-    key's burst cannot starve another), all others per client address (``$unauthenticated_address``
-    is empty for a valid API key, and a zone skips an empty key).
-    """
-    rate = front.rate_limit
-    if not rate.enabled:
-        return "", ""
-    zones = [
-        f"limit_req_zone $api_client zone=per_api_key:10m rate={rate.requests_per_second}r/s;",
-        "limit_req_zone $unauthenticated_address zone=per_address:10m "
-        f"rate={rate.unauthenticated_requests_per_second}r/s;",
-        "limit_conn_zone $api_client zone=connections_per_key:10m;",
-        "limit_conn_zone $unauthenticated_address zone=connections_per_address:10m;",
-    ]
-    limits = [
-        f"limit_req zone=per_api_key burst={rate.burst} nodelay;",
-        f"limit_req zone=per_address burst={rate.unauthenticated_burst} nodelay;",
-        "limit_req_status 429;",
-        f"limit_conn connections_per_key {rate.connections_per_key};",
-        f"limit_conn connections_per_address {rate.connections_per_address};",
-        "limit_conn_status 429;",
-    ]
-    return "\n".join(f"    {z}" for z in zones), "\n".join(f"        {line}" for line in limits)
-
-
 def _render(
     front: FrontConfig,
     upstream: Sequence[str] | None,
@@ -313,7 +171,7 @@ def _render(
         "\n        proxy_next_upstream error timeout non_idempotent;"
         f"\n        proxy_next_upstream_tries {NEXT_UPSTREAM_TRIES};"
     )
-    zones, limits = _rate_limits(front)
+    zones, limits = rate_limit_lines(front)
     # Exact locations: with a URI in proxy_pass, vLLM receives exactly the listed path (nginx
     # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
     scheme = "https" if guarded and tls_paths is not None else "http"
@@ -335,7 +193,7 @@ def _render(
     meter_resolver = meter_return = ""
     if meter is not None:
         parts = meter_conf(front, meter, shares=meter_shares, proxy=proxy, routes=INFERENCE_ROUTES,
-                           scheme=scheme, return_listen=meter_return_listen, errors=_errors(front),
+                           scheme=scheme, return_listen=meter_return_listen, errors=error_bodies(front),
                            rotation_dir=rotation_dir if upstream is None else None)  # fmt: skip
         proxy_settings, meter_resolver, meter_return, routes = (
             parts.headers, parts.replicas + parts.resolver, parts.return_server, parts.routes
@@ -351,7 +209,7 @@ def _render(
         "worker_processes": str(WORKER_PROCESSES),
         "worker_shutdown_timeout": str(OLD_WORKER_GRACE_SECONDS),
         "runtime_dir": runtime_dir,
-        "log_format": _log_format(),
+        "log_format": access_log_format(),
         "api_keys": api_key_entries.rstrip("\n"),
         "metrics_keys": metrics_key_entries.rstrip("\n"),
         "rate_limit_zones": zones,
@@ -376,20 +234,13 @@ def _render(
         )
         if upstream is None
         else "",
-        **{f"error_{code}": body for code, body in _errors(front).items()},
+        **{f"error_{code}": body for code, body in error_bodies(front).items()},
     }
     return render_file("nginx.conf", values)
 
 
 def _indented(entries: str) -> str:
     return "".join(f"        {line}\n" for line in entries.splitlines())
-
-
-def _check_keys(api_keys: Mapping[str, str], metrics_keys: Mapping[str, str]) -> None:
-    """Checked at config load too; a render never writes a key nginx.conf cannot hold."""
-    problems = check_api_keys(api_keys) + check_metrics_keys(metrics_keys, api_keys)
-    if problems:
-        raise ConfigError("\n".join(problems))
 
 
 def render_release_conf(
@@ -446,7 +297,7 @@ def render_front_files(
     ``tls_pair`` is (certificate PEM, key PEM) and turns TLS on.
     """
     metrics_keys = metrics_keys or {}
-    _check_keys(api_keys, metrics_keys)
+    check_keys(api_keys, metrics_keys)
     files = {
         CONF_FILE: render_release_conf(
             front,
@@ -492,7 +343,7 @@ def render_nginx_conf(
     ``meter``: the usage meter, which sends requests back to ``meter_return_listen``.
     """
     metrics_keys = metrics_keys or {}
-    _check_keys(api_keys, metrics_keys)
+    check_keys(api_keys, metrics_keys)
     return _render(
         front,
         [upstream] if isinstance(upstream, str) else list(upstream),

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pulumi
 import yaml
 
 from components import semantic_probe
@@ -108,17 +107,6 @@ class ScrapeSpec:
         )
 
 
-@dataclass(frozen=True)
-class GuardedScrape:
-    """How Prometheus reaches replicas behind their guards (components/docker/replica_guard.py)."""
-
-    key: pulumi.Output[str]
-    """The guards' scrape key (``GuardCredentials.scrape_key``), never the replica key the front sends."""
-    certificate: pulumi.Output[str] | None = None
-    tls_name: str | None = None
-    """The name the pinned certificate carries; None: plain HTTP to the guards."""
-
-
 def render_prometheus_config(
     monitoring: MonitoringConfig,
     target: str | dict[str, str],
@@ -126,7 +114,8 @@ def render_prometheus_config(
     *,
     rules_path: str = RULES_PATH,
     probe_target: str | None = None,
-    guarded: GuardedScrape | None = None,
+    guarded: bool = False,
+    guard_tls_name: str | None = None,
     rotation_target: str | None = None,
     meter_target: str | None = None,
 ) -> str:
@@ -136,7 +125,8 @@ def render_prometheus_config(
 
     Several replicas: ``target`` maps each host's name to its ``host:port``; its series carry
     the label ``host``. ``guarded``: the replicas answer only their guards' keys; Prometheus holds
-    the scrape key. ``meter_target``: the usage meter's usage per key name (components/docker/usage_meter.py)."""
+    the scrape key, and with ``guard_tls_name`` speaks TLS to the guards, pinning the certificate
+    that carries that name. ``meter_target``: the usage meter's usage per key name (components/docker/usage_meter.py)."""
     vllm: dict[str, Any] = {
         "job_name": job,
         "metrics_path": "/metrics",
@@ -144,11 +134,11 @@ def render_prometheus_config(
         if isinstance(target, str)
         else [{"targets": [address], "labels": {"host": name}} for name, address in target.items()],
     }
-    if guarded is not None:
+    if guarded:
         vllm["authorization"] = {"type": "Bearer", "credentials_file": SCRAPE_KEY_PATH}
-        if guarded.tls_name is not None:
+        if guard_tls_name is not None:
             vllm["scheme"] = "https"
-            vllm["tls_config"] = {"ca_file": REPLICA_CA_PATH, "server_name": guarded.tls_name}
+            vllm["tls_config"] = {"ca_file": REPLICA_CA_PATH, "server_name": guard_tls_name}
     scrape_configs = [vllm]
     if probe_target is not None:
         scrape_configs.append(

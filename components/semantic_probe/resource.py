@@ -31,12 +31,13 @@ import pulumi_docker as docker
 from components.config import ContainerConfig, SemanticProbeConfig, StackConfig
 from components.docker.replica_tls import guard_tls
 from components.docker.rotation_requests import PROBE_REQUESTS_DIR
-from components.docker.vllm_server import ServingSpec, upstream_hosts
+from components.docker.vllm_server import upstream_hosts
 from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
 from components.render.nginx_conf import CONTAINER_PORT as FRONT_PORT
 from components.semantic_probe import container_name
 from components.semantic_probe.settings import ProbeSettings
+from components.serving.spec import ServingSpec
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 DOCKERFILE = "images/semantic-probe/Dockerfile"

@@ -3,7 +3,7 @@
 
     .venv/bin/python scripts/h200/render_argv.py a800 > .h200/serve.json
 
-Runs here (``components/docker/vllm_server.py`` imports Pulumi, which the GPU host lacks): the profile's
+Runs here, in the project's virtualenv, before anything goes to the GPU host: the profile's
 own ``render_serving`` argv and env, then each flag that cannot apply to one card and a 2-layer
 Qwen2 with random weights replaced or dropped, with the reason (``changed``), so the rehearsal
 starts vLLM on the project's argv and says exactly how it differs.
@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from components.config import build_stack_config
-from components.docker.vllm_server import render_serving
+from components.serving.spec import render_serving
 from components.vllm_flags.render import FlagValue, flag_args
 
 # A host the config needs to validate; nothing contacts it (the rehearsal runs vLLM by hand).

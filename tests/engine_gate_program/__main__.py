@@ -19,7 +19,7 @@ sys.path.insert(0, str(REPO))
 import pulumi  # noqa: E402
 
 from components.config import ConfigError, build_stack_config  # noqa: E402
-from components.docker.vllm_server import render_serving  # noqa: E402
+from components.serving.spec import render_serving  # noqa: E402
 from components.smoke_gate import SmokeTest, SmokeTestArgs  # noqa: E402
 
 config = pulumi.Config("glm")

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from components.config import StackConfig, build_stack_config
-from components.docker.vllm_server import render_argv, render_serving
 from components.gate.checks import GateFailure, run_gate
 from components.render.nginx_conf import render_nginx_conf
+from components.serving.spec import render_argv, render_serving
 from components.smoke_gate import gate_params
 from tests.conftest import PROJECT
 from tests.engine import free_port

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from components.docker.vllm_server import render_serving
 from components.gate.checks import GateFailure, run_gate
 from components.gate.container import start_watch
+from components.serving.spec import render_serving
 from tests.gate.support import local_config
 
 PROJECT = Path(__file__).resolve().parents[2]

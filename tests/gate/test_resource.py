@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from components.config import GATE_METRICS_CLIENT, ConfigError, SecretInputs, build_stack_config
-from components.docker.vllm_server import render_serving
 from components.gate.checks import GateFailure, plain
 from components.gate.settings import SmokeConfig
+from components.serving.spec import render_serving
 from components.smoke_gate import (
     SmokeTestProvider,
     changed_inputs,

@@ -16,7 +16,7 @@ import pytest
 from pulumi.runtime import rpc
 
 from components.config import StackConfig, build_stack_config
-from components.docker.vllm_server import render_env, render_serving
+from components.serving.spec import render_env, render_serving
 from components.smoke_gate import VERSION, SmokeTest, SmokeTestArgs, SmokeTestProvider
 from tests.conftest import redacted, stack_config
 

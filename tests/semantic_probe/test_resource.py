@@ -13,7 +13,6 @@ import pytest
 
 from components.config import ConfigError, SecretInputs, build_stack_config, check_api_keys
 from components.docker.replica_tls import TLS_NAME
-from components.docker.vllm_server import render_serving
 from components.secrets import _GeneratedKeyProvider
 from components.semantic_probe.resource import (
     KEY_PATH,
@@ -25,6 +24,7 @@ from components.semantic_probe.resource import (
     build_context,
     context_files,
 )
+from components.serving.spec import render_serving
 from tests.conftest import (
     PROBE_TEST_KEY,
     REPLICA_TEST_CERTIFICATE,

@@ -16,11 +16,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from components.config import build_stack_config
-from components.docker.vllm_server import render_serving
 from components.semantic_probe import PROBE_STEPS
 from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_forever, run_once, serve_metrics
 from components.semantic_probe.settings import ProbeSettings
+from components.serving.spec import render_serving
 from tests.gate.support import KEY, Sim, free_port, local_config
 
 RUNTIME = {"VLLM_SIM_RUNTIME_FAULTS": "1"}

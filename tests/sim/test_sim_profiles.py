@@ -10,7 +10,7 @@ import pytest
 from simulator.config import parse_config
 
 from components.config import build_stack_config
-from components.docker.vllm_server import render_argv, render_env
+from components.serving.spec import render_argv, render_env
 from tests.conftest import TEST_HOST_KEY
 
 HOST = {"hosts": [{"name": "box", "dockerHost": "ssh://deploy@box", "hostKey": TEST_HOST_KEY}]}

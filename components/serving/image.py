@@ -1,9 +1,10 @@
-"""ServingImage: the image the serving container runs.
+"""ServingImage: the image the serving container runs, on either target.
 
-Either built on the target's Docker engine from a context (a800: base vLLM image + the patch layer;
-local: the vLLM-protocol simulator), tagged with a content hash of the whole context so that any
-changed patch gives a new tag and replaces the container; or an upstream reference pulled onto the
-host (ascend, rtx5090).
+Either built on a Docker engine from a context (a800: base vLLM image + the patch layer; local: the
+vLLM-protocol simulator), tagged with a content hash of the whole context so that any changed patch
+gives a new tag and replaces the container; or an upstream reference pulled onto the host (ascend,
+rtx5090). A Docker host runs it where it was built; Kubernetes builds it on ``glm:target.hosts[0]``'s
+engine and loads it onto the nodes (components/kubernetes/images.py).
 """
 
 from __future__ import annotations
