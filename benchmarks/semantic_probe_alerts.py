@@ -140,7 +140,9 @@ def measure(project: PulumiProject) -> Figures:
     }
     local = project.init_local_stack("glm53-semprobe", secrets={"glm:apiKeys.bench": KEY}, config=config)
     container = local.container
-    stack = build_stack_config({"hardware": "local", "container": {"name": container}})
+    stack = build_stack_config(
+        {"hardware": "local", "container": {"name": container, "networkSubnet": local.subnet}}
+    )
     sim = f"http://{stack.container.vllm_address}:{stack.serving.port}"
     figures = Figures()
     try:

@@ -114,6 +114,8 @@ class LocalStack:
     """The serving container's name; the front, Prometheus and the JIT cache volume derive theirs."""
     front_port: int
     prometheus_port: int
+    subnet: str
+    """Its private network (``glm:container.networkSubnet``): vLLM is at ``.10`` of it."""
 
 
 @dataclass
@@ -207,14 +209,14 @@ class PulumiProject:
         """The ``local`` stack on free loopback ports, its containers named ``<prefix>-<front port>``
         so that runs side by side (and a user's own local stack) never meet."""
         front_port, prometheus_port = free_port(), free_port()
-        stack = LocalStack(f"{prefix}-{front_port}", front_port, prometheus_port)
+        stack = LocalStack(f"{prefix}-{front_port}", front_port, prometheus_port, free_subnet())
         self.init_stack(
             "local",
             config={
                 "glm:front.port": str(front_port),
                 "glm:monitoring.port": str(prometheus_port),
                 "glm:container.name": stack.container,
-                "glm:container.networkSubnet": free_subnet(),
+                "glm:container.networkSubnet": stack.subnet,
                 **(config or {}),
             },
             secrets=secrets,
