@@ -41,9 +41,10 @@ from components.docker.target import docker_ssh_opts
 from components.front_tls import front_tls
 from components.gate.container import ssh_wrapper
 from components.gate.startup import is_error, milestone
+from components.render.usage_queries import WINDOW
 from components.serving.spec import render_argv, render_serving
 from ops.rollback import rollback
-from ops.usage import WINDOW, promtool_query, usage_rows, usage_table
+from ops.usage import promtool_query, usage_rows, usage_table
 
 ROOT = Path(__file__).resolve().parent.parent
 # The pulumi CLI with the project's environment; GLM_PULUMI points elsewhere (tests use a throwaway backend).

@@ -15,22 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from components.render.prometheus_config import CONTAINER_PORT
-
-WINDOW = "1h"
-"""The latency quantiles are over the last hour."""
-QUERIES = {
-    "requests": "sum by (client) (glm_key_requests_total)",
-    "errors": 'sum by (client) (glm_key_requests_total{status=~"[45]..|0"})',
-    "tokens in": "sum by (client) (glm_key_prompt_tokens_total)",
-    "tokens out": "sum by (client) (glm_key_completion_tokens_total)",
-    **{
-        f"{what} p{q}": f"histogram_quantile(0.{q}, sum by (client, le) (rate(glm_key_{series}_bucket[{WINDOW}])))"
-        for what, series in (("ttft", "time_to_first_token_seconds"), ("total", "request_duration_seconds"))
-        for q in (50, 99)
-    },
-    "last seen": "max by (client) (glm_key_last_seen_timestamp_seconds)",
-}
-"""Column -> PromQL, one series per key name (``client``)."""
+from components.render.usage_queries import QUERIES
 
 Query = Callable[[str], dict[str, float]]
 
@@ -80,7 +65,7 @@ def _cell(column: str, value: float | None, now: float) -> str:
 
 
 def usage_table(rows: dict[str, dict[str, float]], now: float | None = None) -> str:
-    """The table ``make status`` prints (counts since the meter started; latency over ``WINDOW``).
+    """The table ``make status`` prints (counts since the meter started; latency over ``usage_queries.WINDOW``).
 
     >>> print(usage_table({"alice": {"requests": 3, "tokens in": 40, "ttft p50": 0.1234, "last seen": 95.0}}, 100))
     key    requests  errors  tokens in  tokens out  ttft p50  ttft p99  total p50  total p99  last seen

@@ -10,7 +10,7 @@ Every panel is one fixed PromQL query, named here and rendered into the front's 
 (components/render/nginx_conf.py): a metrics key (``glm:metricsKeys``) asks ``/status/query/<name>``, and
 nginx sends Prometheus that query and no other. The page cannot run PromQL of its own, so a metrics
 key reads what the page shows and nothing more. The PromQL is the dashboard's (components/render/dashboard.py)
-and ``make status``'s (ops/usage.py), so the three views never disagree.
+and ``make status``'s (components/render/usage_queries.py), so the three views never disagree.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from components.render.dashboard import RATE
 from components.render.openai_errors import openai_error
 from components.render.prometheus_config import ROTATION_JOB
 from components.render.template import render_file, template
-from ops.usage import QUERIES as USAGE_QUERIES
+from components.render.usage_queries import QUERIES as USAGE_QUERIES
 
 HISTORY_MINUTES = 30
 """How far back the charts go."""

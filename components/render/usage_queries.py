@@ -1,0 +1,22 @@
+"""Usage per API key name as PromQL over the usage meter's ``glm_key_*`` series (images/usage-meter):
+one table for ``make status`` (ops/usage.py) and the status page's usage panel
+(components/render/status_page.py), so the two never disagree.
+"""
+
+from __future__ import annotations
+
+WINDOW = "1h"
+"""The latency quantiles are over the last hour."""
+QUERIES = {
+    "requests": "sum by (client) (glm_key_requests_total)",
+    "errors": 'sum by (client) (glm_key_requests_total{status=~"[45]..|0"})',
+    "tokens in": "sum by (client) (glm_key_prompt_tokens_total)",
+    "tokens out": "sum by (client) (glm_key_completion_tokens_total)",
+    **{
+        f"{what} p{q}": f"histogram_quantile(0.{q}, sum by (client, le) (rate(glm_key_{series}_bucket[{WINDOW}])))"
+        for what, series in (("ttft", "time_to_first_token_seconds"), ("total", "request_duration_seconds"))
+        for q in (50, 99)
+    },
+    "last seen": "max by (client) (glm_key_last_seen_timestamp_seconds)",
+}
+"""Column -> PromQL, one series per key name (``client``)."""
