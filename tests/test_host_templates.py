@@ -1,5 +1,5 @@
 """The programs the stack ships to a host are files under components/host/templates/, rendered by
-components/render/template.py. Their rendered text is a resource input (a container's command, a preStop,
+components/template.py. Their rendered text is a resource input (a container's command, a preStop,
 a health check, a host command's ``create``): the expected texts here are the ones every stack has
 deployed, written out, so a template edit that changes a byte fails here before it replaces a
 container or re-runs a download."""
@@ -18,8 +18,8 @@ from components.gate.container import ssh_wrapper
 from components.kubernetes.front import FRONT_QUIT, upstream_conf
 from components.kubernetes.guard import guard_quit
 from components.render.nginx_conf import replica_server, upstream_server
-from components.render.template import TEMPLATES, host_script, one_line_script
 from components.serving.spec import health_probe
+from components.template import TEMPLATES, host_script, one_line_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,7 +97,7 @@ def test_a_host_script_leaves_out_only_the_templates_leading_comments() -> None:
 def test_a_one_line_script_refuses_a_comment_that_would_swallow_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("components.render.template.TEMPLATES", tmp_path)
+    monkeypatch.setattr("components.template.TEMPLATES", tmp_path)
     (tmp_path / "commented.sh").write_text("# header\ntrue;\n# inside\nfalse\n")
     with pytest.raises(ValueError, match="a comment below the first statement"):
         one_line_script("commented.sh", values={})

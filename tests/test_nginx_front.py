@@ -49,7 +49,7 @@ from components.render.nginx_conf import (
     render_nginx_conf,
     render_release_conf,
 )
-from components.render.template import render_template
+from components.template import render_template
 from tests.conftest import PROJECT, TEST_HOST_KEY, construct, redacted
 from tests.engine import free_port
 

@@ -20,7 +20,7 @@ from typing import Any
 from components.config.sections import StackSections
 from components.config.target import OLD_IMAGE_PLACEHOLDER
 from components.profiles import PROFILES
-from components.render.template import placeholders
+from components.template import placeholders
 
 K8S = "glm:target.kubernetes"
 NOT_READ = "is not read on Kubernetes"

@@ -255,7 +255,7 @@ class KubernetesTargetConfig(Model):
 
     @property
     def image_load_template(self) -> str | None:
-        """``imageLoadCommand`` in the placeholder style of every template (components/render/template.py):
+        """``imageLoadCommand`` in the placeholder style of every template (components/template.py):
         ``{image}``, the old spelling, read as ``{{image}}``."""
         if self.image_load_command is None:
             return None

@@ -17,7 +17,7 @@ import pulumi_docker as docker
 from components.config import CACHE_MOUNT_PATH, HostConfig, ModelConfig
 from components.docker.target import host_command
 from components.hardware import ServedArchitecture
-from components.render.template import host_script
+from components.template import host_script
 
 WEIGHTS_CHECK = Path(__file__).parents[1] / "host" / "weights_check.py"
 

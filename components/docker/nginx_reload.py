@@ -30,7 +30,7 @@ import pulumi
 import pulumi.dynamic
 
 from components.render.nginx_conf import CONF_ROOT
-from components.render.template import one_line_script, shell_program, sources_text
+from components.template import one_line_script, shell_program, sources_text
 
 PROVIDER_VERSION = "1"
 """Bump by hand for a behaviour change that must re-deliver every stack's front config."""

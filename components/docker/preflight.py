@@ -26,7 +26,7 @@ from components.config import HostConfig, ModelConfig, PreflightConfig
 from components.docker.model_volume import weights_check_values
 from components.docker.target import host_command, host_label
 from components.hardware import HardwareFacts
-from components.render.template import host_script
+from components.template import host_script
 
 PREFLIGHT_SH = Path(__file__).parents[1] / "host" / "preflight.sh"
 

@@ -58,9 +58,9 @@ from components.render.nginx_conf import (
     UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS,
 )
 from components.render.openai_errors import openai_error
-from components.render.template import render_file
 from components.secrets import GeneratedKey
 from components.serving.spec import ServingSpec
+from components.template import render_file
 
 CONTAINER_PORT = 8080
 """Port the guard listens on inside its container; the host port is ``serving.port``."""

@@ -39,7 +39,7 @@ from components.render.nginx_conf import (
     upstream_server,
 )
 from components.render.openai_errors import openai_error
-from components.render.template import shell_program
+from components.template import shell_program
 
 _ADDRESS = '$(cat "$f")'
 """A replica's address where rotation.sh writes its ``server`` line: its ``.address`` file."""

@@ -43,7 +43,7 @@ import base64
 from components.docker.nginx_reload import START_VALUES
 from components.docker.rotation import SCRIPT as ROTATION_SCRIPT
 from components.render.nginx_conf import CONF_ROOT
-from components.render.template import one_line_script, shell_program
+from components.template import one_line_script, shell_program
 
 FRONT_REQUESTS_DIR = f"{CONF_ROOT}/rotation-requests"
 """Where the front container mounts the requests volume (beside, not inside, the rotation state)."""

@@ -17,7 +17,7 @@ import pulumi
 from pulumi_command import local, remote
 
 from components.config import ConfigError, HostConfig
-from components.render.template import one_line_script
+from components.template import one_line_script
 
 
 def known_hosts_line(host: HostConfig) -> str:

@@ -37,7 +37,7 @@ from components.gate.startup import (
     diagnose,
     milestone,
 )
-from components.render.template import render_file
+from components.template import render_file
 
 DOCKER_TIMEOUT_SECONDS = 30.0
 # vLLM's "INFO 12-01 10:24:25 [core.py:93] " (the time is beside each progress line already).

@@ -25,7 +25,7 @@ from components.render.nginx_conf import (
     render_front_files,
     upstream_server,
 )
-from components.render.template import one_line_script
+from components.template import one_line_script
 
 TlsFiles = tuple[pulumi.Output[str], pulumi.Output[str]]
 """``glm:tlsCertificate`` and ``glm:tlsKey`` (``Secrets.tls_files``)."""

@@ -42,8 +42,8 @@ from components.docker.replica_guard import (
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import GUARD_PORT_NAME, ON_ERROR_LOGS, labels
 from components.render.nginx_conf import CONF_FILE
-from components.render.template import one_line_script
 from components.serving.spec import ServingSpec
+from components.template import one_line_script
 from components.vllm_flags.render import FlagValue
 
 GUARD_CONTAINER = "guard"

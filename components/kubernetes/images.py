@@ -18,9 +18,9 @@ import pulumi_docker as docker
 
 from components.config import ImageConfig
 from components.kubernetes.state import moved_from_root
-from components.render.template import placeholders, render_template
 from components.semantic_probe.resource import build_context
 from components.serving.image import ServingImage
+from components.template import placeholders, render_template
 
 
 @dataclass(frozen=True)

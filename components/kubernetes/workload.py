@@ -46,8 +46,8 @@ from components.docker.preflight import pod_preflight_script
 from components.gate.messages import LookAt
 from components.kubernetes.readiness import GATE_KEY_ENV, READINESS_REQUEST_TIMEOUT_SECONDS, readiness_command
 from components.profiles import HardwareFacts
-from components.render.template import one_line_script
 from components.serving.spec import ServingSpec, health_probe
+from components.template import one_line_script
 from policy.glm_policies import (
     ACCELERATOR_ANNOTATION,
     CARD_RESOURCES,

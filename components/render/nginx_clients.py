@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from components.config import ConfigError, FrontConfig, check_api_keys, check_metrics_keys
 from components.render.openai_errors import openai_error
-from components.render.template import render_file
+from components.template import render_file
 
 INFERENCE_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses")
 """The only paths the front forwards (exact matches). vLLM also serves LoRA loading, scoring,

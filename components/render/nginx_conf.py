@@ -35,7 +35,7 @@ from components.render.nginx_meter import (
     shares_directive,
 )
 from components.render.status_page import render_front_conf as render_status_page
-from components.render.template import render_file
+from components.template import render_file
 
 # The front's config volume, as its files name each other's paths (NginxReload delivers to it).
 CONF_ROOT = "/etc/nginx/glm"

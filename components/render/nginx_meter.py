@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from components.config import FrontConfig
-from components.render.template import render_file
+from components.template import render_file
 
 USAGE_SHARES_FILE = "usage-shares.conf"
 """The share table nginx sends the meter (key names and weights, no key). Delivered with the key

@@ -25,8 +25,8 @@ from components.render.dashboard import PANELS as DASHBOARD_PANELS
 from components.render.dashboard import RATE
 from components.render.openai_errors import openai_error
 from components.render.prometheus_config import ROTATION_JOB
-from components.render.template import render_file, template
 from components.render.usage_queries import QUERIES as USAGE_QUERIES
+from components.template import render_file, template
 
 HISTORY_MINUTES = 30
 """How far back the charts go."""

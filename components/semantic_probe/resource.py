@@ -73,8 +73,7 @@ APP_FILES = (
     "components/semantic_probe/service.py",
     "components/semantic_probe/settings.py",
     "components/semantic_probe/ejection.py",
-    "components/render/__init__.py",
-    "components/render/template.py",  # gate/container.py writes its ssh wrapper from a template
+    "components/template.py",  # gate/container.py writes its ssh wrapper from a template
     "components/host/templates/ssh-wrapper.sh",
     "components/vllm_flags/__init__.py",
     "components/vllm_flags/owned.py",  # gate/startup.py names the key a failing flag came from

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from components.config.replica import ContainerConfig, MountConfig
-from components.render.template import one_line_script
+from components.template import one_line_script
 from components.vllm_flags.render import FlagValue, argv_of, render_flags
 from components.vllm_flags.render import shown_flags as _shown
 

@@ -52,7 +52,7 @@ wait_for() { # wait_for SECONDS WHAT COMMAND…
     log "$what did not come up within ${seconds}s (logs: $LOGS)"
     return 1
 }
-fill() { # fill TEMPLATE: the node's settings for its {{NAME}} placeholders (components/render/template.py's style)
+fill() { # fill TEMPLATE: the node's settings for its {{NAME}} placeholders (components/template.py's style)
     sed -e "s#{{STATE}}#$STATE#g" -e "s#{{CNI_BIN}}#$ROOT/cni#g" -e "s#{{PAUSE_IMAGE}}#$PAUSE_IMAGE#g" \
         -e "s#{{CGROUP}}#$CGROUP#g" -e "s#{{NODE}}#$NODE#g" -e "s#{{NODE_IP}}#$NODE_IP#g" \
         -e "s#{{POD_CIDR}}#$POD_CIDR#g" -e "s#{{POD_SUBNET}}#$POD_SUBNET#g" -e "s#{{PKI}}#$PKI#g" "$HERE/node/$1"

@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-TEMPLATES = Path(__file__).parents[1] / "host" / "templates"
+TEMPLATES = Path(__file__).parent / "host" / "templates"
 FRONT_LIBRARY = "nginx-workers.sh"
 """What every shell program run in an nginx container starts with: its workers and the reload."""
 _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
