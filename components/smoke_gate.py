@@ -27,7 +27,6 @@ import pulumi
 import pulumi.dynamic
 
 from components.config import HostConfig
-from components.docker.target import docker_ssh_opts
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, plain, run_gate, stderr_progress
 from components.gate.container import watch_params
 from components.gate.messages import LookAt
@@ -260,7 +259,7 @@ def gate_params(
         params["container_id"] = container_id
     if host is not None:
         profile = PROFILES.get(serving.hardware)
-        ssh = docker_ssh_opts(host) if host.docker_host.startswith("ssh://") else []
+        ssh = host.ssh_options if host.docker_host.startswith("ssh://") else []
         facts = profile.facts if profile else None
         params["container_watch"] = watch_params(serving.container.name, host.docker_host, ssh, facts)
     if tls is not None:

@@ -37,7 +37,6 @@ from components.config import (
 from components.config.loading import STACK_KEYS
 from components.docker.model_volume import weights_and_cache
 from components.docker.nginx_front import front_container_name
-from components.docker.target import docker_ssh_opts
 from components.front_tls import front_tls
 from components.gate.container import ssh_wrapper
 from components.gate.startup import is_error, milestone
@@ -111,7 +110,7 @@ def docker(config: StackConfig) -> list[str]:
         return ["docker", "-H", host.docker_host]
     # The docker CLI runs `ssh`: a wrapper earlier on PATH adds the pinned host key, user and key.
     folder = Path(tempfile.mkdtemp(prefix="glm53-ops-"))
-    ssh_wrapper(folder, docker_ssh_opts(host))
+    ssh_wrapper(folder, host.ssh_options)
     os.environ["PATH"] = f"{folder}:{os.environ['PATH']}"
     return ["docker", "-H", host.docker_host]
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from components.config import HostConfig, build_stack_config
-from components.docker.target import docker_ssh_opts
 from tests.host_scripts import preflight_of
 from tests.standin_host import StandinHost, leftovers, standin_host, unavailable_reason
 
@@ -91,7 +90,7 @@ def test_the_docker_providers_ssh_options_reach_the_engine_and_refuse_another_ke
         config = HostConfig(name="standin", docker_host=standin_host.docker_host, host_key=key,
                             identity_file=str(standin_host.private_key_path))  # fmt: skip
         result = subprocess.run(
-            ["ssh", *docker_ssh_opts(config), "-l", config.ssh_user, "-p", str(config.ssh_port), "--",
+            ["ssh", *config.ssh_options, "-l", config.ssh_user, "-p", str(config.ssh_port), "--",
              config.ssh_address, "docker", "version", "--format", "{{.Server.Version}}"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip

@@ -18,7 +18,7 @@ import pulumi
 import pytest
 
 from components.config import ConfigError, HostConfig, build_stack_config
-from components.docker.target import AGENT_FOR_RUN, docker_ssh_opts, host_command
+from components.docker.target import AGENT_FOR_RUN, host_command
 from tests.conftest import TEST_HOST_KEY, construct, run_program, unwrap
 
 KEYSCAN_LINE = f"[2001:db8::1]:2222 {TEST_HOST_KEY}"
@@ -104,7 +104,7 @@ def test_ssh_port_is_refused_with_the_fix() -> None:
 
 
 def test_docker_checks_the_host_key_strictly_with_the_commands_user_and_key() -> None:
-    opts = docker_ssh_opts(host("ssh://deploy@[2001:db8::1]:2222", identityFile="~/.ssh/glm_deploy"))
+    opts = host("ssh://deploy@[2001:db8::1]:2222", identityFile="~/.ssh/glm_deploy").ssh_options
     options = [value for flag, value in zip(opts[::2], opts[1::2], strict=True) if flag == "-o"]
     assert "StrictHostKeyChecking=yes" in options
     assert "UserKnownHostsFile=/dev/null" in options and "GlobalKnownHostsFile=/dev/null" in options
@@ -114,7 +114,7 @@ def test_docker_checks_the_host_key_strictly_with_the_commands_user_and_key() ->
 
 
 def test_port_22_is_written_without_brackets_in_the_known_hosts_line() -> None:
-    options = docker_ssh_opts(host("ssh://deploy@gpu01"))
+    options = host("ssh://deploy@gpu01").ssh_options
     assert f"KnownHostsCommand=/bin/echo gpu01 {TEST_HOST_KEY}" in options
     assert "-i" not in options
 

@@ -149,6 +149,30 @@ class HostConfig(Model):
         """``hostKey`` as ``type base64`` (what pulumi-command's ``hostKey`` parses)."""
         return _public_key_line(self.host_key) if self.host_key else None
 
+    @property
+    def known_hosts_line(self) -> str:
+        """``hostKey`` as a known_hosts line for ``dockerHost``'s address and port."""
+        address = self.ssh_address if self.ssh_port == 22 else f"[{self.ssh_address}]:{self.ssh_port}"
+        return f"{address} {self.host_key_line}"
+
+    @property
+    def ssh_options(self) -> list[str]:
+        """ssh's options for this host, the Docker provider's and every ssh the program runs itself
+        (the gate's tunnel and container watch, ``make`` commands): strict host-key checking against
+        ``hostKey`` only, the commands' user and key, and no prompt that would hang ``pulumi up``."""
+        opts = [
+            "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=yes",
+            "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", f"KnownHostsCommand=/bin/echo {self.known_hosts_line}",
+            "-o", f"User={self.ssh_user}",
+            "-o", "ConnectTimeout=30",
+        ]  # fmt: skip
+        if self.identity_file:
+            opts += ["-o", "IdentitiesOnly=yes", "-i", self.identity_file]
+        return opts
+
 
 _SSH_KEY_TYPES = (
     "ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521",

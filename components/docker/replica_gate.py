@@ -27,7 +27,6 @@ import pulumi
 import pulumi.dynamic
 
 from components.config import HostConfig
-from components.docker.target import docker_ssh_opts
 from components.smoke_gate import (
     VERSION,
     GateArgs,
@@ -188,7 +187,7 @@ def tunnel_spec(host: HostConfig, target: str) -> dict[str, Any] | None:
     if host.is_local:
         return None
     return {
-        "ssh": ["ssh", *docker_ssh_opts(host), "-p", str(host.ssh_port)],
+        "ssh": ["ssh", *host.ssh_options, "-p", str(host.ssh_port)],
         "destination": host.ssh_address,
         "target": target,
     }

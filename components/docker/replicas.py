@@ -18,7 +18,6 @@ from components.docker.prometheus_scrape import GuardedScrape
 from components.docker.replica_gate import Admission, ReplicaGate, ReplicaGateArgs
 from components.docker.replica_guard import GuardCredentials, ReplicaGuard, ReplicaGuardArgs
 from components.docker.replica_tls import TLS_NAME
-from components.docker.target import docker_ssh_opts
 from components.docker.vllm_server import VllmServer, VllmServerArgs
 from components.secrets import Secrets
 from components.serving.image import ServingImage
@@ -65,7 +64,7 @@ def host_base(
     provider = docker.Provider(
         f"{host.name}-docker",
         host=docker_host,
-        ssh_opts=docker_ssh_opts(host) if docker_host.startswith("ssh://") else None,
+        ssh_opts=host.ssh_options if docker_host.startswith("ssh://") else None,
     )
     preflight = (
         Preflight(

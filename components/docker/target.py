@@ -1,10 +1,11 @@
 """The stack's target host: one SSH identity for the Docker provider and the commands (pulumi-command).
 
 Both reach the same ``user@address:port`` parsed once from ``dockerHost``, with the same key, and
-both accept only ``hostKey``: Docker's ssh through ``-o KnownHostsCommand`` (the key line comes from
-config, so no known_hosts file is written and the inputs are the same on every operator's machine),
-the commands through pulumi-command's ``hostKey`` (unset, it would accept any key). The commands
-sign with the SSH agent: no private key is ever an input, so none reaches the state.
+both accept only ``hostKey``: Docker's ssh through ``-o KnownHostsCommand`` (``HostConfig.ssh_options``;
+the key line comes from config, so no known_hosts file is written and the inputs are the same on
+every operator's machine), the commands through pulumi-command's ``hostKey`` (unset, it would accept
+any key). The commands sign with the SSH agent: no private key is ever an input, so none reaches the
+state.
 """
 
 from __future__ import annotations
@@ -20,35 +21,12 @@ from components.config import ConfigError, HostConfig
 from components.template import one_line_script
 
 
-def known_hosts_line(host: HostConfig) -> str:
-    """``hostKey`` as a known_hosts line for ``dockerHost``'s address and port."""
-    address = host.ssh_address if host.ssh_port == 22 else f"[{host.ssh_address}]:{host.ssh_port}"
-    return f"{address} {host.host_key_line}"
-
-
-def docker_ssh_opts(host: HostConfig) -> list[str]:
-    """ssh options of the Docker provider: strict host-key checking against ``hostKey`` only, the
-    commands' user and key, and no prompt that would hang ``pulumi up``."""
-    opts = [
-        "-o", "BatchMode=yes",
-        "-o", "StrictHostKeyChecking=yes",
-        "-o", "UserKnownHostsFile=/dev/null",
-        "-o", "GlobalKnownHostsFile=/dev/null",
-        "-o", f"KnownHostsCommand=/bin/echo {known_hosts_line(host)}",
-        "-o", f"User={host.ssh_user}",
-        "-o", "ConnectTimeout=30",
-    ]  # fmt: skip
-    if host.identity_file:
-        opts += ["-o", "IdentitiesOnly=yes", "-i", host.identity_file]
-    return opts
-
-
 def exec_ssh(host: HostConfig) -> dict[str, Any] | None:
     """How ``docker exec`` reaches ``host`` (components/docker/nginx_reload.py): none for the local engine,
     else ssh to its address and port with the Docker provider's options."""
     if host.is_local:
         return None
-    return {"address": host.ssh_address, "port": host.ssh_port, "opts": docker_ssh_opts(host)}
+    return {"address": host.ssh_address, "port": host.ssh_port, "opts": host.ssh_options}
 
 
 AGENT_FOR_RUN = "GLM_SSH_AGENT_FOR_RUN"

@@ -30,7 +30,6 @@ from components.config import (
     semantic_probe_runs,
 )
 from components.docker.replica_guard import SCRAPER
-from components.docker.target import docker_ssh_opts
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
 from components.kubernetes.front import KubernetesFront, KubernetesFrontArgs, upstream_conf
@@ -102,7 +101,7 @@ def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, sta
     build_engine = docker.Provider(
         f"{stack}-build-docker",
         host=builder.docker_host,
-        ssh_opts=docker_ssh_opts(builder) if builder.docker_host.startswith("ssh://") else None,
+        ssh_opts=builder.ssh_options if builder.docker_host.startswith("ssh://") else None,
     )
     return ClusterImages(
         stack,
