@@ -30,8 +30,8 @@ from components.docker.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DI
 from components.render.nginx_clients import render_key_map
 from components.render.nginx_conf import API_KEYS_FILE, CONF_ROOT, ROTATION_DIR
 from components.semantic_probe.ejection import Ejector
-from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_forever
+from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.template import shell_program
 from tests.gate.support import local_config
 from tests.test_nginx_front import KEYS, SERVED, vllm_sim

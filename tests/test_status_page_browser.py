@@ -31,8 +31,8 @@ from components.render.prometheus_config import DEFAULT_JOB, METER_JOB, ROTATION
 from components.render.status_page import PANELS
 from components.semantic_probe import SCRAPE_JOB
 from components.semantic_probe.ejection import Ejector
-from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
+from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.browser import CHROMIUM, browser
 from tests.conftest import PROJECT
 from tests.engine import free_port

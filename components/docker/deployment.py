@@ -23,18 +23,14 @@ from components.docker.preflight import Preflight
 from components.docker.prometheus_scrape import PrometheusScrape, ScrapeSpec
 from components.docker.replica_guard import GuardCredentials, guard_credentials
 from components.docker.replicas import Replica, Roll, guarded_scrape, host_base, roll, serving_container
+from components.docker.semantic_probe import SemanticProbe, SemanticProbeArgs
 from components.docker.target import exec_ssh
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
 from components.profiles import HardwareFacts
 from components.promotion import fingerprint, promoted_image, served_model
 from components.secrets import Secrets, StackKeys
-from components.semantic_probe.resource import (
-    ProbeReplica,
-    SemanticProbe,
-    SemanticProbeArgs,
-    SemanticProbeSpec,
-)
+from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec
 from components.serving.spec import ServingSpec, command_line, render_serving
 from components.smoke_gate import SmokeTest, SmokeTestArgs
 

@@ -42,7 +42,7 @@ from components.kubernetes.workload import PodConfig
 from components.promotion import fingerprint, served_model
 from components.render.prometheus_config import ScrapeSpec
 from components.secrets import Secrets, StackKeys
-from components.semantic_probe.resource import SemanticProbeSpec
+from components.semantic_probe_spec import SemanticProbeSpec
 from components.serving.spec import ServingSpec, command_line, render_serving
 from components.smoke_gate import SmokeTest, SmokeTestArgs
 

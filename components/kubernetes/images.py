@@ -18,7 +18,7 @@ import pulumi_docker as docker
 
 from components.config import ImageConfig
 from components.kubernetes.state import moved_from_root
-from components.semantic_probe.resource import build_context
+from components.semantic_probe_image import build_context
 from components.serving.image import ServingImage
 from components.template import placeholders, render_template
 

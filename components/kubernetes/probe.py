@@ -25,7 +25,7 @@ from components.kubernetes.guard import SCRAPE_SECRET, SCRAPE_SECRET_KEY
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import labels
 from components.render.nginx_conf import CONTAINER_PORT as FRONT_PORT
-from components.semantic_probe.resource import (
+from components.semantic_probe_spec import (
     KEY_PATH,
     PARAMS_PATH,
     SCRAPE_KEY_PATH,

@@ -15,7 +15,10 @@ socket.
 - ``saturation.py``: when a saturated target is left alone, and for how many runs in a row;
 - ``ejection.py``: the eject/readmit requests (runs in the probe container);
 - ``__main__.py``: ``python -m components.semantic_probe`` (the container's entrypoint);
-- ``resource.py``: the Pulumi side (the stack-generated key, the image, the container).
+- the program's side is outside the package, which the image ships whole:
+  ``components/semantic_probe_spec.py`` (what the probe is told), ``components/semantic_probe_image.py``
+  (its image), ``components/docker/semantic_probe.py`` and ``components/kubernetes/probe.py`` (its
+  container on each target).
 
 Importing this package imports neither Pulumi nor prometheus_client.
 """

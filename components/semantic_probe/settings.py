@@ -1,6 +1,7 @@
 """What the probe container is told (``params.json``, rendered by the program) and what it asks:
 the front path and every replica directly (:class:`ProbeTarget`). Plain Python, no Pulumi: the loops
-(``service.py``), the saturation check and the program's side (``resource.py``) all read it.
+(``service.py``), the saturation check and the program's side (components/semantic_probe_spec.py)
+all read it.
 """
 
 from __future__ import annotations

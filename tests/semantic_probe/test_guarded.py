@@ -4,10 +4,10 @@ config) with the stack's replica key: every step passes, /metrics is read with t
 
 from __future__ import annotations
 
-from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.saturation import saturation
 from components.semantic_probe.service import ProbeMetrics, run_once
 from components.semantic_probe.settings import ReplicaKeys
+from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.gate.support import local_config
 from tests.test_nginx_front import SERVED, vllm_sim
 from tests.test_replica_guard import KEY as REPLICA_KEY

@@ -13,17 +13,10 @@ import pytest
 
 from components.config import ConfigError, SecretInputs, build_stack_config, check_api_keys
 from components.docker.replica_tls import TLS_NAME
+from components.docker.semantic_probe import SemanticProbeArgs
 from components.secrets import _GeneratedKeyProvider
-from components.semantic_probe.resource import (
-    KEY_PATH,
-    PARAMS_PATH,
-    PROJECT_DIR,
-    ProbeReplica,
-    SemanticProbeArgs,
-    SemanticProbeSpec,
-    build_context,
-    context_files,
-)
+from components.semantic_probe_image import PROJECT_DIR, build_context, context_files
+from components.semantic_probe_spec import KEY_PATH, PARAMS_PATH, ProbeReplica, SemanticProbeSpec
 from components.serving.spec import render_serving
 from tests.conftest import (
     PROBE_TEST_KEY,

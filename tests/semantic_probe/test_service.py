@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from components.config import build_stack_config
 from components.semantic_probe import PROBE_STEPS
-from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.service import ProbeMetrics, run_forever, run_once, serve_metrics
 from components.semantic_probe.settings import ProbeSettings
+from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.serving.spec import render_serving
 from tests.gate.support import KEY, Sim, free_port, local_config
 

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from components.config import SecretInputs, build_stack_config
-from components.docker.replica_tls import TLS_NAME, self_signed
+from components.docker.replica_tls import TLS_NAME, guard_tls, self_signed
 from components.front_tls import front_tls
 from components.semantic_probe import PROBE_STEPS
-from components.semantic_probe.resource import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.semantic_probe.saturation import saturation
 from components.semantic_probe.service import ProbeMetrics, run_once
 from components.semantic_probe.settings import ProbeSettings, ReplicaKeys
+from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.gate.support import KEY, Sim, needs_nginx, start_front, stop
 from tests.test_nginx_front import SERVED, vllm_sim
 from tests.test_replica_guard import KEY as REPLICA_KEY
@@ -89,7 +89,7 @@ def test_a_guard_serving_tls_is_probed_with_the_pinned_certificate_and_the_repli
     with vllm_sim() as sim, nginx(guard_files(f"127.0.0.1:{sim}", pinned)) as (guard, _):
         replica = ProbeReplica("box2", f"127.0.0.1:{guard}", guarded=True)
         settings = probe_settings(
-            spec_for(pem, stack_ca.certificate), "unused", "unused:8000", (replica,), pinned[0]
+            spec_for(pem, stack_ca.certificate), "unused", "unused:8000", (replica,), guard_tls(pinned[0])
         )
         target = settings.targets[1]
         assert (target.host, target.replica_key) == ("box2", True)
@@ -118,7 +118,7 @@ def test_a_guard_serving_tls_is_probed_with_the_pinned_certificate_and_the_repli
             "unused",
             "unused:8000",
             (replica,),
-            self_signed(["127.0.0.1"])[0],
+            guard_tls(self_signed(["127.0.0.1"])[0]),
         )
         stale = dataclasses.replace(stale, served_name=SERVED, max_model_len=32768)
         wrong = run_once(
