@@ -7,6 +7,7 @@ and the state lives in a temporary file backend.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import os
 import shutil
@@ -74,16 +75,16 @@ def free_subnet() -> str:
     run has claimed. The program's default, one of 250 derived from the container name, met another
     stack's network under CI's parallel workers ("Pool overlaps with other one on this address
     space", stop 43): claims are files made with O_EXCL in a folder the run's workers share."""
-    held = subprocess.run(
+    held = [ipaddress.ip_network(held, strict=False) for held in subprocess.run(
         ["sh", "-c", "docker network inspect --format '{{range .IPAM.Config}}{{.Subnet}} {{end}}' "
          "$(docker network ls -q)"],
         capture_output=True, text=True,
-    ).stdout.split()  # fmt: skip
+    ).stdout.split()]  # fmt: skip
     claims = Path(f"/tmp/glm53-subnets-{os.environ.get('PYTEST_XDIST_TESTRUNUID', os.getpid())}")
     claims.mkdir(exist_ok=True)
     for third in range(1, 255):
         subnet = f"172.30.{third}.0/24"
-        if subnet in held:
+        if any(ipaddress.ip_network(subnet).overlaps(network) for network in held):
             continue
         try:
             os.close(os.open(claims / f"172.30.{third}", os.O_CREAT | os.O_EXCL))
