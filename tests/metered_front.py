@@ -61,8 +61,10 @@ def metered_front(
     max_num_seqs: int = 8,
     sim_env: Mapping[str, str] | None = None,
     meter: bool = True,
+    queue_seconds: float = 10.0,
 ) -> Iterator[MeteredFront]:
-    """``meter`` False: the front as before the meter (nginx straight to the simulator)."""
+    """``meter`` False: the front as before the meter (nginx straight to the simulator).
+    ``queue_seconds``: the meter's ``--queue-seconds``."""
     directory = runtime_dir()
     sim_port, meter_port, return_port, port = free_port(), free_port(), free_port(), free_port()
     sim_argv = [
@@ -75,7 +77,7 @@ def metered_front(
         _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim, directory / "sim.log")
         if meter:
             argv = [sys.executable, "-I", "-S", str(METER), "--host", "127.0.0.1", "--port", str(meter_port),
-                    "--upstream", f"127.0.0.1:{return_port}"]  # fmt: skip
+                    "--upstream", f"127.0.0.1:{return_port}", "--queue-seconds", str(queue_seconds)]  # fmt: skip
             proc = stack.enter_context(running(argv, directory / "meter.log"))
             wait_for_port(meter_port, proc)
         conf = render_nginx_conf(

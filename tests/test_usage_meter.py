@@ -44,7 +44,8 @@ def series(text: str, name: str, client: str, extra: str = "") -> float:
 @pytest.fixture(scope="module")
 def front():
     config = build_stack_config({"hardware": "local", "front": {"usageMeter": {"fairShare": True}}})
-    with metered_front(config, KEYS, sim_env={"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.002"}) as running:
+    sim_env = {"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.002"}
+    with metered_front(config, KEYS, sim_env=sim_env, queue_seconds=1) as running:
         yield running
 
 
@@ -129,35 +130,64 @@ def test_continuous_usage_stats_reach_a_client_that_asked_for_them(front) -> Non
     assert chunks[-1].choices == []
 
 
-def test_a_key_beyond_what_is_free_gets_a_429_with_retry_after_and_the_other_key_is_served(front) -> None:
+ALICE_STREAM = {
+    "model": SERVED,
+    "messages": [{"role": "user", "content": "go"}],
+    "max_tokens": 1500,
+    "stream": True,
+}
+"""1500 tokens at the fixture's 2 ms each: a stream that holds its slot for 3 s."""
+
+
+def _alice_beyond_her_share(front) -> tuple[httpx.Response, float]:
     """Capacity 8 (--max-num-seqs) and two keys, Bob active with one request at a time: Alice's
     streams take every slot but the one kept free for Bob (work-conserving: 7, not her share of 4).
-    Her next request is refused in OpenAI's shape before anything streamed; Bob's is answered."""
+    Returns her 8th request's answer, a short one that would take milliseconds if admitted at
+    once, and the seconds it took."""
     bob = front.client(KEYS["bob"])
     bob.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
-    body = {
-        "model": SERVED,
-        "messages": [{"role": "user", "content": "go"}],
-        "max_tokens": 1500,
-        "stream": True,
-    }
     headers = {"Authorization": f"Bearer {KEYS['alice']}"}
     with httpx.Client(base_url=front.base, timeout=30) as http, contextlib.ExitStack() as held:
         for _ in range(7):
             response = held.enter_context(
-                http.stream("POST", "/v1/chat/completions", json=body, headers=headers)
+                http.stream("POST", "/v1/chat/completions", json=ALICE_STREAM, headers=headers)
             )
             assert response.status_code == 200
-        refused = http.post("/v1/chat/completions", json=body, headers=headers)
-        assert refused.status_code == 429
-        assert refused.headers["retry-after"] == "1"
-        error = refused.json()["error"]
-        assert error["code"] == "rate_limit_exceeded" and "fair share" in error["message"]
+        began = time.monotonic()
+        short = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5}
+        eighth = http.post("/v1/chat/completions", json=short, headers=headers)
+        took = time.monotonic() - began
         answer = bob.chat.completions.create(
             model=SERVED, messages=[{"role": "user", "content": "13*17"}], max_tokens=60
         )
         assert "221" in (answer.choices[0].message.content or "")
+    return eighth, took
+
+
+def test_a_key_beyond_what_is_free_gets_a_429_with_retry_after_and_the_other_key_is_served(front) -> None:
+    """Her 8th request waits the front's 1 s for a slot (her streams hold theirs for 3 s) and is
+    refused in OpenAI's shape before anything streamed; Bob's is answered."""
+    refused, took = _alice_beyond_her_share(front)
+    assert refused.status_code == 429, refused.text
+    assert took >= 1.0
+    assert refused.headers["retry-after"] == "1"
+    error = refused.json()["error"]
+    assert error["code"] == "rate_limit_exceeded" and "fair share" in error["message"]
+    assert "waited 1 s" in error["message"]
     assert series(front.meter_metrics(), "glm_key_fair_share_refused_total", "alice") >= 1
+
+
+def test_a_request_beyond_the_share_waits_for_a_slot_within_the_queue_time() -> None:
+    """The same, with the default 10 s at the front: her 8th request waits until one of her
+    streams ends (3 s) and is answered whole; nothing was refused."""
+    config = build_stack_config({"hardware": "local", "front": {"usageMeter": {"fairShare": True}}})
+    sim_env = {"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.002"}
+    with metered_front(config, KEYS, sim_env=sim_env, queue_seconds=10) as waiting:
+        answered, took = _alice_beyond_her_share(waiting)
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["usage"]["completion_tokens"] > 0
+        assert took >= 1.0, "it was admitted at once: nothing held it to the share"
+        assert series(waiting.meter_metrics(), "glm_key_fair_share_refused_total", "alice") == 0
 
 
 def test_make_status_table_reads_the_counters_from_a_real_prometheus(front, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ read on their way back (usage_meter.py says why)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -167,9 +168,30 @@ def read_event(raw: bytes, exchange: Exchange, now: float) -> bool:
 
 
 class Proxy:
-    def __init__(self, meter: Meter, upstream: tuple[str, int]) -> None:
+    def __init__(self, meter: Meter, upstream: tuple[str, int], queue_seconds: float = 0.0) -> None:
+        """``queue_seconds``: how long a request beyond its key's share waits for a slot before its
+        429 (usage_meter.py says why)."""
         self.meter = meter
         self.upstream = upstream
+        self.queue_seconds = queue_seconds
+        self.freed = asyncio.Event()
+        """Set, and replaced, each time a slot frees: the waiting requests look again."""
+
+    async def take_slot(self, client: str) -> bool:
+        """A slot for ``client``, waiting up to ``queue_seconds`` for one to free (or for the share
+        to grow: another key going idle, a replica coming back), looking again at least every
+        second; False: refused, counted."""
+        deadline = time.monotonic() + self.queue_seconds
+        while (left := deadline - time.monotonic()) > 0 and not self.meter.fits(client, time.monotonic()):
+            freed = self.freed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(freed.wait(), min(1.0, left))
+        return self.meter.admit(client, time.monotonic())
+
+    def release(self, client: str) -> None:
+        self.meter.release(client)
+        self.freed.set()
+        self.freed = asyncio.Event()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection from nginx: requests one after the other (upstream keep-alive)."""
@@ -217,14 +239,16 @@ class Proxy:
         generation = method == "POST" and target in GENERATION_ROUTES
         usage = self.meter.key(client)
         usage.last_seen = time.time()
-        if generation and not self.meter.admit(client, now):
+        if generation and not await self.take_slot(client):
             exchange.status = 429
+            now = time.monotonic()
             share = self.meter.share(client, now)
             active = sum(self.meter.active(name, now) for name in self.meter.keys)
+            waited = f" It waited {self.queue_seconds:g} s for a slot." if self.queue_seconds else ""
             message = (
                 f"Too many requests in flight for this API key: its fair share of the engine is {share} "
                 f"at once ({self.meter.capacity} slots shared among {active} active keys), and the free "
-                "slots are kept for the other keys. Retry after the Retry-After seconds."
+                f"slots are kept for the other keys.{waited} Retry after the Retry-After seconds."
             )
             await self.reply(
                 writer,
@@ -240,7 +264,7 @@ class Proxy:
             return await self.forward(request, method, target, body, exchange, writer)
         finally:
             if generation:
-                self.meter.release(client)
+                self.release(client)
             self.finish(exchange)
 
     def finish(self, exchange: Exchange) -> None:

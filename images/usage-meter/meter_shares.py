@@ -147,17 +147,23 @@ class Meter:
         usage = self.keys[name]
         return max(0, min(self.share(name, now) - usage.in_flight, max(usage.peak.at(now), 1)))
 
-    def admit(self, name: str, now: float) -> bool:
-        """Take a slot for ``name`` within its share, or beyond it if the headroom of every other
-        active key stays free."""
+    def fits(self, name: str, now: float) -> bool:
+        """A slot for ``name`` now: within its share, or beyond it if the headroom of every other
+        active key stays free. Asking makes ``name`` active."""
         usage = self.key(name)
         usage.active_at = now
-        if self.capacity and self.fair_share and usage.in_flight >= self.share(name, now):
-            busy = sum(k.in_flight for k in self.keys.values())
-            kept = sum(self.headroom(o, now) for o in self.keys if o != name and self.active(o, now))
-            if busy + 1 + kept > self.capacity:
-                usage.refused += 1
-                return False
+        if not (self.capacity and self.fair_share) or usage.in_flight < self.share(name, now):
+            return True
+        busy = sum(k.in_flight for k in self.keys.values())
+        kept = sum(self.headroom(o, now) for o in self.keys if o != name and self.active(o, now))
+        return busy + 1 + kept <= self.capacity
+
+    def admit(self, name: str, now: float) -> bool:
+        """Take a slot for ``name`` if it :meth:`fits`; else count the refusal."""
+        usage = self.key(name)
+        if not self.fits(name, now):
+            usage.refused += 1
+            return False
         usage.in_flight += 1
         usage.peak.note(usage.in_flight, now)
         return True

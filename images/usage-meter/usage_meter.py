@@ -15,8 +15,9 @@ Debian's nginx has no njs). So the meter:
   it asked for, each forwarded the moment it is complete (no buffering: TTFT is unchanged);
 - counts per key name the ``usage`` of every answer (plain or streamed) as vLLM sent it, the
   requests by HTTP status, and the time to first token (streams) and to the last byte;
-- admits at most the key's share of the engine's slots at once (below) and answers the rest with
-  OpenAI's 429 and ``Retry-After`` before a byte of the stream was sent: never a cut stream.
+- admits at most the key's share of the engine's slots at once (below); a request beyond it waits
+  up to ``--queue-seconds`` for a slot to free, and then gets OpenAI's 429 and ``Retry-After``
+  before a byte of the stream was sent: never a cut stream.
 
 The fair share. vLLM admits first come first served up to ``--max-num-seqs`` (a800: 32), so a
 key that holds every slot with long streams makes everybody else wait for whole answers: 0.07 s ->
@@ -34,6 +35,13 @@ share. vLLM cannot preempt a running stream, so a slot the flooder holds frees o
 ends; the headroom is what the other key finds free the moment it asks, and as the flooder's
 streams end it gets none back until the headroom is free again. A lone key gets every slot; beside
 a key that sends one request at a time (the semantic probe) all but one, two while that one runs.
+
+Why wait before refusing. The capacity follows the rotation: when a replica leaves it (ejected by
+the semantic probe, or rolled), the shares shrink at once, and a client that used its share of the
+larger fleet would get 429s until streams of the smaller one end, seconds later. Waiting up to
+``--queue-seconds`` (``glm:front.usageMeter.queueSeconds``, 10 s) for a slot turns such a dip into
+latency, as vLLM's own queue would without the meter; a flood longer than that is still refused.
+The key within its share never waits here (it is admitted, and waits in vLLM if the engine is full).
 
 Standard library only (like the simulator): it runs on a bare ``python3``.
 """
@@ -55,7 +63,7 @@ from meter_shares import Meter
 
 async def serve(args: argparse.Namespace) -> None:
     host, _, port = args.upstream.rpartition(":")
-    proxy = Proxy(Meter(), (host, int(port)))
+    proxy = Proxy(Meter(), (host, int(port)), args.queue_seconds)
     server = await asyncio.start_server(proxy.serve, args.host, args.port, limit=MAX_HEAD)
     print(f"usage meter on {args.host}:{args.port}, requests go on to {args.upstream}", flush=True)
     stop = asyncio.Event()
@@ -71,6 +79,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9147, help="where nginx sends the inference routes")
     parser.add_argument("--upstream", required=True, help="nginx's return listener, host:port")
     parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument(
+        "--queue-seconds",
+        type=float,
+        default=10.0,
+        help="how long a request beyond its key's share waits for a slot before its 429",
+    )
     asyncio.run(serve(parser.parse_args()))
 
 
