@@ -49,10 +49,10 @@ class UsageMeterConfig(Model):
     stack's Prometheus, and each key's fair share of the engine's slots."""
 
     enabled: bool = Field(
-        False,
-        description="Put the usage meter in the front's path (Docker hosts): usage per API key name in "
-        "Prometheus and `make status`, and the fair share below. Off by default until the whole "
-        "end-to-end suite has run with it in the path.",
+        True,
+        description="Put the usage meter in the front's path on Docker hosts: usage per API key name in "
+        "Prometheus and `make status`, and the fair share below. Kubernetes runs no meter: there the "
+        "default is off, and `true` or `weights` are refused. `false`: nginx straight to the replicas.",
     )
     fair_share: bool = Field(
         True,
@@ -69,7 +69,8 @@ class UsageMeterConfig(Model):
     )
     base_image: str = Field(
         "python:3.11-slim",
-        description="Base of the meter image: any image with python3 (standard library only).",
+        description="Base of the meter image, built on the front's host: any image with python3 "
+        "(standard library only). Offline: an image the host has, e.g. glm53-local/python:bookworm.",
     )
     port: int = Field(9147, description="Port of the meter (and its /metrics) on the private network.")
 

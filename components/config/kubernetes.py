@@ -10,7 +10,8 @@ And nothing a stack sets is silently lost: a key the Docker path honours and the
 does not read is refused, naming what the cluster does instead and the fix, or, where the cluster
 does that job itself and a Docker stack's file should deploy as it is, warned about. "Set" is a
 value other than the one the stack gets without it, its profile's (``PROFILES[...].defaults``,
-the seeds' values, which docs/scaling.md maps) or else the model's default.
+the seeds' values, which docs/scaling.md maps) or else the model's default; the usage meter's
+switch, on by default for Docker hosts and off on the cluster, is set when the stack writes it.
 """
 
 from __future__ import annotations
@@ -153,14 +154,37 @@ def set_on_kubernetes(c: StackSections, path: str) -> bool:
     return c.target.kubernetes is not None and _value(c, path) != _unset_value(c, path)
 
 
+def _stack_sets_meter(c: StackSections) -> bool:
+    """The stack writes ``glm:front.usageMeter.enabled`` itself (its file or ``GLM_SET``), to other
+    than its profile's value where the profile has one. Not by value, as :func:`set_on_kubernetes`
+    tells: the default is on (for Docker hosts), so a stack's explicit ``true`` equals it."""
+    meter = c.front.usage_meter
+    if "enabled" not in meter.model_fields_set:
+        return False  # the model's default
+    profile = PROFILES[c.hardware].defaults.get("front", {}).get("usageMeter", {})
+    return "enabled" not in profile or profile["enabled"] != meter.enabled
+
+
 def _check_usage_meter(c: StackSections) -> str | None:
-    if c.target.kubernetes is None or not c.front.usage_meter.enabled:
+    """What asks the cluster for the meter it does not run: ``enabled: true`` written by the stack,
+    or weights for the fair share. Left at its default the meter is simply not there
+    (``usage_meter_runs``) and nothing is said; ``enabled: false`` asks for nothing."""
+    meter = c.front.usage_meter
+    if c.target.kubernetes is None or not meter.enabled:
+        return None
+    if _stack_sets_meter(c):
+        key = "glm:front.usageMeter.enabled"
+        asked = f"{key}=true"
+    elif meter.weights:
+        key = "glm:front.usageMeter.weights"
+        asked = f"{key} ({', '.join(sorted(meter.weights))})"
+    else:
         return None
     return (
-        f"glm:front.usageMeter.enabled=true {NOT_READ}: no usage meter runs in the front's path there, "
+        f"{asked} {NOT_READ}: no usage meter runs in the front's path there, "
         "so there is no usage per API key name (Prometheus, `make status`) and no fair share of the "
         "engine's slots (glm:front.usageMeter.fairShare and weights): a key's flood is held only by "
-        "glm:front.rateLimit's per-key caps. Fix: pulumi config rm --path 'glm:front.usageMeter.enabled' "
+        f"glm:front.rateLimit's per-key caps. Fix: pulumi config rm --path '{key}' "
         "(the per-key rate and in-flight limits still hold), or run the stack on Docker hosts "
         "(glm:target.hosts without kubernetes) to have the meter."
     )
