@@ -11,6 +11,7 @@ Kubernetes", and the command that fixes it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pulumi
@@ -40,14 +41,19 @@ def refused(raw: dict[str, Any], secrets: SecretInputs | None = None) -> str:
 
 REFUSED = {
     "the usage meter (issue 36)": (
-        {"front": {"usageMeter": {"enabled": True, "weights": {"ops": 2}}}},
+        {"front": {"usageMeter": {"enabled": True}}},
         "glm:front.usageMeter.enabled=true is not read on Kubernetes: no usage meter runs",
         "Fix: pulumi config rm --path 'glm:front.usageMeter.enabled'",
     ),
     "the fair share's weights, the meter left at its default": (
         {"front": {"usageMeter": {"weights": {"ops": 2}}}},
-        "glm:front.usageMeter.weights (ops) is not read on Kubernetes: no usage meter runs",
+        "glm:front.usageMeter.weights (ops) is not read on Kubernetes: no usage meter shares",
         "Fix: pulumi config rm --path 'glm:front.usageMeter.weights'",
+    ),
+    "the meter's wait for a slot, the meter left at its default": (
+        {"front": {"usageMeter": {"queueSeconds": 30}}},
+        "glm:front.usageMeter.queueSeconds=30 is not read on Kubernetes: no usage meter holds a request",
+        "Fix: pulumi config rm --path 'glm:front.usageMeter.queueSeconds'",
     ),
     "the weights' download": (
         {"model": {"download": {"enabled": True, "repo": "zai-org/GLM-5.3-Flash"}}},
@@ -112,12 +118,26 @@ def test_every_lost_key_is_reported_at_once() -> None:
     ]
 
 
+def test_every_meter_key_the_stack_asks_for_is_refused_at_once_each_with_its_fix() -> None:
+    meter = {"enabled": True, "weights": {"ops": 2, "batch": 0.5}, "queueSeconds": 2.5}
+    message = refused({"hardware": "local", "target": ON_K8S, "front": {"usageMeter": meter}})
+    lines = message.splitlines()[1:]
+    assert [line.split(f" {NOT_READ}")[0].strip() for line in lines] == [
+        "glm:front.usageMeter.enabled=true",
+        "glm:front.usageMeter.weights (batch, ops)",
+        "glm:front.usageMeter.queueSeconds=2.5",
+    ]
+    for line, key in zip(lines, ("enabled", "weights", "queueSeconds"), strict=True):
+        assert f"Fix: pulumi config rm --path 'glm:front.usageMeter.{key}'" in line
+
+
 @pytest.mark.parametrize(
     "meter",
     [
         {},  # the default: on where it runs
         {"baseImage": "glm53-local/python:bookworm", "fairShare": False},  # the local stack file's kind
-        {"enabled": False, "weights": {"ops": 2}},  # off: the weights weigh nothing on either target
+        {"enabled": False, "weights": {"ops": 2}, "queueSeconds": 3},  # off: they weigh nothing anywhere
+        {"queueSeconds": 10, "weights": {}},  # what the stack gets without them: nothing is lost
     ],
 )
 def test_the_cluster_runs_without_a_meter_the_stack_did_not_ask_for(meter: dict[str, Any]) -> None:
@@ -212,8 +232,11 @@ def test_the_committed_kubernetes_kinds_build_and_warn_of_no_lost_key(
     deployment = KINDS[kind]()
     assert deployment.outputs["target"] == "kubernetes"
     assert [line for line in said if NOT_READ in line] == []
-    # The usage meter, on by default on Docker hosts, is not on the cluster: nothing of it is built.
+    # The usage meter, on by default on Docker hosts, is not on the cluster: nothing of it is built,
+    # and neither the front's config nor Prometheus' names it.
     assert [r.name for r in deployment.resources if "meter" in r.name] == []
+    rendered = json.dumps([r.inputs for r in deployment.resources], default=str)
+    assert "usage-meter" not in rendered and "usage_meter" not in rendered and "X-Glm-Shares" not in rendered
 
 
 # ---- honoured: the pods' readiness asks the stack's own questions --------------------------------
