@@ -36,10 +36,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> PulumiProject:
 def test_local_stack_lifecycle(project: PulumiProject) -> None:
     if not (WEIGHTS / "config.json").exists():
         pytest.skip(f"the local weights fixture is missing: {WEIGHTS} (make test writes it)")
-    # The usage meter in the path (off by default): the real engine's lifecycle through it.
-    container = project.init_local_stack(
-        "glm53-e2e", secrets={"glm:apiKeys.e2e": API_KEY}, config={"glm:front.usageMeter.enabled": "true"}
-    ).container
+    # The usage meter is in the path (the default on Docker hosts): the real engine's lifecycle through it.
+    container = project.init_local_stack("glm53-e2e", secrets={"glm:apiKeys.e2e": API_KEY}).container
     cache_volume = f"{container}-jit-cache"
     try:
         out = project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (cold)")

@@ -11,13 +11,16 @@ Kubernetes", and the command that fixes it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pulumi
 import pytest
 
-from components.config import ConfigError, build_stack_config
+from components.config import ConfigError, build_stack_config, usage_meter_runs
 from components.config.secret_inputs import SecretInputs
+from components.profiles import PROFILES
+from components.render.prometheus_config import ScrapeSpec
 from tests.conftest import Deployment, run_program, stack_config, unwrap
 from tests.k8s_urns import KINDS
 
@@ -38,9 +41,19 @@ def refused(raw: dict[str, Any], secrets: SecretInputs | None = None) -> str:
 
 REFUSED = {
     "the usage meter (issue 36)": (
-        {"front": {"usageMeter": {"enabled": True, "weights": {"ops": 2}}}},
+        {"front": {"usageMeter": {"enabled": True}}},
         "glm:front.usageMeter.enabled=true is not read on Kubernetes: no usage meter runs",
         "Fix: pulumi config rm --path 'glm:front.usageMeter.enabled'",
+    ),
+    "the fair share's weights, the meter left at its default": (
+        {"front": {"usageMeter": {"weights": {"ops": 2}}}},
+        "glm:front.usageMeter.weights (ops) is not read on Kubernetes: no usage meter shares",
+        "Fix: pulumi config rm --path 'glm:front.usageMeter.weights'",
+    ),
+    "the meter's wait for a slot, the meter left at its default": (
+        {"front": {"usageMeter": {"queueSeconds": 30}}},
+        "glm:front.usageMeter.queueSeconds=30 is not read on Kubernetes: no usage meter holds a request",
+        "Fix: pulumi config rm --path 'glm:front.usageMeter.queueSeconds'",
     ),
     "the weights' download": (
         {"model": {"download": {"enabled": True, "repo": "zai-org/GLM-5.3-Flash"}}},
@@ -105,11 +118,58 @@ def test_every_lost_key_is_reported_at_once() -> None:
     ]
 
 
-def test_the_meters_own_settings_without_it_are_inert_on_both_targets() -> None:
-    """The local stack file sets the meter's base image, not the meter: nothing is lost."""
-    meter = {"front": {"usageMeter": {"baseImage": "glm53-local/python:bookworm", "fairShare": False}}}
-    config = build_stack_config({"hardware": "local", "target": ON_K8S, **meter})
-    assert not [a for a in config.advisories() if NOT_READ in a]
+def test_every_meter_key_the_stack_asks_for_is_refused_at_once_each_with_its_fix() -> None:
+    meter = {"enabled": True, "weights": {"ops": 2, "batch": 0.5}, "queueSeconds": 2.5}
+    message = refused({"hardware": "local", "target": ON_K8S, "front": {"usageMeter": meter}})
+    lines = message.splitlines()[1:]
+    assert [line.split(f" {NOT_READ}")[0].strip() for line in lines] == [
+        "glm:front.usageMeter.enabled=true",
+        "glm:front.usageMeter.weights (batch, ops)",
+        "glm:front.usageMeter.queueSeconds=2.5",
+    ]
+    for line, key in zip(lines, ("enabled", "weights", "queueSeconds"), strict=True):
+        assert f"Fix: pulumi config rm --path 'glm:front.usageMeter.{key}'" in line
+
+
+@pytest.mark.parametrize(
+    "meter",
+    [
+        {},  # the default: on where it runs
+        {"baseImage": "glm53-local/python:bookworm", "fairShare": False},  # the local stack file's kind
+        {"enabled": False, "weights": {"ops": 2}, "queueSeconds": 3},  # off: they weigh nothing anywhere
+        {"queueSeconds": 10, "weights": {}},  # what the stack gets without them: nothing is lost
+    ],
+)
+def test_the_cluster_runs_without_a_meter_the_stack_did_not_ask_for(meter: dict[str, Any]) -> None:
+    """On by default on Docker hosts; the cluster runs no meter, so left at its default it is
+    simply not there, and nothing is refused or warned about, nor scraped."""
+    config = build_stack_config({"hardware": "local", "target": ON_K8S, "front": {"usageMeter": meter}})
+    assert not [a for a in config.advisories() if "usageMeter" in a]
+    assert not usage_meter_runs(config) and ScrapeSpec.of(config).usage_meter is None
+    on_docker = build_stack_config({"hardware": "local", "target": ON_DOCKER, "front": {"usageMeter": meter}})
+    assert usage_meter_runs(on_docker) == on_docker.front.usage_meter.enabled
+
+
+def test_the_meter_is_on_by_default_on_docker_hosts_and_off_on_the_cluster() -> None:
+    assert usage_meter_runs(build_stack_config({"hardware": "local", "target": ON_DOCKER}))
+    assert not usage_meter_runs(build_stack_config({"hardware": "local", "target": ON_K8S}))
+
+
+def test_a_stack_that_asks_for_the_meter_by_its_default_value_is_still_refused_on_the_cluster() -> None:
+    """``enabled: true`` equals the default: what is refused is the stack writing it (a Docker
+    stack's file, or GLM_SET), not its value."""
+    message = refused({"hardware": "local", "target": ON_K8S, "front": {"usageMeter": {"enabled": True}}})
+    assert "glm:front.usageMeter.enabled=true is not read on Kubernetes" in message
+
+
+def test_a_profiles_own_meter_switch_is_not_the_stacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No profile sets it today; one that did would be the seeds' value, like any other key's."""
+    front = PROFILES["local"].defaults["front"]
+    monkeypatch.setitem(PROFILES["local"].defaults, "front", {**front, "usageMeter": {"enabled": True}})
+    assert not usage_meter_runs(build_stack_config({"hardware": "local", "target": ON_K8S}))
+    monkeypatch.setitem(PROFILES["local"].defaults, "front", {**front, "usageMeter": {"enabled": False}})
+    message = refused({"hardware": "local", "target": ON_K8S, "front": {"usageMeter": {"enabled": True}}})
+    assert "glm:front.usageMeter.enabled=true is not read on Kubernetes" in message
 
 
 # ---- warned: a Docker host's setting the cluster does for itself ---------------------------------
@@ -172,6 +232,11 @@ def test_the_committed_kubernetes_kinds_build_and_warn_of_no_lost_key(
     deployment = KINDS[kind]()
     assert deployment.outputs["target"] == "kubernetes"
     assert [line for line in said if NOT_READ in line] == []
+    # The usage meter, on by default on Docker hosts, is not on the cluster: nothing of it is built,
+    # and neither the front's config nor Prometheus' names it.
+    assert [r.name for r in deployment.resources if "meter" in r.name] == []
+    rendered = json.dumps([r.inputs for r in deployment.resources], default=str)
+    assert "usage-meter" not in rendered and "usage_meter" not in rendered and "X-Glm-Shares" not in rendered
 
 
 # ---- honoured: the pods' readiness asks the stack's own questions --------------------------------

@@ -131,7 +131,7 @@ def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
             "glm:front": {
                 "image": "glm53-local/nginx:bookworm",
                 "port": front_port,
-                "usageMeter": {"enabled": True, "baseImage": "glm53-local/python:bookworm"},
+                "usageMeter": {"baseImage": "glm53-local/python:bookworm"},  # in the path by default
             },
             "glm:monitoring": {"image": "glm53-local/prometheus:bookworm", "port": prometheus_port},
             "glm:container": {"name": name, "networkSubnet": free_subnet()},

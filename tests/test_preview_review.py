@@ -50,7 +50,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PulumiProj
     project = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("review") / "glm")
     (project.root / "scripts").mkdir()
     (project.root / "scripts" / "gate_note.py").write_text((PROJECT / "scripts" / "gate_note.py").read_text())
-    local = project.init_local_stack("glm53-review", secrets={"glm:apiKeys.review": KEY})
+    # Without the usage meter, as the transcript was recorded (with it, on by default, the front's
+    # config reloads too for its share table: docs/preview-diff.md says so under the transcript).
+    local = project.init_local_stack(
+        "glm53-review", secrets={"glm:apiKeys.review": KEY}, config={"glm:front.usageMeter.enabled": "false"}
+    )
     try:
         project.run("up", "--yes", "--skip-preview", "-s", "local")
         yield project, local

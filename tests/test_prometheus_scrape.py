@@ -738,7 +738,23 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
         "metrics_path": "/metrics",
         "static_configs": [{"targets": [f"{config.container.name}-nginx:9146"]}],
     }
+    # The usage meter in the front's path (on by default on Docker hosts): usage per API key name.
+    assert scraped["scrape_configs"][3:] == [
+        {
+            "job_name": "usage-meter",
+            "metrics_path": "/metrics",
+            "static_configs": [{"targets": [f"{config.container.name}-usage-meter:9147"]}],
+        }
+    ]
     assert scraped["rule_files"] == [RULES_PATH]
     assert inputs["restart"] == "unless-stopped" and inputs["logDriver"] == "json-file"
     assert seen == {"url": "http://127.0.0.1:9090", "container_name": f"{config.container.name}-prometheus"}
     json.dumps(inputs, default=str)  # plain data: nothing secret in Prometheus' inputs
+
+
+def test_prometheus_scrapes_no_meter_where_the_stack_turns_it_off() -> None:
+    config = stack("local", front={"usageMeter": {"enabled": False}})
+    mocks, _ = construct(lambda: PrometheusScrape("metrics", ScrapeSpec.of(config), "glm-net", "vllm:8000"))
+    uploads = {u["file"]: u["content"] for u in mocks.registered["metrics-prometheus"][1]["uploads"]}
+    jobs = [job["job_name"] for job in yaml.safe_load(uploads[CONFIG_PATH])["scrape_configs"]]
+    assert jobs == ["vllm", "semantic-probe", "front-rotation"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from components.promotion import differences, fingerprint
-from tests.conftest import Deployment, run_program
+from tests.conftest import Deployment, run_program, unwrap
 
 SOURCE = "organization/glm/a800-staging"
 
@@ -109,14 +109,19 @@ def test_one_flag_change_touches_only_the_serving_container_and_the_gate() -> No
     after = _inputs_by_name(run_program("a800", overrides={"glm:serving": {"maxNumSeqs": 16}}))
     assert before.keys() == after.keys()
     changed = sorted(name for name in before if before[name] != after[name])
-    # The probe skips a replica running at --max-num-seqs (issue 23): it is told the new value.
-    # (With glm:front.usageMeter.enabled the front's config reloads too: the meter's share table.)
+    # The probe skips a replica running at --max-num-seqs (issue 23): it is told the new value; the
+    # front's config reloads for the usage meter's share table, which holds the engine's slots.
     assert changed == [
+        "a800-front-config",
         "a800-replica-gate",
         "a800-semantic-probe-container",
         "a800-serving-vllm",
         "a800-smoke-gate",
     ]
+    old_files, new_files = (unwrap(run["a800-front-config"]["secret_files"]) for run in (before, after))
+    assert {name for name in old_files if old_files[name] != new_files[name]} == {"usage-shares.conf"}
+    assert 'X-Glm-Shares "capacity=16x$replicas_in_rotation ' in new_files["usage-shares.conf"]
+    assert before["a800-front-config"]["nginx_conf"] == after["a800-front-config"]["nginx_conf"]
     old_cmd, new_cmd = before["a800-serving-vllm"]["command"], after["a800-serving-vllm"]["command"]
     assert len(old_cmd) == len(new_cmd)
     assert [(a, b) for a, b in zip(old_cmd, new_cmd, strict=True) if a != b] == [

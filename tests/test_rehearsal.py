@@ -166,10 +166,11 @@ def test_rehearsal_lifecycle_on_the_standin_host(
         project.run("config", "set", "--path", f"glm:serving.{flag}", value, "-s", stack)
         steps = project.preview_steps(stack)
         changed = sorted({s["urn"].rsplit("::", 1)[1] for s in steps})
-        # The flag is --max-num-seqs: the probe, which skips a saturated replica, is told it too.
+        # The flag is --max-num-seqs: the probe, which skips a saturated replica, is told it too, and
+        # the front's config reloads for the usage meter's share table (the engine's slots).
         assert changed == [
-            f"{stack}-replica-gate", f"{stack}-semantic-probe-container", f"{stack}-serving-vllm",
-            f"{stack}-smoke-gate",
+            f"{stack}-front-config", f"{stack}-replica-gate", f"{stack}-semantic-probe-container",
+            f"{stack}-serving-vllm", f"{stack}-smoke-gate",
         ], steps  # fmt: skip
     finally:
         project.run("destroy", "--yes", "--run-program", "-s", stack, label=f"{stack} destroy", check=False)

@@ -9,7 +9,7 @@ import shlex
 import pytest
 
 from components.vllm_flags.owned import OWNED
-from tests.conftest import TEST_API_KEYS, Deployment, profile_stacks, run_program, stack_config, unwrap
+from tests.conftest import TEST_API_KEYS, Deployment, profile_stacks, run_program, unwrap
 
 
 @pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090"])
@@ -121,13 +121,5 @@ def test_one_role_label_spelling(deployed: dict[str, Deployment], stack: str) ->
         "monitoring",
         "jit-cache",
         "semantic-probe",
+        "usage-meter",
     }
-    if stack == "local":  # the usage meter is off by default; on, its container says so the same way
-        front = {**stack_config("local")["glm:front"], "usageMeter": {"enabled": True}}
-        metered = run_program("local", overrides={"glm:front": front})
-        assert {
-            lb["value"]
-            for r in metered.resources
-            for lb in r.inputs.get("labels") or []
-            if lb["label"] == "glm53.role"
-        } >= {"usage-meter"}

@@ -40,7 +40,7 @@ from components.config.secret_inputs import (
     check_api_keys,
     check_metrics_keys,
 )
-from components.config.sections import CACHE_MOUNT_PATH, StackSections, semantic_probe_runs
+from components.config.sections import CACHE_MOUNT_PATH, StackSections, semantic_probe_runs, usage_meter_runs
 from components.config.stack import StackConfig
 from components.config.target import HostConfig, KubernetesTargetConfig
 from components.config.values import ConfigError, hardware_description
@@ -80,4 +80,5 @@ __all__ = [
     "load_stack_config",
     "parse_overrides",
     "semantic_probe_runs",
+    "usage_meter_runs",
 ]

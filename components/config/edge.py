@@ -44,22 +44,32 @@ class RateLimitConfig(Model):
     )
 
 
+def _queue_seconds(value: float) -> float:
+    if not value >= 0:  # NaN too
+        raise ValueError(
+            f"{value:g} s is no wait a request can make. Fix: 0 or more seconds; 0 refuses a "
+            "request beyond its key's share at once, the default 10 rides out a replica leaving the rotation"
+        )
+    return value
+
+
 class UsageMeterConfig(Model):
     """The usage meter in the front's path (images/usage-meter): usage per API key name for the
     stack's Prometheus, and each key's fair share of the engine's slots."""
 
     enabled: bool = Field(
-        False,
-        description="Put the usage meter in the front's path (Docker hosts): usage per API key name in "
-        "Prometheus and `make status`, and the fair share below. Off by default until the whole "
-        "end-to-end suite has run with it in the path.",
+        True,
+        description="Put the usage meter in the front's path: usage per API key name in Prometheus and "
+        "`make status`, and the fair share below. On by default on Docker hosts; `false`: nginx straight "
+        "to the replicas. Kubernetes runs no meter: left unset there it is off and nothing is said, and "
+        "`true`, `weights` or `queueSeconds` written by the stack are refused.",
     )
     fair_share: bool = Field(
         True,
         description="Share the engine's slots among the keys active now (maxNumSeqs x replicas in "
         "rotation x its weight / the active keys' weights, always admitted), and beyond its share let a "
         "key take any slot but those kept free for the other active keys (each one's recent peak); the "
-        "rest gets a 429 with Retry-After. A lone key gets every slot; a steady key's p99 time to first "
+        "rest waits up to `queueSeconds`, then gets a 429 with Retry-After. A lone key gets every slot; a steady key's p99 time to first "
         "token held within 6 % of alone during another's flood (docs/front-and-alerts.md "
         '"Sharing one box"). Takes effect with `enabled`.',
     )
@@ -67,9 +77,18 @@ class UsageMeterConfig(Model):
         default_factory=dict,
         description="Weight of each API key name in the fair share (default 1 each).",
     )
+    queue_seconds: Annotated[float, AfterValidator(_queue_seconds)] = Field(
+        10.0,
+        description="How long a request beyond its key's share waits at the front for a slot to free "
+        "before it gets the 429 with Retry-After: a brief dip in capacity (a replica ejected or "
+        "rolling) is latency, not an error; a flood past it is refused. 0: refused at once. Shorter "
+        "than `glm:front.readTimeoutSeconds`, which nginx waits for the meter's answer. Takes effect "
+        "with `fairShare`.",
+    )
     base_image: str = Field(
         "python:3.11-slim",
-        description="Base of the meter image: any image with python3 (standard library only).",
+        description="Base of the meter image, built on the front's host: any image with python3 "
+        "(standard library only). Offline: an image the host has, e.g. glm53-local/python:bookworm.",
     )
     port: int = Field(9147, description="Port of the meter (and its /metrics) on the private network.")
 
@@ -112,6 +131,20 @@ class FrontConfig(Model):
     @classmethod
     def _tls_ca_certificate(cls, value: str | None) -> str | None:
         return None if value is None else check_ca_certificate(value)
+
+    @model_validator(mode="after")
+    def _meter_answers_first(self) -> FrontConfig:
+        """nginx waits ``readTimeoutSeconds`` for the meter's answer: a request that waits longer in
+        the meter's queue gets nginx's 504 instead of the meter's 429 and its Retry-After."""
+        queue = self.usage_meter.queue_seconds
+        if queue >= self.read_timeout_seconds:
+            raise ValueError(
+                f"glm:front.usageMeter.queueSeconds={queue:g} is not shorter than "
+                f"glm:front.readTimeoutSeconds={self.read_timeout_seconds}: nginx would give up on the "
+                "waiting request (a 504) before the meter answers its 429 with Retry-After. Fix: "
+                f"queueSeconds below {self.read_timeout_seconds} (the default 10), or a longer readTimeoutSeconds."
+            )
+        return self
 
 
 class AlertThresholds(Model):

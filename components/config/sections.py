@@ -131,3 +131,10 @@ class StackSections(Model):
 def semantic_probe_runs(c: StackSections) -> bool:
     """Whether the stack deploys the probe (behind a TLS front too: components/front_tls.py)."""
     return c.semantic_probe.enabled
+
+
+def usage_meter_runs(c: StackSections) -> bool:
+    """Whether the front's path goes through the usage meter: on Docker hosts, unless
+    ``glm:front.usageMeter.enabled`` is false. Kubernetes runs none (a stack that asks for it there
+    is refused: components/config/kubernetes.py)."""
+    return c.front.usage_meter.enabled and c.target.kubernetes is None

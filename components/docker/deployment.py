@@ -15,6 +15,7 @@ from components.config import (
     SmokeConfig,
     StackConfig,
     semantic_probe_runs,
+    usage_meter_runs,
 )
 from components.docker import rotation
 from components.docker.drain_hook import drain_hook
@@ -143,7 +144,7 @@ def _front_args(
         tls_files=secrets.tls_files,
         metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
         replica_files=guards.front_files() if guards else None,
-        engine_slots=(config.serving.max_num_seqs, host_count) if config.front.usage_meter.enabled else None,
+        engine_slots=(config.serving.max_num_seqs, host_count) if usage_meter_runs(config) else None,
     )
 
 

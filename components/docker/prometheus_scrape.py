@@ -108,7 +108,7 @@ class PrometheusScrape(pulumi.ComponentResource):
                         guard_tls_name=guarded.tls_name if guarded is not None else None,
                         rotation_target=f"{front_container_name(container)}:{STATUS_PORT}",
                         meter_target=f"{meter_container_name(container)}:{spec.usage_meter.port}"
-                        if spec.usage_meter.enabled
+                        if spec.usage_meter is not None
                         else None,
                     ),
                     permissions="0644",

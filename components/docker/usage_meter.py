@@ -18,6 +18,7 @@ import pulumi
 import pulumi_docker as docker
 
 from components.config import ContainerConfig, FrontConfig
+from components.config.edge import UsageMeterConfig
 
 CONTEXT = "images/usage-meter"
 REPOSITORY = "glm53-usage-meter"
@@ -38,6 +39,17 @@ def image_tag() -> str:
     return f"{REPOSITORY}:{digest.hexdigest()[:16]}"
 
 
+def meter_command(meter: UsageMeterConfig, return_address: str) -> list[str]:
+    """The meter's arguments (its image's entry point runs ``usage_meter.py``).
+
+    >>> meter_command(UsageMeterConfig(queue_seconds=2.5), "glm53-nginx:8081")
+    ['--port', '9147', '--upstream', 'glm53-nginx:8081', '--queue-seconds', '2.5']
+    """
+    queue = meter.queue_seconds
+    seconds = str(int(queue)) if queue.is_integer() else str(queue)  # 10, not 10.0, as the key is written
+    return ["--port", str(meter.port), "--upstream", return_address, "--queue-seconds", seconds]
+
+
 class UsageMeter(pulumi.ComponentResource):
     """The meter container on the stack's private network, between nginx and nginx."""
 
@@ -54,8 +66,9 @@ class UsageMeter(pulumi.ComponentResource):
         build_platform: str | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ) -> None:
-        """``return_address``: nginx's return listener (``<front>:8081``). Nothing else configures
-        the meter: the shares come with each request, so the container changes only with its code.
+        """``return_address``: nginx's return listener (``<front>:8081``). The meter's command line
+        has its port, that address and ``glm:front.usageMeter.queueSeconds``; the shares come with
+        each request, so the container changes with its code and those three only.
         ``build_platform``: what its image is built for, where known (``HostConfig.build_platform``)."""
         super().__init__("glm:front:UsageMeter", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -76,7 +89,7 @@ class UsageMeter(pulumi.ComponentResource):
             f"{name}-container",
             name=container_name(container),
             image=image.image_name,
-            command=["--port", str(front.usage_meter.port), "--upstream", return_address],
+            command=meter_command(front.usage_meter, return_address),
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=network_name)],
             labels=[docker.ContainerLabelArgs(label="glm53.role", value="usage-meter")],
             restart="unless-stopped",

@@ -24,6 +24,7 @@ from components.config import (
     SmokeConfig,
     StackConfig,
     semantic_probe_runs,
+    usage_meter_runs,
 )
 from components.config.edge import UsageMeterConfig
 from components.hardware import HardwareFacts
@@ -84,8 +85,9 @@ class ScrapeSpec:
     else None."""
     smoke: SmokeConfig
     """The arithmetic question and answer the probe asks, which its alert quotes."""
-    usage_meter: UsageMeterConfig
-    """The usage meter in the front's path (``glm:front.usageMeter``): Prometheus scrapes its port."""
+    usage_meter: UsageMeterConfig | None
+    """The usage meter when the front's path goes through one (``glm:front.usageMeter``, Docker
+    hosts): Prometheus scrapes its port; else None."""
     facts: HardwareFacts
     """The profile's facts: the latency objectives of the SLO alerts (components/render/slo_rules.py)."""
 
@@ -102,7 +104,7 @@ class ScrapeSpec:
             engine_start_seconds=config.facts.known_engine_start_seconds,
             semantic_probe=config.semantic_probe if semantic_probe_runs(config) else None,
             smoke=config.smoke,
-            usage_meter=config.front.usage_meter,
+            usage_meter=config.front.usage_meter if usage_meter_runs(config) else None,
             facts=config.facts,
         )
 
