@@ -61,10 +61,12 @@ def metered_front(
     max_num_seqs: int = 8,
     sim_env: Mapping[str, str] | None = None,
     meter: bool = True,
-    queue_seconds: float = 10.0,
+    queue_seconds: float | None = None,
 ) -> Iterator[MeteredFront]:
     """``meter`` False: the front as before the meter (nginx straight to the simulator).
-    ``queue_seconds``: the meter's ``--queue-seconds``."""
+    ``queue_seconds``: the meter's ``--queue-seconds`` (default: the config's)."""
+    if queue_seconds is None:
+        queue_seconds = config.front.usage_meter.queue_seconds
     directory = runtime_dir()
     sim_port, meter_port, return_port, port = free_port(), free_port(), free_port(), free_port()
     sim_argv = [

@@ -183,10 +183,6 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
         "glm:semanticProbe.failuresBeforeAlert": K,
         "glm:semanticProbe.timeoutSeconds": TIMEOUT,
         "glm:monitoring.scrapeInterval": f"{SCRAPE}s",
-        # Without the usage meter: the load loop's 4 workers on one replica's 4 slots, and the
-        # saturation of every replica by one key, are what its fair share refuses (it keeps a slot
-        # free for the probe's key); the fleet's healing, not the share, is what is measured here.
-        "glm:front.usageMeter.enabled": "false",
     }.items():
         project.run("config", "set", "--path", key, str(value), "-s", stack)
     front, other = hosts

@@ -178,11 +178,12 @@ def test_a_key_beyond_what_is_free_gets_a_429_with_retry_after_and_the_other_key
 
 
 def test_a_request_beyond_the_share_waits_for_a_slot_within_the_queue_time() -> None:
-    """The same, with the default 10 s at the front: her 8th request waits until one of her
-    streams ends (3 s) and is answered whole; nothing was refused."""
+    """The same, with the front's default wait (10 s): her 8th request waits until one of her
+    streams ends (3 s) and is answered; nothing was refused."""
     config = build_stack_config({"hardware": "local", "front": {"usageMeter": {"fairShare": True}}})
     sim_env = {"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.002"}
-    with metered_front(config, KEYS, sim_env=sim_env, queue_seconds=10) as waiting:
+    assert config.front.usage_meter.queue_seconds == 10
+    with metered_front(config, KEYS, sim_env=sim_env) as waiting:
         answered, took = _alice_beyond_her_share(waiting)
         assert answered.status_code == 200, answered.text
         assert answered.json()["usage"]["completion_tokens"] > 0
