@@ -1,11 +1,12 @@
-"""What a gate's failure tells the user to run, on the Kubernetes target: kubectl, at the objects the
-program renders, never ``docker`` (there is none there); on a Docker host, Docker's as before.
+"""What a gate's failure and an alert tell the user to run, on the Kubernetes target: kubectl, at the
+objects the program renders, never ``docker`` (there is none there); on a Docker host, Docker's as before.
 
 Both gates of a Kubernetes stack carry the cluster's commands: the smoke gate through the front (its
 ``look_at`` input) and each pod's readiness gate (its ``--look-at-*`` options). The expected commands
 are built from what the mocks render (the serving Deployment's namespace and name, the container
 that runs ``vllm serve``, the pods' selector); the failures are driven through the gate's runtime
-against a stand-in front on loopback.
+against a stand-in front on loopback. Prometheus' rule file on the cluster names the same commands,
+and the probe's log by its rendered Deployment and container.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import yaml
 
 from components.gate.__main__ import main as gate_main
 from components.gate.checks import GateFailure, run_gate
+from components.render.prometheus_config import RULES_PATH
 from tests.conftest import CONTAINER, Deployment, run_program, unwrap
 from tests.engine import free_port
 from tests.test_k8s_target import DEPLOYMENT, SERVICE, k8s_target
@@ -236,3 +239,91 @@ def test_the_pods_readiness_check_as_rendered_names_kubectl(
     assert f"({options['--look-at-inspect']})" in said
     assert as_argv(options["--look-at-inspect"]) == rendered_kubectl(stacks["k8s"])["inspect"]
     assert "docker" not in said.lower()
+
+
+# ---- the alerts -----------------------------------------------------------------------------------
+
+PROBE_ALERTS = (
+    "GlmModelAnswersWrong",
+    "GlmToolCallsBroken",
+    "GlmSemanticProbeStepFailing",
+    "GlmSemanticProbeSilent",
+)
+
+
+def descriptions(rules_file: str) -> dict[str, str]:
+    """Each alert's description, by the alert's name."""
+    groups = yaml.safe_load(rules_file)["groups"]
+    return {r["alert"]: r["annotations"]["description"] for g in groups for r in g["rules"] if "alert" in r}
+
+
+def cluster_rules(deployment: Deployment) -> str:
+    """The rule file in Prometheus' ConfigMap, as the cluster's Prometheus loads it."""
+    return unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-prometheus-config").inputs)["data"][
+        "rules.yml"
+    ]
+
+
+def probe_log(deployment: Deployment) -> list[str]:
+    """The probe's log, for the objects as rendered: its Deployment's namespace and name, its one container."""
+    probe = unwrap(deployment.one(DEPLOYMENT, "-semantic-probe").inputs)
+    meta = probe["metadata"]
+    [container] = probe["spec"]["template"]["spec"]["containers"]
+    return ["kubectl", "-n", meta["namespace"], "logs", f"deploy/{meta['name']}", "-c", container["name"]]
+
+
+def test_the_clusters_alerts_name_kubectl_never_docker(stacks: dict[str, Deployment]) -> None:
+    rules = cluster_rules(stacks["k8s"])
+    assert "docker" not in rules.lower()
+    kubectl = rendered_kubectl(stacks["k8s"])
+    assert kubectl["logs"][:3] == ["kubectl", "-n", NAMESPACE]
+    down = descriptions(rules)["VllmTargetDown"]
+    assert f"Check `{shlex.join(kubectl['logs'])}` (OOM," in down
+    assert f"its restart count (RESTARTS in `{shlex.join(kubectl['running'])}`;" in down
+    assert down.count("kubectl") == 2
+
+
+def test_the_probe_alerts_name_the_rendered_probe_deployments_log(stacks: dict[str, Deployment]) -> None:
+    texts = descriptions(cluster_rules(stacks["k8s"]))
+    log = shlex.join(probe_log(stacks["k8s"]))
+    assert log.startswith(f"kubectl -n {NAMESPACE} logs deploy/")
+    for alert in PROBE_ALERTS[:3]:
+        assert f"what to look at: {log}. The probe runs every" in texts[alert], alert
+        assert texts[alert].count("kubectl") == 1, alert
+    running = shlex.join(rendered_kubectl(stacks["k8s"])["running"])
+    assert texts["GlmSemanticProbeSilent"].endswith(f"Look at: {running} and {log}.")
+    assert texts["GlmSemanticProbeSilent"].count("kubectl") == 2
+
+
+def test_the_operators_rule_names_the_same_commands() -> None:
+    """``prometheusOperator``: the PrometheusRule is rendered from the same spec, kubectl's commands in it."""
+    deployment = run_program(
+        "local", {"glm:target": k8s_target(namespace=NAMESPACE, prometheusOperator=True)}
+    )
+    rule = next(r for r in deployment.resources if r.name.endswith("-alert-rules"))
+    text = json.dumps(unwrap(rule.inputs)["spec"])
+    assert "docker" not in text.lower()
+    assert shlex.join(probe_log(deployment)) in text
+    assert shlex.join(rendered_kubectl(deployment)["logs"]) in text
+
+
+DOCKER_ALERTS_SAY = {
+    "VllmTargetDown": "Check `docker logs` of the serving container (OOM, engine-ready timeout, NCCL/HCCL "
+    "errors) and its restart count.",
+    **{
+        alert: "The probe's log says what came back and what to look at: docker logs {probe}. The probe runs every"
+        for alert in PROBE_ALERTS[:3]
+    },
+    "GlmSemanticProbeSilent": "Wrong answers would not alert. Look at: docker ps -a and docker logs {probe}.",
+}
+"""Docker's words, as the alerts said them before the cluster had its own."""
+
+
+def test_a_docker_hosts_alerts_name_docker_as_before(stacks: dict[str, Deployment]) -> None:
+    uploads = unwrap(stacks["docker"].one(CONTAINER, "-prometheus").inputs)["uploads"]
+    rules = next(u["content"] for u in uploads if u["file"] == RULES_PATH)
+    probe = unwrap(stacks["docker"].one(CONTAINER, "-semantic-probe-container").inputs)["name"]
+    texts = descriptions(rules)
+    for alert, said in DOCKER_ALERTS_SAY.items():
+        assert said.format(probe=probe) in texts[alert], alert
+    assert "kubectl" not in rules

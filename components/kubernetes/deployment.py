@@ -35,7 +35,7 @@ from components.gate.tls import EndpointTls
 from components.kubernetes.front import KubernetesFront, KubernetesFrontArgs, upstream_conf
 from components.kubernetes.guard import PodGuard, PodGuardArgs, pod_serving
 from components.kubernetes.images import ClusterImages, ClusterImagesArgs
-from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs
+from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs, alert_look_at
 from components.kubernetes.probe import KubernetesSemanticProbe, KubernetesSemanticProbeArgs
 from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
 from components.kubernetes.workload import PodConfig
@@ -73,7 +73,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         f"{stack}-vllm", _pods_args(pod, serving, k8s_target, stack, images, guard, cache), opts=in_ns
     )
     probe = config.semantic_probe if semantic_probe_runs(config) else None
-    scrape = _scrape_args(config, k8s_target, stack, images, guard, probe)
+    scrape = _scrape_args(config, k8s_target, stack, images, guard, probe, pods)
     monitoring = KubernetesScrape(stack, scrape, opts=in_ns)
     keys = StackKeys.create(probe, config.smoke, stack, after=[])
     front = KubernetesFront(
@@ -161,9 +161,12 @@ def _scrape_args(
     images: ClusterImages,
     guard: PodGuard,
     probe: SemanticProbeConfig | None,
+    pods: ServingPods,
 ) -> KubernetesScrapeArgs:
+    """Prometheus' args: its alerts name kubectl's commands in the namespace, the serving pods' as
+    their gates' failures do (``pods.look_at``), and the probe's log."""
     return KubernetesScrapeArgs(
-        spec=ScrapeSpec.of(config),
+        spec=ScrapeSpec.of(config, alert_look_at(pods.look_at, k8s_target.namespace)),
         monitoring=config.monitoring,
         tls=config.front.tls,
         k8s_target=k8s_target,

@@ -3,8 +3,9 @@
 Docker hosts list each replica's address; on Kubernetes pods come and go, so a sidecar lists them
 through the API (components/host/k8s_targets.py: this namespace only, with a Role that may only list
 pods) into a ``file_sd`` target file, each pod's series labelled ``host=<pod name>``: the rules are the Docker
-stack's several-hosts rules (``render_alert_rules(..., by_host=True)``) unchanged. Clusters that
-run the Prometheus Operator get the same rules as a ``PrometheusRule`` and a ``PodMonitor``
+stack's several-hosts rules (``render_alert_rules(..., by_host=True)``), their texts naming kubectl
+where a Docker stack's name ``docker`` (``alert_look_at``). Clusters that run the Prometheus
+Operator get the same rules as a ``PrometheusRule`` and a ``PodMonitor``
 (``glm:target.kubernetes.prometheusOperator``) instead of this Deployment.
 """
 
@@ -20,7 +21,9 @@ import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig, MonitoringConfig
 from components.docker.replica_tls import TLS_NAME
+from components.gate.messages import LookAt
 from components.kubernetes.guard import GUARD_CA_KEY, GUARD_PORT, SCRAPE_SECRET, SCRAPE_SECRET_KEY, PodGuard
+from components.kubernetes.probe import PROBE_NAME, probe_log
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import GUARD_PORT_NAME, labels, prometheus_annotations
 from components.render.prometheus_config import (
@@ -32,6 +35,7 @@ from components.render.prometheus_config import (
     REPLICA_CA_PATH,
     RULES_PATH,
     SCRAPE_KEY_PATH,
+    AlertLookAt,
     ScrapeSpec,
     to_yaml,
 )
@@ -45,6 +49,23 @@ TARGETS_DIR = "/var/lib/glm53-targets"
 TARGETS_FILE = f"{TARGETS_DIR}/vllm.json"
 TARGETS_SCRIPT = Path(__file__).parents[1] / "host" / "k8s_targets.py"
 SCRIPT_DIR = "/opt/glm53"
+
+
+def alert_look_at(pods: LookAt, namespace: str) -> AlertLookAt:
+    """What the alert texts name on the cluster, which has no ``docker``: the serving container's
+    log and the stack's pods as a gate's failure names them (``pods``: ``where_to_look`` in
+    components/kubernetes/serving.py), and the probe's log in ``namespace``.
+
+    A container the kubelet restarted (an OOM, an engine that gave up) logs afresh: ``--previous``
+    reads the run that ended, which ``docker logs`` shows in one piece.
+    """
+    return AlertLookAt(
+        serving_log=f"`{pods.logs}`",
+        restarts=f"its restart count (RESTARTS in `{pods.running}`; `--previous` reads the log of the "
+        "run before a restart)",
+        probe_log=probe_log(namespace),
+        running=pods.running,
+    )
 
 
 def scrape_config(
@@ -197,7 +218,7 @@ class KubernetesScrape(pulumi.ComponentResource):
             port = args.probe_port
             probe = k8s.core.v1.Service(
                 f"{name}-semantic-probe-service",
-                metadata={"namespace": ns, "name": "glm53-semantic-probe"},
+                metadata={"namespace": ns, "name": PROBE_NAME},
                 spec={
                     "selector": labels(stack, "semantic-probe"),
                     "ports": [{"name": "metrics", "port": port, "targetPort": "metrics"}],

@@ -36,6 +36,21 @@ from components.semantic_probe_spec import (
 
 PROBE_DIR = PARAMS_PATH.rsplit("/", 1)[0]
 assert KEY_PATH.startswith(PROBE_DIR) and SCRAPE_KEY_PATH.startswith(PROBE_DIR)
+PROBE_NAME = "glm53-semantic-probe"
+"""The probe's Deployment and its params' ConfigMap in the namespace, and the Service Prometheus
+scrapes it through (components/kubernetes/monitoring.py)."""
+PROBE_CONTAINER = "probe"
+"""The container of the probe's pod that runs ``python -m components.semantic_probe``."""
+
+
+def probe_log(namespace: str) -> str:
+    """The probe's log on the cluster, as its alerts name it: what came back, one JSON line per
+    failed step.
+
+    >>> probe_log("glm53-prod")
+    'kubectl -n glm53-prod logs deploy/glm53-semantic-probe -c probe'
+    """
+    return f"kubectl -n {namespace} logs deploy/{PROBE_NAME} -c {PROBE_CONTAINER}"
 
 
 @dataclass(frozen=True)
@@ -83,7 +98,7 @@ class KubernetesSemanticProbe(pulumi.ComponentResource):
         params = args.front_ip.apply(settings)
         params_map = k8s.core.v1.ConfigMap(
             f"{name}-params",
-            metadata={"namespace": ns, "name": "glm53-semantic-probe"},
+            metadata={"namespace": ns, "name": PROBE_NAME},
             data={"params.json": params},
             opts=child,
         )
@@ -97,7 +112,7 @@ class KubernetesSemanticProbe(pulumi.ComponentResource):
         selector = labels(args.stack, "semantic-probe")
         k8s.apps.v1.Deployment(
             name,
-            metadata={"namespace": ns, "name": "glm53-semantic-probe"},
+            metadata={"namespace": ns, "name": PROBE_NAME},
             spec={
                 "replicas": 1,
                 "selector": {"matchLabels": selector},
@@ -106,7 +121,7 @@ class KubernetesSemanticProbe(pulumi.ComponentResource):
                     "metadata": {"labels": selector, "annotations": {"glm53/params": params.apply(_digest)}},
                     "spec": {
                         "containers": [{
-                            "name": "probe",
+                            "name": PROBE_CONTAINER,
                             "image": args.image,
                             "imagePullPolicy": k8s_target.image_pull_policy,
                             "args": ["--params", PARAMS_PATH, "--api-key-file", KEY_PATH],
@@ -115,7 +130,7 @@ class KubernetesSemanticProbe(pulumi.ComponentResource):
                             "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
                         }],
                         "volumes": [{"name": "probe", "projected": {"sources": [
-                            {"configMap": {"name": "glm53-semantic-probe"}},
+                            {"configMap": {"name": PROBE_NAME}},
                             {"secret": {"name": "glm53-semantic-probe-key"}},
                             {"secret": {"name": SCRAPE_SECRET, "items": [
                                 {"key": SCRAPE_SECRET_KEY, "path": SCRAPE_KEY_PATH.rsplit("/", 1)[1]},

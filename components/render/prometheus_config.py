@@ -60,6 +60,38 @@ def container_name(container: ContainerConfig) -> str:
 
 
 @dataclass(frozen=True)
+class AlertLookAt:
+    """What the alert texts tell the operator to run, on the stack's target: a Docker host's
+    commands (:meth:`docker`), or kubectl's in the stack's namespace on Kubernetes
+    (components/kubernetes/monitoring.py ``alert_look_at``), which has no ``docker``.
+
+    >>> AlertLookAt.docker("glm53-flash-local").probe_log
+    'docker logs glm53-flash-local-semantic-probe'
+    """
+
+    serving_log: str
+    """Why the engine is down, as ``VllmTargetDown``'s "Check ..." names it: "`docker logs` of the
+    serving container"."""
+    restarts: str
+    """Whether it restarted, as the same sentence names it: "its restart count"."""
+    probe_log: str
+    """The semantic probe's log (what came back, one JSON line per failed step): ``docker logs
+    <probe container>``."""
+    running: str
+    """What runs, the probe's container among it, stopped or not: ``docker ps -a``."""
+
+    @classmethod
+    def docker(cls, stack_container: str) -> AlertLookAt:
+        """Docker's commands; ``stack_container``: the serving container's name, after which the probe's is named."""
+        return cls(
+            serving_log="`docker logs` of the serving container",
+            restarts="its restart count",
+            probe_log=f"docker logs {semantic_probe.container_name(stack_container)}",
+            running="docker ps -a",
+        )
+
+
+@dataclass(frozen=True)
 class ScrapeSpec:
     """The slice of the stack Prometheus is built from: its own container and the facts its alert
     rules name or threshold on."""
@@ -71,6 +103,8 @@ class ScrapeSpec:
     container: ContainerConfig
     """The serving container: Prometheus' and the probe's containers are named after it, and its
     log rotation and network mode apply to Prometheus too."""
+    look_at: AlertLookAt
+    """The commands the alert texts name, on the stack's target."""
     host: HostConfig
     """The host Prometheus runs on (the front's): its address is the UI's when the UI binds every
     interface."""
@@ -92,13 +126,15 @@ class ScrapeSpec:
     """The profile's facts: the latency objectives of the SLO alerts (components/render/slo_rules.py)."""
 
     @classmethod
-    def of(cls, config: StackConfig) -> ScrapeSpec:
+    def of(cls, config: StackConfig, look_at: AlertLookAt | None = None) -> ScrapeSpec:
         """What Prometheus and its alert rules read of ``config`` (the Docker and the Kubernetes
-        deployments build it alike; tests and benchmarks render the rules from it)."""
+        deployments build it alike; tests and benchmarks render the rules from it). ``look_at``:
+        the commands the alerts name on the stack's target (None: a Docker host's)."""
         return cls(
             hardware=config.hardware,
             monitoring=config.monitoring,
             container=config.container,
+            look_at=look_at or AlertLookAt.docker(config.container.name),
             host=config.target.host,
             serving=config.serving,
             engine_start_seconds=config.facts.known_engine_start_seconds,

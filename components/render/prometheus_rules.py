@@ -21,7 +21,7 @@ from typing import Any
 
 from components import semantic_probe
 from components.config import MonitoringConfig, SemanticProbeConfig, SmokeConfig
-from components.render.prometheus_config import DEFAULT_JOB, ScrapeSpec, to_yaml
+from components.render.prometheus_config import DEFAULT_JOB, AlertLookAt, ScrapeSpec, to_yaml
 from components.render.slo_rules import slo_rules
 
 PROBE_SEEN_WINDOW = "7d"
@@ -224,23 +224,21 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
             "vLLM /metrics is unreachable: the engine is down or still loading",
             "Prometheus cannot scrape {{ $labels.instance }}. vLLM refuses connections while the "
             f"weights load; on {spec.hardware} a start is allowed {down_for} "
-            "before this fires. Check `docker logs` of the serving container (OOM, engine-ready "
-            "timeout, NCCL/HCCL errors) and its restart count.",
+            f"before this fires. Check {spec.look_at.serving_log} (OOM, engine-ready timeout, "
+            f"NCCL/HCCL errors) and {spec.look_at.restarts}.",
             down_for,
         )
     )
     if by_host:
         rules = [_on_host(rule) for rule in rules]
     if spec.semantic_probe is not None:
-        rules += semantic_probe_rules(
-            spec.semantic_probe, spec.container.name, spec.smoke, job, by_host=by_host
-        )
+        rules += semantic_probe_rules(spec.semantic_probe, spec.look_at, spec.smoke, job, by_host=by_host)
     return rules
 
 
 def semantic_probe_rules(
     probe: SemanticProbeConfig,
-    stack_container: str,
+    look_at: AlertLookAt,
     smoke: SmokeConfig,
     vllm_job: str = DEFAULT_JOB,
     *,
@@ -249,8 +247,8 @@ def semantic_probe_rules(
     """The semantic probe's alerts (issue 18): wrong answers or broken tool calls for K runs in a
     row, a readiness or KV-pool step failing as long, and the probe itself silent.
 
-    ``stack_container``: the serving container's name, after which the probe's is named; ``smoke``:
-    the arithmetic question and answer the probe asks.
+    ``look_at``: the commands that show the probe on the stack's target (its log, what runs);
+    ``smoke``: the arithmetic question and answer the probe asks.
 
     Every series names its target (issue 23): ``host`` (a replica's host name, or ``front``) and
     ``path`` (``replica``: asked directly; ``front``: through the front), and so does every alert's
@@ -283,9 +281,8 @@ def semantic_probe_rules(
         )
 
     where = (
-        f"The probe's log says what came back and what to look at: docker logs "
-        f"{semantic_probe.container_name(stack_container)}. The probe runs every "
-        f"{probe.interval_seconds} s (glm:semanticProbe.intervalSeconds); K = {k} "
+        f"The probe's log says what came back and what to look at: {look_at.probe_log}. The probe "
+        f"runs every {probe.interval_seconds} s (glm:semanticProbe.intervalSeconds); K = {k} "
         "(glm:semanticProbe.failuresBeforeAlert)."
     )
     return [
@@ -329,8 +326,7 @@ def semantic_probe_rules(
             "The semantic probe is silent: nobody checks the model's answers",
             "Prometheus cannot scrape the probe (which it did before), or its last finished run is older than "
             f"{probe.silent_after_seconds} s (two intervals plus two request timeouts). Wrong answers "
-            "would not alert. Look at: docker ps -a and docker logs "
-            f"{semantic_probe.container_name(stack_container)}.",
+            f"would not alert. Look at: {look_at.running} and {look_at.probe_log}.",
             f"{probe.interval_seconds}s",
         ),
         _alert(
