@@ -25,7 +25,12 @@ from components.gate.messages import LookAt
 from components.kubernetes.guard import GUARD_CA_KEY, GUARD_PORT, SCRAPE_SECRET, SCRAPE_SECRET_KEY, PodGuard
 from components.kubernetes.probe import PROBE_NAME, probe_log
 from components.kubernetes.state import moved_from_root
-from components.kubernetes.workload import GUARD_PORT_NAME, labels, prometheus_annotations
+from components.kubernetes.workload import (
+    GUARD_PORT_NAME,
+    SERVING_CONTAINER,
+    labels,
+    prometheus_annotations,
+)
 from components.render.prometheus_config import (
     CONFIG_PATH,
     CONTAINER_PORT,
@@ -52,15 +57,16 @@ SCRIPT_DIR = "/opt/glm53"
 
 
 def alert_look_at(pods: LookAt, namespace: str) -> AlertLookAt:
-    """What the alert texts name on the cluster, which has no ``docker``: the serving container's
-    log and the stack's pods as a gate's failure names them (``pods``: ``where_to_look`` in
-    components/kubernetes/serving.py), and the probe's log in ``namespace``.
+    """What the alert texts name on the cluster, which has no ``docker``: the log of the serving pod
+    the alert is about (its ``host`` label is the pod's name: ``k8s_targets.py``), the stack's pods as
+    a gate's failure names them (``pods``: ``where_to_look`` in components/kubernetes/serving.py),
+    and the probe's log in ``namespace``.
 
     A container the kubelet restarted (an OOM, an engine that gave up) logs afresh: ``--previous``
     reads the run that ended, which ``docker logs`` shows in one piece.
     """
     return AlertLookAt(
-        serving_log=f"`{pods.logs}`",
+        serving_log=f"`kubectl -n {namespace} logs {{{{ $labels.host }}}} -c {SERVING_CONTAINER}`",
         restarts=f"its restart count (RESTARTS in `{pods.running}`; `--previous` reads the log of the "
         "run before a restart)",
         probe_log=probe_log(namespace),
