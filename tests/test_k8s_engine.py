@@ -406,30 +406,73 @@ def wait_ready(kubeconfig: Path, pod: str, want: bool, limit: float = 90) -> flo
     raise AssertionError(f"{pod} did not become {'Ready' if want else 'not Ready'} within {limit} s")
 
 
+def service_lists(kubeconfig: Path, address: str) -> bool:
+    """Whether the serving Service's EndpointSlices list ``address`` as ready."""
+    slices = json.loads(
+        kubectl(
+            kubeconfig, "get", "endpointslices", "-l", "kubernetes.io/service-name=glm53-vllm", "-o", "json"
+        )
+    )
+    return any(
+        address in e.get("addresses", []) and e.get("conditions", {}).get("ready")
+        for s in slices["items"]
+        for e in s.get("endpoints") or []
+    )
+
+
+def verdict_in(kubeconfig: Path, pod: str) -> str:
+    """The pod's readiness verdict as its guard reads it ("" when its last check passed)."""
+    from components.kubernetes.readiness import VERDICT_FILE
+
+    script = f"import pathlib; p = pathlib.Path('{VERDICT_FILE}'); print(p.read_text() if p.exists() else '')"
+    return kubectl(kubeconfig, "exec", pod, "-c", "gate", "--", "python3", "-c", script).strip()
+
+
 def test_a_pod_that_starts_answering_wrong_leaves_the_service(k8s_cluster: Path) -> None:
-    """Readiness is the gate: a pod that turns wrong at runtime fails its next check and the
-    Service stops sending it requests; healed, it comes back. Never restarted."""
+    """Readiness is the gate: a pod that turns wrong at runtime fails its next check, and from that
+    check on its guard answers no inference (the verdict), before the Service has dropped it;
+    healed, it comes back. Never restarted. Two load windows: from the moment the pod is not Ready
+    (no wrong answer; a request the front's three tries all sent to that pod is its 503), then once
+    the Service no longer lists it (nothing failed either)."""
+    from components.kubernetes.front import KEEPALIVE_TIME_SECONDS
     from tests.multihost import LoadLoop
     from tests.test_multihost_engine import API_KEY as LOAD_KEY
 
-    pod = live_pods(k8s_cluster)[0]["metadata"]["name"]
+    target = live_pods(k8s_cluster)[0]
+    pod, address = target["metadata"]["name"], target["status"]["podIP"]
+    assert verdict_in(k8s_cluster, pod) == ""
     set_faults(k8s_cluster, pod, ["wrong-answer"])
     ejected = wait_ready(k8s_cluster, pod, want=False)
-    # Within the Service's update (kube-proxy), then every answer is right again.
-    time.sleep(2)
     with LoadLoop(FRONT_URL, LOAD_KEY) as load:
-        time.sleep(10)
+        time.sleep(4)
+    at_once = load.figures()
+    verdict = verdict_in(k8s_cluster, pod)
+    assert "smoke gate failed at step 'arithmetic'" in verdict, verdict
+    assert (at_once["wrong_answers"], at_once["cut_streams"]) == (0, 0), at_once
+    started = time.monotonic()
+    while service_lists(k8s_cluster, address):
+        assert time.monotonic() - started < 30, f"the Service still lists {pod} 30 s after it went not Ready"
+        time.sleep(0.2)
+    left_service = round(time.monotonic() - started, 1)
+    time.sleep(KEEPALIVE_TIME_SECONDS + 1)  # the front's open connections, kube-proxy's sync
+    with LoadLoop(FRONT_URL, LOAD_KEY) as load:
+        time.sleep(8)
     after = load.figures()
     assert (after["failed"], after["wrong_answers"], after["cut_streams"]) == (0, 0, 0), after
     set_faults(k8s_cluster, pod, [])
     readmitted = wait_ready(k8s_cluster, pod, want=True)
+    assert verdict_in(k8s_cluster, pod) == ""
     restarts = next(p for p in pods(k8s_cluster) if p["metadata"]["name"] == pod)["status"][
         "containerStatuses"
     ]
     assert all(c["restartCount"] == 0 for c in restarts)
     REPORT["runtime_fault"] = {
         "ejected_after_s": ejected,
-        "load_after_ejection": {k: after[k] for k in ("sent", "answered_right", "wrong_answers", "failed")},
+        "load_from_not_ready": {k: at_once[k] for k in ("sent", "answered_right", "wrong_answers", "failed")},
+        "service_dropped_it_after_s": left_service,
+        "load_after_the_service_dropped_it": {
+            k: after[k] for k in ("sent", "answered_right", "wrong_answers", "failed")
+        },
         "readmitted_after_s": readmitted,
         "readiness_period_s": 5,
     }

@@ -110,11 +110,16 @@ def test_the_guard_release_asks_for_the_stacks_credential(stacks: dict[str, Depl
 
 
 @contextlib.contextmanager
-def front_and_guard(deployment: Deployment, guard_pair: tuple[str, str] | None = None) -> Iterator[int]:
+def front_and_guard(
+    deployment: Deployment,
+    guard_pair: tuple[str, str] | None = None,
+    verdict_file: tuple[str, str] | None = None,
+) -> Iterator[int]:
     """The front's release and the guard's, as the mocks recorded them, in two real nginx before a
     recording upstream, on free loopback ports; yields the front's port. ``guard_pair`` replaces
     the mocks' placeholder replica certificate (ReplicaCertificate's openssl does not run under
-    mocks) in both the guard and the front's pin."""
+    mocks) in both the guard and the front's pin; ``verdict_file`` (rendered path, local path)
+    moves the pod's readiness verdict where the test writes it."""
     from components.kubernetes.front import FRONT_DIR, upstream_conf
 
     port = flag(container(deployment, "vllm")["args"], "--port")
@@ -133,6 +138,7 @@ def front_and_guard(deployment: Deployment, guard_pair: tuple[str, str] | None =
             name: text.replace("listen 8080", "listen 127.0.0.1:{port}")
             .replace(f"server 127.0.0.1:{port};", f"server 127.0.0.1:{upstream};")
             .replace("/tmp", "{dir}")
+            .replace(*(verdict_file or ("", "")))  # last: the test's path is under /tmp
             for name, text in guard_release.items()
         }
         with nginx(local_guard) as (guard, _):

@@ -16,6 +16,7 @@ import shlex
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -225,17 +226,20 @@ def test_on_a_docker_host_a_failure_names_docker_as_before(
 
 
 def test_the_pods_readiness_check_as_rendered_names_kubectl(
-    stacks: dict[str, Deployment], stand_in: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    stacks: dict[str, Deployment], stand_in: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any, tmp_path: Path
 ) -> None:
     """The sidecar's own command line, run against a stand-in that reports another length: what
-    ``kubectl describe pod`` shows as the probe's output names the cluster's commands."""
+    ``kubectl describe pod`` shows as the probe's output names the cluster's commands, and the
+    verdict the pod's guard reads holds the same words."""
     options = readiness_options(stacks["k8s"])
     options["--endpoint"] = stand_in(options["--served-name"], int(options["--max-model-len"]) + 1)
     options["--steps"] = "models"
+    options["--verdict-file"] = str(tmp_path / Path(options["--verdict-file"]).name)
     monkeypatch.setenv(options["--api-key-env"], "in-pod-no-key")
     assert gate_main([word for option in options.items() for word in option]) == 1
     said = capsys.readouterr().err
     assert "smoke gate failed at step 'models'" in said
+    assert Path(options["--verdict-file"]).read_text().startswith("smoke gate failed at step 'models'")
     assert f"({options['--look-at-inspect']})" in said
     assert as_argv(options["--look-at-inspect"]) == rendered_kubectl(stacks["k8s"])["inspect"]
     assert "docker" not in said.lower()

@@ -126,13 +126,18 @@ def render_guard_conf(
     *,
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
+    verdict_file: str | None = None,
 ) -> str:
-    """The guard's ``nginx.conf``, no secret in it: ``upstream`` is vLLM's ``address:port``."""
+    """The guard's ``nginx.conf``, no secret in it: ``upstream`` is vLLM's ``address:port``.
+    ``verdict_file``: while it exists the inference routes answer nothing (a Kubernetes pod's
+    failed readiness check: components/kubernetes/readiness.py)."""
     log_format = json.dumps(_LOG_FIELDS, separators=(",", ":"))
     for numeric in ("status", "bytes_sent", "request_time"):
         log_format = log_format.replace(f'"${numeric}"', f"${numeric}")
     read_only = render_file("guard-read-only.conf", {"health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS)})
     inference = render_file("guard-inference.conf", {"client": CLIENT})
+    if verdict_file is not None:
+        inference += render_file("guard-verdict.conf", {"verdict_file": verdict_file})
     routes = "".join(
         render_file(
             "guard-route.conf",
@@ -170,6 +175,7 @@ def render_guard_files(
     *,
     listen: str = str(CONTAINER_PORT),
     runtime_dir: str = "/tmp",
+    verdict_file: str | None = None,
 ) -> dict[str, str]:
     """Every file of one guard release by name: ``nginx.conf``, ``replica-key.map`` (``key``),
     ``scrape-key.map`` (``scrape_key``) and, with ``tls_pair`` (certificate PEM, key PEM),
@@ -180,7 +186,12 @@ def render_guard_files(
         raise ConfigError("the guards' replica key and scrape key are one key: a scraper could run inference")
     files = {
         CONF_FILE: render_guard_conf(
-            front, upstream, tls_pair is not None, listen=listen, runtime_dir=runtime_dir
+            front,
+            upstream,
+            tls_pair is not None,
+            listen=listen,
+            runtime_dir=runtime_dir,
+            verdict_file=verdict_file,
         ),
         KEY_FILE: render_key_map({CLIENT: key}),
         SCRAPE_KEY_FILE: render_key_map({SCRAPER: scrape_key}),

@@ -5,7 +5,9 @@
         --metrics-url http://127.0.0.1:8080/metrics --metrics-key-env GLM_METRICS_KEY
 
 Prints each step as it passes (stderr) and the results as JSON (stdout). Exit status: 0 when every
-step passed, 1 when a step failed (the message names it), 2 for a usage error.
+step passed, 1 when a step failed (the message names it), 2 for a usage error. With
+``--verdict-file`` the run also leaves its verdict where a guard reads it: the file removed when every
+step passed, written (the failure's message) when one did not or the run broke.
 """
 
 from __future__ import annotations
@@ -58,6 +60,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--deadline-seconds", type=float, default=300.0, help="readiness deadline (300)")
     parser.add_argument(
         "--request-timeout", type=float, default=REQUEST_TIMEOUT_SECONDS, help="per-request limit (120)"
+    )
+    parser.add_argument(
+        "--verdict-file",
+        type=Path,
+        metavar="PATH",
+        help="removed when every step passed, written otherwise: a Kubernetes pod's guard answers no "
+        "inference while it exists (components/kubernetes/readiness.py)",
     )
     parser.add_argument(
         "--tls-name",
@@ -134,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             fix="Look at: --tls-name and --tls-ca-file (the stack's glm:front.tlsName and "
             "glm:front.tlsCaCertificate).",
         ).params()
+    verdict = "the gate's run broke before it finished"
     try:
         results = run_gate(
             params,
@@ -141,11 +151,27 @@ def main(argv: list[str] | None = None) -> int:
             lambda line: print(f"[smoke-gate] {line}", file=sys.stderr, flush=True),
             os.environ.get(args.metrics_key_env) if args.metrics_key_env else None,
         )
+        verdict = ""
     except GateFailure as failure:
-        print(str(failure), file=sys.stderr)
+        verdict = str(failure)
+        print(verdict, file=sys.stderr)
         return 1
+    finally:
+        if args.verdict_file is not None:
+            record_verdict(args.verdict_file, verdict)
     print(json.dumps(results, indent=2, sort_keys=True))
     return 0
+
+
+def record_verdict(path: Path, failure: str) -> None:
+    """``failure`` empty: every step passed, the file goes; else the file holds it (a new file moved
+    into place, so a reader never sees half of one)."""
+    if not failure:
+        path.unlink(missing_ok=True)
+        return
+    partial = path.with_name(f".{path.name}.new")
+    partial.write_text(failure + "\n")
+    partial.replace(path)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,11 @@ the kubelet's startup and liveness checks run ``/health`` in the vLLM container 
 HTTP probe comes from the node to the pod's address, where vLLM no longer listens). The
 NetworkPolicy (the front, Prometheus and the probe may reach the guard's port, nobody else) is
 defence in depth for clusters that enforce it.
+
+The guard also keeps the pod's own verdict: while the gate sidecar's last check has not passed
+(``VERDICT_FILE``: components/kubernetes/readiness.py) it closes inference requests without an
+answer, so the front retries them on a new connection, which reaches another pod, in the seconds
+before the Service has dropped this one everywhere.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from components.docker.replica_guard import (
     guard_credentials,
     render_guard_files,
 )
+from components.kubernetes.readiness import VERDICT_DIR, VERDICT_FILE, VERDICT_VOLUME
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import GUARD_PORT_NAME, ON_ERROR_LOGS, labels
 from components.render.nginx_conf import CONF_FILE
@@ -91,7 +97,11 @@ def guard_container(k8s_target: KubernetesTargetConfig, image: str) -> dict[str,
         "imagePullPolicy": k8s_target.image_pull_policy,
         "command": ["nginx", "-c", f"{GUARD_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
         "ports": [{"name": GUARD_PORT_NAME, "containerPort": GUARD_PORT}],
-        "volumeMounts": [{"name": "guard", "mountPath": GUARD_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "guard", "mountPath": GUARD_DIR, "readOnly": True},
+            # The gate sidecar's verdict: no inference while its check has not passed.
+            {"name": VERDICT_VOLUME, "mountPath": VERDICT_DIR, "readOnly": True},
+        ],
         "readinessProbe": {"tcpSocket": {"port": GUARD_PORT_NAME}, "periodSeconds": 2},
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", guard_quit(k8s_target.pre_stop_seconds)]}}},
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
@@ -108,7 +118,15 @@ def guard_files(
 ) -> dict[str, str]:
     """The guard's release in a pod: vLLM on the pod's loopback, the guard on ``GUARD_PORT``;
     ``tls_pair`` the replica certificate and key, with ``glm:front.tls``."""
-    return render_guard_files(front, f"{LOOPBACK}:{port}", key, scrape_key, tls_pair, listen=str(GUARD_PORT))
+    return render_guard_files(
+        front,
+        f"{LOOPBACK}:{port}",
+        key,
+        scrape_key,
+        tls_pair,
+        listen=str(GUARD_PORT),
+        verdict_file=VERDICT_FILE,
+    )
 
 
 @dataclasses.dataclass(frozen=True)

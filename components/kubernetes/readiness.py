@@ -19,6 +19,14 @@ READINESS_STEPS = ("models", "arithmetic", "tool_call", "kv_pool")
 GATE_KEY_ENV = "GLM_GATE_KEY"
 """vLLM runs without a key behind the front; the gate's command line still wants one to send."""
 READINESS_REQUEST_TIMEOUT_SECONDS = 30
+VERDICT_VOLUME = "readiness"
+"""A memory ``emptyDir`` the gate sidecar writes and the guard reads: the pod's last verdict."""
+VERDICT_DIR = "/run/glm53-readiness"
+VERDICT_FILE = f"{VERDICT_DIR}/failed"
+"""Present from the sidecar's start until a check passes, and again from the check that fails: the
+guard answers no inference while it is there. A Service drops a not-Ready pod only when its
+endpoints reach every node's rules, and the front's open connections still reach it for
+``KEEPALIVE_TIME_SECONDS``; the guard closes that window from the failing check on."""
 
 
 def _smoke_questions(smoke: SmokeConfig) -> list[str]:
@@ -51,6 +59,7 @@ def readiness_command(serving: ServingSpec, smoke: SmokeConfig, look_at: LookAt)
         "--steps", ",".join(s for s in READINESS_STEPS if s in smoke.steps),
         "--deadline-seconds", "5",
         "--request-timeout", str(READINESS_REQUEST_TIMEOUT_SECONDS),
+        "--verdict-file", VERDICT_FILE,
         "--look-at-logs", look_at.logs,
         "--look-at-running", look_at.running,
         "--look-at-inspect", look_at.inspect,

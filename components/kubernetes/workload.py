@@ -44,7 +44,14 @@ from components.config import (
 )
 from components.docker.preflight import pod_preflight_script
 from components.gate.messages import LookAt
-from components.kubernetes.readiness import GATE_KEY_ENV, READINESS_REQUEST_TIMEOUT_SECONDS, readiness_command
+from components.kubernetes.readiness import (
+    GATE_KEY_ENV,
+    READINESS_REQUEST_TIMEOUT_SECONDS,
+    VERDICT_DIR,
+    VERDICT_FILE,
+    VERDICT_VOLUME,
+    readiness_command,
+)
 from components.profiles import HardwareFacts
 from components.serving.spec import ServingSpec, health_probe
 from components.template import one_line_script
@@ -281,9 +288,10 @@ def gate_container(
         "name": GATE_CONTAINER,
         "image": image,
         "imagePullPolicy": k8s.image_pull_policy,
-        # Waits for its SIGTERM; the work is the probe below.
-        "command": ["python3", "-c", one_line_script("gate-idle.py", values={})],
+        # Lays down the "not passed yet" verdict, then waits for its SIGTERM; the work is the probe below.
+        "command": ["python3", "-c", one_line_script("gate-idle.py", values={}), VERDICT_FILE],
         "env": [{"name": GATE_KEY_ENV, "value": "in-pod-no-key"}],
+        "volumeMounts": [{"name": VERDICT_VOLUME, "mountPath": VERDICT_DIR}],
         "readinessProbe": {
             "exec": {"command": readiness_command(serving, pod.smoke, look_at)},
             "periodSeconds": k8s.readiness_period_seconds,
@@ -325,7 +333,11 @@ def serving_deployment_spec(
                 gate_container(pod, serving, k8s, gate_image, look_at),
                 guard_container,
             ],
-            "volumes": [*_volumes(pod.model, serving, k8s), guard_volume],
+            "volumes": [
+                *_volumes(pod.model, serving, k8s),
+                guard_volume,
+                {"name": VERDICT_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+            ],
         },
     }
     if pod.preflight.enabled:

@@ -1,0 +1,169 @@
+"""A pod whose own check failed answers no inference, before the Service has dropped it everywhere.
+
+Found on the one-node cluster (stop 45): a pod that began answering wrong went not-Ready, and two
+seconds later the load loop still got one wrong answer of 156 through it (the Service's endpoints
+reach kube-proxy's rules a moment after, and the front's open connections to the Service live
+``KEEPALIVE_TIME_SECONDS``). The gate sidecar now leaves its verdict in a memory volume the guard
+reads (components/kubernetes/readiness.py): here the program's rendered pod (under mocks) shows
+both containers on one file, and the guard's and the front's releases, in the real ``nginx``
+before a recording upstream, show what a client gets while the verdict stands.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPLICA_SCRAPE_TEST_KEY, REPLICA_TEST_KEY, TEST_API_KEYS, Deployment, run_program
+from tests.test_k8s_guard import front_and_guard, named_secret
+from tests.test_k8s_target import container, flag, k8s_target, pod_spec
+from tests.test_nginx_front import _RecordingUpstream, recording_upstream
+from tests.test_replica_guard import nginx, request
+
+
+@pytest.fixture(scope="module")
+def local() -> Deployment:
+    return run_program("local", {"glm:target": k8s_target()})
+
+
+def verdict_file(deployment: Deployment) -> str:
+    """Where the pod's readiness check leaves its verdict: its own command line's ``--verdict-file``."""
+    probe = container(deployment, "gate")["readinessProbe"]["exec"]["command"]
+    return str(probe[probe.index("--verdict-file") + 1])
+
+
+def mount_of(deployment: Deployment, name: str, path: str) -> dict[str, Any]:
+    [mount] = [m for m in container(deployment, name).get("volumeMounts", []) if m["mountPath"] == path]
+    return dict(mount)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_recording() -> None:
+    _RecordingUpstream.seen.clear()
+
+
+@pytest.fixture
+def verdict() -> Iterator[Path]:
+    """Where the test keeps the verdict: in a directory nginx's workers (another user) can read."""
+    directory = Path(tempfile.mkdtemp(prefix="glm53-verdict-"))
+    directory.chmod(0o755)
+    yield directory / "failed"
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_the_check_writes_the_file_the_guard_reads_in_one_memory_volume(local: Deployment) -> None:
+    path = verdict_file(local)
+    directory = os.path.dirname(path)
+    gate, guard = mount_of(local, "gate", directory), mount_of(local, "guard", directory)
+    assert gate["name"] == guard["name"]
+    assert not gate.get("readOnly") and guard["readOnly"] is True
+    [volume] = [v for v in pod_spec(local)["volumes"] if v["name"] == gate["name"]]
+    assert volume["emptyDir"]["medium"] == "Memory"
+    # The sidecar lays the verdict down as it starts: nothing passes before a check has.
+    assert container(local, "gate")["command"][-1] == path
+    assert f"if (-f {path})" in named_secret(local, "glm53-vllm-guard")["nginx.conf"]
+    assert "vllm" not in [
+        c["name"] for c in pod_spec(local)["containers"] if directory in str(c.get("volumeMounts"))
+    ]
+
+
+def test_no_docker_guard_reads_a_verdict() -> None:
+    """On Docker hosts the fleet's own rotation takes a replica out (components/docker/): the guard
+    there has no file to look at."""
+    deployment = run_program("local", {})
+    for resource in deployment.resources:
+        assert "glm53-readiness" not in str(resource.inputs)
+
+
+def guard_release(deployment: Deployment, path: Path) -> dict[str, str]:
+    """The guard's release for the real nginx in ``nginx()``: on a free port, before ``upstream``,
+    its verdict at ``path``."""
+    port = flag(container(deployment, "vllm")["args"], "--port")
+    return {
+        name: text.replace("listen 8080;", "listen 127.0.0.1:{port};")
+        .replace(f"server 127.0.0.1:{port};", "server 127.0.0.1:{upstream};")
+        .replace("/tmp", "{dir}")
+        .replace(verdict_file(deployment), str(path))  # last: the test's path is under /tmp
+        for name, text in named_secret(deployment, "glm53-vllm-guard").items()
+    }
+
+
+def test_while_the_verdict_stands_inference_is_closed_unanswered_and_metrics_still_read(
+    local: Deployment, verdict: Path
+) -> None:
+    replica = {"Authorization": f"Bearer {REPLICA_TEST_KEY}"}
+    scrape = {"Authorization": f"Bearer {REPLICA_SCRAPE_TEST_KEY}"}
+    with recording_upstream() as upstream:
+        files = {n: t.replace("{upstream}", str(upstream)) for n, t in guard_release(local, verdict).items()}
+        with nginx(files) as (guard, _):
+            verdict.write_text("smoke gate failed at step 'arithmetic'\n")
+            for path in ("/v1/chat/completions", "/v1/completions"):
+                with pytest.raises(http.client.RemoteDisconnected):
+                    request(guard, "POST", path, replica)
+            assert request(guard, "GET", "/metrics", scrape)[0] == 200
+            verdict.unlink()
+            assert request(guard, "POST", "/v1/chat/completions", replica)[0] == 200
+    assert [(m, p) for m, p, _ in _RecordingUpstream.seen] == [
+        ("GET", "/metrics"),
+        ("POST", "/v1/chat/completions"),
+    ]
+
+
+def test_through_the_front_a_client_gets_a_503_never_the_pods_answer(
+    local: Deployment, verdict: Path
+) -> None:
+    """The front retries a request the guard closed on a new connection (on the cluster: another
+    pod); with none left to try, the client gets the front's own 503, and vLLM saw nothing."""
+    verdict.write_text("smoke gate failed at step 'arithmetic'\n")
+    key = {"Authorization": f"Bearer {TEST_API_KEYS['ci']}"}
+    with front_and_guard(local, verdict_file=(verdict_file(local), str(verdict))) as front:
+        status, body, _ = request(front, "POST", "/v1/chat/completions", key)
+        assert status == 503, body
+        assert '"type"' in body and "choices" not in body
+        verdict.unlink()
+        assert request(front, "POST", "/v1/chat/completions", key)[0] == 200
+    assert [(m, p) for m, p, _ in _RecordingUpstream.seen] == [("POST", "/v1/chat/completions")]
+
+
+def test_the_check_keeps_its_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate's command line: a pass removes the file, a failure writes its message, a run that
+    breaks writes that it broke."""
+    from components.gate import __main__ as gate
+    from components.gate.checks import GateFailure
+
+    verdict = tmp_path / "failed"
+    monkeypatch.setenv("GLM_GATE_KEY", "in-pod-no-key")
+    argv = [
+        "--endpoint",
+        "http://127.0.0.1:9/v1",
+        "--api-key-env",
+        "GLM_GATE_KEY",
+        "--verdict-file",
+        str(verdict),
+    ]
+
+    def fails(*_: Any) -> Any:
+        raise GateFailure("arithmetic", "expected 221, got 222")
+
+    def breaks(*_: Any) -> Any:
+        raise OSError("the pod's loopback went away")
+
+    verdict.write_text("no check has passed yet\n")
+    monkeypatch.setattr(gate, "run_gate", lambda *_: {})
+    assert gate.main(argv) == 0 and not verdict.exists()
+    monkeypatch.setattr(gate, "run_gate", fails)
+    assert gate.main(argv) == 1
+    assert "expected 221, got 222" in verdict.read_text()
+    monkeypatch.setattr(gate, "run_gate", lambda *_: {})
+    assert gate.main(argv) == 0 and not verdict.exists()
+    monkeypatch.setattr(gate, "run_gate", breaks)
+    with pytest.raises(OSError):
+        gate.main(argv)
+    assert "broke" in verdict.read_text()
