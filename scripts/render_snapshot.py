@@ -13,6 +13,7 @@ and the probe's ``glm53/params`` pod annotations), so two runs of one commit dif
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import io
@@ -83,27 +84,39 @@ def snapshot() -> dict[str, dict[str, Any]]:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--diff"]:
-        a, b = (json.loads(Path(p).read_text()) for p in sys.argv[2:4])
-        if "--mask-hashes" in sys.argv:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, help="write the snapshot of this checkout here")
+    parser.add_argument("--diff", nargs=2, type=Path, metavar=("A", "B"), help="compare two snapshots")
+    parser.add_argument("--mask-hashes", action="store_true", help="with --diff: hashes over code set aside")
+    args = parser.parse_args()
+    if args.diff is None and args.out is None:
+        parser.error("name a file to write the snapshot to, or --diff A B")
+    if args.diff:
+        a, b = (json.loads(p.read_text()) for p in args.diff)
+        if args.mask_hashes:
             a, b = _masked(a), _masked(b)
-        differ = 0
-        for kind in sorted(set(a) | set(b)):
-            ra, rb = a.get(kind, {}), b.get(kind, {})
-            for urn in sorted(set(ra) - set(rb)):
-                differ += 1
-                print(f"{kind}: only before: {urn}")
-            for urn in sorted(set(rb) - set(ra)):
-                differ += 1
-                print(f"{kind}: only after: {urn}")
-            for urn in sorted(set(ra) & set(rb)):
-                if ra[urn] != rb[urn]:
-                    differ += 1
-                    keys = sorted(k for k in set(ra[urn]) | set(rb[urn]) if ra[urn].get(k) != rb[urn].get(k))
-                    print(f"{kind}: inputs differ: {urn}: {', '.join(keys)}")
-        print(f"{differ} resources differ")
+        print(f"{_print_differences(a, b)} resources differ")
         return
-    Path(sys.argv[1]).write_text(json.dumps(snapshot(), indent=1, sort_keys=True))
+    args.out.write_text(json.dumps(snapshot(), indent=1, sort_keys=True))
+
+
+def _print_differences(a: dict[str, Any], b: dict[str, Any]) -> int:
+    """Each resource only in one snapshot, or with different inputs (naming them); their count."""
+    differ = 0
+    for kind in sorted(set(a) | set(b)):
+        ra, rb = a.get(kind, {}), b.get(kind, {})
+        for urn in sorted(set(ra) - set(rb)):
+            differ += 1
+            print(f"{kind}: only before: {urn}")
+        for urn in sorted(set(rb) - set(ra)):
+            differ += 1
+            print(f"{kind}: only after: {urn}")
+        for urn in sorted(set(ra) & set(rb)):
+            if ra[urn] != rb[urn]:
+                differ += 1
+                keys = sorted(k for k in set(ra[urn]) | set(rb[urn]) if ra[urn].get(k) != rb[urn].get(k))
+                print(f"{kind}: inputs differ: {urn}: {', '.join(keys)}")
+    return differ
 
 
 if __name__ == "__main__":
