@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.config import ContainerConfig, SemanticProbeConfig, StackConfig
+from components.gate.messages import LookAt
 from components.gate.settings import SmokeConfig
 from components.gate.tls import EndpointTls
 from components.render.nginx_conf import CONTAINER_PORT as FRONT_PORT
@@ -46,10 +47,17 @@ class SemanticProbeSpec:
     front_tls: EndpointTls | None = None
     """A TLS front (``glm:front.tls``): the name its certificate carries and what to trust
     (components/front_tls.py); the probe reaches it by its container name, which that name is not."""
+    look_at: LookAt | None = None
+    """What its checks' failures name to see the serving container, when not Docker's: kubectl's on
+    Kubernetes (``ServingPods.look_at``), the same as the gate's."""
 
     @classmethod
     def of(
-        cls, config: StackConfig, serving: ServingSpec, front_tls: EndpointTls | None = None
+        cls,
+        config: StackConfig,
+        serving: ServingSpec,
+        front_tls: EndpointTls | None = None,
+        look_at: LookAt | None = None,
     ) -> SemanticProbeSpec:
         """The spec of a stack whose serving container runs ``serving`` (Docker hosts or Kubernetes)."""
         return cls(
@@ -60,6 +68,7 @@ class SemanticProbeSpec:
             max_num_seqs=config.serving.max_num_seqs,
             container=config.container,
             front_tls=front_tls,
+            look_at=look_at,
         )
 
 
@@ -115,6 +124,7 @@ def probe_settings(
         replica_key_file=REPLICA_KEY_PATH if any(r.guarded for r in replicas) else None,
         scrape_key_file=SCRAPE_KEY_PATH if any(r.guarded for r in replicas) else None,
         tls=spec.front_tls.params() if spec.front_tls else None,
+        look_at=spec.look_at.params() if spec.look_at else None,
     )
 
 
@@ -131,6 +141,9 @@ def _replica_target(replica: ProbeReplica, tls: EndpointTls | None) -> dict[str,
 
 
 def render_params(settings: ProbeSettings) -> str:
-    """``params.json``: sorted keys, so the same settings render the same bytes (no diff)."""
+    """``params.json``: sorted keys, so the same settings render the same bytes (no diff). Without
+    ``look_at`` it is left out: a Docker stack's params, and so its probe container, stay as they were."""
     fields = {name: getattr(settings, name) for name in ProbeSettings.__dataclass_fields__}
+    if settings.look_at is None:
+        del fields["look_at"]
     return json.dumps(fields, sort_keys=True, indent=2, default=dict) + "\n"

@@ -88,7 +88,8 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         opts=pulumi.ResourceOptions(depends_on=[pods, front, monitoring]),
     )
     if probe is not None and keys.probe is not None:
-        spec = SemanticProbeSpec.of(config, serving, front_trust)
+        # Its failures name kubectl's commands, as the gate's do.
+        spec = SemanticProbeSpec.of(config, serving, front_trust, pods.look_at)
         _semantic_probe(spec, k8s_target, stack, images, front, keys.probe, guard, smoke, in_ns)
     # The served model, not where it listens: the fingerprint a Docker stack of the profile has.
     served = served_model(unbound, config.serving_image, secrets.serving_env_names)

@@ -58,7 +58,7 @@ class KubernetesSemanticProbeArgs:
     """What the probe asks, through which front, with which keys (pass the cluster's provider in ``opts``)."""
 
     spec: SemanticProbeSpec
-    """The probe's params, the same as on a Docker host."""
+    """The probe's params, as on a Docker host but for what its failures name (``look_at``: kubectl's)."""
     k8s_target: KubernetesTargetConfig
     """``glm:target.kubernetes``: the namespace and pull policy."""
     stack: str

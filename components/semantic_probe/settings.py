@@ -84,6 +84,9 @@ class ProbeSettings:
     guarded_metrics: bool = False
     """``metrics_url`` asks for the guards' scrape key, in ``scrape_key_file`` (Kubernetes: the
     front's ``/metrics``, which admits it as a metrics key)."""
+    look_at: Mapping[str, str] | None = None
+    """What the checks' failures name to see the serving container (``LookAt.params``): kubectl's on
+    Kubernetes; without it, Docker's (a Docker stack's params leave it out)."""
 
     @classmethod
     def from_json(cls, text: str) -> ProbeSettings:
@@ -115,4 +118,5 @@ class ProbeSettings:
             "container_name": "the serving container",
             "smoke": dict(self.smoke),
             **({"tls": dict(target.tls)} if target.tls else {}),
+            **({"look_at": dict(self.look_at)} if self.look_at else {}),
         }
