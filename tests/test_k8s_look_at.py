@@ -67,16 +67,12 @@ def rendered_kubectl(deployment: Deployment) -> dict[str, list[str]]:
     front = unwrap(deployment.one(DEPLOYMENT, "-front").inputs)["metadata"]
     assert front["namespace"] == meta["namespace"] == NAMESPACE  # `get pods` there lists the front's
     kubectl = ["kubectl", "-n", meta["namespace"]]
+    selector = ",".join(sorted(f"{k}={v}" for k, v in labels.items()))
     return {
-        "logs": [*kubectl, "logs", f"deploy/{meta['name']}", "-c", vllm["name"]],
+        # every serving pod's log, each line under its pod's name (kubectl logs --help)
+        "logs": [*kubectl, "logs", "-l", selector, "-c", vllm["name"], "--prefix", "--tail=50"],
         "running": [*kubectl, "get", "pods"],
-        "inspect": [
-            *kubectl,
-            "describe",
-            "pods",
-            "-l",
-            ",".join(sorted(f"{k}={v}" for k, v in labels.items())),
-        ],
+        "inspect": [*kubectl, "describe", "pods", "-l", selector],
     }
 
 
@@ -283,7 +279,7 @@ def test_the_clusters_alerts_name_kubectl_never_docker(stacks: dict[str, Deploym
     assert kubectl["logs"][:3] == ["kubectl", "-n", NAMESPACE]
     down = descriptions(rules)["VllmTargetDown"]
     # The pod that is down, by the alert's host label (the pod's name), not one kubectl picks.
-    [*_, container] = kubectl["logs"]
+    container = kubectl["logs"][kubectl["logs"].index("-c") + 1]
     assert f"Check `kubectl -n {NAMESPACE} logs {{{{ $labels.host }}}} -c {container}` (OOM," in down
     assert f"its restart count (RESTARTS in `{shlex.join(kubectl['running'])}`;" in down
     assert down.count("kubectl") == 2

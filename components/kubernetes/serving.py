@@ -30,12 +30,13 @@ SKIP_AWAIT = "pulumi.com/skipAwait"
 
 def where_to_look(namespace: str, selector: str) -> LookAt:
     """What a gate's failure names on the cluster, kubectl in the stack's namespace: the serving
-    container's log, the stack's pods (the front's among them), and the serving pods as they run
-    (each one's argv, image and events: an old pod still serving shows there). ``selector``: the
-    serving pods' labels, as ``-l`` takes them."""
+    containers' logs (every serving pod's, each line under its pod's name: ``logs deploy/`` would
+    read one pod kubectl picks, perhaps not the failing one), the stack's pods (the front's among
+    them), and the serving pods as they run (each one's argv, image and events: an old pod still
+    serving shows there). ``selector``: the serving pods' labels, as ``-l`` takes them."""
     kubectl = f"kubectl -n {namespace}"
     return LookAt(
-        logs=f"{kubectl} logs deploy/{SERVING_NAME} -c {workload.SERVING_CONTAINER}",
+        logs=f"{kubectl} logs -l {selector} -c {workload.SERVING_CONTAINER} --prefix --tail=50",
         running=f"{kubectl} get pods",
         inspect=f"{kubectl} describe pods -l {selector}",
     )
