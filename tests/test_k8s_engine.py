@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shlex
 import threading
 import time
 from collections.abc import Iterator
@@ -150,7 +151,14 @@ def test_up_passes_the_gate_through_the_front_service(project: PulumiProject, k8
     )
     assert "resources" not in vllm or not vllm["resources"].get("limits")
     gate = next(c for c in spec["containers"] if c["name"] == "gate")
-    assert gate["readinessProbe"]["exec"]["command"][:3] == ["python3", "-m", "components.gate"]
+    readiness = gate["readinessProbe"]["exec"]["command"]
+    assert readiness[:3] == ["python3", "-m", "components.gate"]
+    # The log command a pod's failure names reads every serving pod, each line under its name.
+    logs = shlex.split(readiness[readiness.index("--look-at-logs") + 1])
+    assert logs[:2] == ["kubectl", "-n"]
+    shown = kubectl(k8s_cluster, *logs[1:])
+    for pod in serving:
+        assert f"[pod/{pod['metadata']['name']}/vllm] " in shown, shown[-2000:]
     assert ask() == "221"
     refused = httpx.post(f"{FRONT_URL}/chat/completions", json={}, timeout=10, trust_env=False)
     assert refused.status_code == 401
