@@ -347,7 +347,8 @@ def failed_up(project: PulumiProject, kubeconfig: Path, label: str) -> tuple[str
     ]
     assert finished, f"no new pod's container failed:\n{out[-2000:]}"
     seconds = round(ended - min(finished), 1)
-    REPORT[label] = {"failure_to_up_failed_s": seconds, "message": out[-1500:]}
+    # The engine's diagnostics (the error itself), not the outputs printed after it.
+    REPORT[label] = {"failure_to_up_failed_s": seconds, "message": out[out.find("Diagnostics:") :][:2000]}
     return out, seconds
 
 
