@@ -14,6 +14,7 @@ import pulumi
 
 from components.config import ConfigError
 from tests.conftest import Deployment, run_program, stack_config, unwrap
+from tests.test_k8s_target import DEPLOYMENT, SERVICE, k8s_target
 from tests.tls_certs import TestCa
 
 try:  # a refused config is ProgramRefused; before 4be945b: pulumi.RunError (or ConfigError)
@@ -23,18 +24,12 @@ try:  # a refused config is ProgramRefused; before 4be945b: pulumi.RunError (or 
 except ImportError:
     REFUSED = (pulumi.RunError, ConfigError)
 
-DEPLOYMENT, SERVICE = "kubernetes:apps/v1:Deployment", "kubernetes:core/v1:Service"
-LOCAL_DOCKER = {"name": "localhost", "dockerHost": "unix:///var/run/docker.sock"}
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
-def k8s_target(**extra: Any) -> dict[str, Any]:
-    kubernetes = {"namespace": "glm53-test", "frontUrl": "http://127.0.0.1:30080/v1", "replicas": 2}
-    return {"hosts": [LOCAL_DOCKER], "kubernetes": {**kubernetes, **extra}}
-
-
 def local_with(**sections: dict[str, Any]) -> dict[str, Any]:
-    """The local stack's glm:<section> values with ``sections``' keys merged in."""
+    """The local stack's glm:<section> values with ``sections``' keys merged in (the twin of
+    tests/test_k8s_exposure.py's, which the commits before the fixes have not got)."""
     values = stack_config("local")
     return {f"glm:{name}": {**(values.get(f"glm:{name}") or {}), **keys} for name, keys in sections.items()}
 

@@ -28,6 +28,7 @@ from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import (
     GUARD_PORT_NAME,
     SERVING_CONTAINER,
+    label_selector,
     labels,
     prometheus_annotations,
 )
@@ -112,7 +113,7 @@ def scrape_config(
 def targets_container(
     image: pulumi.Input[str], pull: str, namespace: str, stack: str, port: int
 ) -> dict[str, Any]:
-    selector = ",".join(f"{k}={v}" for k, v in labels(stack, "vllm").items())
+    selector = label_selector(stack, "vllm")
     return {
         "name": "targets",
         "image": image,

@@ -119,7 +119,7 @@ class ServingPods(pulumi.ComponentResource):
         super().__init__("glm:k8s_serving:ServingPods", name, None, opts)
         pod, serving, k8s_target = args.pod, args.serving, args.k8s_target
         child = moved_from_root(self)
-        selector = ",".join(f"{k}={v}" for k, v in workload.labels(args.stack, "vllm").items())
+        selector = workload.label_selector(args.stack, "vllm")
         self.look_at = where_to_look(k8s_target.namespace, selector)
 
         def spec(refs: list[Any]) -> dict[str, Any]:

@@ -133,6 +133,11 @@ def labels(stack: str, role: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": f"glm53-{role}", "app.kubernetes.io/instance": stack}
 
 
+def label_selector(stack: str, role: str) -> str:
+    """:func:`labels` as kubectl's ``-l`` and the API's ``labelSelector`` take them."""
+    return ",".join(f"{k}={v}" for k, v in labels(stack, role).items())
+
+
 def accelerator(pod: PodConfig) -> str:
     """The cards' kind the pods request (``nvidia``, ``ascend``), or ``none`` (the simulator)."""
     kind = pod.facts.accelerator
