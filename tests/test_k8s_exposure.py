@@ -84,10 +84,39 @@ def test_the_front_serves_the_docker_fronts_tls(tls_stack: dict[str, Any]) -> No
     ]
     files = secret_files(k8s, "glm53-front-keys")
     assert (files["tls.crt"], files["tls.key"]) == tls_stack["pair"]
-    front = unwrap(k8s.one(DEPLOYMENT, "-front").inputs)["spec"]["template"]["spec"]["containers"][0]
-    assert front["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
     service = unwrap(k8s.one(SERVICE, "-front-service").inputs)
     assert service["metadata"]["annotations"] == {"glm53.tls": "on"}  # no plain-HTTP opt-in needed
+
+
+def location(conf: str, path: str) -> str:
+    """The body of nginx.conf's ``location = path`` (empty where the conf has none)."""
+    start = conf.find(f"location = {path} {{")
+    return "" if start < 0 else conf[start : conf.find("}", start)]
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+def test_the_front_is_ready_while_it_listens_whatever_the_pods_behind_it_do(
+    tls: bool, tls_stack: dict[str, Any]
+) -> None:
+    """CI, 2026-12-04: the front's readiness was its ``/healthz``, which nginx passes to the serving
+    pods. On a loaded node, and during a wrong-answer roll, the kubelet took the front (one pod, the
+    stack's only door) out of its Service, and clients met reset connections (144 of 276) instead of
+    the front's 503 with Retry-After. An nginx pod (the front, each guard) is Ready while it
+    accepts connections; its probe never goes through to vLLM."""
+    k8s = tls_stack["k8s"] if tls else run_program("local", {"glm:target": k8s_target()})
+    conf = unwrap(k8s.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"]["nginx.conf"]
+    assert "proxy_pass" in location(conf, "/healthz")  # what the probe was: through to the pods
+    front = unwrap(k8s.one(DEPLOYMENT, "-front").inputs)["spec"]["template"]["spec"]["containers"][0]
+    serving = unwrap(k8s.one(DEPLOYMENT, "-vllm").inputs)["spec"]["template"]["spec"]["containers"]
+    [guard] = [c for c in serving if c["name"] == "guard"]
+    for nginx in (front, guard):
+        probe = nginx["readinessProbe"]
+        ports = {p["name"] for p in nginx["ports"]}
+        assert probe.get("tcpSocket", {}).get("port") in ports or (
+            "httpGet" in probe and "proxy_pass" not in location(conf, probe["httpGet"]["path"])
+        ), (nginx["name"], probe)
+        # A starved kubelet's connect is slow, not a pod that stopped listening (liveness argues the same).
+        assert probe.get("timeoutSeconds", 1) >= 5, (nginx["name"], probe)
 
 
 def test_the_front_speaks_tls_to_the_guards_pinning_their_certificate(tls_stack: dict[str, Any]) -> None:

@@ -128,7 +128,6 @@ class KubernetesFront(pulumi.ComponentResource):
             raise ValueError(f"{name}: glm:front.tls is on but glm:tlsCertificate/glm:tlsKey are not set")
         child = moved_from_root(self)
         files = _front_files(front, args.api_keys, args.metrics_keys, args.guard_files, args.tls_files)
-        scheme = "HTTPS" if front.tls else "HTTP"  # the kubelet does not verify the certificate
         conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE]})
         secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
         config_map = k8s.core.v1.ConfigMap(
@@ -175,7 +174,7 @@ class KubernetesFront(pulumi.ComponentResource):
                             "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
                             "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
                             "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}],
-                            "readinessProbe": {"httpGet": {"path": "/healthz", "port": "http", "scheme": scheme}, "periodSeconds": 2},
+                            "readinessProbe": workload.listening_probe("http"),
                             "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", FRONT_QUIT]}}},
                         }],
                         "volumes": [{"name": "release", "projected": projected}],

@@ -46,7 +46,7 @@ from components.docker.replica_guard import (
 )
 from components.kubernetes.readiness import VERDICT_DIR, VERDICT_FILE, VERDICT_VOLUME
 from components.kubernetes.state import moved_from_root
-from components.kubernetes.workload import GUARD_PORT_NAME, ON_ERROR_LOGS, labels
+from components.kubernetes.workload import GUARD_PORT_NAME, ON_ERROR_LOGS, labels, listening_probe
 from components.render.nginx_conf import CONF_FILE
 from components.serving.spec import ServingSpec
 from components.template import one_line_script
@@ -102,7 +102,7 @@ def guard_container(k8s_target: KubernetesTargetConfig, image: str) -> dict[str,
             # The gate sidecar's verdict: no inference while its check has not passed.
             {"name": VERDICT_VOLUME, "mountPath": VERDICT_DIR, "readOnly": True},
         ],
-        "readinessProbe": {"tcpSocket": {"port": GUARD_PORT_NAME}, "periodSeconds": 2},
+        "readinessProbe": listening_probe(GUARD_PORT_NAME),
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", guard_quit(k8s_target.pre_stop_seconds)]}}},
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}},
         **ON_ERROR_LOGS,
