@@ -536,6 +536,8 @@ def test_with_no_pod_ready_clients_get_the_fronts_503_not_a_closed_door(k8s_clus
     and the front stays Ready. CI, 2026-12-04: the front's readiness was its ``/healthz``, which
     goes through to the pods, so with none Ready (or all slow) the kubelet took the front out of
     its Service and clients met a closed door (144 of 276 requests reset in one roll)."""
+    from components.kubernetes.front import KEEPALIVE_TIME_SECONDS
+
     serving = [p["metadata"]["name"] for p in live_pods(k8s_cluster)]
     addresses = [p["status"]["podIP"] for p in live_pods(k8s_cluster)]
     body = {"model": "glm-5.3-flash", "messages": [{"role": "user", "content": "What is 13*17?"}]}
@@ -552,6 +554,7 @@ def test_with_no_pod_ready_clients_get_the_fronts_503_not_a_closed_door(k8s_clus
                 "the Service still lists a pod 30 s after both went not Ready"
             )
             time.sleep(0.2)
+        time.sleep(KEEPALIVE_TIME_SECONDS + 1)  # the front's open connections, kube-proxy's sync
         # Longer than three of the front's readiness periods: the old probe had closed the door by then.
         deadline = time.monotonic() + 12
         with httpx.Client(trust_env=False, timeout=30) as client:
