@@ -157,7 +157,7 @@ def test_a_small_pod_shm_names_the_containers_shm_size(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"{WHERE}/dev/shm in the pod is" in result.stderr
     assert (
-        "glm:preflight.minShmGib asks for 1e+06 GiB. Fix: set glm:container.shmSize to 1e+06g or more"
+        "glm:preflight.minShmGib asks for 1000000 GiB. Fix: set glm:container.shmSize to 1000000g or more"
         in result.stderr
     )
 

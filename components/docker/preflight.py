@@ -118,10 +118,16 @@ def _settings(
         "IMAGE_CUDA": facts.image_cuda or "",
         "DRIVER_MINIMUM": driver.driver if driver else "",
         "HOST_DIR": model.host_dir,
-        "NEED_DISK_GIB": f"{need_disk:g}",
-        "MIN_SHM_GIB": f"{preflight.min_shm_gib:g}",
+        "NEED_DISK_GIB": _gib(need_disk),
+        "MIN_SHM_GIB": _gib(preflight.min_shm_gib),
     }
     return {name: shlex.quote(value) for name, value in values.items()}
+
+
+def _gib(size: float) -> str:
+    """A size as the operator wrote it, for awk and for the refusal's words: ``1000000``, ``0.5``
+    (``:g`` wrote ``1e+06``, which awk reads but the message printed as "1e+06 GiB")."""
+    return str(int(size)) if float(size).is_integer() else repr(float(size))
 
 
 def _script(settings: dict[str, str], model: ModelConfig, facts: HardwareFacts) -> str:
