@@ -222,7 +222,9 @@ def test_preflight_refuses_too_little_disk(tmp_path: Path) -> None:
     config = a800(tmp_path, preflight={"minFreeDiskGib": 10**7})
     result = run(preflight_of(config, H200_FACTS, "h200"), nvidia_box(tmp_path))
     assert result.returncode == 1
-    assert "the weights need 10000000 GiB (glm:model.weightsGib / glm:preflight.minFreeDiskGib)" in result.stderr
+    assert (
+        "the weights need 10000000 GiB (glm:model.weightsGib / glm:preflight.minFreeDiskGib)" in result.stderr
+    )
 
 
 def test_preflight_refuses_a_small_dev_shm(tmp_path: Path) -> None:
