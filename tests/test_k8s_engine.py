@@ -532,8 +532,8 @@ def front_ready(kubeconfig: Path) -> bool:
 
 def test_with_no_pod_ready_clients_get_the_fronts_503_not_a_closed_door(k8s_cluster: Path) -> None:
     """Both serving pods turn wrong at runtime, so none is Ready: for as long as that lasts every
-    client gets the front's OpenAI-shaped 503 with Retry-After, never a refused or reset connection,
-    and the front stays Ready. CI, 2026-12-04: the front's readiness was its ``/healthz``, which
+    client gets the front's OpenAI-shaped 503 with Retry-After, saying that no pod passed its checks
+    (not "starting or down"), never a refused or reset connection, and the front stays Ready. CI, 2026-12-04: the front's readiness was its ``/healthz``, which
     goes through to the pods, so with none Ready (or all slow) the kubelet took the front out of
     its Service and clients met a closed door (144 of 276 requests reset in one roll)."""
     from components.kubernetes.front import KEEPALIVE_TIME_SECONDS
@@ -566,7 +566,7 @@ def test_with_no_pod_ready_clients_get_the_fronts_503_not_a_closed_door(k8s_clus
                         headers={"Authorization": f"Bearer {API_KEY}"},
                     )
                     error = resp.json().get("error") or {}
-                    reply = f"HTTP {resp.status_code}, Retry-After {resp.headers.get('retry-after')}, {error.get('type')}"
+                    reply = f"HTTP {resp.status_code}, Retry-After {resp.headers.get('retry-after')}, {error.get('code')}"
                 except httpx.TransportError as e:
                     reply = type(e).__name__
                 replies[reply] = replies.get(reply, 0) + 1
@@ -580,7 +580,7 @@ def test_with_no_pod_ready_clients_get_the_fronts_503_not_a_closed_door(k8s_clus
     for pod in serving:
         wait_ready(k8s_cluster, pod, want=True)
     assert ask() == "221"
-    assert list(replies) == ["HTTP 503, Retry-After 10, server_error"] and front_closed == 0, (
+    assert list(replies) == ["HTTP 503, Retry-After 10, no_replica_in_rotation"] and front_closed == 0, (
         replies,
         front_closed,
     )

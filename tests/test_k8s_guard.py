@@ -124,12 +124,8 @@ def front_and_guard(
 
     port = flag(container(deployment, "vllm")["args"], "--port")
     guard_release = named_secret(deployment, "glm53-vllm-guard")
-    front_release = {
-        **named_secret(deployment, "glm53-front-keys"),
-        "nginx.conf": unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"][
-            "nginx.conf"
-        ],
-    }
+    front_config = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"]
+    front_release = {**named_secret(deployment, "glm53-front-keys"), "nginx.conf": front_config["nginx.conf"]}
     if guard_pair is not None:
         guard_release["tls.crt"], guard_release["tls.key"] = guard_pair
         front_release["replica-guard-ca.crt"] = guard_pair[0]
@@ -145,6 +141,7 @@ def front_and_guard(
             directory, front = runtime_dir(), free_port()
             (directory / "rotation").mkdir()
             (directory / "rotation" / "upstream.conf").write_text(upstream_conf("127.0.0.1", guard))
+            (directory / "rotation" / "reason.map").write_text(front_config["reason.map"])
             for name, text in front_release.items():
                 (directory / name).write_text(
                     text.replace("/tmp", str(directory))  # first: the directory is under /tmp

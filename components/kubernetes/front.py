@@ -16,6 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
+from components.docker.rotation import no_replica_body
 from components.kubernetes import workload
 from components.kubernetes.state import moved_from_root
 from components.render.nginx_conf import (
@@ -38,6 +39,15 @@ FRONT_QUIT = one_line_script(
     "nginx-quit.sh", values={"PAUSE_SECONDS": str(FRONT_DRAIN_SECONDS), "CONF": f"{FRONT_DIR}/{CONF_FILE}"}
 )
 """The front's preStop: out of its Service first, then nginx's graceful quit (SIGTERM is a fast one)."""
+
+NO_POD_PASSED = (
+    "no serving pod has passed its checks just now (each is starting, or failing them). Retry later."
+)
+REASON_MAP = f"glm '{no_replica_body(NO_POD_PASSED)}';\n"
+"""The front's 503 when the Service had no pod for a request: the Service lists only pods whose
+gate passed, so that is why (the template's fallback says "starting or down", which a pod that
+answers wrong is not). The Docker front's rotation writes the same file with the failing host's
+gate, ``rotation/reason.map``."""
 
 KEEPALIVE_TIME_SECONDS = 2
 """How long nginx reuses one connection to the Service: shorter than the serving pods' preStop
@@ -128,7 +138,7 @@ class KubernetesFront(pulumi.ComponentResource):
             raise ValueError(f"{name}: glm:front.tls is on but glm:tlsCertificate/glm:tlsKey are not set")
         child = moved_from_root(self)
         files = _front_files(front, args.api_keys, args.metrics_keys, args.guard_files, args.tls_files)
-        conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE]})
+        conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE], "reason.map": REASON_MAP})
         secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-config",
@@ -145,13 +155,16 @@ class KubernetesFront(pulumi.ComponentResource):
             opts=child,
         )
         digest = pulumi.Output.unsecret(
-            pulumi.Output.all(files, args.upstream).apply(lambda a: _digest({**a[0], "u": a[1]}))
+            pulumi.Output.all(files, args.upstream).apply(
+                lambda a: _digest({**a[0], "u": a[1], "r": REASON_MAP})
+            )
         )
         selector = workload.labels(args.stack, "front")
         projected = {
             "sources": [
                 {"configMap": {"name": "glm53-front", "items": [
                     {"key": CONF_FILE, "path": CONF_FILE}, {"key": "upstream.conf", "path": "rotation/upstream.conf"},
+                    {"key": "reason.map", "path": "rotation/reason.map"},
                 ]}},
                 {"secret": {"name": "glm53-front-keys"}},
             ]
