@@ -586,13 +586,9 @@ def test_with_no_pod_ready_clients_get_the_fronts_503_not_a_closed_door(k8s_clus
     front_log = kubectl(
         k8s_cluster, "logs", "-l", "app.kubernetes.io/name=glm53-front", "--tail=20", check=False
     )
-    # Each reply the front's own: its 503 saying why, or, where the node dropped the connection to the
-    # empty Service instead of refusing it, its 504 after the connect timeout (the note's open finding).
-    no_pod = "HTTP 503, Retry-After 10, no_replica_in_rotation"
-    assert no_pod in replies and set(replies) <= {no_pod, "HTTP 504, Retry-After None, upstream_timeout"}, (
-        replies,
-        front_log,
-    )
+    # Also where the node dropped the connection to the empty Service instead of refusing it (a CI
+    # rehearsal: 2 of 4 replies were the 504 "did not answer in time", after the connect timeout).
+    assert list(replies) == ["HTTP 503, Retry-After 10, no_replica_in_rotation"], (replies, front_log)
     assert front_closed == 0, (front_closed, front_log)
 
 

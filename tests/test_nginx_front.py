@@ -674,6 +674,52 @@ def test_front_recovers_when_vllm_finishes_loading() -> None:
         assert reply.choices[0].message.content.strip() == "221"
 
 
+@contextlib.contextmanager
+def dropping_upstream() -> Iterator[str]:
+    """A loopback address whose connections time out: a listener whose accept queue is full (Linux
+    drops a SYN it has no room for), as a node drops the connection to an empty Service."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = [socket.socket() for _ in range(3)]
+    for filler in fillers:
+        filler.setblocking(False)
+        filler.connect_ex(listener.getsockname())
+    time.sleep(0.2)
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        for sock in (*fillers, listener):
+            sock.close()
+
+
+def silent_upstream() -> tuple[str, socket.socket]:
+    """A loopback address that accepts connections and never answers (a stuck engine)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    return f"127.0.0.1:{listener.getsockname()[1]}", listener
+
+
+def test_a_replica_never_reached_is_unavailable_and_a_silent_one_is_a_timeout() -> None:
+    """A connection that times out reached no model server: the client gets the 503 that says so,
+    with Retry-After, not the 504 "did not answer in time" (found on the cluster, where a node
+    dropped connections to a Service with no Ready pod). An engine that accepted the request and
+    sent nothing is still the 504."""
+    config = stack("local", front={"readTimeoutSeconds": 1, "usageMeter": {"queueSeconds": 0}})
+    with dropping_upstream() as address, nginx_front(config, address) as front:
+        resp = httpx.post(f"{front.base}/v1/chat/completions", headers={"Authorization": f"Bearer {KEYS['alice']}"},
+                          json={"model": SERVED, "messages": ARITHMETIC}, timeout=30)  # fmt: skip
+        assert resp.status_code == 503, resp.text
+        assert resp.json()["error"]["code"] == "upstream_unavailable" and resp.headers["retry-after"] == "10"
+    address, listener = silent_upstream()
+    with listener, nginx_front(config, address) as front:
+        resp = httpx.post(f"{front.base}/v1/chat/completions", headers={"Authorization": f"Bearer {KEYS['alice']}"},
+                          json={"model": SERVED, "messages": ARITHMETIC}, timeout=30)  # fmt: skip
+        assert resp.status_code == 504, resp.text
+        assert resp.json()["error"]["code"] == "upstream_timeout" and "retry-after" not in resp.headers
+
+
 def test_rate_limit_per_key_gives_json_429(sim_port: int) -> None:
     config = stack("local", front={"rateLimit": {"enabled": True, "requestsPerSecond": 1, "burst": 2}})
     with nginx_front(config, f"127.0.0.1:{sim_port}") as limited:
