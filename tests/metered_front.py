@@ -62,9 +62,11 @@ def metered_front(
     sim_env: Mapping[str, str] | None = None,
     meter: bool = True,
     queue_seconds: float | None = None,
+    upstream: str | None = None,
 ) -> Iterator[MeteredFront]:
     """``meter`` False: the front as before the meter (nginx straight to the simulator).
-    ``queue_seconds``: the meter's ``--queue-seconds`` (default: the config's)."""
+    ``queue_seconds``: the meter's ``--queue-seconds`` (default: the config's). ``upstream``: the
+    engine's address instead of a simulator's."""
     if queue_seconds is None:
         queue_seconds = config.front.usage_meter.queue_seconds
     directory = runtime_dir()
@@ -75,15 +77,16 @@ def metered_front(
     ]  # fmt: skip
     env = {**os.environ, "VLLM_SIM_QUIET": "1", **(sim_env or {})}
     with contextlib.ExitStack() as stack:
-        sim = stack.enter_context(running(sim_argv, directory / "sim.log", env))
-        _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim, directory / "sim.log")
+        if upstream is None:
+            sim = stack.enter_context(running(sim_argv, directory / "sim.log", env))
+            _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim, directory / "sim.log")
         if meter:
             argv = [sys.executable, "-I", "-S", str(METER), "--host", "127.0.0.1", "--port", str(meter_port),
                     "--upstream", f"127.0.0.1:{return_port}", "--queue-seconds", str(queue_seconds)]  # fmt: skip
             proc = stack.enter_context(running(argv, directory / "meter.log"))
             wait_for_port(meter_port, proc)
         conf = render_nginx_conf(
-            config.front, f"127.0.0.1:{sim_port}", dict(keys), listen=f"127.0.0.1:{port}",
+            config.front, upstream or f"127.0.0.1:{sim_port}", dict(keys), listen=f"127.0.0.1:{port}",
             runtime_dir=str(directory), meter=MeterRoute(f"127.0.0.1:{meter_port}", max_num_seqs) if meter else None,
             meter_return_listen=f"127.0.0.1:{return_port}",
         )  # fmt: skip

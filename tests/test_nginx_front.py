@@ -706,14 +706,24 @@ def test_a_replica_never_reached_is_unavailable_and_a_silent_one_is_a_timeout() 
     with Retry-After, not the 504 "did not answer in time" (found on the cluster, where a node
     dropped connections to a Service with no Ready pod). An engine that accepted the request and
     sent nothing is still the 504."""
-    config = stack("local", front={"readTimeoutSeconds": 1, "usageMeter": {"queueSeconds": 0}})
+    from tests.metered_front import metered_front
+
+    config, silent = (
+        stack("local"),
+        stack("local", front={"readTimeoutSeconds": 1, "usageMeter": {"queueSeconds": 0}}),
+    )
     with dropping_upstream() as address, nginx_front(config, address) as front:
         resp = httpx.post(f"{front.base}/v1/chat/completions", headers={"Authorization": f"Bearer {KEYS['alice']}"},
                           json={"model": SERVED, "messages": ARITHMETIC}, timeout=30)  # fmt: skip
         assert resp.status_code == 503, resp.text
         assert resp.json()["error"]["code"] == "upstream_unavailable" and resp.headers["retry-after"] == "10"
+    with dropping_upstream() as address, metered_front(config, KEYS, upstream=address) as metered:
+        resp = httpx.post(f"{metered.base}/v1/chat/completions", headers={"Authorization": f"Bearer {KEYS['alice']}"},
+                          json={"model": SERVED, "messages": ARITHMETIC}, timeout=30)  # fmt: skip
+        assert resp.status_code == 503, resp.text  # through the usage meter (the default) the same
+        assert resp.json()["error"]["code"] == "upstream_unavailable" and resp.headers["retry-after"] == "10"
     address, listener = silent_upstream()
-    with listener, nginx_front(config, address) as front:
+    with listener, nginx_front(silent, address) as front:
         resp = httpx.post(f"{front.base}/v1/chat/completions", headers={"Authorization": f"Bearer {KEYS['alice']}"},
                           json={"model": SERVED, "messages": ARITHMETIC}, timeout=30)  # fmt: skip
         assert resp.status_code == 504, resp.text
