@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make the local stack's base images without a registry: debootstrap a Debian root file system
-# with python3, nginx and prometheus from Debian's packages, `docker import` it, and tag one image
+# with python3, nginx (with the Lua module the usage meter runs in) and prometheus from Debian's packages, `docker import` it, and tag one image
 # per role. On a machine that reaches a registry the stack's defaults (python:3.11-slim, nginx,
 # prom/prometheus) are the right images and this script is not needed.
 #
@@ -18,6 +18,7 @@ apt_mirror() {
 }
 PREFIX=glm53-local
 ROLES=(python nginx prometheus)
+LUA_MODULE=/usr/lib/nginx/modules/ngx_http_lua_module.so
 
 log() { echo "offline-images: $*" >&2; }
 
@@ -30,6 +31,11 @@ have_all() {
   for role in "${ROLES[@]}"; do
     docker image inspect "$PREFIX/$role:$SUITE" >/dev/null 2>&1 || return 1
   done
+  # The usage meter runs in nginx as Lua: images made before it lack the module.
+  docker run --rm --entrypoint test "$PREFIX/nginx:$SUITE" -e "$LUA_MODULE" >/dev/null 2>&1 || {
+    log "the nginx image has no Lua module (the usage meter's): making the images again"
+    return 1
+  }
 }
 
 if [ -z "${FORCE:-}" ] && have_all; then
@@ -46,7 +52,7 @@ trap 'rm -rf "$work"' EXIT
 rootfs="$work/rootfs"
 log "debootstrap $SUITE from $MIRROR (a few minutes)"
 start=$(date +%s)
-debootstrap --variant=minbase --include=python3,nginx-light,prometheus,ca-certificates \
+debootstrap --variant=minbase --include=python3,nginx-light,libnginx-mod-http-lua,lua-cjson,prometheus,ca-certificates \
   "$SUITE" "$rootfs" "$MIRROR" >"$work/debootstrap.log" 2>&1 \
   || { tail -n 30 "$work/debootstrap.log" >&2; log "debootstrap failed"; exit 1; }
 # Leave nothing that a container start depends on from the host, and keep the image small.

@@ -17,11 +17,16 @@ GLM_LOCAL_CONFIG=$GLM_STATE_DIR/Pulumi.local.yaml
 say() { echo "glm53: $*" >&2; }
 
 # ensure_packages COMMAND=PACKAGE…: install the Debian packages of missing commands (as root with
-# apt), else stop at once naming them.
+# apt), else stop at once naming them. A /path (a glob) instead of a command: a file the package has.
 ensure_packages() {
-  local pair missing=()
+  local pair want missing=()
   for pair in "$@"; do
-    command -v "${pair%%=*}" >/dev/null || missing+=("${pair#*=}")
+    want=${pair%%=*}
+    if [[ $want == /* ]]; then
+      compgen -G "$want" >/dev/null || missing+=("${pair#*=}")
+    else
+      command -v "$want" >/dev/null || missing+=("${pair#*=}")
+    fi
   done
   ((${#missing[@]})) || return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
@@ -33,10 +38,11 @@ ensure_packages() {
   say "missing packages: sudo apt-get install ${missing[*]}"
   return 1
 }
-# What `make up` needs; what `make test` needs on top (real nginx, promtool, stand-in SSH hosts,
-# a headless browser).
+# What `make up` needs; what `make test` needs on top (real nginx with the usage meter's Lua,
+# promtool, stand-in SSH hosts, a headless browser).
 UP_PACKAGES=(dockerd=docker.io debootstrap=debootstrap python3=python3-venv openssl=openssl)
-TEST_PACKAGES=(nginx=nginx promtool=prometheus sshd=openssh-server ssh=openssh-client ip=iproute2 nsenter=util-linux shellcheck=shellcheck chromium=chromium)
+TEST_PACKAGES=(nginx=nginx /usr/lib/nginx/modules/ngx_http_lua_module.so=libnginx-mod-http-lua
+  "/usr/lib/*/lua/5.1/cjson.so=lua-cjson" promtool=prometheus sshd=openssh-server ssh=openssh-client ip=iproute2 nsenter=util-linux shellcheck=shellcheck chromium=chromium)
 
 ensure_passphrase() {
   mkdir -p "$GLM_STATE_DIR/state"

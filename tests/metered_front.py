@@ -1,6 +1,6 @@
-"""The front as a stack runs it, on loopback: the real ``nginx`` with a rendered config, the usage
-meter (images/usage-meter) and the vLLM-protocol simulator, each a process of its own, stopped by
-its own pid. Used by tests/test_usage_meter.py and benchmarks/fair_share.py."""
+"""The front as a stack runs it, on loopback: the real ``nginx`` with a rendered config (the usage
+meter inside it, components/render/nginx_meter.py) and the vLLM-protocol simulator, each a process
+of its own, stopped by its own pid. Used by tests/test_usage_meter.py and the benchmarks."""
 
 from __future__ import annotations
 
@@ -18,17 +18,27 @@ import openai
 
 from components.config import StackConfig
 from components.render.nginx_conf import render_nginx_conf
-from components.render.nginx_meter import MeterRoute
+from components.render.nginx_meter import METRICS_PATH, MeterRoute
 from tests.engine import free_port
 from tests.test_nginx_front import NGINX, SERVED, SIM, running, runtime_dir, wait_for_port
 
-METER = Path(__file__).resolve().parents[1] / "images" / "usage-meter" / "usage_meter.py"
+LUA_MODULES = Path("/usr/lib/nginx/modules")
+"""Debian's nginx modules: the rendered config includes their snippets, which name them relative to
+nginx's prefix (``-p``), as a container's nginx finds them under its own."""
+
+
+def nginx_prefix() -> Path:
+    """A runtime directory for nginx whose ``modules`` are Debian's (the usage meter's Lua)."""
+    directory = runtime_dir()
+    (directory / "modules").symlink_to(LUA_MODULES)
+    return directory
 
 
 @dataclass
 class MeteredFront:
     base: str
-    meter_port: int | None
+    status_port: int | None
+    """The front's status port: the meter's counters (``/metrics/usage``)."""
     directory: Path
     engine: str
     """The simulator's own base URL (its ``/metrics``: requests running and waiting)."""
@@ -38,8 +48,11 @@ class MeteredFront:
         return openai.OpenAI(base_url=f"{self.base}/v1", api_key=key, **options)
 
     def meter_metrics(self) -> str:
-        assert self.meter_port is not None, "this front runs without the meter"
-        return httpx.get(f"http://127.0.0.1:{self.meter_port}/metrics", timeout=5).text
+        assert self.status_port is not None, "this front runs without the meter"
+        return httpx.get(f"http://127.0.0.1:{self.status_port}{METRICS_PATH}", timeout=5).text
+
+    def nginx_pid(self) -> int:
+        return int((self.directory / "nginx.pid").read_text())
 
 
 def _wait_healthy(url: str, proc, log: Path) -> None:
@@ -61,16 +74,15 @@ def metered_front(
     max_num_seqs: int = 8,
     sim_env: Mapping[str, str] | None = None,
     meter: bool = True,
-    queue_seconds: float | None = None,
     upstream: str | None = None,
+    replicas: int = 1,
+    state_file: bool = True,
 ) -> Iterator[MeteredFront]:
-    """``meter`` False: the front as before the meter (nginx straight to the simulator).
-    ``queue_seconds``: the meter's ``--queue-seconds`` (default: the config's). ``upstream``: the
-    engine's address instead of a simulator's."""
-    if queue_seconds is None:
-        queue_seconds = config.front.usage_meter.queue_seconds
-    directory = runtime_dir()
-    sim_port, meter_port, return_port, port = free_port(), free_port(), free_port(), free_port()
+    """``meter`` False: the front without the meter (nginx straight to the simulator). ``upstream``:
+    the engine's address instead of a simulator's. ``replicas``: the replicas the meter shares
+    (all at one address here). ``state_file``: keep the counters in the run's directory."""
+    directory = nginx_prefix()
+    sim_port, status_port, port = free_port(), free_port(), free_port()
     sim_argv = [
         sys.executable, str(SIM), "serve", "/models/x", "--host", "127.0.0.1", "--port", str(sim_port),
         "--served-model-name", SERVED, "--max-model-len", "32768", "--max-num-seqs", str(max_num_seqs),
@@ -80,15 +92,10 @@ def metered_front(
         if upstream is None:
             sim = stack.enter_context(running(sim_argv, directory / "sim.log", env))
             _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim, directory / "sim.log")
-        if meter:
-            argv = [sys.executable, "-I", "-S", str(METER), "--host", "127.0.0.1", "--port", str(meter_port),
-                    "--upstream", f"127.0.0.1:{return_port}", "--queue-seconds", str(queue_seconds)]  # fmt: skip
-            proc = stack.enter_context(running(argv, directory / "meter.log"))
-            wait_for_port(meter_port, proc)
+        route = MeterRoute(max_num_seqs, replicas, str(directory / "usage" / "counters.json") if state_file else None)
         conf = render_nginx_conf(
             config.front, upstream or f"127.0.0.1:{sim_port}", dict(keys), listen=f"127.0.0.1:{port}",
-            runtime_dir=str(directory), meter=MeterRoute(f"127.0.0.1:{meter_port}", max_num_seqs) if meter else None,
-            meter_return_listen=f"127.0.0.1:{return_port}",
+            runtime_dir=str(directory), meter=route if meter else None, status_listen=f"127.0.0.1:{status_port}",
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)
         argv = [
@@ -106,7 +113,7 @@ def metered_front(
         wait_for_port(port, proc)
         yield MeteredFront(
             f"http://127.0.0.1:{port}",
-            meter_port if meter else None,
+            status_port if meter else None,
             directory,
             f"http://127.0.0.1:{sim_port}",
         )

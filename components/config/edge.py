@@ -54,8 +54,8 @@ def _queue_seconds(value: float) -> float:
 
 
 class UsageMeterConfig(Model):
-    """The usage meter in the front's path (images/usage-meter): usage per API key name for the
-    stack's Prometheus, and each key's fair share of the engine's slots."""
+    """The usage meter in the front's path (Lua inside nginx, components/render/nginx_meter.py): usage
+    per API key name for the stack's Prometheus, and each key's fair share of the engine's slots."""
 
     enabled: bool = Field(
         True,
@@ -85,16 +85,14 @@ class UsageMeterConfig(Model):
         "than `glm:front.readTimeoutSeconds`, which nginx waits for the meter's answer. Takes effect "
         "with `fairShare`.",
     )
-    base_image: str = Field(
-        "python:3.11-slim",
-        description="Base of the meter image, built on the front's host: any image with python3 "
-        "(standard library only). Offline: an image the host has, e.g. glm53-local/python:bookworm.",
-    )
-    port: int = Field(9147, description="Port of the meter (and its /metrics) on the private network.")
 
 
 class FrontConfig(Model):
-    image: str = Field("nginx:1.27", description="Nginx image.")
+    image: str = Field(
+        "openresty/openresty:1.27.1.2-bookworm",
+        description="Nginx image. With the usage meter (on by default) it needs the Lua module the meter "
+        "runs in: OpenResty's, or Debian's nginx with libnginx-mod-http-lua and lua-cjson (the local stack's).",
+    )
     port: int = Field(8080, description="The stack's one published port (the API).")
     bind_address: str = Field("0.0.0.0", description="Host address the API port binds to.")
     max_body_size: NginxSize = Field("20m", description="`client_max_body_size`.")

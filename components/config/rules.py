@@ -4,9 +4,10 @@ problem as a message naming the key, the value, the limit and the fix, or None.
 
 from __future__ import annotations
 
+from components.config.edge import FrontConfig
 from components.config.kubernetes import KUBERNETES_CHECKS
 from components.config.replica import SHUTDOWN_MARGIN_SECONDS, dangerous_env, env_name_problems
-from components.config.sections import StackSections
+from components.config.sections import StackSections, usage_meter_runs
 from components.vllm_flags.checks import check_known_flags, extra_args_problems
 from components.vllm_flags.render import render_flags
 from policy.glm_policies import binds_all_interfaces, is_loopback
@@ -310,6 +311,28 @@ def _check_replicas_alike(c: StackSections) -> str | None:
     return "\n".join(found) or None
 
 
+PLAIN_NGINX_IMAGES = ("nginx", "docker.io/library/nginx", "library/nginx", "nginxinc/nginx-unprivileged")
+"""Official nginx images: no Lua module (they ship njs), which the usage meter runs in."""
+
+
+def _image_repository(image: str) -> str:
+    """``nginx:1.27`` -> ``nginx``; ``host:5000/a/b@sha256:...`` -> ``host:5000/a/b``."""
+    name = image.split("@")[0]
+    return name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name
+
+
+def _check_front_has_lua(c: StackSections) -> str | None:
+    if not usage_meter_runs(c) or _image_repository(c.front.image) not in PLAIN_NGINX_IMAGES:
+        return None
+    return (
+        f"glm:front.image={c.front.image} has no Lua module, and the usage meter (glm:front.usageMeter, on "
+        f"by default) runs inside nginx as Lua. Fix: use an nginx with OpenResty's Lua module, such as "
+        f"{FrontConfig.model_fields['image'].default} (the default: scripts/pulumi.sh config rm --path "
+        f"glm:front.image), or an image with Debian's nginx, libnginx-mod-http-lua and lua-cjson (the local "
+        f"stack's, offline/images.sh); or turn the meter off (glm:front.usageMeter.enabled false)."
+    )
+
+
 def _check_known_flags(c: StackSections) -> str | None:
     """Every flag exists in the profile's vLLM version (the real parser's table)."""
     return check_known_flags(c.image.vllm_version, render_flags(c), c.serving.extra_args, c.image.added_flags)
@@ -317,6 +340,7 @@ def _check_known_flags(c: StackSections) -> str | None:
 
 CHECKS = [
     _check_known_flags,
+    _check_front_has_lua,
     _check_replicas_alike,
     _check_shutdown_timeout,
     _check_weights_fit,

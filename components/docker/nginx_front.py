@@ -26,11 +26,9 @@ from components.config import ContainerConfig, FrontConfig, HostConfig
 from components.docker.nginx_reload import NginxReload, secrets_digest
 from components.docker.rotation_requests import FRONT_COMMAND, FRONT_REQUESTS_DIR, volume_name
 from components.docker.target import exec_ssh
-from components.docker.usage_meter import UsageMeter
-from components.docker.usage_meter import container_name as meter_container_name
 from components.docker.vllm_server import upstream_hosts
 from components.render.nginx_conf import CONTAINER_PORT, SECRET_FILES, render_front_files, render_release_conf
-from components.render.nginx_meter import METER_RETURN_PORT, MeterRoute
+from components.render.nginx_meter import METER_STATE_DIR, MeterRoute
 from components.render.prometheus_config import CONTAINER_PORT as PROMETHEUS_PORT
 from components.render.prometheus_config import container_name as prometheus_container_name
 
@@ -170,6 +168,12 @@ class NginxFront(pulumi.ComponentResource):
         requests = docker.Volume(f"{name}-rotation-requests", name=volume_name(container.name), opts=child)
         self.requests_volume = requests.name
         """The volume the semantic probe writes its eject/readmit requests to."""
+        volumes = [docker.ContainerVolumeArgs(volume_name=requests.name, container_path=FRONT_REQUESTS_DIR)]
+        if args.engine_slots is not None:
+            # The usage meter's counters outlive the container (a new image, a restart): usage, and
+            # the budgets that rest on it, never reset.
+            usage = docker.Volume(f"{name}-usage", name=f"{container_name}-usage", opts=child)
+            volumes.append(docker.ContainerVolumeArgs(volume_name=usage.name, container_path=METER_STATE_DIR))
         # Nothing here depends on keys, TLS material or nginx.conf: those changes reach nginx as a
         # reload (NginxReload below), never as a new container (every `uploads` change replaces one).
         self.container = nginx = docker.Container(
@@ -179,9 +183,7 @@ class NginxFront(pulumi.ComponentResource):
             entrypoints=["/bin/sh", "-c"],
             # START_COMMAND (nginx as PID 1) with the request loop started before it.
             command=[FRONT_COMMAND],
-            volumes=[
-                docker.ContainerVolumeArgs(volume_name=requests.name, container_path=FRONT_REQUESTS_DIR)
-            ],
+            volumes=volumes,
             networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=args.network_name)],
             ports=[
                 docker.ContainerPortArgs(internal=CONTAINER_PORT, external=front.port, ip=front.bind_address)
@@ -199,22 +201,7 @@ class NginxFront(pulumi.ComponentResource):
 
         # The names are config keys, not secrets: a reviewer sees which clients change.
         key_names = pulumi.Output.unsecret(pulumi.Output.from_input(args.api_keys).apply(sorted))
-        meter: UsageMeter | None = None
-        route: MeterRoute | None = None
-        if args.engine_slots is not None:
-            max_num_seqs, replicas = args.engine_slots
-            return_address = f"{container_name}:{METER_RETURN_PORT}"
-            meter = UsageMeter(
-                f"{name}-usage-meter",
-                front,
-                container,
-                args.network_name,
-                return_address,
-                build_platform=host.build_platform,
-                opts=child,
-            )
-            address = f"{meter_container_name(container)}:{front.usage_meter.port}"
-            route = MeterRoute(address, max_num_seqs, replicas)
+        route = MeterRoute(*args.engine_slots) if args.engine_slots is not None else None
         nginx_conf = render_release_conf(
             front,
             tls=front.tls,
@@ -254,8 +241,7 @@ class NginxFront(pulumi.ComponentResource):
                 "secret_files": files,
                 "fingerprint": self.fingerprint,
             },
-            # The meter's container first: nginx answers 502 until it exists.
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[nginx, *([meter] if meter else [])]),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[nginx]),
         )
 
         self.url = pulumi.Output.from_input(public_url(front, host))

@@ -15,7 +15,6 @@ import pulumi_docker as docker
 
 from components import semantic_probe
 from components.docker.nginx_front import front_container_name
-from components.docker.usage_meter import container_name as meter_container_name
 from components.docker.vllm_server import upstream_hosts
 from components.render import status_page
 from components.render.nginx_conf import STATUS_PORT
@@ -107,7 +106,7 @@ class PrometheusScrape(pulumi.ComponentResource):
                         guarded=guarded is not None,
                         guard_tls_name=guarded.tls_name if guarded is not None else None,
                         rotation_target=f"{front_container_name(container)}:{STATUS_PORT}",
-                        meter_target=f"{meter_container_name(container)}:{spec.usage_meter.port}"
+                        meter_target=f"{front_container_name(container)}:{STATUS_PORT}"
                         if spec.usage_meter is not None
                         else None,
                     ),

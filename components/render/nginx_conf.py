@@ -26,14 +26,7 @@ from components.render.nginx_clients import (
     render_key_map,
     render_server_tls,
 )
-from components.render.nginx_meter import (
-    DOCKER_DNS,
-    METER_RETURN_PORT,
-    USAGE_SHARES_FILE,
-    MeterRoute,
-    meter_conf,
-    shares_directive,
-)
+from components.render.nginx_meter import MeterRoute, meter_conf
 from components.render.status_page import render_front_conf as render_status_page
 from components.template import render_file
 
@@ -45,6 +38,13 @@ ROTATION_DIR = f"{CONF_ROOT}/rotation"
 STATUS_DIR = f"{CONF_ROOT}/status"
 """What the front's status port serves: ``rotation.prom``, written by the rotation (readable by
 nginx's workers, unlike the rotation's own files)."""
+DOCKER_DNS = "127.0.0.11"
+"""Docker's embedded DNS on a user-defined network: nginx finds the status page's Prometheus by name
+at request time, so a replaced container (a new address) needs no reload."""
+LUA_MODULES_INCLUDE = "/etc/nginx/modules-enabled/*.conf"
+"""With the usage meter: the Lua module, as Debian's nginx packages enable it (their snippets name
+the module relative to nginx's prefix). OpenResty's nginx has Lua built in and no such file: the
+pattern matches nothing there."""
 CONTAINER_PORT = 8080
 """Port Nginx listens on inside its container; the host port is ``glm:front.port``."""
 STATUS_PORT = 9146
@@ -68,7 +68,6 @@ SECRET_FILES = (
     TLS_KEY,
     FRONT_SNIPPET,
     FRONT_TRUST,
-    USAGE_SHARES_FILE,
 )
 
 # vLLM binds its port while the weights load but refuses connections until the engine is up
@@ -154,16 +153,13 @@ def _render(
     guarded: bool = False,
     status_listen: str = str(STATUS_PORT),
     meter: MeterRoute | None = None,
-    meter_return_listen: str = str(METER_RETURN_PORT),
-    meter_shares: str | None = None,
     prometheus: str | None = None,
 ) -> str:
     """``prometheus`` (host:port): the front serves the status page from it (components/render/status_page.py).
     ``guarded``: replicas sit behind guards (several hosts): send the replica key and, with TLS,
     speak TLS to them, pinning the stack's replica certificate. A release (``upstream`` None) also
-    serves the rotation's state on ``status_listen``. ``meter``: the inference routes go through the
-    usage meter, which sends them back to ``meter_return_listen``; ``meter_shares``: the share table
-    inline (a one-file harness), else the release's ``usage-shares.conf``."""
+    serves the rotation's state on ``status_listen``. ``meter``: the usage meter runs in the inference
+    routes (components/render/nginx_meter.py), its counters on ``status_listen`` too."""
     # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
     # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
     # `down`: never tried.
@@ -178,8 +174,6 @@ def _render(
     routes = "".join(
         render_file("nginx-route.conf", {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
     )
-    if meter is not None and not _UPSTREAM.fullmatch(meter.address):
-        raise ValueError(f"usage meter {meter.address!r} is not host:port")
     proxy = {
         "upstream_credential": f"        include {FRONT_SNIPPET};"
         if guarded
@@ -189,16 +183,12 @@ def _render(
         "read_timeout": str(front.read_timeout_seconds),
         "send_timeout": str(front.send_timeout_seconds),
     }
-    proxy_settings = ""
-    meter_resolver = meter_return = ""
+    meter_http = meter_metrics = ""
     if meter is not None:
-        parts = meter_conf(front, meter, shares=meter_shares, proxy=proxy, routes=INFERENCE_ROUTES,
-                           scheme=scheme, return_listen=meter_return_listen, errors=error_bodies(front),
+        parts = meter_conf(front, meter, routes=INFERENCE_ROUTES, scheme=scheme,
                            rotation_dir=rotation_dir if upstream is None else None)  # fmt: skip
-        proxy_settings, meter_resolver, meter_return, routes = (
-            parts.headers, parts.replicas + parts.resolver, parts.return_server, parts.routes
-        )  # fmt: skip
-    proxy_settings = render_file("nginx-proxy.conf", {**proxy, "meter_headers": proxy_settings}).rstrip("\n")
+        meter_http, routes, meter_metrics = parts.http, parts.routes, parts.metrics
+    proxy_settings = render_file("nginx-proxy.conf", proxy).rstrip("\n")
     ssl = render_server_tls(*tls_paths) if tls_paths is not None else ""
     if prometheus is not None and not _UPSTREAM.fullmatch(prometheus):
         raise ValueError(f"prometheus {prometheus!r} is not host:port")
@@ -217,8 +207,8 @@ def _render(
         "upstream_servers": _upstream_servers(upstream, rotation_dir),
         "upstream_scheme": scheme,
         "proxy_settings": proxy_settings,
-        "meter_upstream": meter_resolver,
-        "meter_return_server": meter_return,
+        "load_modules": f"include {LUA_MODULES_INCLUDE};" if meter is not None else "",
+        "meter_http": meter_http,
         "no_replica_reason": f"        include {rotation_dir}/reason.ma[p];" if upstream is None else "",
         "keepalive": str(front.keepalive),
         "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
@@ -230,9 +220,10 @@ def _render(
         "status_page_maps": status_maps.rstrip("\n"),
         "status_page_routes": status_routes.rstrip("\n"),
         "status_server": render_file(
-            "nginx-status.conf", {"status_listen": status_listen, "status_file": STATUS_FILE}
+            "nginx-status.conf",
+            {"status_listen": status_listen, "status_file": STATUS_FILE, "meter_metrics": meter_metrics},
         )
-        if upstream is None
+        if upstream is None or meter is not None
         else "",
         **{f"error_{code}": body for code, body in error_bodies(front).items()},
     }
@@ -253,7 +244,6 @@ def render_release_conf(
     guarded: bool = False,
     status_listen: str = str(STATUS_PORT),
     meter: MeterRoute | None = None,
-    meter_return_listen: str = str(METER_RETURN_PORT),
     prometheus: str | None = None,
 ) -> str:
     """A release's ``nginx.conf``: no secret in it, the keys and TLS pair are files beside it, and
@@ -270,7 +260,6 @@ def render_release_conf(
         guarded=guarded,
         status_listen=status_listen,
         meter=meter,
-        meter_return_listen=meter_return_listen,
         prometheus=prometheus,
     )
 
@@ -287,7 +276,6 @@ def render_front_files(
     replica_files: Mapping[str, str] | None = None,
     status_listen: str = str(STATUS_PORT),
     meter: MeterRoute | None = None,
-    meter_return_listen: str = str(METER_RETURN_PORT),
     prometheus: str | None = None,
 ) -> dict[str, str]:
     """Every file of one front release, by name: what ``NginxReload`` delivers.
@@ -308,14 +296,11 @@ def render_front_files(
             guarded=replica_files is not None,
             status_listen=status_listen,
             meter=meter,
-            meter_return_listen=meter_return_listen,
             prometheus=prometheus,
         ),
         API_KEYS_FILE: render_key_map(api_keys),
         METRICS_KEYS_FILE: render_key_map(metrics_keys),
     }
-    if meter is not None:
-        files[USAGE_SHARES_FILE] = shares_directive(front, sorted(api_keys), meter)
     if tls_pair is not None:
         files[TLS_CERT], files[TLS_KEY] = tls_pair
     files.update(replica_files or {})
@@ -333,14 +318,14 @@ def render_nginx_conf(
     runtime_dir: str = "/tmp",
     tls_dir: str = "/etc/nginx/tls",
     meter: MeterRoute | None = None,
-    meter_return_listen: str = str(METER_RETURN_PORT),
+    status_listen: str = str(STATUS_PORT),
     prometheus: str | None = None,
 ) -> str:
     """The same config as one self-contained file, keys inline (what nginx sees once it has read
     the includes): for harnesses that run one ``nginx -c`` file, such as the gate's tests.
 
     ``upstream`` is vLLM's ``host:port`` (``vllm:8000``); ``tls_dir`` holds ``tls.crt``/``tls.key``;
-    ``meter``: the usage meter, which sends requests back to ``meter_return_listen``.
+    ``meter``: the usage meter in the inference routes, its counters on ``status_listen``.
     """
     metrics_keys = metrics_keys or {}
     check_keys(api_keys, metrics_keys)
@@ -353,7 +338,6 @@ def render_nginx_conf(
         listen=listen,
         runtime_dir=runtime_dir,
         meter=meter,
-        meter_return_listen=meter_return_listen,
-        meter_shares=shares_directive(front, sorted(api_keys), meter) if meter else None,
+        status_listen=status_listen,
         prometheus=prometheus,
     )

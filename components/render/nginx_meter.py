@@ -1,128 +1,115 @@
-"""The front's side of the usage meter (components/docker/usage_meter.py): what ``nginx.conf`` gains when
-the inference routes go through the meter. Pure, like components/render/nginx_conf.py, which calls it.
+"""The usage meter, rendered into the front's ``nginx.conf``: what the config gains when the meter is
+on. Pure, like components/render/nginx_conf.py, which calls it.
 
-nginx sends the meter the key's name and the share table with every request, finds the meter by
-name per request (Docker's DNS), and serves the meter's way back to the replicas in rotation on a
-return listener that is never published.
+The meter is Lua inside nginx (``components/host/templates/meter/*.lua``, OpenResty's
+lua-nginx-module): no hop, no process of its own, nothing separate to die. Its modules are rendered
+into the config itself (``init_by_lua_block``), so ``nginx -t`` on a release checks exactly the
+code that release runs, and a change of the meter is a graceful reload like any front change;
+its counters live in a shared dict, which a reload keeps, and in a file, which a restart reads.
+docs/front-and-alerts.md ("The usage meter") says why here and what it costs.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping, Sequence
+import json
 from dataclasses import dataclass
 
 from components.config import FrontConfig
-from components.template import render_file
+from components.template import TEMPLATES, render_file
 
-USAGE_SHARES_FILE = "usage-shares.conf"
-"""The share table nginx sends the meter (key names and weights, no key). Delivered with the key
-maps, as it changes with them."""
-DOCKER_DNS = "127.0.0.11"
-"""Docker's embedded DNS on a user-defined network: nginx finds the meter by name at request time,
-so a replaced meter container (a new address) needs no reload."""
-METER_RETURN_PORT = 8081
-"""The front's return listener: the usage meter sends each request back here, and nginx sends it on
-to a replica in rotation (images/usage-meter). Never published."""
-RETURN_ERRORS = ("not_found", "upstream_unavailable", "upstream_timeout")
-"""The public server's answers the return listener gives too."""
-_IP_PORT = re.compile(r"([0-9.]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
+METER_DIR = TEMPLATES / "meter"
+LUA_MODULES = ("meter_request", "meter_answer", "meter_shares", "meter")
+"""The meter's Lua modules, each ``meter/<name>.lua``; ``meter`` is the one nginx calls."""
+GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
+"""The routes that take engine slots and are metered in tokens; the other API routes are counted."""
+METER_STATE_DIR = "/var/lib/glm53-usage"
+"""Where the front keeps the meter's counters across restarts (a volume on Docker hosts)."""
+METER_STATE_FILE = f"{METER_STATE_DIR}/counters.json"
+SHARED_DICT_SIZE = "16m"
+"""The counters of every key (a few hundred entries each) and the slots held: ample."""
+METRICS_PATH = "/metrics/usage"
+"""Where the stack's Prometheus reads the counters: the front's status port (never published)."""
+SMALL_BODY = "64k"
+"""``client_body_buffer_size`` on the metered routes: bodies up to this are read in memory (and
+decoded whole); larger ones are scanned from nginx's temporary file (meter_request.lua)."""
 
 
 @dataclass(frozen=True)
 class MeterRoute:
-    """The inference routes go through the usage meter (components/docker/usage_meter.py)."""
+    """The inference routes go through the usage meter."""
 
-    address: str
-    """The meter's ``host:port`` on the private network."""
     slots_per_replica: int
     """Each replica's ``--max-num-seqs``: the meter shares that many times the replicas in rotation."""
     replicas: int = 1
     """The replicas there are: the count until the rotation has written its own (a release), or for
     good (a one-file harness, whose replicas are all in)."""
+    state_file: str | None = METER_STATE_FILE
+    """Where the counters are kept across restarts (None: nowhere)."""
 
 
-def shares_header(front: FrontConfig, key_names: Sequence[str], slots_per_replica: int) -> str:
-    """The share table nginx sends the meter with every request (``X-Glm-Shares``): the slots, as
-    ``maxNumSeqs x`` the replicas in rotation (nginx's ``$replicas_in_rotation``, filled per request),
-    and each key name's weight. In nginx's config, not the meter's: a key, slot or rotation change is
-    a graceful reload, and the meter (its counters, its streams in flight) keeps running.
+def lua_modules() -> str:
+    """Every module as ``package.preload`` entries, so ``require`` finds them in any worker."""
+    parts = []
+    for name in LUA_MODULES:
+        source = (METER_DIR / f"{name}.lua").read_text()
+        parts.append(f'package.preload["{name}"] = function(...)\n{source}end\n')
+    return "".join(parts)
 
-    >>> shares_header(FrontConfig(), ["bob", "alice"], 32)
-    'capacity=32x$replicas_in_rotation alice=1 bob=1'
+
+def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
+    """What ``meter.configure`` gets, as JSON: the weights by key name, the slots per replica, the
+    queue time and where the counters are kept. No key, no secret.
+
+    >>> meter_settings(FrontConfig(), MeterRoute(8, state_file=None))
+    '{"fair_share": true, "queue_seconds": 10.0, "slots": 8, "state_file": null, "weights": {}}'
     """
-    meter = front.usage_meter
-    weights = " ".join(f"{name}={meter.weights.get(name, 1.0):g}" for name in sorted(key_names))
-    capacity = f"capacity={slots_per_replica}x$replicas_in_rotation"
-    return f"{capacity}{' ' + weights if weights else ''}" + ("" if meter.fair_share else " off")
-
-
-def shares_directive(front: FrontConfig, key_names: Sequence[str], meter: MeterRoute) -> str:
-    """The header that tells the meter every key's weight and the slots (``usage-shares.conf``)."""
-    table = shares_header(front, key_names, meter.slots_per_replica)
-    return f'        proxy_set_header X-Glm-Shares "{table}";\n'
+    settings = {
+        "fair_share": front.usage_meter.fair_share,
+        "queue_seconds": front.usage_meter.queue_seconds,
+        "slots": meter.slots_per_replica,
+        "state_file": meter.state_file,
+        "weights": dict(sorted(front.usage_meter.weights.items())),
+    }
+    return json.dumps(settings, sort_keys=True)
 
 
 @dataclass(frozen=True)
 class MeterConf:
     """The pieces of ``nginx.conf`` the meter adds or changes."""
 
-    headers: str
-    """Server level: the key's name, the share table, the meter's address (a variable)."""
-    resolver: str
-    """http level: Docker's DNS, when the meter has a name (empty for an address)."""
-    replicas: str
-    """http level: ``$replicas_in_rotation``, from the rotation's count (a release)."""
+    http: str
+    """http level: the shared dict, the modules, ``$replicas_in_rotation``."""
     routes: str
-    """The public server's inference locations, to the meter."""
-    return_server: str
-    """The return listener's ``server`` block."""
+    """The public server's inference locations, each with the meter's phase handlers."""
+    metrics: str
+    """The status server's location of the counters."""
 
 
 def meter_conf(
-    front: FrontConfig,
-    meter: MeterRoute,
-    *,
-    shares: str | None,
-    proxy: Mapping[str, str],
-    routes: Sequence[str],
-    scheme: str,
-    return_listen: str,
-    errors: Mapping[str, str],
-    rotation_dir: str | None,
+    front: FrontConfig, meter: MeterRoute, *, routes: tuple[str, ...], scheme: str, rotation_dir: str | None
 ) -> MeterConf:
-    """``shares``: the share table inline (a one-file harness), else the release's file; ``proxy``:
-    the proxy settings' values, which the return listener repeats (credential, timeouts, retries);
-    ``rotation_dir``: where the rotation writes how many replicas are in (None: a harness, all in)."""
-    # Only the key's name goes to the meter, as a header nginx sets itself (a client's own is
-    # replaced), with the share table; the address is a variable, so nginx resolves it per request.
-    table = shares.rstrip("\n") if shares is not None else f"        include {USAGE_SHARES_FILE};"
-    headers = (
-        f"        proxy_set_header X-Glm-Client $api_client;\n{table}\n"
-        f'        set $usage_meter "{meter.address}";'
-    )
-    resolver = (
-        ""
-        if _IP_PORT.fullmatch(meter.address)
-        else render_file("nginx-meter-resolver.conf", {"resolver": DOCKER_DNS})
-    )
-    return_server = render_file(
-        "nginx-meter-return.conf",
-        {
-            "meter_return_listen": return_listen,
-            "max_body_size": front.max_body_size,
-            "proxy_settings": render_file("nginx-proxy.conf", {**proxy, "meter_headers": ""}).rstrip("\n"),
-            "routes": "".join(
-                render_file("nginx-return-route.conf", {"route": route, "scheme": scheme}) for route in routes
-            ).rstrip("\n"),
-            **{f"error_{code}": errors[code] for code in RETURN_ERRORS},
-        },
-    )
-    meter_routes = "".join(render_file("nginx-meter-route.conf", {"route": route}) for route in routes)
+    """``rotation_dir``: where the rotation writes how many replicas are in (None: a harness, all in)."""
+    settings = meter_settings(front, meter)
+    if "]==]" in settings:
+        raise ValueError("the usage meter's settings cannot hold ']==]'")
     # replicas.map (``glm N;``) is what templates/rotation.sh writes at each change. A bracket makes
     # the name a pattern, which may match nothing: before the first change, the replicas there are.
     count = f"        include {rotation_dir}/replicas.ma[p];" if rotation_dir else ""
-    replicas = render_file(
-        "nginx-meter-replicas.conf", {"replicas": str(meter.replicas), "rotation_count": count}
+    http = render_file(
+        "nginx-meter-http.conf",
+        {
+            "dict_size": SHARED_DICT_SIZE,
+            "modules": lua_modules().rstrip("\n"),
+            "settings": settings,
+            "replicas": str(meter.replicas),
+            "rotation_count": count,
+        },
     )
-    return MeterConf(headers, resolver, replicas, meter_routes, return_server)
+    located = "".join(
+        render_file("nginx-meter-route.conf", {"route": route, "scheme": scheme, "body_buffer": SMALL_BODY})
+        if route in GENERATION_ROUTES
+        else render_file("nginx-meter-count-route.conf", {"route": route, "scheme": scheme})
+        for route in routes
+    )
+    metrics = render_file("nginx-meter-metrics.conf", {"path": METRICS_PATH})
+    return MeterConf(http, located, metrics)

@@ -28,12 +28,14 @@ from components.config import (
 )
 from components.config.edge import UsageMeterConfig
 from components.hardware import HardwareFacts
+from components.render.nginx_meter import METRICS_PATH
 
 DEFAULT_JOB = "vllm"
 ROTATION_JOB = "front-rotation"
 """The front's status port: which replicas are in rotation, and their gate and ejection history."""
 METER_JOB = "usage-meter"
-"""The usage meter: requests, tokens and latency per API key name (components/docker/usage_meter.py)."""
+"""The usage meter: requests, tokens and latency per API key name, on the front's status port
+(components/render/nginx_meter.py)."""
 CONFIG_PATH = "/etc/prometheus/prometheus.yml"
 RULES_PATH = "/etc/prometheus/rules.yml"
 SCRAPE_KEY_PATH = "/etc/prometheus/scrape-key"
@@ -164,7 +166,7 @@ def render_prometheus_config(
     Several replicas: ``target`` maps each host's name to its ``host:port``; its series carry
     the label ``host``. ``guarded``: the replicas answer only their guards' keys; Prometheus holds
     the scrape key, and with ``guard_tls_name`` speaks TLS to the guards, pinning the certificate
-    that carries that name. ``meter_target``: the usage meter's usage per key name (components/docker/usage_meter.py)."""
+    that carries that name. ``meter_target``: the usage meter's counters per key name (the front's status port, components/render/nginx_meter.py)."""
     vllm: dict[str, Any] = {
         "job_name": job,
         "metrics_path": "/metrics",
@@ -198,7 +200,7 @@ def render_prometheus_config(
         scrape_configs.append(
             {
                 "job_name": METER_JOB,
-                "metrics_path": "/metrics",
+                "metrics_path": METRICS_PATH,
                 "static_configs": [{"targets": [meter_target]}],
             }
         )

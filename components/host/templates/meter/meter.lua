@@ -1,0 +1,471 @@
+-- The usage meter, inside nginx: usage per API key name, each key's fair share of the engine's
+-- slots, and nothing between the client and the model but these few calls in nginx's own phases
+-- (docs/front-and-alerts.md, "The usage meter": why in nginx, and the figures). nginx.conf calls
+-- configure() once per config load, init_worker() in each worker, and access(), header_filter(),
+-- body_filter() and log() on the generation routes; metrics() serves the counters on the status
+-- port. Every counter lives in one shared dict (lua_shared_dict glm_meter), so every worker sees
+-- the same, a reload keeps them, and a file keeps them across a restart of the front.
+--
+-- Never the reason a request fails: an error in the meter passes the request on unmetered, counted
+-- (glm_meter_unmetered_total) and alerted on; only the meter's own answers (the share's 429, a
+-- request larger than the engine) refuse one.
+local cjson = require("cjson.safe")
+local ffi = require("ffi")
+local request = require("meter_request")
+local answer = require("meter_answer")
+local shares = require("meter_shares")
+
+local M = {}
+
+local TTFT_BUCKETS = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0 }
+local DURATION_BUCKETS = { 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 240.0, 480.0, 960.0 }
+local GENERATION = { ["/v1/chat/completions"] = true, ["/v1/completions"] = true, ["/v1/responses"] = true }
+-- The routes that take engine slots (components/render/nginx_meter.py GENERATION_ROUTES).
+local FLUSH_SECONDS = 2
+local WAIT_STEP_SECONDS = 0.005
+local KEPT = { "requests", "prompt", "completion", "refused", "seen", "ttft", "duration", "unmetered" }
+-- The counters a restart keeps (slots held and recent activity start again from nothing).
+
+ffi.cdef("int kill(int pid, int sig);")
+
+local config = { weights = {}, fair_share = true, slots = 0, queue_seconds = 0, state_file = nil }
+local dict
+
+local function escape_label(value)
+  return (value:gsub("\\", "\\\\"):gsub('"', '\\"'):gsub("\n", "\\n"))
+end
+
+local function sharing()
+  return shares.new(dict, config)
+end
+
+-- ---- the lock: an admission reads every key's slots and takes some, in any worker -------------
+
+local function lock()
+  for _ = 1, 2000 do
+    if dict:add("lock", ngx.worker.pid(), 0.1) then
+      return true
+    end
+    ngx.sleep(0.001)
+  end
+  return false
+end
+
+local function unlock()
+  dict:delete("lock")
+end
+
+-- ---- persistence ------------------------------------------------------------------------------
+
+local function is_kept(key)
+  local family = key:match("^([^:]+):")
+  for _, kept in ipairs(KEPT) do
+    if family == kept then
+      return true
+    end
+  end
+  return key == "names"
+end
+
+local function save()
+  if not config.state_file then
+    return
+  end
+  local state = {}
+  for _, key in ipairs(dict:get_keys(0)) do
+    if is_kept(key) then
+      state[key] = dict:get(key)
+    end
+  end
+  local temporary = config.state_file .. ".tmp"
+  local file, err = io.open(temporary, "w")
+  if not file then
+    ngx.log(ngx.ERR, "usage meter: cannot write its counters to ", temporary, ": ", err)
+    return
+  end
+  file:write(cjson.encode(state))
+  file:close()
+  os.rename(temporary, config.state_file)
+end
+
+local function load()
+  local file = config.state_file and io.open(config.state_file, "r")
+  if not file then
+    return
+  end
+  local state = cjson.decode(file:read("*a") or "")
+  file:close()
+  if type(state) ~= "table" then
+    return
+  end
+  for key, value in pairs(state) do
+    if is_kept(key) and dict:get(key) == nil then
+      dict:set(key, value)
+    end
+  end
+end
+
+--- Once per config load (init_by_lua, in the master): the shares' weights and the slots, and, on
+--- the first load, the counters the last front left.
+function M.configure(settings)
+  config = settings
+  dict = ngx.shared.glm_meter
+  if config.state_file and not dict:get("loaded") then
+    local directory = config.state_file:match("^(.*)/[^/]+$")
+    -- The master may be root and the workers nobody: the workers write the file.
+    os.execute("mkdir -p '" .. directory .. "' && chown nobody '" .. directory .. "' 2>/dev/null")
+    load()
+    dict:set("loaded", true)
+  end
+end
+
+-- Slots held by a worker that died (a crash, an OOM kill) are given back when its successor starts.
+local function reclaim_dead_workers()
+  if not lock() then
+    return
+  end
+  for _, key in ipairs(dict:get_keys(0)) do
+    local pid, name = key:match("^by_pid:(%d+):(.+)$")
+    if pid and ffi.C.kill(tonumber(pid), 0) ~= 0 and ffi.errno() == 3 then -- ESRCH: no such process
+      shares.new(dict, config):release(name, dict:get(key) or 0)
+      dict:delete(key)
+    end
+  end
+  unlock()
+end
+
+function M.init_worker()
+  dict = ngx.shared.glm_meter
+  reclaim_dead_workers()
+  if ngx.worker.id() == 0 and config.state_file then
+    ngx.timer.every(FLUSH_SECONDS, function(premature)
+      save()
+    end)
+  end
+end
+
+-- ---- counting -----------------------------------------------------------------------------------
+
+local function observe(family, name, buckets, value)
+  for i, bound in ipairs(buckets) do
+    if value <= bound then
+      dict:incr(family .. ":" .. name .. ":" .. i, 1, 0)
+      break
+    end
+  end
+  dict:incr(family .. ":" .. name .. ":count", 1, 0)
+  dict:incr(family .. ":" .. name .. ":sum", value, 0)
+end
+
+-- What the answer told so far, counted now (a worker killed mid-stream loses nothing counted).
+local function count_tokens(ctx, prompt, completion)
+  if prompt ~= ctx.prompt then
+    dict:incr("prompt:" .. ctx.name, prompt - ctx.prompt, 0)
+    ctx.prompt = prompt
+  end
+  if completion ~= ctx.completion then
+    dict:incr("completion:" .. ctx.name, completion - ctx.completion, 0)
+    ctx.completion = completion
+  end
+end
+
+-- ---- the request's way in -------------------------------------------------------------------------
+
+local function openai_error(status, message, code, kind, retry_after)
+  ngx.status = status
+  ngx.header["Content-Type"] = "application/json"
+  if retry_after then
+    ngx.header["Retry-After"] = tostring(retry_after)
+  end
+  ngx.print(cjson.encode({ error = { message = message, type = kind, param = cjson.null, code = code } }))
+  return ngx.exit(ngx.HTTP_OK)
+end
+
+local function read_fields()
+  ngx.req.read_body()
+  local body = ngx.req.get_body_data()
+  if body then
+    return request.fields(body, function() ngx.sleep(0) end), body
+  end
+  local path = ngx.req.get_body_file()
+  local file = path and io.open(path, "rb")
+  if not file then
+    return nil, nil
+  end
+  -- Past the in-memory buffer: scanned slice by slice from nginx's own temporary file, so neither
+  -- the loop every stream shares nor the worker's memory holds the whole body.
+  local scanner = request.Scanner()
+  while true do
+    local slice = file:read(request.SLICE)
+    if not slice then
+      break
+    end
+    scanner:feed(slice)
+    ngx.sleep(0)
+  end
+  file:close()
+  return scanner:fields(), nil, path
+end
+
+local function read_whole(path)
+  local file = io.open(path, "rb")
+  local body = file and file:read("*a")
+  if file then
+    file:close()
+  end
+  return body
+end
+
+-- The meter's part of the access phase: returns (status, message, code, kind, retry_after) to
+-- refuse the request, or nil to pass it on.
+local function admit(ctx)
+  local route = ngx.var.uri
+  local fields, body, path = read_fields()
+  local shape = request.shape(fields, route)
+  ctx.shape = shape
+  local capacity = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
+  local share = sharing()
+  if config.fair_share and capacity > 0 and shape.weight > capacity then
+    return 400, string.format(
+      "This request asks for %d sequences at once (n x its prompts), and the engine runs at most %d "
+        .. "(glm:serving.maxNumSeqs x the replicas in rotation): send fewer prompts or a smaller n.",
+      shape.weight, capacity), "too_many_sequences", "invalid_request_error"
+  end
+  local deadline = ngx.now() + config.queue_seconds
+  while true do
+    if not lock() then
+      return nil -- the meter is stuck, not the request: pass it on
+    end
+    local now = ngx.now()
+    local admitted = share:admit(ctx.name, shape.weight, capacity, now)
+    local whole = share:share(ctx.name, capacity, now)
+    unlock()
+    if admitted then
+      ctx.held = shape.weight
+      dict:incr("by_pid:" .. ngx.worker.pid() .. ":" .. ctx.name, shape.weight, 0)
+      break
+    end
+    if shape.weight > whole or now >= deadline then
+      dict:incr("refused:" .. ctx.name, 1, 0)
+      local waited = shape.weight > whole and ""
+        or string.format(" It waited %g s for a slot.", config.queue_seconds)
+      return 429, string.format(
+        "Too many requests in flight for this API key: its fair share of the engine is %d sequences "
+          .. "at once (%d slots shared among the active keys), this request needs %d, and the free "
+          .. "slots are kept for the other keys.%s Retry after the Retry-After seconds.",
+        whole, capacity, shape.weight, waited), "rate_limit_exceeded", "requests", 1
+    end
+    ngx.sleep(WAIT_STEP_SECONDS)
+    ngx.update_time()
+  end
+  if shape.stream and route ~= "/v1/responses" then
+    local whole_body = body or (path and read_whole(path))
+    local rewritten = whole_body and request.with_usage(whole_body)
+    if rewritten then
+      ngx.req.set_body_data(rewritten)
+    end
+  end
+  return nil
+end
+
+function M.access()
+  local name = ngx.var.api_client
+  if not name or name == "" then
+    return
+  end
+  local ctx = { name = name, prompt = 0, completion = 0, held = 0 }
+  ngx.ctx.meter = ctx
+  dict:set("seen:" .. name, ngx.time())
+  if ngx.req.get_method() ~= "POST" or not GENERATION[ngx.var.uri] then
+    return -- counted (log), takes no slot
+  end
+  local ok, status, message, code, kind, retry_after = pcall(admit, ctx)
+  if not ok then
+    ctx.unmetered = true
+    ngx.log(ngx.ERR, "usage meter: ", tostring(status), " (the request is passed on unmetered)")
+    return
+  end
+  if status then
+    ctx.refused = true
+    return openai_error(status, message, code, kind, retry_after)
+  end
+end
+
+-- ---- the answer's way out ---------------------------------------------------------------------------
+
+local function header_filter(ctx)
+  local content_type = ngx.header["Content-Type"] or ""
+  if ctx.refused then
+    return
+  end
+  if type(content_type) == "string" and content_type:find("text/event-stream", 1, true) then
+    ctx.stream = answer.Stream(ctx.shape or {}, ngx.var.uri == "/v1/responses")
+    ngx.header["Content-Length"] = nil -- events it did not ask for are left out
+  elseif ngx.status >= 200 and ngx.status < 300 then
+    ctx.parts, ctx.size = {}, 0
+  end
+end
+
+function M.header_filter()
+  local ctx = ngx.ctx.meter
+  if ctx and not ctx.unmetered then
+    local ok, err = pcall(header_filter, ctx)
+    if not ok then
+      ctx.unmetered = true
+      ngx.log(ngx.ERR, "usage meter: ", tostring(err), " (the answer is passed on unmetered)")
+    end
+  end
+end
+
+local JSON_KEPT = 1024 * 1024
+-- A JSON answer's usage is near its end: past this much only the last JSON_KEPT bytes are kept.
+
+local function body_filter(ctx)
+  local piece, last = ngx.arg[1], ngx.arg[2]
+  if ctx.stream then
+    ngx.arg[1] = ctx.stream:feed(piece, last)
+    if not ctx.first_token and ctx.stream.first_token then
+      ctx.first_token = ngx.now() - ngx.req.start_time()
+    end
+    count_tokens(ctx, ctx.stream.prompt, ctx.stream.completion)
+  elseif ctx.parts and piece and piece ~= "" then
+    ctx.parts[#ctx.parts + 1] = piece
+    ctx.size = ctx.size + #piece
+    if ctx.size > 2 * JSON_KEPT then
+      local joined = table.concat(ctx.parts)
+      ctx.parts, ctx.size = { joined:sub(-JSON_KEPT) }, JSON_KEPT
+    end
+  end
+end
+
+function M.body_filter()
+  local ctx = ngx.ctx.meter
+  if ctx and not ctx.unmetered and not ctx.refused then
+    local ok, err = pcall(body_filter, ctx)
+    if not ok then
+      ctx.unmetered = true
+      ngx.log(ngx.ERR, "usage meter: ", tostring(err), " (the answer is passed on unmetered)")
+    end
+  end
+end
+
+local function log_request(ctx)
+  if ctx.held > 0 then
+    sharing():release(ctx.name, ctx.held)
+    dict:incr("by_pid:" .. ngx.worker.pid() .. ":" .. ctx.name, -ctx.held, 0)
+  end
+  local status = tonumber(ngx.var.status) or 0
+  if ctx.stream and not ctx.stream.finished and ngx.var.request_completion ~= "OK" then
+    status = 499 -- the client left mid-stream: charged what it was sent
+  end
+  if ctx.parts then
+    local usage = answer.usage_of(table.concat(ctx.parts))
+    if usage then
+      count_tokens(ctx, usage.prompt, usage.completion)
+    end
+  end
+  dict:incr("requests:" .. ctx.name .. ":" .. status, 1, 0)
+  if ctx.unmetered then
+    dict:incr("unmetered:" .. ctx.name, 1, 0)
+  end
+  if ctx.first_token then
+    observe("ttft", ctx.name, TTFT_BUCKETS, ctx.first_token)
+  end
+  if status ~= 499 and not ctx.refused then
+    observe("duration", ctx.name, DURATION_BUCKETS, ngx.now() - ngx.req.start_time())
+  end
+end
+
+function M.log()
+  local ctx = ngx.ctx.meter
+  if ctx then
+    local ok, err = pcall(log_request, ctx)
+    if not ok then
+      ngx.log(ngx.ERR, "usage meter: ", tostring(err), " (this request's counts may be short)")
+    end
+  end
+end
+
+-- ---- the counters, for the stack's Prometheus ------------------------------------------------------
+
+local FAMILIES = {
+  { "glm_key_requests_total", "counter", "Requests through the front by API key name and HTTP status." },
+  { "glm_key_prompt_tokens_total", "counter", "Prompt tokens the engine processed, by API key name." },
+  { "glm_key_completion_tokens_total", "counter", "Completion tokens the engine made, by API key name." },
+  { "glm_key_fair_share_refused_total", "counter",
+    "Requests refused with 429 beyond the key's share of the engine's slots." },
+  { "glm_key_unmetered_total", "counter",
+    "Requests passed on unmetered because the meter failed on them (its error log says why)." },
+  { "glm_key_in_flight", "gauge", "Sequences of the key in the engine now (n x prompts per request)." },
+  { "glm_key_share", "gauge", "The key's guaranteed share of the engine's slots now (among the active keys)." },
+  { "glm_key_last_seen_timestamp_seconds", "gauge", "When the key last sent a request (Unix time)." },
+  { "glm_key_time_to_first_token_seconds", "histogram",
+    "Time to the first generated token of streamed answers, by API key name." },
+  { "glm_key_request_duration_seconds", "histogram", "Time to the answer's last byte, by API key name." },
+}
+
+local function histogram(lines, family, prefix, name, labels, buckets)
+  local total = 0
+  for i, bound in ipairs(buckets) do
+    total = total + (dict:get(prefix .. ":" .. name .. ":" .. i) or 0)
+    lines[#lines + 1] = string.format('%s_bucket{%s,le="%s"} %d', family, labels, tostring(bound), total)
+  end
+  local count = dict:get(prefix .. ":" .. name .. ":count") or 0
+  lines[#lines + 1] = string.format('%s_bucket{%s,le="+Inf"} %d', family, labels, count)
+  lines[#lines + 1] = string.format("%s_sum{%s} %s", family, labels, tostring(dict:get(prefix .. ":" .. name .. ":sum") or 0))
+  lines[#lines + 1] = string.format("%s_count{%s} %d", family, labels, count)
+end
+
+function M.exposition(capacity)
+  local share, now = sharing(), ngx.now()
+  local names = share:names()
+  local statuses = {}
+  for _, key in ipairs(dict:get_keys(0)) do
+    local name, status = key:match("^requests:(.+):(%d+)$")
+    if name then
+      statuses[name] = statuses[name] or {}
+      table.insert(statuses[name], tonumber(status))
+    end
+  end
+  local lines = { "# HELP glm_fair_share_capacity The engine's slots the keys share now.",
+    "# TYPE glm_fair_share_capacity gauge", "glm_fair_share_capacity " .. capacity }
+  for _, family in ipairs(FAMILIES) do
+    local metric, kind = family[1], family[2]
+    lines[#lines + 1] = "# HELP " .. metric .. " " .. family[3]
+    lines[#lines + 1] = "# TYPE " .. metric .. " " .. kind
+    for _, name in ipairs(names) do
+      local labels = 'client="' .. escape_label(name) .. '"'
+      if metric == "glm_key_requests_total" then
+        table.sort(statuses[name] or {})
+        for _, status in ipairs(statuses[name] or {}) do
+          lines[#lines + 1] = string.format('%s{%s,status="%d"} %d', metric, labels, status,
+            dict:get("requests:" .. name .. ":" .. status) or 0)
+        end
+      elseif metric == "glm_key_time_to_first_token_seconds" then
+        histogram(lines, metric, "ttft", name, labels, TTFT_BUCKETS)
+      elseif metric == "glm_key_request_duration_seconds" then
+        histogram(lines, metric, "duration", name, labels, DURATION_BUCKETS)
+      else
+        local value = ({
+          glm_key_prompt_tokens_total = dict:get("prompt:" .. name) or 0,
+          glm_key_completion_tokens_total = dict:get("completion:" .. name) or 0,
+          glm_key_fair_share_refused_total = dict:get("refused:" .. name) or 0,
+          glm_key_unmetered_total = dict:get("unmetered:" .. name) or 0,
+          glm_key_in_flight = share:held(name),
+          glm_key_share = capacity > 0 and share:share(name, capacity, now) or 0,
+          glm_key_last_seen_timestamp_seconds = dict:get("seen:" .. name) or 0,
+        })[metric]
+        lines[#lines + 1] = string.format("%s{%s} %s", metric, labels, tostring(value))
+      end
+    end
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+function M.metrics()
+  local capacity = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
+  ngx.header["Content-Type"] = "text/plain; version=0.0.4"
+  ngx.print(M.exposition(capacity))
+end
+
+return M

@@ -1,0 +1,150 @@
+-- Reading the engine's answers on their way to the client: the usage of a JSON answer, and the
+-- server-sent events of a stream, each passed on the moment it is complete. A stream always asked
+-- for usage on every event (meter_request.with_usage), so the tokens are known as they are made
+-- and a client that hangs up is charged what it was sent; the client gets only what it asked for.
+-- Pure Lua (no ngx): tests run it with luajit (tests/test_meter_lua.py).
+local cjson = require("cjson.safe")
+
+local M = {}
+
+--- The last `"usage":{...}` object in `text`, as {prompt, completion}; nil if there is none.
+--- Chat and completions name them prompt_tokens/completion_tokens, /v1/responses
+--- input_tokens/output_tokens (in `response.usage` of its `response.completed` event).
+function M.usage_of(text)
+  local found
+  for object in text:gmatch('"usage"%s*:%s*(%b{})') do
+    found = object
+  end
+  local usage = found and cjson.decode(found)
+  if type(usage) ~= "table" then
+    return nil
+  end
+  local prompt = tonumber(usage.prompt_tokens or usage.input_tokens)
+  local completion = tonumber(usage.completion_tokens or usage.output_tokens)
+  if not prompt and not completion then
+    return nil
+  end
+  return { prompt = prompt or 0, completion = completion or 0 }
+end
+
+local TOKEN_PATTERNS = {
+  '"content"%s*:%s*"[^"]', '"reasoning_content"%s*:%s*"[^"]', '"reasoning"%s*:%s*"[^"]',
+  '"text"%s*:%s*"[^"]', '"tool_calls"%s*:%s*%[%s*{', '"type"%s*:%s*"response%.[%w_.]*%.delta"',
+}
+
+local function has_token(event)
+  for _, pattern in ipairs(TOKEN_PATTERNS) do
+    if event:find(pattern) then
+      return true
+    end
+  end
+  return false
+end
+
+local Stream = {}
+Stream.__index = Stream
+
+--- A stream's reader. `shape`: meter_request.shape's (asked_usage, asked_continuous, n: the
+--- choices per prompt); `responses`: a /v1/responses stream (its own events, no stream_options).
+--- Its `prompt` and `completion` are the tokens known so far.
+function M.Stream(shape, responses)
+  return setmetatable({
+    asked_usage = shape.asked_usage, asked_continuous = shape.asked_continuous, n = shape.n or 1,
+    responses = responses,
+    pending = "", prompt = 0, completion = 0, first_token = false, finished = false, final = false,
+    per_choice = {}, per_prompt = {}, deltas = 0,
+  }, Stream)
+end
+
+-- An event of chat or completions with usage on it: per choice while streaming (vLLM's continuous
+-- usage counts each choice's own tokens), the totals on the last (`"choices":[]`).
+function Stream:_note_usage(event, usage)
+  if event:find('"choices"%s*:%s*%[%s*%]') then
+    self.prompt, self.completion, self.final = usage.prompt, usage.completion, true
+    return
+  end
+  if self.final then
+    return
+  end
+  local index = tonumber(event:match('"index"%s*:%s*(%d+)')) or 0
+  self.per_choice[index] = usage.completion
+  self.per_prompt[math.floor(index / self.n)] = usage.prompt
+  local prompt, completion = 0, 0
+  for _, tokens in pairs(self.per_prompt) do
+    prompt = prompt + tokens
+  end
+  for _, tokens in pairs(self.per_choice) do
+    completion = completion + tokens
+  end
+  self.prompt, self.completion = prompt, completion
+end
+
+-- One complete event: what the client gets of it ("" drops it).
+function Stream:_event(event)
+  if event:find("data:%s*%[DONE%]") then
+    self.finished = true
+    return event
+  end
+  if not self.first_token and has_token(event) then
+    self.first_token = true
+  end
+  if self.responses then
+    return self:_responses_event(event)
+  end
+  if not event:find('"usage"', 1, true) then
+    return event
+  end
+  local usage = M.usage_of(event)
+  if usage then
+    self:_note_usage(event, usage)
+  end
+  if event:find('"choices"%s*:%s*%[%s*%]') then
+    return self.asked_usage and event or "" -- the usage event the meter asked for
+  end
+  if not self.asked_continuous then
+    return (event:gsub(',%s*"usage"%s*:%s*%b{}', "", 1))
+  end
+  return event
+end
+
+-- /v1/responses has no usage until `response.completed`: until then each text delta counts as one
+-- token made (what the client was sent), so a client that hangs up is charged that much.
+function Stream:_responses_event(event)
+  local kind = event:match('"type"%s*:%s*"(response%.[%w_.]+)"') or ""
+  if kind:find("%.delta$") then
+    self.deltas = self.deltas + 1
+    if not self.final then
+      self.completion = self.deltas
+    end
+  elseif kind == "response.completed" or kind == "response.incomplete" or kind == "response.failed" then
+    self.finished = true
+    local usage = M.usage_of(event)
+    if usage then
+      self.prompt, self.completion, self.final = usage.prompt, usage.completion, true
+    end
+  end
+  return event
+end
+
+--- Take one piece of the stream as it arrived; returns what goes on to the client now (complete
+--- events; a partial one waits for its end). `last`: the stream's end (what is left goes as is).
+function Stream:feed(piece, last)
+  local text = self.pending .. (piece or "")
+  local out, from = {}, 1
+  while true do
+    local stop, finish = text:find("\r?\n\r?\n", from)
+    if not stop then
+      break
+    end
+    out[#out + 1] = self:_event(text:sub(from, finish))
+    from = finish + 1
+  end
+  self.pending = text:sub(from)
+  if last and self.pending ~= "" then
+    out[#out + 1] = self.pending
+    self.pending = ""
+  end
+  return table.concat(out)
+end
+
+return M

@@ -1,0 +1,136 @@
+-- The fair share of the engine's sequence slots among the API keys (docs/front-and-alerts.md,
+-- "The fair share"). vLLM admits first come first served up to --max-num-seqs, so a key that
+-- holds every slot with long streams makes everybody else wait for whole answers. Among the keys
+-- active now (asked in the last ACTIVE_SECONDS, or hold a slot) each is sure of
+-- capacity x weight / their weights (at least 1), and is admitted up to that even when the engine
+-- is full. Beyond its share a key may take any slot but the headroom of every other active key:
+-- as many slots as that key held at once lately (at least one) on top of what it holds, within
+-- its share. vLLM cannot preempt a running stream: what another key will ask for must already be
+-- free. Slots are sequences: a request weighs `n` x its prompts (meter_request.shape).
+--
+-- Pure Lua over a store with ngx.shared.DICT's get/set/incr (tests/test_meter_lua.py passes a
+-- table): every worker shares the one dict, and admissions run under the meter's lock.
+local M = {}
+
+M.ACTIVE_SECONDS = 60
+
+local Shares = {}
+Shares.__index = Shares
+
+--- `config`: {weights = {name = weight}, fair_share = bool}. `store`: the shared dict.
+function M.new(store, config)
+  return setmetatable({ store = store, weights = config.weights or {}, fair_share = config.fair_share ~= false }, Shares)
+end
+
+function Shares:weight(name)
+  return self.weights[name] or 1
+end
+
+function Shares:held(name)
+  return self.store:get("held:" .. name) or 0
+end
+
+--- The keys the meter shares among: every configured key, and any other that holds or asked lately.
+function Shares:names()
+  local names, seen = {}, {}
+  for name in pairs(self.weights) do
+    names[#names + 1], seen[name] = name, true
+  end
+  for name in (self.store:get("names") or ""):gmatch("[^\n]+") do
+    if not seen[name] then
+      names[#names + 1], seen[name] = name, true
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+function Shares:note_name(name)
+  local names = self.store:get("names") or ""
+  if not ("\n" .. names .. "\n"):find("\n" .. name .. "\n", 1, true) then
+    self.store:set("names", names == "" and name or names .. "\n" .. name)
+  end
+end
+
+function Shares:active(name, now)
+  return self:held(name) > 0 or now - (self.store:get("asked:" .. name) or -math.huge) < M.ACTIVE_SECONDS
+end
+
+--- The most slots `name` held at once lately: over the last one to two ACTIVE_SECONDS (the current
+--- window and the one before, so an old burst is forgotten without a list).
+function Shares:peak(name, now)
+  local since = self.store:get("peak_since:" .. name) or -math.huge
+  local current = self.store:get("peak:" .. name) or 0
+  local previous = self.store:get("peak_before:" .. name) or 0
+  local age = now - since
+  if age >= 2 * M.ACTIVE_SECONDS then
+    return 0
+  end
+  return age >= M.ACTIVE_SECONDS and current or math.max(current, previous)
+end
+
+function Shares:note_peak(name, held, now)
+  local since = self.store:get("peak_since:" .. name) or -math.huge
+  if now - since >= M.ACTIVE_SECONDS then
+    local current = self.store:get("peak:" .. name) or 0
+    self.store:set("peak_before:" .. name, now - since < 2 * M.ACTIVE_SECONDS and current or 0)
+    self.store:set("peak:" .. name, 0)
+    self.store:set("peak_since:" .. name, now)
+  end
+  if held > (self.store:get("peak:" .. name) or 0) then
+    self.store:set("peak:" .. name, held)
+  end
+end
+
+--- The slots `name` is sure of now: capacity x weight / weights of the active keys (its own
+--- included), at least 1.
+function Shares:share(name, capacity, now)
+  local weight = self:weight(name)
+  local others = 0
+  for _, other in ipairs(self:names()) do
+    if other ~= name and self:active(other, now) then
+      others = others + self:weight(other)
+    end
+  end
+  return math.max(1, math.floor(capacity * weight / (weight + others)))
+end
+
+--- The free slots kept for an active `name` while another key is beyond its share.
+function Shares:headroom(name, capacity, now)
+  local held = self:held(name)
+  return math.max(0, math.min(self:share(name, capacity, now) - held, math.max(self:peak(name, now), 1)))
+end
+
+--- Whether `weight` more slots for `name` fit now (asking makes it active).
+function Shares:fits(name, weight, capacity, now)
+  self.store:set("asked:" .. name, now)
+  self:note_name(name)
+  local held = self:held(name)
+  if capacity <= 0 or not self.fair_share or held + weight <= self:share(name, capacity, now) then
+    return true
+  end
+  local busy, kept = 0, 0
+  for _, other in ipairs(self:names()) do
+    busy = busy + self:held(other)
+    if other ~= name and self:active(other, now) then
+      kept = kept + self:headroom(other, capacity, now)
+    end
+  end
+  return busy + weight + kept <= capacity
+end
+
+--- Take `weight` slots for `name` if they fit; false otherwise (the caller waits or refuses).
+function Shares:admit(name, weight, capacity, now)
+  if not self:fits(name, weight, capacity, now) then
+    return false
+  end
+  local held = self.store:incr("held:" .. name, weight, 0)
+  self:note_peak(name, held, now)
+  return true
+end
+
+function Shares:release(name, weight)
+  self.store:incr("held:" .. name, -weight, 0)
+end
+
+return M
