@@ -74,13 +74,19 @@ def metered_front(
     max_num_seqs: int = 8,
     sim_env: Mapping[str, str] | None = None,
     meter: bool = True,
+    queue_seconds: float | None = None,
     upstream: str | None = None,
     replicas: int = 1,
     state_file: bool = True,
 ) -> Iterator[MeteredFront]:
     """``meter`` False: the front without the meter (nginx straight to the simulator). ``upstream``:
     the engine's address instead of a simulator's. ``replicas``: the replicas the meter shares
-    (all at one address here). ``state_file``: keep the counters in the run's directory."""
+    (all at one address here). ``state_file``: keep the counters in the run's directory.
+    ``queue_seconds``: ``glm:front.usageMeter.queueSeconds`` instead of the config's."""
+    front = config.front
+    if queue_seconds is not None:
+        meter_config = front.usage_meter.model_copy(update={"queue_seconds": queue_seconds})
+        front = front.model_copy(update={"usage_meter": meter_config})
     directory = nginx_prefix()
     sim_port, status_port, port = free_port(), free_port(), free_port()
     sim_argv = [
@@ -94,7 +100,7 @@ def metered_front(
             _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim, directory / "sim.log")
         route = MeterRoute(max_num_seqs, replicas, str(directory / "usage" / "counters.json") if state_file else None)
         conf = render_nginx_conf(
-            config.front, upstream or f"127.0.0.1:{sim_port}", dict(keys), listen=f"127.0.0.1:{port}",
+            front, upstream or f"127.0.0.1:{sim_port}", dict(keys), listen=f"127.0.0.1:{port}",
             runtime_dir=str(directory), meter=route if meter else None, status_listen=f"127.0.0.1:{status_port}",
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)

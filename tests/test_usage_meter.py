@@ -19,12 +19,12 @@ import yaml
 from components.config import build_stack_config
 from components.docker import rotation
 from components.render.nginx_conf import CONF_FILE, ROTATION_DIR, STATUS_DIR, render_front_files
-from components.render.nginx_meter import MeterRoute
+from components.render.nginx_meter import METRICS_PATH, MeterRoute
 from components.render.prometheus_config import METER_JOB
 from ops.usage import promtool_query, usage_rows, usage_table
 from tests.engine import free_port
-from tests.metered_front import METER, metered_front
-from tests.test_nginx_front import NGINX, running, runtime_dir, vllm_sim, wait_for_port
+from tests.metered_front import metered_front, nginx_prefix
+from tests.test_nginx_front import NGINX, running, vllm_sim, wait_for_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
@@ -197,7 +197,11 @@ def test_make_status_table_reads_the_counters_from_a_real_prometheus(front, tmp_
     config = {
         "global": {"scrape_interval": "1s"},
         "scrape_configs": [
-            {"job_name": METER_JOB, "static_configs": [{"targets": [f"127.0.0.1:{front.meter_port}"]}]}
+            {
+                "job_name": METER_JOB,
+                "metrics_path": METRICS_PATH,
+                "static_configs": [{"targets": [f"127.0.0.1:{front.status_port}"]}],
+            }
         ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -242,13 +246,13 @@ def test_make_status_table_reads_the_counters_from_a_real_prometheus(front, tmp_
 
 
 def test_the_meter_shares_the_slots_of_the_replicas_in_rotation() -> None:
-    """A release of two replicas (maxNumSeqs 8): nginx tells the meter 8 x the replicas the real
-    rotation program lists as in. box2 failed its gate: 8 slots, not 16; box2 admitted: 16."""
+    """A release of two replicas (maxNumSeqs 8): the meter shares 8 x the replicas the real rotation
+    program lists as in. box2 failed its gate: 8 slots, not 16; box2 admitted: 16."""
     config = build_stack_config({"hardware": "local", "front": {"usageMeter": {"fairShare": True}}})
-    directory = runtime_dir()
+    directory = nginx_prefix()
     script = rotation.SCRIPT.replace(ROTATION_DIR, str(directory / "rotation"))
     script = script.replace(STATUS_DIR, str(directory / "status"))
-    meter_port, return_port, port = free_port(), free_port(), free_port()
+    status_port, port = free_port(), free_port()
 
     def rotate(*args: str) -> None:  # nginx is not the container's PID 1 here: files only, no reload
         subprocess.run(["sh", "-c", script, "sh", *args], check=True, capture_output=True, timeout=30)
@@ -260,7 +264,7 @@ def test_the_meter_shares_the_slots_of_the_replicas_in_rotation() -> None:
             headers={"Authorization": f"Bearer {KEYS['alice']}"},
             timeout=30,
         ).raise_for_status()
-        metrics = httpx.get(f"http://127.0.0.1:{meter_port}/metrics", timeout=5).text
+        metrics = httpx.get(f"http://127.0.0.1:{status_port}{METRICS_PATH}", timeout=5).text
         return float(re.search(r"^glm_fair_share_capacity (\S+)$", metrics, re.M)[1])  # type: ignore[index]
 
     with vllm_sim() as sim_port, contextlib.ExitStack() as stack:
@@ -269,14 +273,11 @@ def test_the_meter_shares_the_slots_of_the_replicas_in_rotation() -> None:
         rotate("fail", "box2", "{}")
         files = render_front_files(
             config.front, KEYS, listen=f"127.0.0.1:{port}", runtime_dir=str(directory),
-            rotation_dir=str(directory / "rotation"), status_listen=f"127.0.0.1:{free_port()}",
-            meter=MeterRoute(f"127.0.0.1:{meter_port}", 8, 2), meter_return_listen=f"127.0.0.1:{return_port}",
+            rotation_dir=str(directory / "rotation"), status_listen=f"127.0.0.1:{status_port}",
+            meter=MeterRoute(8, 2, state_file=None),
         )  # fmt: skip
         for name, text in files.items():
             (directory / name).write_text(text)
-        argv = [sys.executable, "-I", "-S", str(METER), "--host", "127.0.0.1", "--port", str(meter_port),
-                "--upstream", f"127.0.0.1:{return_port}"]  # fmt: skip
-        wait_for_port(meter_port, stack.enter_context(running(argv, directory / "meter.log")))
         argv = [NGINX, "-c", str(directory / CONF_FILE), "-p", str(directory), "-e", "stderr",
                 "-g", "daemon off;"]  # fmt: skip
         nginx = stack.enter_context(running(argv, directory / "nginx.log"))

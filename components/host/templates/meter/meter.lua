@@ -108,6 +108,11 @@ end
 --- Once per config load (init_by_lua, in the master): the shares' weights and the slots, and, on
 --- the first load, the counters the last front left.
 function M.configure(settings)
+  for key, value in pairs(settings) do
+    if value == cjson.null then
+      settings[key] = nil
+    end
+  end
   config = settings
   dict = ngx.shared.glm_meter
   if config.state_file and not dict:get("loaded") then
