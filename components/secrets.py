@@ -77,8 +77,8 @@ class _GeneratedKeyProvider(pulumi.dynamic.ResourceProvider):
 
 
 class GeneratedKey(pulumi.dynamic.Resource):
-    """A key the stack makes for its own clients (the semantic probe's API key, the gate's metrics
-    key): random once, then kept in the state; ``key`` is a secret output. There is no random
+    """A key the stack makes for its own clients (the gate's and the semantic probe's API keys, the
+    gate's metrics key): random once, then kept in the state; ``key`` is a secret output. There is no random
     provider here, and a key in a resource input would differ on every preview."""
 
     key: pulumi.Output[str]
@@ -99,6 +99,9 @@ class GeneratedKey(pulumi.dynamic.Resource):
 class StackKeys:
     """Keys the stack makes for its own clients, secret, kept in the state (``GeneratedKey``)."""
 
+    gate: pulumi.Output[str]
+    """The gate's API key (client name ``smoke-gate``): the gate and ``make smoke`` never use a
+    user's key, so the usage meter counts their requests apart."""
     probe: pulumi.Output[str] | None
     """The semantic probe's API key, when the probe runs."""
     probe_client: str | None
@@ -119,6 +122,7 @@ class StackKeys:
         preflights, so that a refused host leaves nothing in the state."""
         opts = pulumi.ResourceOptions(depends_on=after)
         return cls(
+            gate=GeneratedKey(f"{stack}-smoke-api-key", GATE_METRICS_CLIENT, "sk-gate-", opts=opts).key,
             probe=GeneratedKey(f"{stack}-semantic-probe-key", probe.client_name, "sk-probe-", opts=opts).key
             if probe is not None
             else None,

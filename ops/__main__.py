@@ -207,9 +207,14 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
     outputs = json.loads(pulumi("stack", "output", "--json", stack=stack) or "{}")
     if "endpoint" not in outputs:
         sys.exit(f"ops: stack {stack} has no endpoint output: deploy it first (make up STACK={stack})")
-    keys = json.loads(pulumi("config", "get", "glm:apiKeys", "--json", stack=stack))
-    keys = keys.get("objectValue") or json.loads(keys["value"])
-    env = {**os.environ, "GLM_API_KEY": keys[sorted(keys)[0]]}
+    # The gate's own key: its requests are counted apart from every user's (the usage meter).
+    api_key = secret_output(stack, "gateApiKey")
+    if api_key is None:
+        sys.exit(
+            f"ops: stack {stack} has no gateApiKey output yet (deployed before the gate had its own key): "
+            f"run make up STACK={stack} once, then make smoke STACK={stack}"
+        )
+    env = {**os.environ, "GLM_API_KEY": api_key}
     cmd = [
         sys.executable, "-m", "components.gate",
         "--endpoint", outputs["endpoint"],
@@ -223,7 +228,7 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
     ]  # fmt: skip
     # The same source as the gate in `pulumi up`: the front's metrics route with the stack's key.
     metrics_url = config.smoke.metrics_url or outputs.get("metricsEndpoint")
-    metrics_key = None if config.smoke.metrics_url else gate_metrics_key(stack)
+    metrics_key = None if config.smoke.metrics_url else secret_output(stack, "gateMetricsKey")
     if metrics_url:
         cmd += ["--metrics-url", metrics_url]
     if metrics_key:
@@ -252,10 +257,10 @@ def _gate_tls(config: StackConfig, stack: str, folder: Path) -> list[str]:
     return args
 
 
-def gate_metrics_key(stack: str) -> str | None:
-    """The gate's metrics key (a secret stack output): this one value, not the decrypted state."""
+def secret_output(stack: str, name: str) -> str | None:
+    """One secret stack output (the gate's keys): this one value, not the decrypted state."""
     result = subprocess.run(
-        [*PULUMI, "stack", "output", "gateMetricsKey", "--show-secrets", "-s", stack],
+        [*PULUMI, "stack", "output", name, "--show-secrets", "-s", stack],
         capture_output=True,
         text=True,
     )

@@ -52,6 +52,8 @@ TEST_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHnMCdx2tAklQakPlTKN7xOAsSF
 
 PROBE_TEST_KEY = "sk-probe-6f1d0c3b9e4a27d58c0b1e9f4a6d2c7e5b8a3f0d9c1e4b72"
 GATE_METRICS_TEST_KEY = "sk-gate-metrics-2b7e9a4c1f0d8e3b6a5c9d2f7e1b4a0c8d3f6e9b2a5c1d74"
+GATE_API_TEST_KEY = "sk-gate-7c1e4b9a2d6f0c3e8b5a1d7f4c2e9b6a0d3f8c5e1b7a4d92"
+"""The gate's own API key under mocks (client name smoke-gate, as its metrics key's)."""
 REPLICA_TEST_KEY = "sk-replica-5c8e1a3f7b2d9e4c0a6f1b8d3e7c2a9f4b0d6e1c8a3f5b7d"
 """The guards' replica key under mocks: the front's (and the probe's) inference credential."""
 REPLICA_SCRAPE_TEST_KEY = "sk-scrape-9d2b6f0a4e8c1d7b3f5a9e2c6d0b8f4a1e7c3d9b5f2a6e0c"
@@ -116,7 +118,10 @@ class GlmMocks(pulumi.runtime.Mocks):
             outputs.setdefault("stdout", "")
         if args.typ == "pulumi-python:dynamic:Resource" and "client_name" in args.inputs:
             # What GeneratedKey's create would make: one key per client.
-            outputs["key"] = _MOCK_KEYS.get(args.inputs["client_name"], GATE_METRICS_TEST_KEY)
+            if args.inputs.get("prefix") == "sk-gate-":
+                outputs["key"] = GATE_API_TEST_KEY
+            else:
+                outputs["key"] = _MOCK_KEYS.get(args.inputs["client_name"], GATE_METRICS_TEST_KEY)
         if args.typ == "pulumi-python:dynamic:Resource" and "addresses" in args.inputs:
             outputs["certificate"] = REPLICA_TEST_CERTIFICATE
         return f"{args.name}-id", outputs

@@ -98,7 +98,9 @@ def metered_front(
         if upstream is None:
             sim = stack.enter_context(running(sim_argv, directory / "sim.log", env))
             _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim, directory / "sim.log")
-        route = MeterRoute(max_num_seqs, replicas, str(directory / "usage" / "counters.json") if state_file else None)
+        route = MeterRoute(
+            max_num_seqs, replicas, str(directory / "usage" / "counters.json") if state_file else None
+        )
         conf = render_nginx_conf(
             front, upstream or f"127.0.0.1:{sim_port}", dict(keys), listen=f"127.0.0.1:{port}",
             runtime_dir=str(directory), meter=route if meter else None, status_listen=f"127.0.0.1:{status_port}",

@@ -180,7 +180,7 @@ def test_missing_shm_with_tensor_parallel_is_refused() -> None:
     [
         ({"image": {"reference": "vllm/vllm-openai:latest"}}, "image.reference", "uses the :latest tag"),
         ({"image": {"reference": "vllm/vllm-openai:nightly"}}, "image.reference", "floating :nightly tag"),
-        ({"front": {"image": "nginx"}}, "front.image", "has no tag"),
+        ({"front": {"image": "openresty/openresty"}}, "front.image", "has no tag"),
         ({"monitoring": {"image": "prom/prometheus:latest"}}, "monitoring.image", ":latest"),
         ({"image": {"build": {"baseImage": "vllm/vllm-openai:latest"}}}, "image.build.baseImage", ":latest"),
     ],
@@ -200,8 +200,23 @@ def test_floating_images_are_refused_as_by_the_policy_pack(
 
 
 def test_pinned_images_pass_everywhere() -> None:
-    pinned = {"image": {"reference": "vllm/vllm-openai:nightly-385dce36b"}, "front": {"image": "nginx:1.27"}}
+    pinned = {
+        "image": {"reference": "vllm/vllm-openai:nightly-385dce36b"},
+        "front": {"image": "openresty/openresty:1.27.1.2-bookworm"},
+    }
     assert not [w for w in make("rtx5090", **pinned).advisories() if "pin a version tag" in w]
+
+
+@pytest.mark.parametrize("image", ["nginx:1.27", "nginx", "docker.io/library/nginx:1.27-alpine"])
+def test_an_official_nginx_image_is_refused_while_the_meter_runs_in_it(image: str) -> None:
+    """Issue 46: the meter is Lua inside nginx; the official nginx image ships njs, not Lua, and
+    `nginx -t` would refuse the release on the host. Said at preview, with both ways out."""
+    with pytest.raises(ConfigError, match=rf"glm:front.image={re.escape(image)} has no Lua module") as err:
+        make("rtx5090", front={"image": image})
+    assert "glm:front.usageMeter.enabled false" in str(err.value)
+    assert "openresty/openresty:1.27.1.2-bookworm" in str(err.value)
+    if ":" in image:  # an image without a tag is refused for that alone (images-pinned)
+        make("rtx5090", front={"image": image, "usageMeter": {"enabled": False}})
 
 
 def test_deep_merge_replaces_lists_merges_dicts_and_deletes_on_null() -> None:

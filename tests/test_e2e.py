@@ -50,12 +50,15 @@ def test_local_stack_lifecycle(project: PulumiProject) -> None:
             model="glm-5.3-flash", messages=[{"role": "user", "content": "What is 13×17?"}]
         )
         assert reply.choices[0].message.content.strip() == "221"
-        # Through the usage meter, counted under the key's name (the gate asked with it too), and the
-        # stack's Prometheus scrapes the meter.
-        read = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9147/metrics').read().decode())"
-        meter = docker("exec", f"{container}-usage-meter", "python3", "-c", read)
+        # Through the usage meter in the front's nginx, counted under the key's name, exactly: the gate
+        # sends its own key (smoke-gate), counted apart. The stack's Prometheus scrapes the meter.
+        read = "import urllib.request as u; print(u.urlopen('http://127.0.0.1:9146/metrics/usage').read().decode())"
+        meter = docker("exec", f"{container}-nginx", "python3", "-c", read)
         counted = re.search(r'^glm_key_prompt_tokens_total\{client="e2e"\} (\d+)$', meter, re.M)
-        assert counted and int(counted[1]) >= reply.usage.prompt_tokens, meter
+        assert counted and int(counted[1]) == reply.usage.prompt_tokens, meter
+        assert re.search(r'^glm_key_requests_total\{client="smoke-gate",status="200"\} [1-9]', meter, re.M), (
+            meter
+        )
         up = 'up{job="usage-meter"}'
         deadline = time.monotonic() + 60
         while '"1"' not in (answer := docker("exec", f"{container}-prometheus", "promtool", "query", "instant",

@@ -135,7 +135,7 @@ def test_every_meter_key_the_stack_asks_for_is_refused_at_once_each_with_its_fix
     "meter",
     [
         {},  # the default: on where it runs
-        {"baseImage": "glm53-local/python:bookworm", "fairShare": False},  # the local stack file's kind
+        {"fairShare": False},  # a setting that changes nothing where no meter runs
         {"enabled": False, "weights": {"ops": 2}, "queueSeconds": 3},  # off: they weigh nothing anywhere
         {"queueSeconds": 10, "weights": {}},  # what the stack gets without them: nothing is lost
     ],

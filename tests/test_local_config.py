@@ -59,11 +59,7 @@ def test_the_users_settings_survive_and_new_tracked_defaults_still_arrive(clone:
     mine.write_text(yaml.safe_dump(data))
     kept = _sync(clone)
     assert kept["glm:serving"] == {"extraEnv": {"F": "x"}} and "glm:semanticProbe" not in kept
-    assert kept["glm:front"] == {
-        "image": "glm53-local/nginx:bookworm",
-        "usageMeter": {"baseImage": "glm53-local/python:bookworm"},
-        "port": 18480,
-    }
+    assert kept["glm:front"] == {"image": "glm53-local/nginx:bookworm", "port": 18480}
     assert (clone / "Pulumi.local.yaml").read_text() == committed
     # The repository moves on: a changed default and a new key reach the copy; the user's stay.
     tracked = yaml.safe_load(committed)
@@ -71,11 +67,7 @@ def test_the_users_settings_survive_and_new_tracked_defaults_still_arrive(clone:
     tracked["config"]["glm:smoke"] = {"deadlineSeconds": 60}
     (clone / "Pulumi.local.yaml").write_text(yaml.safe_dump(tracked))
     merged = _sync(clone)
-    assert merged["glm:front"] == {
-        "image": "glm53-local/nginx:trixie",
-        "usageMeter": {"baseImage": "glm53-local/python:bookworm"},
-        "port": 18480,
-    }
+    assert merged["glm:front"] == {"image": "glm53-local/nginx:trixie", "port": 18480}
     assert merged["glm:smoke"] == {"deadlineSeconds": 60}
     assert merged["glm:serving"] == {"extraEnv": {"F": "x"}} and "glm:semanticProbe" not in merged
 

@@ -30,7 +30,7 @@ from components.docker import rotation
 from components.docker.nginx_reload import apply_release
 from components.gate import GateFailure, run_gate
 from components.render.status_page import render_page
-from tests.conftest import CONTAINER, PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
+from tests.conftest import PROJECT, TEST_API_KEYS, Deployment, Registered, run_program, unwrap
 from tests.engine import free_port, free_subnet
 
 LOCAL_IMAGES = [
@@ -131,13 +131,12 @@ def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
             "glm:front": {
                 "image": "glm53-local/nginx:bookworm",
                 "port": front_port,
-                "usageMeter": {"baseImage": "glm53-local/python:bookworm"},  # in the path by default
             },
             "glm:monitoring": {"image": "glm53-local/prometheus:bookworm", "port": prometheus_port},
             "glm:container": {"name": name, "networkSubnet": free_subnet()},
         },
     )
-    for image in ("-image-build", "-usage-meter-image"):  # the simulator, the usage meter
+    for image in ("-image-build",):  # the simulator
         built = deployment.one("docker:index/image:Image", image).inputs
         build = built["build"]
         subprocess.run(
@@ -154,8 +153,6 @@ def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
         docker("network", "create", "--subnet", network["ipamConfigs"][0]["subnet"], network["name"])
         docker("volume", "create", volume["name"])
         started.append(start(containers["vllm"], network["name"], {}))
-        # The inference routes go through the usage meter (nginx finds it by name when asked).
-        started.append(start(deployment.one(CONTAINER, "-usage-meter-container"), network["name"], {}))
         started.append(start(containers["nginx"], network["name"], {pulled: "glm53-local/nginx:bookworm"}))
         # The front's config arrives as `pulumi up` delivers it: NginxReload's files, nginx -t, reload.
         apply_release(unwrap(deployment.one("pulumi-python:dynamic:Resource", "-front-config").inputs))

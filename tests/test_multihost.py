@@ -128,14 +128,14 @@ def test_each_host_gets_its_own_provider_preflight_volume_and_container(three: D
         "gpu03-docker": "ssh://deploy@10.0.0.13",
     }
     # The front's host keeps the one-host names (a stack that grows replaces nothing there); the
-    # usage meter runs beside the front only, sharing every replica's slots.
+    # usage meter runs in the front's nginx only, sharing every replica's slots.
     assert names(three, CONTAINER) == [
-        "a800-front-nginx", "a800-front-usage-meter-container", "a800-gpu02-guard-nginx", "a800-gpu02-serving-vllm", "a800-gpu03-guard-nginx",
+        "a800-front-nginx", "a800-gpu02-guard-nginx", "a800-gpu02-serving-vllm", "a800-gpu03-guard-nginx",
         "a800-gpu03-serving-vllm", "a800-monitoring-prometheus", "a800-semantic-probe-container",
         "a800-serving-vllm",
     ]  # fmt: skip
     assert names(three, "docker:index/volume:Volume") == [
-        "a800-front-rotation-requests", "a800-gpu02-model-jit-cache", "a800-gpu03-model-jit-cache", "a800-model-jit-cache",
+        "a800-front-rotation-requests", "a800-front-usage", "a800-gpu02-model-jit-cache", "a800-gpu03-model-jit-cache", "a800-model-jit-cache",
     ]  # fmt: skip
     checks = {r.name: unwrap(r.inputs) for r in three.of_type("command:remote:Command")}
     assert sorted(checks) == [

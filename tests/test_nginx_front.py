@@ -904,7 +904,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
         "front-config": RELOAD,
         "front-rotation-requests": "docker:index/volume:Volume",
     }
-    assert mocks.registered["front-image"][1]["name"] == "nginx:1.27"
+    assert mocks.registered["front-image"][1]["name"] == config.front.image
     assert mocks.registered["front-image"][1]["keepLocally"] is True
     inputs = mocks.registered["front-nginx"][1]
     assert inputs["name"] == f"{config.container.name}-nginx"

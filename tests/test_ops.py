@@ -96,7 +96,7 @@ def test_smoke_reads_the_gate_metrics_key_alone_not_the_decrypted_state(
     fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\necho sk-gate-metrics-5f0c2a9e7b1d4c8a\n')
     fake.chmod(0o755)
     monkeypatch.setattr(ops, "PULUMI", [str(fake)])
-    assert ops.gate_metrics_key("a800") == "sk-gate-metrics-5f0c2a9e7b1d4c8a"
+    assert ops.secret_output("a800", "gateMetricsKey") == "sk-gate-metrics-5f0c2a9e7b1d4c8a"
     assert calls.read_text().splitlines() == ["stack output gateMetricsKey --show-secrets -s a800"]
 
 
@@ -134,6 +134,21 @@ def test_the_gate_metrics_key_is_a_secret_stack_output() -> None:
 
     outputs = run_program("a800").outputs
     assert outputs["gateMetricsKey"] == GATE_METRICS_TEST_KEY or is_secret(outputs["gateMetricsKey"])
+
+
+def test_the_gate_sends_its_own_api_key_never_a_users_and_the_front_knows_it_by_name() -> None:
+    """Issue 46: the gate (and `make smoke`) used the first user key by name, so a user was charged
+    the gate's requests. Now every gate sends the stack's own key, which the front's key map holds
+    under the name smoke-gate, and `make smoke` reads it from the gateApiKey output."""
+    from tests.conftest import GATE_API_TEST_KEY, TEST_API_KEYS, is_secret, run_program, unwrap
+
+    program = run_program("a800")
+    gates = [r for r in program.resources if "api_key" in r.inputs]
+    assert gates, "no gate registered"
+    for gate in gates:
+        assert unwrap(gate.inputs["api_key"]) == GATE_API_TEST_KEY, gate.name
+        assert unwrap(gate.inputs["api_key"]) not in TEST_API_KEYS.values()
+    assert program.outputs["gateApiKey"] == GATE_API_TEST_KEY or is_secret(program.outputs["gateApiKey"])
 
 
 @pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))

@@ -738,12 +738,13 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
         "metrics_path": "/metrics",
         "static_configs": [{"targets": [f"{config.container.name}-nginx:9146"]}],
     }
-    # The usage meter in the front's path (on by default on Docker hosts): usage per API key name.
+    # The usage meter in the front's nginx (on by default on Docker hosts): usage per API key name,
+    # on the same status port.
     assert scraped["scrape_configs"][3:] == [
         {
             "job_name": "usage-meter",
-            "metrics_path": "/metrics",
-            "static_configs": [{"targets": [f"{config.container.name}-usage-meter:9147"]}],
+            "metrics_path": "/metrics/usage",
+            "static_configs": [{"targets": [f"{config.container.name}-nginx:9146"]}],
         }
     ]
     assert scraped["rule_files"] == [RULES_PATH]

@@ -79,7 +79,6 @@ def rehearsal_config(host: StandinHost, stack: str, **extra: str) -> dict[str, s
         "glm:front.image": LOCAL_IMAGES["front"],
         "glm:monitoring.image": LOCAL_IMAGES["monitoring"],
         "glm:semanticProbe.baseImage": LOCAL_IMAGES["base"],
-        "glm:front.usageMeter.baseImage": LOCAL_IMAGES["base"],
         # Prometheus on the host's address (not loopback), so the tests read its alerts from this
         # machine. The gate reads the KV pool through the front's metrics route, across the network.
         "glm:monitoring.bindAddress": host.address,

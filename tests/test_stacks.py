@@ -121,5 +121,4 @@ def test_one_role_label_spelling(deployed: dict[str, Deployment], stack: str) ->
         "monitoring",
         "jit-cache",
         "semantic-probe",
-        "usage-meter",
     }

@@ -17,7 +17,6 @@ import dataclasses
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -26,7 +25,8 @@ import openai
 import pytest
 
 from components.config import build_stack_config
-from components.render.nginx_conf import MeterRoute, render_nginx_conf
+from components.render.nginx_conf import render_nginx_conf
+from components.render.nginx_meter import METRICS_PATH, MeterRoute
 from components.render.prometheus_config import DEFAULT_JOB, METER_JOB, ROTATION_JOB
 from components.render.status_page import PANELS
 from components.semantic_probe import SCRAPE_JOB
@@ -34,14 +34,13 @@ from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
 from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.browser import CHROMIUM, browser
-from tests.conftest import PROJECT
 from tests.engine import free_port
 from tests.gate.support import local_config
+from tests.metered_front import LUA_MODULES
 from tests.test_dashboard import rotation_status
 from tests.test_nginx_front import KEYS, METRICS, NGINX, SERVED, running, runtime_dir, vllm_sim, wait_for_port
 from tests.test_status_page import page_prometheus
 
-METER = PROJECT / "images" / "usage-meter" / "usage_meter.py"
 TRAFFIC = 12
 """Chats per key, every other one streamed."""
 WIDTH = 1400
@@ -95,24 +94,23 @@ def _probe_ejects_box2(box1: int, box2: int, requests: Path) -> int:
 
 @contextlib.contextmanager
 def metered_status_front(boxes: list[int], directory: Path):
-    """The usage meter and nginx as a release runs them: the inference routes through the meter,
-    /status/ from the Prometheus named later (``front.prometheus_port`` is set before it starts)."""
+    """nginx as a release runs it, the usage meter inside: /status/ from the Prometheus named later
+    (``front.prometheus_port`` is set before it starts). Yields the front, its status port (the
+    meter's counters) and Prometheus' port."""
     config = build_stack_config({"hardware": "local"})
-    meter_port, return_port, port, prometheus_port = free_port(), free_port(), free_port(), free_port()
+    status_port, port, prometheus_port = free_port(), free_port(), free_port()
+    (directory / "modules").symlink_to(LUA_MODULES)
     with contextlib.ExitStack() as stack:
-        argv = [sys.executable, "-I", "-S", str(METER), "--host", "127.0.0.1", "--port", str(meter_port),
-                "--upstream", f"127.0.0.1:{return_port}"]  # fmt: skip
-        wait_for_port(meter_port, stack.enter_context(running(argv, directory / "meter.log")))
         conf = render_nginx_conf(
             config.front, [f"127.0.0.1:{p}" for p in boxes], KEYS, metrics_keys=METRICS,
-            listen=f"127.0.0.1:{port}", runtime_dir=str(directory), meter=MeterRoute(f"127.0.0.1:{meter_port}", 256, len(boxes)),
-            meter_return_listen=f"127.0.0.1:{return_port}", prometheus=f"127.0.0.1:{prometheus_port}",
+            listen=f"127.0.0.1:{port}", runtime_dir=str(directory), meter=MeterRoute(256, len(boxes), None),
+            status_listen=f"127.0.0.1:{status_port}", prometheus=f"127.0.0.1:{prometheus_port}",
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)
         argv = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e", "stderr",
                 "-g", "daemon off;"]  # fmt: skip
         wait_for_port(port, stack.enter_context(running(argv, directory / "nginx.log")))
-        yield f"http://127.0.0.1:{port}", meter_port, prometheus_port
+        yield f"http://127.0.0.1:{port}", status_port, prometheus_port
 
 
 def _wait_for(port: int, query: str, value: float, timeout: float = 60) -> None:
@@ -168,7 +166,11 @@ def test_every_panel_shows_data_in_a_real_browser_with_no_console_error(tmp_path
             {"job_name": SCRAPE_JOB, "static_configs": [{"targets": [f"127.0.0.1:{probe_port}"]}]},
             {"job_name": ROTATION_JOB, "metrics_path": "/rotation.prom",
              "static_configs": [{"targets": [f"127.0.0.1:{rotation_port}"]}]},
-            {"job_name": METER_JOB, "static_configs": [{"targets": [f"127.0.0.1:{meter_port}"]}]},
+            {
+                "job_name": METER_JOB,
+                "metrics_path": METRICS_PATH,
+                "static_configs": [{"targets": [f"127.0.0.1:{meter_port}"]}],
+            },
         ]  # fmt: skip
         stack.enter_context(page_prometheus(tmp_path / "prometheus", scrape, port=prometheus_port))
         _wait_for(prometheus_port, "count(up == 1)", 5)  # every target scraped once before the traffic

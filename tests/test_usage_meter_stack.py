@@ -1,10 +1,12 @@
-"""The usage meter as each Docker stack renders it under mocks (components/docker/usage_meter.py): in
-the front's path by default, its command line, nginx's route through it and Prometheus' job; and a
-stack that turns it off. (The meter's own runtime: tests/test_usage_meter.py; the cluster, which
-runs none: tests/test_k8s_keys.py.)"""
+"""The usage meter as each Docker stack renders it under mocks (components/render/nginx_meter.py):
+inside the front's nginx by default, its settings in the release's nginx.conf, its counters' volume
+and Prometheus' job; and a stack that turns it off. (The meter's own runtime:
+tests/test_usage_meter.py; the cluster, which runs none: tests/test_k8s_keys.py.)"""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
@@ -12,11 +14,9 @@ import yaml
 
 from tests.conftest import CONTAINER, Deployment, profile_stacks, run_program, stack_config, unwrap
 
-IMAGE = "docker:index/image:Image"
 GATE = "pulumi-python:dynamic:Resource"
-METER_PORT = "9147"  # glm:front.usageMeter.port's default
-RETURN_PORT = "8081"  # the front's return listener, where the meter sends requests back
-QUEUE_SECONDS = "10"  # glm:front.usageMeter.queueSeconds's default, as the key is written
+STATUS_PORT = "9146"  # the front's status port, never published
+STATE_DIR = "/var/lib/glm53-usage"
 
 
 def with_meter(stack: str, **meter: Any) -> dict[str, Any]:
@@ -25,17 +25,23 @@ def with_meter(stack: str, **meter: Any) -> dict[str, Any]:
     return {"glm:front": {**front, "usageMeter": {**(front.get("usageMeter") or {}), **meter}}}
 
 
-def meter_command(deployment: Deployment) -> list[str]:
-    return list(deployment.one(CONTAINER, "-usage-meter-container").inputs["command"])
+def release_conf(deployment: Deployment) -> str:
+    return str(unwrap(deployment.one(GATE, "-front-config").inputs)["nginx_conf"])
 
 
-def scrape_jobs(deployment: Deployment) -> dict[str, list[str]]:
+def meter_settings(conf: str) -> dict[str, Any]:
+    """What nginx.conf hands the meter's configure() (a JSON literal in a Lua long string)."""
+    found = re.search(
+        r'require\("meter"\)\.configure\(require\("cjson\.safe"\)\.decode\(\[==\[(.*?)\]==\]\)\)', conf
+    )
+    assert found, "nginx.conf does not configure the meter"
+    return json.loads(found[1])
+
+
+def scrape_jobs(deployment: Deployment) -> dict[str, dict[str, Any]]:
     uploads = {u["file"]: u["content"] for u in deployment.one(CONTAINER, "-prometheus").inputs["uploads"]}
     scraped = yaml.safe_load(uploads["/etc/prometheus/prometheus.yml"])
-    return {
-        job["job_name"]: [t for c in job["static_configs"] for t in c["targets"]]
-        for job in scraped["scrape_configs"]
-    }
+    return {job["job_name"]: job for job in scraped["scrape_configs"]}
 
 
 @pytest.mark.parametrize("stack", profile_stacks())
@@ -45,28 +51,34 @@ def test_every_docker_stack_has_the_meter_in_its_front_path_by_default(
     meter_file = (stack_config(stack).get("glm:front") or {}).get("usageMeter") or {}
     assert "enabled" not in meter_file  # the default, not the stack file, puts it there
     deployment = deployed[stack]
-    meter = deployment.one(CONTAINER, "-usage-meter-container").inputs
-    front = deployment.one(CONTAINER, "-front-nginx").inputs["name"]
-    assert meter["name"] == f"{front.removesuffix('-nginx')}-usage-meter"
-    assert meter["command"] == [
-        "--port", METER_PORT, "--upstream", f"{front}:{RETURN_PORT}", "--queue-seconds", QUEUE_SECONDS,
-    ]  # fmt: skip
-    assert {"label": "glm53.role", "value": "usage-meter"} in meter["labels"]
-    # Its image is built from the stack's base image (the local stack's is a local one).
-    build = deployment.one(IMAGE, "-usage-meter-image").inputs["build"]
-    assert build["args"] == {"BASE_IMAGE": meter_file.get("baseImage", "python:3.11-slim")}
-    # nginx sends the inference routes to the meter, with the share table.
-    release = unwrap(deployment.one(GATE, "-front-config").inputs)
-    assert f'set $usage_meter "{meter["name"]}:{METER_PORT}";' in release["nginx_conf"]
-    assert "usage-shares.conf" in release["secret_files"]
-    # And the stack's Prometheus scrapes it.
-    assert scrape_jobs(deployment)["usage-meter"] == [f"{meter['name']}:{METER_PORT}"]
+    # No meter container, no return listener: the meter is nginx's own phases.
+    assert [r.name for r in deployment.resources if "usage-meter" in r.name] == []
+    conf = release_conf(deployment)
+    assert "lua_shared_dict glm_meter" in conf and "listen 8081" not in conf
+    for route in ("/v1/chat/completions", "/v1/completions", "/v1/responses"):
+        location = conf[conf.index(f"location = {route} {{") :]
+        location = location[: location.index("proxy_pass")]
+        assert 'access_by_lua_block { require("meter").access() }' in location
+        assert 'body_filter_by_lua_block { require("meter").body_filter() }' in location
+    settings = meter_settings(conf)
+    max_num_seqs = deployment.one(CONTAINER, "-vllm").inputs["command"]
+    assert f"--max-num-seqs={settings['slots']}" in max_num_seqs
+    assert settings["state_file"] == f"{STATE_DIR}/counters.json"
+    # Its counters outlive the front container, on a volume of their own.
+    front = deployment.one(CONTAINER, "-front-nginx").inputs
+    assert {"volumeName": f"{front['name']}-usage", "containerPath": STATE_DIR} in unwrap(front["volumes"])
+    # And the stack's Prometheus scrapes them on the front's status port.
+    job = scrape_jobs(deployment)["usage-meter"]
+    assert job["metrics_path"] == "/metrics/usage"
+    assert job["static_configs"] == [{"targets": [f"{front['name']}:{STATUS_PORT}"]}]
 
 
-@pytest.mark.parametrize(("written", "argv"), [(2.5, "2.5"), (0, "0"), (30, "30")])
-def test_the_stacks_queue_seconds_reach_the_meters_command_line(written: float, argv: str) -> None:
-    deployment = run_program("local", overrides=with_meter("local", queueSeconds=written))
-    assert meter_command(deployment)[-2:] == ["--queue-seconds", argv]
+@pytest.mark.parametrize(("written", "expected"), [(2.5, 2.5), (0, 0), (30, 30)])
+def test_the_stacks_queue_seconds_and_weights_reach_the_meter(written: float, expected: float) -> None:
+    overrides = with_meter("local", queueSeconds=written, weights={"ops": 3})
+    settings = meter_settings(release_conf(run_program("local", overrides=overrides)))
+    assert settings["queue_seconds"] == expected
+    assert settings["weights"] == {"ops": 3}
 
 
 def test_a_queue_nginx_would_not_wait_out_is_refused_naming_both_keys() -> None:
@@ -78,7 +90,8 @@ def test_a_queue_nginx_would_not_wait_out_is_refused_naming_both_keys() -> None:
 
 def test_a_docker_stack_that_turns_the_meter_off_sends_nginx_straight_to_the_replicas() -> None:
     deployment = run_program("local", overrides=with_meter("local", enabled=False))
-    assert [r.name for r in deployment.resources if "usage-meter" in r.name] == []
-    release = unwrap(deployment.one(GATE, "-front-config").inputs)
-    assert "usage_meter" not in release["nginx_conf"] and "usage-shares.conf" not in release["secret_files"]
+    conf = release_conf(deployment)
+    assert "lua" not in conf and "/metrics/usage" not in conf
     assert "usage-meter" not in scrape_jobs(deployment)
+    volumes = unwrap(deployment.one(CONTAINER, "-front-nginx").inputs["volumes"])
+    assert not [v for v in volumes if v["containerPath"] == STATE_DIR]

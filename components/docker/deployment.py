@@ -36,10 +36,6 @@ from components.serving.spec import ServingSpec, command_line, render_serving
 from components.smoke_gate import SmokeTest, SmokeTestArgs
 
 
-def _first_key(keys: dict[str, str]) -> str:
-    return keys[sorted(keys)[0]]
-
-
 def _with_key(
     keys: pulumi.Output[dict[str, str]] | None, client_name: str | None, key: pulumi.Output[str] | None
 ) -> pulumi.Output[dict[str, str]] | None:
@@ -65,7 +61,7 @@ def deploy_docker(config: StackConfig, secrets: Secrets, stack: str) -> dict[str
     preflights = [b.preflight for b in bases if b.preflight]
     probe = config.semantic_probe if semantic_probe_runs(config) else None
     keys = StackKeys.create(probe, config.smoke, stack, after=preflights)
-    plan = _roll_plan(config, serving, secrets, stack, hosts, preflights)
+    plan = _roll_plan(config, serving, secrets, keys.gate, stack, hosts, preflights)
     first = serving_container(plan, bases[0], after=[])
     front = NginxFront(
         f"{stack}-front",
@@ -92,6 +88,7 @@ def _roll_plan(
     config: StackConfig,
     serving: ServingSpec,
     secrets: Secrets,
+    gate_key: pulumi.Output[str],
     stack: str,
     hosts: list[HostConfig],
     preflights: list[Preflight],
@@ -121,7 +118,7 @@ def _roll_plan(
         grace_seconds=grace,
         front_on=front_on,
         drain=drain_hook(front_on, grace),
-        api_key=secrets.api_keys.apply(_first_key),
+        api_key=gate_key,
         guards=guards,
     )
 
@@ -140,7 +137,10 @@ def _front_args(
         host=config.target.host,
         container=config.container,
         network_name=network_name,
-        api_keys=_with_key(secrets.api_keys, keys.probe_client, keys.probe) or secrets.api_keys,
+        api_keys=_with_key(
+            _with_key(secrets.api_keys, GATE_METRICS_CLIENT, keys.gate), keys.probe_client, keys.probe
+        )
+        or secrets.api_keys,
         tls_files=secrets.tls_files,
         metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
         replica_files=guards.front_files() if guards else None,
@@ -300,8 +300,9 @@ def _fleet_outputs(
     outputs: dict[str, Any] = {"drain": {"front": plan.front_on, "graceSeconds": plan.grace_seconds}}
     if probe is not None:
         outputs["semanticProbe"] = probe.container_name
+    # Secret: `ops smoke` reads these values, not the whole decrypted state.
+    outputs["gateApiKey"] = keys.gate
     if keys.gate_metrics is not None:
-        # Secret: `ops smoke` reads this one value, not the whole decrypted state.
         outputs["gateMetricsKey"] = keys.gate_metrics
     if len(replicas) > 1:
         outputs["replicas"] = {r.host.name: r.gate.results for r in replicas}

@@ -93,7 +93,8 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         _semantic_probe(spec, k8s_target, stack, images, front, keys.probe, guard, smoke, in_ns)
     # The served model, not where it listens: the fingerprint a Docker stack of the profile has.
     served = served_model(unbound, config.serving_image, secrets.serving_env_names)
-    return _outputs(k8s_target, serving, served, smoke)
+    # Secret: `ops smoke` sends the gate's own key, never a user's.
+    return _outputs(k8s_target, serving, served, smoke) | {"gateApiKey": keys.gate}
 
 
 def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, stack: str) -> ClusterImages:
@@ -196,7 +197,13 @@ def _front_args(
         k8s_target=k8s_target,
         stack=stack,
         upstream=pods.service.spec.cluster_ip.apply(lambda ip: upstream_conf(ip, serving.port)),
-        api_keys=_with_keys(secrets.api_keys, {keys.probe_client: keys.probe} if keys.probe_client else {}),
+        api_keys=_with_keys(
+            secrets.api_keys,
+            {
+                GATE_METRICS_CLIENT: keys.gate,
+                **({keys.probe_client: keys.probe} if keys.probe_client else {}),
+            },
+        ),
         # The guards' scrape key reads the front's /metrics too: the probe's kv_pool reads.
         metrics_keys=_with_keys(
             secrets.metrics_keys if secrets.metrics_keys is not None else {},
@@ -225,7 +232,7 @@ def _front_gate_args(
         serving=serving,
         smoke=smoke,
         front_url=front_url,
-        api_key=secrets.api_keys.apply(lambda keys: keys[sorted(keys)[0]]),
+        api_key=keys.gate,
         image_ref=images.serving,
         metrics_url=smoke.metrics_url or front_url.removesuffix("/v1") + "/metrics",
         metrics_key=keys.gate_metrics,

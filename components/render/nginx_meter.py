@@ -1,7 +1,7 @@
 """The usage meter, rendered into the front's ``nginx.conf``: what the config gains when the meter is
 on. Pure, like components/render/nginx_conf.py, which calls it.
 
-The meter is Lua inside nginx (``components/host/templates/meter/*.lua``, OpenResty's
+The meter is Lua inside nginx (``components/host/meter/*.lua``, OpenResty's
 lua-nginx-module): no hop, no process of its own, nothing separate to die. Its modules are rendered
 into the config itself (``init_by_lua_block``), so ``nginx -t`` on a release checks exactly the
 code that release runs, and a change of the meter is a graceful reload like any front change;
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from components.config import FrontConfig
 from components.template import TEMPLATES, render_file
 
-METER_DIR = TEMPLATES / "meter"
+METER_DIR = TEMPLATES.parent / "meter"
 LUA_MODULES = ("meter_request", "meter_answer", "meter_shares", "meter")
 """The meter's Lua modules, each ``meter/<name>.lua``; ``meter`` is the one nginx calls."""
 GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")

@@ -186,21 +186,22 @@ local function openai_error(status, message, code, kind, retry_after)
   return ngx.exit(ngx.HTTP_OK)
 end
 
+-- The request's top-level fields, and where its body is: in memory (`body`), or in nginx's own
+-- temporary file (`path`: past client_body_buffer_size), which is scanned slice by slice so neither
+-- the loop every stream shares nor the worker's memory ever holds the whole body.
 local function read_fields()
   ngx.req.read_body()
   local body = ngx.req.get_body_data()
   if body then
-    return request.fields(body, function() ngx.sleep(0) end), body
+    return request.fields(body, function() ngx.sleep(0) end), body, nil
   end
   local path = ngx.req.get_body_file()
   local file = path and io.open(path, "rb")
   if not file then
-    return nil, nil
+    return nil, nil, nil
   end
-  -- Past the in-memory buffer: scanned slice by slice from nginx's own temporary file, so neither
-  -- the loop every stream shares nor the worker's memory holds the whole body.
   local scanner = request.Scanner()
-  while true do
+  while not (scanner.done or scanner.broken) do
     local slice = file:read(request.SLICE)
     if not slice then
       break
@@ -212,13 +213,39 @@ local function read_fields()
   return scanner:fields(), nil, path
 end
 
-local function read_whole(path)
-  local file = io.open(path, "rb")
-  local body = file and file:read("*a")
-  if file then
-    file:close()
+-- A large stream's body with usage asked for: copied slice by slice into a new temporary file, its
+-- closing brace replaced by request.with_usage's; nginx sends that file and removes it afterwards.
+local function rewrite_file(path)
+  local source = io.open(path, "rb")
+  local target_path = path .. ".meter"
+  local target = source and io.open(target_path, "wb")
+  if not target then
+    if source then
+      source:close()
+    end
+    return false
   end
-  return body
+  local previous = source:read(request.SLICE)
+  while previous do
+    local slice = source:read(request.SLICE)
+    if not slice then
+      break
+    end
+    target:write(previous)
+    previous = slice
+    ngx.sleep(0)
+  end
+  source:close()
+  local tail = previous and request.with_usage(previous)
+  if not tail then
+    target:close()
+    os.remove(target_path)
+    return false
+  end
+  target:write(tail)
+  target:close()
+  ngx.req.set_body_file(target_path, true)
+  return true
 end
 
 -- The meter's part of the access phase: returns (status, message, code, kind, retry_after) to
@@ -264,10 +291,11 @@ local function admit(ctx)
     ngx.update_time()
   end
   if shape.stream and route ~= "/v1/responses" then
-    local whole_body = body or (path and read_whole(path))
-    local rewritten = whole_body and request.with_usage(whole_body)
+    local rewritten = body and request.with_usage(body)
     if rewritten then
       ngx.req.set_body_data(rewritten)
+    elseif path and not rewrite_file(path) then
+      ngx.log(ngx.WARN, "usage meter: a stream's body could not ask for usage; counted from what it was sent")
     end
   end
   return nil
