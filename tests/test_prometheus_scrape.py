@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 import yaml
 
-from components.config import StackConfig, build_stack_config
+from components.config import StackConfig, build_stack_config, usage_meter_runs
 from components.docker.prometheus_scrape import PrometheusScrape
 from components.profiles import PROFILES
 from components.render.prometheus_config import (
     CONFIG_PATH,
     DEFAULT_JOB,
+    METER_JOB,
     PROMETHEUS_FLAGS,
     RULES_PATH,
     ScrapeSpec,
@@ -155,7 +156,14 @@ def test_rules_name_the_stack_limits_and_the_levers(hardware: str) -> None:
     for name, rule in rules.items():
         assert rule["labels"]["severity"] in {"critical", "warning"}
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
-        assert ('job="semantic-probe"' if name.startswith("Glm") else 'job="vllm"') in rule["expr"]
+        job = (
+            "usage-meter"
+            if name.startswith("GlmUsageMeter")
+            else "semantic-probe"
+            if name.startswith("Glm")
+            else "vllm"
+        )
+        assert f'job="{job}"' in rule["expr"]
     assert rules["VllmCapacityWaitNothingRunning"]["for"] == "2m"
     assert "and on (job, instance, model_name, engine)" in rules["VllmCapacityWaitNothingRunning"]["expr"]
     assert rules["VllmKvCacheNearlyFull"]["expr"] == 'vllm:kv_cache_usage_perc{job="vllm"} > 0.9'
@@ -218,7 +226,7 @@ def test_semantic_probe_rules_follow_the_stack_config() -> None:
     assert rules["GlmSemanticProbeSilent"]["for"] == "30s"
     assert "> 90" in rules["GlmSemanticProbeSilent"]["expr"]  # 2 x 30 s + 2 x 15 s
     off = rules_of(stack("local", semanticProbe={"enabled": False}))
-    assert not [name for name in off if name.startswith("Glm")]
+    assert not [name for name in off if name.startswith("Glm") and not name.startswith("GlmUsageMeter")]
     # Behind a TLS front the probe runs too (issue 23), and so do its rules.
     tls = stack("local", front={"tls": True})
     assert ScrapeSpec.of(tls).semantic_probe == tls.semantic_probe
@@ -325,6 +333,29 @@ class Expect:
 
     def check(self, at: int, name: str, *alerts: dict[str, Any]) -> dict[str, Any]:
         return {"eval_time": f"{at}m", "alertname": name, "exp_alerts": list(alerts)}
+
+
+def meter_alert_test(expect: Expect) -> dict[str, Any]:
+    """The usage meter: a request passed on unmetered fires its warning while it is in the last 10
+    minutes, and its counters unreadable for 2 minutes fire the critical one."""
+    meter = {"job": METER_JOB, "instance": "glm53-flash-nginx:9146"}
+    alice = {**meter, "client": "alice"}
+    unmetered, down = "GlmUsageMeterUnmetered", "GlmUsageMeterDown"
+    return {
+        "input_series": [
+            series("glm_key_unmetered_total", alice, "0x5 1x20"),
+            series("glm_key_unmetered_total", {**meter, "client": "bob"}, "0x25"),
+            series("up", meter, "1x6 0x10"),
+        ],
+        "interval": "1m",
+        "alert_rule_test": [
+            expect.check(5, unmetered),
+            expect.check(7, unmetered, expect.alert(unmetered, alice)),
+            expect.check(20, unmetered),
+            expect.check(8, down),
+            expect.check(9, down, expect.alert(down, meter)),
+        ],
+    }
 
 
 def promtool_tests(config: StackConfig) -> list[dict[str, Any]]:
@@ -506,6 +537,8 @@ def promtool_tests(config: StackConfig) -> list[dict[str, Any]]:
         tests += semantic_probe_promtool_tests(config, expect, target)
     for test in tests:
         test["interval"] = "1m"
+    if usage_meter_runs(config):
+        tests.append(meter_alert_test(expect))
     return tests
 
 

@@ -81,6 +81,8 @@ class AlertLookAt:
     <probe container>``."""
     running: str
     """What runs, the probe's container among it, stopped or not: ``docker ps -a``."""
+    front_log: str = "the front's log"
+    """The front's nginx log, where the usage meter says why it failed on a request."""
 
     @classmethod
     def docker(cls, stack_container: str) -> AlertLookAt:
@@ -90,7 +92,20 @@ class AlertLookAt:
             restarts="its restart count",
             probe_log=f"docker logs {semantic_probe.container_name(stack_container)}",
             running="docker ps -a",
+            front_log=f"docker logs {stack_container}-nginx 2>&1 | grep 'usage meter'",
         )
+
+
+def alert_rule(
+    name: str, expr: str, severity: str, summary: str, description: str, for_: str | None
+) -> dict[str, Any]:
+    """One Prometheus alerting rule: its labels carry the severity, its annotations the texts."""
+    rule: dict[str, Any] = {"alert": name, "expr": expr}
+    if for_:
+        rule["for"] = for_
+    rule["labels"] = {"severity": severity}
+    rule["annotations"] = {"summary": summary, "description": description}
+    return rule
 
 
 @dataclass(frozen=True)

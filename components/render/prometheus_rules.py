@@ -21,7 +21,8 @@ from typing import Any
 
 from components import semantic_probe
 from components.config import MonitoringConfig, SemanticProbeConfig, SmokeConfig
-from components.render.prometheus_config import DEFAULT_JOB, AlertLookAt, ScrapeSpec, to_yaml
+from components.render.meter_rules import usage_meter_rules
+from components.render.prometheus_config import DEFAULT_JOB, AlertLookAt, ScrapeSpec, alert_rule, to_yaml
 from components.render.slo_rules import slo_rules
 
 PROBE_SEEN_WINDOW = "7d"
@@ -106,17 +107,6 @@ def _for_target_down(monitoring: MonitoringConfig, engine_start_seconds: float |
     return f"{max(5, math.ceil((engine_start_seconds or 0) * 1.2 / 60))}m"
 
 
-def _alert(
-    name: str, expr: str, severity: str, summary: str, description: str, for_: str | None
-) -> dict[str, Any]:
-    rule: dict[str, Any] = {"alert": name, "expr": expr}
-    if for_:
-        rule["for"] = for_
-    rule["labels"] = {"severity": severity}
-    rule["annotations"] = {"summary": summary, "description": description}
-    return rule
-
-
 def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = False) -> list[dict[str, Any]]:
     """The alerting rules for this stack, as Prometheus rule dicts (see ``render_alert_rules``).
 
@@ -135,7 +125,7 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
         f"glm:serving.maxModelLen (--max-model-len, now {max_len}) to what the pool holds."
     )
     rules = [
-        _alert(
+        alert_rule(
             "VllmKvPoolBelowMaxModelLen",
             kv_pool_below_expr(max_len, sizes, job),
             "critical",
@@ -146,7 +136,7 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
             f"lasted 2,171 s on Ascend). {levers}",
             None,
         ),
-        _alert(
+        alert_rule(
             "VllmKvPoolUnchecked",
             f'vllm:cache_config_info{{{sel},block_size!~"{"|".join(map(str, sizes))}"}}\n'
             f'  or vllm:cache_config_info{{{sel},num_gpu_blocks!~"[0-9]+"}}',
@@ -157,7 +147,7 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
             "Set glm:serving.blockSize to the block size vLLM uses so the rule is rendered for it.",
             None,
         ),
-        _alert(
+        alert_rule(
             "VllmCapacityWaitNothingRunning",
             f'vllm:num_requests_waiting_by_reason{{{sel},reason="capacity"}} > 0\n'
             "  and on (job, instance, model_name, engine)\n"
@@ -170,7 +160,7 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
             f"make the pool at least max_model_len {max_len}. {levers}",
             thresholds.capacity_wait_for,
         ),
-        _alert(
+        alert_rule(
             "VllmKvCacheNearlyFull",
             f"vllm:kv_cache_usage_perc{{{sel}}} > {thresholds.kv_cache_usage:g}",
             "warning",
@@ -181,7 +171,7 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
             "pool (glm:serving.gpuMemoryUtilization, maxNumBatchedTokens), or add capacity.",
             "5m",
         ),
-        _alert(
+        alert_rule(
             "VllmTtftP99High",
             "histogram_quantile(0.99, sum by (le, model_name) "
             f"(rate(vllm:time_to_first_token_seconds_bucket{{{sel}}}[5m])))\n"
@@ -197,7 +187,7 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
     ]
     if serving.num_speculative_tokens:
         rules.append(
-            _alert(
+            alert_rule(
                 "VllmSpecDecodeAcceptanceLow",
                 "sum by (job, instance, model_name) "
                 f"(rate(vllm:spec_decode_num_accepted_tokens_total{{{sel}}}[5m]))\n"
@@ -217,7 +207,7 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
         )
     down_for = _for_target_down(spec.monitoring, spec.engine_start_seconds)
     rules.append(
-        _alert(
+        alert_rule(
             "VllmTargetDown",
             f"up{{{sel}}} == 0",
             "critical",
@@ -233,6 +223,8 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
         rules = [_on_host(rule) for rule in rules]
     if spec.semantic_probe is not None:
         rules += semantic_probe_rules(spec.semantic_probe, spec.look_at, spec.smoke, job, by_host=by_host)
+    if spec.usage_meter is not None:
+        rules += usage_meter_rules(spec.look_at)
     return rules
 
 
@@ -286,7 +278,7 @@ def semantic_probe_rules(
         "(glm:semanticProbe.failuresBeforeAlert)."
     )
     return [
-        _alert(
+        alert_rule(
             "GlmModelAnswersWrong",
             failing('step="arithmetic"'),
             "critical",
@@ -297,7 +289,7 @@ def semantic_probe_rules(
             "/health may well be green (vLLM #24207). " + where,
             None,
         ),
-        _alert(
+        alert_rule(
             "GlmToolCallsBroken",
             failing('step="tool_call"'),
             "critical",
@@ -307,7 +299,7 @@ def semantic_probe_rules(
             "or a timeout). Look at --tool-call-parser and --enable-auto-tool-choice. " + where,
             None,
         ),
-        _alert(
+        alert_rule(
             "GlmSemanticProbeStepFailing",
             failing('step=~"readiness|kv_pool"'),
             "warning",
@@ -317,7 +309,7 @@ def semantic_probe_rules(
             "row. " + where,
             None,
         ),
-        _alert(
+        alert_rule(
             "GlmSemanticProbeSilent",
             f"(up{{{sel}}} == 0 and max_over_time(up{{{sel}}}[{PROBE_SEEN_WINDOW}]) == 1)\n  or\n"
             f"(time() - {last_run}{{{sel}}} > {probe.silent_after_seconds}\n"
@@ -329,7 +321,7 @@ def semantic_probe_rules(
             f"would not alert. Look at: {look_at.running} and {look_at.probe_log}.",
             f"{probe.interval_seconds}s",
         ),
-        _alert(
+        alert_rule(
             "GlmReplicaUnprobed",
             f"time() - {last_run}{{{sel}}} > {probe.unprobed_after_seconds}\n"
             f"  and on (host, path) {skipping(probe.unprobed_after_seconds)}",
