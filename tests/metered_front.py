@@ -7,9 +7,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,8 +52,17 @@ class MeteredFront:
         assert self.status_port is not None, "this front runs without the meter"
         return httpx.get(f"http://127.0.0.1:{self.status_port}{METRICS_PATH}", timeout=5).text
 
+    restart: Callable[[int], None] = lambda _signal: None
+    """Stop nginx with ``signal`` (SIGQUIT: graceful, as ``docker stop``; SIGKILL: the master and its
+    workers at once, as an OOM kill of the container), then start it again on the same config."""
+
     def nginx_pid(self) -> int:
         return int((self.directory / "nginx.pid").read_text())
+
+    def workers(self) -> list[int]:
+        """The nginx master's worker processes now."""
+        children = Path(f"/proc/{self.nginx_pid()}/task/{self.nginx_pid()}/children").read_text()
+        return [int(pid) for pid in children.split()]
 
 
 def _wait_healthy(url: str, proc, log: Path) -> None:
@@ -119,10 +129,27 @@ def metered_front(
         ]
         proc = stack.enter_context(running(argv, directory / "nginx.log"))
         wait_for_port(port, proc)
+
+        def restart(how: int) -> None:
+            nonlocal proc
+            master = proc.pid
+            children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+            os.kill(master, how)
+            if how == signal.SIGKILL:
+                for child in children:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(child), signal.SIGKILL)
+            proc.wait(timeout=30)
+            with contextlib.suppress(FileNotFoundError):
+                (directory / "nginx.pid").unlink()
+            proc = stack.enter_context(running(argv, directory / "nginx.log.restarted"))
+            wait_for_port(port, proc)
+
         yield MeteredFront(
             f"http://127.0.0.1:{port}",
             status_port if meter else None,
             directory,
             f"http://127.0.0.1:{sim_port}",
+            restart,
         )
     shutil.rmtree(directory, ignore_errors=True)

@@ -162,8 +162,12 @@ local function observe(family, name, buckets, value)
   dict:incr(family .. ":" .. name .. ":sum", value, 0)
 end
 
--- What the answer told so far, counted now (a worker killed mid-stream loses nothing counted).
+-- What the answer told so far, counted now (a worker killed mid-stream loses nothing counted). The
+-- engine runs each of a request's `n` choices as a request of its own, prefill included, and counts
+-- the prompt that many times (vllm:prompt_tokens_total); `usage` says it once: the meter counts what
+-- the engine did.
 local function count_tokens(ctx, prompt, completion)
+  prompt = prompt * ((ctx.shape and ctx.shape.n) or 1)
   if prompt ~= ctx.prompt then
     dict:incr("prompt:" .. ctx.name, prompt - ctx.prompt, 0)
     ctx.prompt = prompt
