@@ -35,8 +35,13 @@ Order: for each load, nginx -> meter -> litellm, ``--passes`` times (2: a -> b -
 ``--quick``: 1); each pass is printed beside the pooled figure. Each load stops starting requests at its
 duration and is cut at 15 s (what is cut is counted); the run skips what would pass ``--budget``
 (600 s, ``--quick``: 120 s). Also printed: each front's own CPU time per request or token (its
-processes' user + system time: on a 2-core box shared with others the steadier figure) and the CPU
-that processes outside this benchmark took meanwhile. Figures are printed, never asserted.
+processes' user + system time, from /proc: on a 2-core box shared with others the steadier figure),
+and per load the cores the front, the client, the engine and everything outside this benchmark
+(other agents) kept busy. A stream cut at the bound before its first token counts its wait so far
+as its TTFT, and the figure is printed as a bound (``>=``). Figures are printed, never asserted.
+
+nginx closes each client connection after its answer (``keepalive_timeout 0``, see the rendered
+config), LiteLLM keeps it open: the same client meets each front as it is configured.
 
     .venv/bin/python benchmarks/front_overhead.py [--quick] [--litellm /work/litellm-venv/bin/litellm]
 """
@@ -122,9 +127,9 @@ class Sample:
     ttft: list[float] = field(default_factory=list)
     gaps: list[float] = field(default_factory=list)
     tokens: int = 0
-    front_cpu: float = 0.0
-    other_cpu: float = 0.0
-    """CPU seconds of processes outside this benchmark (other agents) during the load."""
+    cpu: dict[str, float] = field(default_factory=dict)
+    """CPU seconds during the load: ``front`` (its processes), ``client`` (this process), ``engine``
+    (the simulator) and ``others`` (every process outside this benchmark: other agents)."""
     notes: list[str] = field(default_factory=list)
     in_flight: dict[int, float | None] = field(default_factory=dict)
     """Requests running now: their start, or None once a stream's first token came."""
@@ -134,7 +139,8 @@ class Sample:
             self.ok + other.ok, self.wrong + other.wrong, self.errors + other.errors, self.cut + other.cut,
             self.censored + other.censored, self.wall + other.wall, self.latencies + other.latencies,
             self.ttft + other.ttft, self.gaps + other.gaps, self.tokens + other.tokens,
-            self.front_cpu + other.front_cpu, self.other_cpu + other.other_cpu, self.notes + other.notes,
+            {k: self.cpu.get(k, 0.0) + other.cpu.get(k, 0.0) for k in {*self.cpu, *other.cpu}},
+            self.notes + other.notes,
         )  # fmt: skip
 
 
@@ -310,20 +316,22 @@ def nginx_front_processes(directory: Path, meter_port: int | None) -> Callable[[
 
 
 @contextlib.contextmanager
-def cpu_meter(front: Front, sample: Sample) -> Iterator[None]:
-    pids = front.processes()
+def cpu_meter(front: Front, engine_pid: int) -> Iterator[dict[str, float]]:
+    """The CPU seconds spent while the block runs, by whom (see ``Sample.cpu``)."""
+    parts = {"front": front.processes(), "client": {os.getpid()}, "engine": {engine_pid}}
+    spent: dict[str, float] = {}
     before_table, busy_before = _proc_table(), _machine_busy()
-    yield
+    yield spent
     after_table, busy_after = _proc_table(), _machine_busy()
     mine = _with_descendants(after_table, {os.getpid()}) | _with_descendants(before_table, {os.getpid()})
 
-    def spent(pidset: set[int]) -> float:
+    def used(pids: set[int]) -> float:
         return sum(
-            after_table[p][1] - before_table[p][1] for p in pidset if p in after_table and p in before_table
+            after_table[p][1] - before_table[p][1] for p in pids if p in after_table and p in before_table
         )
 
-    sample.front_cpu = spent(pids)
-    sample.other_cpu = max(0.0, (busy_after - busy_before) - spent(mine))
+    spent.update({name: used(pids) for name, pids in parts.items()})
+    spent["others"] = max(0.0, (busy_after - busy_before) - used(mine))
 
 
 # ---- the engine and LiteLLM ----------------------------------------------------------------------
@@ -351,7 +359,7 @@ def wait_idle(engine: str, timeout: float = 30.0) -> str | None:
 
 
 @contextlib.contextmanager
-def simulator(max_num_seqs: int, decode_seconds: float) -> Iterator[str]:
+def simulator(max_num_seqs: int, decode_seconds: float) -> Iterator[tuple[str, int]]:
     """The vLLM-protocol simulator with the argv metered_front gives it, on a port of its own."""
     port = free_port()
     argv = [
@@ -363,7 +371,7 @@ def simulator(max_num_seqs: int, decode_seconds: float) -> Iterator[str]:
     try:
         with running(argv, directory / "sim.log", env) as proc:
             wait_for_port(port, proc, timeout=30)
-            yield f"http://127.0.0.1:{port}"
+            yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -472,11 +480,11 @@ def _tokens_rate(s: Sample) -> float | None:
 
 
 def _cpu_per_request(s: Sample) -> float | None:
-    return s.front_cpu / s.ok * 1e6 if s.ok else None
+    return s.cpu.get("front", 0.0) / s.ok * 1e6 if s.ok else None
 
 
 def _cpu_per_token(s: Sample) -> float | None:
-    return s.front_cpu / s.tokens * 1e6 if s.tokens else None
+    return s.cpu.get("front", 0.0) / s.tokens * 1e6 if s.tokens else None
 
 
 SHORT_FIGURES = (
@@ -508,37 +516,6 @@ def _fmt(value: float | None, at_least: bool = False) -> str:
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
-def _cell(figure: Figure, passes: list[Sample]) -> tuple[float | None, str]:
-    if not passes:
-        return None, "skipped"
-    pooled = passes[0]
-    for s in passes[1:]:
-        pooled = pooled.merge(s)
-    value = figure.value(pooled)
-    value = None if value is None else value * figure.scale
-    each = [(figure.value(s), figure.censorable and s.censored > 0) for s in passes]
-    text = _fmt(value, figure.censorable and pooled.censored > 0)
-    if len(passes) > 1:
-        text += " (" + "|".join(_fmt(None if v is None else v * figure.scale, c) for v, c in each) + ")"
-    return value, text
-
-
-def _ratio_cell(figure: Figure, mine: list[Sample], base: list[Sample]) -> str:
-    if not mine or not base:
-        return "–"
-
-    def ratio(a: Sample, b: Sample) -> float | None:
-        x, y = figure.value(a), figure.value(b)
-        return x / y if x is not None and y else None
-
-    pooled = ratio(_pool(mine), _pool(base))
-    text = "–" if pooled is None else f"{pooled:.2f}x"
-    if len(mine) > 1 and len(mine) == len(base):
-        each = [ratio(a, b) for a, b in zip(mine, base, strict=True)]
-        text += " (" + "|".join("–" if r is None else f"{r:.2f}" for r in each) + ")"
-    return text
-
-
 def _pool(samples: list[Sample]) -> Sample:
     pooled = samples[0]
     for s in samples[1:]:
@@ -546,71 +523,127 @@ def _pool(samples: list[Sample]) -> Sample:
     return pooled
 
 
-def _goal(figure: Figure, meter: float | None, nginx: float | None) -> str:
+def _measure(figure: Figure, sample: Sample | None) -> tuple[float | None, bool]:
+    """The figure in its unit, and whether it is only a lower bound (streams cut before a token)."""
+    if sample is None:
+        return None, False
+    value = figure.value(sample)
+    return (None if value is None else value * figure.scale), figure.censorable and sample.censored > 0
+
+
+def _cell(figure: Figure, passes: list[Sample]) -> str:
+    if not passes:
+        return "skipped"
+    text = _fmt(*_measure(figure, _pool(passes)))
+    if len(passes) > 1:
+        text += " (" + "|".join(_fmt(*_measure(figure, s)) for s in passes) + ")"
+    return text
+
+
+def _ratio(figure: Figure, mine: Sample, base: Sample) -> str:
+    (x, at_least), (y, _) = _measure(figure, mine), _measure(figure, base)
+    return "–" if x is None or not y else (">=" if at_least else "") + f"{x / y:.2f}"
+
+
+def _ratio_cell(figure: Figure, mine: list[Sample], base: list[Sample]) -> str:
+    if not mine or not base:
+        return "–"
+    text = _ratio(figure, _pool(mine), _pool(base)) + "x"
+    if len(mine) > 1 and len(mine) == len(base):
+        text += " (" + "|".join(_ratio(figure, a, b) for a, b in zip(mine, base, strict=True)) + ")"
+    return text
+
+
+def _goal(figure: Figure, meter: Sample | None, nginx: Sample | None) -> tuple[str, bool | None]:
+    """The goal's verdict for the meter against nginx alone: (text, met), met None where unknown."""
+    (m, _), (n, _) = _measure(figure, meter), _measure(figure, nginx)
     if not figure.goal:
-        return ""
-    if meter is None or nginx is None or not nginx:
-        return f"{figure.goal}: n/a"
-    kind, limit = figure.goal.split("<=") if "<=" in figure.goal else figure.goal.split(">=")
-    limit = float(limit)
-    if kind == "added":
-        added = meter - nginx
-        return f"+{added:.2f} ms<=1 {'met' if added <= limit else 'NOT met'}"
-    r = meter / nginx
-    ok = r >= limit if ">=" in figure.goal else r <= limit
-    return f"{figure.goal.replace('ratio', 'x')} {'met' if ok else 'NOT met'}"
+        return "", None
+    if m is None or not n:
+        return "n/a", None
+    if figure.goal.startswith("added<="):
+        limit = float(figure.goal.removeprefix("added<="))
+        met = m - n <= limit
+        return f"{m - n:+.2f} {figure.unit} (<={limit:g}): {'met' if met else 'NOT met'}", met
+    limit = float(figure.goal[len("ratio>=") :])
+    met = m / n >= limit if figure.goal.startswith("ratio>=") else m / n <= limit
+    sign = ">=" if figure.goal.startswith("ratio>=") else "<="
+    return f"{m / n:.2f}x ({sign}{limit:g}x): {'met' if met else 'NOT met'}", met
 
 
-def _ahead(figure: Figure, meter: float | None, litellm: float | None) -> str:
-    if meter is None or litellm is None:
+def _ahead(figure: Figure, meter: Sample | None, litellm: Sample | None) -> str:
+    """Whether the meter does better than LiteLLM; '?' where LiteLLM's figure is only a bound."""
+    (m, _), (lite, bound) = _measure(figure, meter), _measure(figure, litellm)
+    if m is None or lite is None:
         return ""
-    better = meter >= litellm if figure.higher_is_better else meter <= litellm
-    return "yes" if better else "NO"
+    better = m >= lite if figure.higher_is_better else m <= lite
+    return "yes" if better else "?" if bound else "NO"
+
+
+def _figures(load: Load) -> tuple[Figure, ...]:
+    if not load.stream:
+        return SHORT_FIGURES
+    return QUEUE_FIGURES if load.name.endswith("3x") else STREAM_FIGURES
 
 
 def report(loads: list[Load], results: dict[tuple[str, str], list[Sample]], passes: int) -> None:
-    head = f"{'load':13} {'figure':18} {'nginx alone':>22} {'nginx + meter':>22} {'litellm':>22} "
-    head += f"{'meter/nginx':>20} {'litellm/nginx':>20}  {'goal (meter vs nginx)':24} meter ahead of litellm"
-    print(
-        f"\nPooled over the passes, each pass in brackets ({'|'.join(f'pass {i + 1}' for i in range(passes))})."
+    def got(load: Load, front: str) -> list[Sample]:
+        return results.get((load.name, front), [])
+
+    def pooled(load: Load, front: str) -> Sample | None:
+        return _pool(got(load, front)) if got(load, front) else None
+
+    width = 17 if passes < 2 else 11 + 8 * passes
+    head = f"{'load':11} {'figure':22} " + " ".join(
+        f"{h:>{width}}" for h in ("nginx alone", "nginx + meter", "litellm")
     )
+    head += f" {'meter/nginx':>{width}} {'litellm/nginx':>{width}}  {'meter vs litellm':16}"
+    print(f"\nPooled over {passes} passes" + (", each pass in brackets." if passes > 1 else "."))
     print(head)
     print("-" * len(head))
+    verdicts: list[tuple[str, str, bool | None]] = []
+    behind: list[str] = []
     for load in loads:
-        figures = (
-            (QUEUE_FIGURES if load.name.endswith("3x") else STREAM_FIGURES) if load.stream else SHORT_FIGURES
-        )
-        for figure in figures:
-            values, cells = {}, {}
-            for front in FRONTS:
-                values[front], cells[front] = _cell(figure, results.get((load.name, front), []))
-            row = f"{load.name:13} {figure.label + ' (' + figure.unit + ')':18} "
-            row += " ".join(f"{cells[f]:>22}" for f in FRONTS) + " "
-            row += f"{_ratio_cell(figure, results.get((load.name, 'meter'), []), results.get((load.name, 'nginx'), [])):>20} "
-            row += f"{_ratio_cell(figure, results.get((load.name, 'litellm'), []), results.get((load.name, 'nginx'), [])):>20}  "
-            is_cpu = "CPU" in figure.label
-            row += f"{_goal(figure, values['meter'], values['nginx']):24} "
-            row += "" if is_cpu else _ahead(figure, values["meter"], values["litellm"])
+        for figure in _figures(load):
+            row = f"{load.name:11} {figure.label + ' (' + figure.unit + ')':22} "
+            row += " ".join(f"{_cell(figure, got(load, f)):>{width}}" for f in FRONTS)
+            row += f" {_ratio_cell(figure, got(load, 'meter'), got(load, 'nginx')):>{width}}"
+            row += f" {_ratio_cell(figure, got(load, 'litellm'), got(load, 'nginx')):>{width}}"
+            ahead = _ahead(figure, pooled(load, "meter"), pooled(load, "litellm"))
+            row += f"  {'meter ahead' if ahead == 'yes' else 'meter BEHIND' if ahead == 'NO' else ahead}"
+            if ahead in ("NO", "?"):
+                behind.append(
+                    f"{load.name} {figure.label}{' (LiteLLM figure a bound)' if ahead == '?' else ''}"
+                )
             print(row.rstrip())
+            text, met = _goal(figure, pooled(load, "meter"), pooled(load, "nginx"))
+            if text:
+                verdicts.append((f"{load.name} {figure.label}", text, met))
+    print("\nGoals (issue 46), the meter against nginx alone, pooled figures:")
+    for name, text, _ in verdicts:
+        print(f"  {name:28} {text}")
+    if any(got(load, "litellm") for load in loads):
+        print(
+            "  ahead of LiteLLM on every figure: "
+            + ("met" if not behind else f"NOT met or unknown: {', '.join(behind)}")
+        )
     print(
-        "\nAnswers per load and front (all passes): ok / wrong / errors / cut at the 15 s bound; "
-        "the load's seconds; CPU taken meanwhile by processes outside this benchmark (cores)"
+        "\nAnswers (all passes): ok / wrong / errors / cut at the 15 s bound; the load's seconds; "
+        "cores busy meanwhile: the front / the client / the engine / processes outside this benchmark"
     )
     for load in loads:
-        parts = []
         for front in FRONTS:
-            samples = results.get((load.name, front), [])
-            if not samples:
-                parts.append(f"{front}: skipped")
+            s = pooled(load, front)
+            if s is None:
+                print(f"  {load.name:11} {front:8} skipped")
                 continue
-            s = _pool(samples)
-            parts.append(
-                f"{front}: {s.ok}/{s.wrong}/{s.errors}/{s.cut}, {s.wall:.1f} s, "
-                f"others {s.other_cpu / s.wall if s.wall else 0:.2f}"
+            cores = " / ".join(
+                f"{s.cpu.get(k, 0.0) / s.wall:.2f}" for k in ("front", "client", "engine", "others")
             )
-            if s.notes:
-                parts.append(f"{front} said: " + ", ".join(sorted(set(s.notes))[:3]))
-        print(f"  {load.name:12} " + "; ".join(parts))
+            said = f"; {', '.join(sorted(set(s.notes))[:3])}" if s.notes else ""
+            print(
+                f"  {load.name:11} {front:8} {s.ok}/{s.wrong}/{s.errors}/{s.cut}, {s.wall:.1f} s, cores {cores}{said}"
+            )
 
 
 # ---- the run -------------------------------------------------------------------------------------
@@ -693,7 +726,7 @@ def main() -> None:
     results: dict[tuple[str, str], list[Sample]] = {}
     skipped: list[str] = []
     with contextlib.ExitStack() as stack:
-        engine = stack.enter_context(simulator(args.max_num_seqs, args.decode_seconds))
+        engine, engine_pid = stack.enter_context(simulator(args.max_num_seqs, args.decode_seconds))
         expected = reference_stream(engine)
         fronts: list[Front] = []
         for name, meter in (("nginx", False), ("meter", True)):
@@ -724,10 +757,9 @@ def main() -> None:
                         skipped.append(f"{load.name} pass {n + 1} {front.name}")
                         continue
                     why = wait_idle(engine)
-                    sample = Sample()
-                    with cpu_meter(front, sample):
+                    with cpu_meter(front, engine_pid) as cpu:
                         measured = asyncio.run(_drive(front, load, expected))
-                    measured.front_cpu, measured.other_cpu = sample.front_cpu, sample.other_cpu
+                    measured.cpu = cpu
                     if why:
                         measured.notes.append(f"before: {why}")
                     results.setdefault((load.name, front.name), []).append(measured)
