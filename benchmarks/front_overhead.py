@@ -598,7 +598,7 @@ def report(loads: list[Load], results: dict[tuple[str, str], list[Sample]], pass
         f"{h:>{width}}" for h in ("nginx alone", "nginx + meter", "litellm")
     )
     head += f" {'meter/nginx':>{width}} {'litellm/nginx':>{width}}  {'meter vs litellm':16}"
-    print(f"\nPooled over {passes} passes" + (", each pass in brackets." if passes > 1 else "."))
+    print("\nOne pass." if passes < 2 else f"\nPooled over {passes} passes, each pass in brackets.")
     print(head)
     print("-" * len(head))
     verdicts: list[tuple[str, str, bool | None]] = []
