@@ -297,13 +297,15 @@ def _machine_busy() -> float:
     return (sum(fields[:8]) - idle) / TICK
 
 
-def nginx_front_processes(directory: Path, meter_port: int | None) -> Callable[[], set[int]]:
+def nginx_front_processes(directory: Path | None, meter_port: int | None) -> Callable[[], set[int]]:
     """nginx's master (its argv names the front's directory) and workers, and a meter of its own
     (a process listening on ``meter_port``, when there is one)."""
 
     def pids() -> set[int]:
         table = _proc_table()
-        roots = {pid for pid, (_, _, argv) in table.items() if any(str(directory) in a for a in argv)}
+        roots = {
+            pid for pid, (_, _, argv) in table.items() if directory and any(str(directory) in a for a in argv)
+        }
         if meter_port is not None:
             roots |= {
                 pid
@@ -330,7 +332,8 @@ def cpu_meter(front: Front, engine_pid: int) -> Iterator[dict[str, float]]:
             after_table[p][1] - before_table[p][1] for p in pids if p in after_table and p in before_table
         )
 
-    spent.update({name: used(pids) for name, pids in parts.items()})
+    # No pid found (a front whose processes cannot be told apart): no figure rather than a zero.
+    spent.update({name: used(pids) for name, pids in parts.items() if pids})
     spent["others"] = max(0.0, (busy_after - busy_before) - used(mine))
 
 
@@ -480,11 +483,11 @@ def _tokens_rate(s: Sample) -> float | None:
 
 
 def _cpu_per_request(s: Sample) -> float | None:
-    return s.cpu.get("front", 0.0) / s.ok * 1e6 if s.ok else None
+    return s.cpu["front"] / s.ok * 1e6 if s.ok and "front" in s.cpu else None
 
 
 def _cpu_per_token(s: Sample) -> float | None:
-    return s.cpu.get("front", 0.0) / s.tokens * 1e6 if s.tokens else None
+    return s.cpu["front"] / s.tokens * 1e6 if s.tokens and "front" in s.cpu else None
 
 
 SHORT_FIGURES = (
@@ -737,7 +740,14 @@ def main() -> None:
             )
             fronts.append(
                 Front(
-                    name, front.base, KEYS["bench"], nginx_front_processes(front.directory, front.meter_port)
+                    name,
+                    front.base,
+                    KEYS["bench"],
+                    nginx_front_processes(
+                        # The meter is being rewritten (into nginx): read what the front still tells.
+                        getattr(front, "directory", None),
+                        getattr(front, "meter_port", None),
+                    ),
                 )
             )
         if litellm:
