@@ -691,7 +691,7 @@ def header(args: argparse.Namespace, litellm: str | None, why_not: str | None) -
     print(
         f"loads: short {args.short_seconds} s each; streams of {STREAM_TOKENS} tokens, "
         f"{args.stream_rounds} per worker (64 workers), {args.queue_rounds} per worker "
-        f"(3 x {args.max_num_seqs} workers); {args.passes} passes nginx -> meter -> litellm; "
+        f"(3 x {args.max_num_seqs} workers); {args.passes} pass{'es' if args.passes != 1 else ''} nginx -> meter -> litellm; "
         f"each load cut at {LOAD_CAP_SECONDS:.0f} s; budget {args.budget:.0f} s"
     )
 
