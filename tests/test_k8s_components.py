@@ -56,6 +56,7 @@ def test_the_cluster_objects_are_children_of_one_component_per_concern(
     at_root = sorted(chain[0] for chain in chains if len(chain) == 1 and not chain[0].startswith("glm:"))
     assert at_root == [
         "kubernetes:core/v1:Namespace",
+        "pulumi-python:dynamic:Resource",  # the gate's API key
         "pulumi-python:dynamic:Resource",  # the probe's key
         "pulumi-python:dynamic:Resource",  # the gate's metrics key
         "pulumi:providers:docker",

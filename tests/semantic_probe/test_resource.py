@@ -18,7 +18,7 @@ from components.secrets import _GeneratedKeyProvider
 from components.semantic_probe_image import PROJECT_DIR, build_context, context_files
 from components.semantic_probe_spec import KEY_PATH, PARAMS_PATH, ProbeReplica, SemanticProbeSpec
 from components.serving.spec import render_serving
-from tests.conftest import (
+from tests.conftest import GATE_API_TEST_KEY, (
     PROBE_TEST_KEY,
     REPLICA_TEST_CERTIFICATE,
     TEST_API_KEYS,
@@ -191,12 +191,12 @@ def test_the_local_stack_runs_the_probe_through_the_front(deployed: dict[str, De
     assert image["build"]["args"] == {"BASE_IMAGE": "glm53-local/python:bookworm"}
     # The front knows the probe's key under its own name, beside the users' keys.
     front = unwrap(local.one("pulumi-python:dynamic:Resource", "-front-config").inputs)
-    assert front["api_key_names"] == sorted(["semantic-probe", *TEST_API_KEYS])
+    assert front["api_key_names"] == sorted(["semantic-probe", "smoke-gate", *TEST_API_KEYS])
     key_map = front["secret_files"]["api-keys.map"]
     assert '"semantic-probe";' in key_map and PROBE_TEST_KEY in key_map
-    # The gate keeps a user's key; Prometheus scrapes the probe.
+    # The gate has its own key too (issue 46: never a user's); Prometheus scrapes the probe.
     gate = local.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs
-    assert unwrap(gate["api_key"]) == TEST_API_KEYS["ci"]
+    assert unwrap(gate["api_key"]) == GATE_API_TEST_KEY and GATE_API_TEST_KEY in key_map
     prometheus = unwrap(uploads(container(local, "-prometheus"))["/etc/prometheus/prometheus.yml"])
     assert "glm53-flash-local-semantic-probe:9101" in prometheus
     assert local.outputs["semanticProbe"] == "glm53-flash-local-semantic-probe"
@@ -322,7 +322,9 @@ def test_the_probe_mounts_nothing_of_the_front_but_the_requests_volume(
     assert not any(k in probe for k in ("mounts", "privileged", "capabilities", "devices"))
     assert "docker.sock" not in json.dumps(unwrap(probe), default=str)
     assert unwrap(front["volumes"]) == [
-        {"volumeName": volume, "containerPath": "/etc/nginx/glm/rotation-requests"}
+        {"volumeName": volume, "containerPath": "/etc/nginx/glm/rotation-requests"},
+        # The usage meter's counters, which outlive the front container: nothing the probe reaches.
+        {"volumeName": "glm53-flash-local-nginx-usage", "containerPath": "/var/lib/glm53-usage"},
     ]
     command = unwrap(front["command"])[0]
     assert "rotation-requests.sh &" in command
