@@ -18,7 +18,8 @@ from components.secrets import _GeneratedKeyProvider
 from components.semantic_probe_image import PROJECT_DIR, build_context, context_files
 from components.semantic_probe_spec import KEY_PATH, PARAMS_PATH, ProbeReplica, SemanticProbeSpec
 from components.serving.spec import render_serving
-from tests.conftest import GATE_API_TEST_KEY, (
+from tests.conftest import (
+    GATE_API_TEST_KEY,
     PROBE_TEST_KEY,
     REPLICA_TEST_CERTIFICATE,
     TEST_API_KEYS,
