@@ -79,12 +79,31 @@ function Stream:_note_usage(event, usage)
   self.prompt, self.completion = prompt, completion
 end
 
--- One complete event: what the client gets of it ("" drops it).
-function Stream:_event(event)
-  if event:find("data:%s*%[DONE%]") then
-    self.finished = true
-    return event
+-- The usage object of an event, found without decoding the event: its bounds and its two counts.
+-- vLLM writes compact JSON (`"usage":{"prompt_tokens":12,...}`); spaces are tolerated.
+local function usage_span(event)
+  local key, after = event:find('"usage"%s*:%s*{')
+  if not key then
+    return nil
   end
+  local first, last = event:find("%b{}", after)
+  if not first then
+    return nil
+  end
+  local object = event:sub(first, last)
+  local prompt = tonumber(object:match('"prompt_tokens"%s*:%s*(%d+)') or object:match('"input_tokens"%s*:%s*(%d+)'))
+  local completion = tonumber(
+    object:match('"completion_tokens"%s*:%s*(%d+)') or object:match('"output_tokens"%s*:%s*(%d+)')
+  )
+  if not prompt and not completion then
+    return nil
+  end
+  return key, last, { prompt = prompt or 0, completion = completion or 0 }
+end
+
+-- One complete event: what the client gets of it ("" drops it). The common one, a token with the
+-- usage the meter asked for, costs a few plain searches and one cut: nothing is decoded.
+function Stream:_event(event)
   if not self.first_token and has_token(event) then
     self.first_token = true
   end
@@ -92,19 +111,29 @@ function Stream:_event(event)
     return self:_responses_event(event)
   end
   if not event:find('"usage"', 1, true) then
+    if event:find("[DONE]", 1, true) then
+      self.finished = true
+    end
     return event
   end
-  local usage = M.usage_of(event)
-  if usage then
-    self:_note_usage(event, usage)
+  local from, to, usage = usage_span(event)
+  if not usage then
+    return event
   end
-  if event:find('"choices"%s*:%s*%[%s*%]') then
+  self:_note_usage(event, usage)
+  if self.final then
     return self.asked_usage and event or "" -- the usage event the meter asked for
   end
-  if not self.asked_continuous then
-    return (event:gsub(',%s*"usage"%s*:%s*%b{}', "", 1))
+  if self.asked_continuous then
+    return event
   end
-  return event
+  -- The client did not ask for usage on every event: the member goes, with its comma.
+  local head = event:sub(1, from - 1)
+  local comma = head:find(",%s*$")
+  if comma then
+    return head:sub(1, comma - 1) .. event:sub(to + 1)
+  end
+  return head .. event:sub(to + 1):gsub("^%s*,", "", 1)
 end
 
 -- /v1/responses has no usage until `response.completed`: until then each text delta counts as one
