@@ -91,8 +91,13 @@ def run_sequences(
         return not cancelled.is_set()
 
     def work(seq: Sequence) -> None:
+        def emit(i: int, channel: str, piece: str) -> None:
+            if cancelled.is_set():  # the engine's sleeps between tokens may be too short to look
+                raise Aborted
+            events.put((seq, i, channel, piece))
+
         try:
-            engine.execute(seq.req, lambda i, channel, piece: events.put((seq, i, channel, piece)), alive)
+            engine.execute(seq.req, emit, alive)
             events.put((seq, _FINISHED, None, None))
         except BaseException as exc:  # handed to the handler's thread, which raises it
             events.put((seq, _FAILED, exc, None))

@@ -97,13 +97,24 @@ class Reply:
             usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
         return usage
 
-    @staticmethod
-    def chunk_usage(seq: Sequence) -> dict:
-        """``continuous_usage_stats``: the chunk's prompt and its choice's tokens so far, the
-        three fields only (``exclude_unset``; 0.25.0 ``completion/serving.py:430-439``,
-        ``chat_completion/serving.py:735-741``)."""
-        prompt, completion = seq.req.prompt_tokens, seq.req.generated
-        return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+    def chunk_usage(self, seq: Sequence, completion: int | None = None) -> dict:
+        """``continuous_usage_stats``: the chunk's prompt and its choice's tokens so far
+        (``completion``: instead of those), the fields vLLM sets (``exclude_unset``; 0.25.0
+        ``completion/serving.py:430-439``, ``chat_completion/serving.py:735-741``). A chat on
+        vLLM >= 0.30 also sets ``completion_tokens_details``: the reasoning tokens with a reasoning
+        parser, else null (0.33.0 ``chat_completion/serving.py:837-850``)."""
+        prompt = seq.req.prompt_tokens
+        completion = seq.req.generated if completion is None else completion
+        usage: dict = {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + completion,
+            "completion_tokens": completion,
+        }
+        if self.chat and self.cfg.version_tuple >= (0, 30, 0):
+            parsed = self.cfg.reasoning_parser and not seq.req.plan.inline_reasoning
+            reasoning = seq.reasoning_tokens if completion else 0
+            usage["completion_tokens_details"] = {"reasoning_tokens": reasoning} if parsed else None
+        return usage
 
     def completion_body(self) -> dict:
         """A text completion's body: a choice per prompt and choice, prompt by prompt."""

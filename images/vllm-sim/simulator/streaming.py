@@ -55,17 +55,14 @@ class ChunkStream:
             for other in self.reply.seqs:
                 first = {"role": "assistant", "content": ""}
                 choice = {"index": other.index, "delta": first, "logprobs": None, "finish_reason": None}
-                usage = dict(
-                    Reply.chunk_usage(other), completion_tokens=0, total_tokens=other.req.prompt_tokens
-                )
-                self.write_event(self._chunk([choice], usage))
+                self.write_event(self._chunk([choice], self.reply.chunk_usage(other, 0)))
         choice = {
             "index": seq.index,
             "delta": self._delta(seq, channel, piece),
             "logprobs": None,
             "finish_reason": None,
         }
-        chunk: dict | None = self._chunk([choice], Reply.chunk_usage(seq))
+        chunk: dict | None = self._chunk([choice], self.reply.chunk_usage(seq))
         faults = self.reply.cfg.faults
         if i >= STREAM_FAULT_AT and faults:
             chunk = self._bend(faults, chunk)
@@ -85,7 +82,7 @@ class ChunkStream:
             "prompt_token_ids": None,
             "token_ids": None,
         }
-        self.write_event(self._chunk([choice], Reply.chunk_usage(seq)))
+        self.write_event(self._chunk([choice], self.reply.chunk_usage(seq)))
 
     def finish_choice(self, seq: Sequence) -> None:
         """A chat choice's finish: an empty delta with the finish reason (the end-of-sequence
@@ -99,7 +96,7 @@ class ChunkStream:
             "finish_reason": seq.req.plan.finish_reason,
             "stop_reason": None,
         }
-        self.write_event(self._chunk([choice], Reply.chunk_usage(seq)))
+        self.write_event(self._chunk([choice], self.reply.chunk_usage(seq)))
 
     def finish(self) -> None:
         """The usage chunk when asked for (``choices: []``, no null fields: 0.25.0
