@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from .conftest import MODEL, Sim
+from .conftest import MODEL, REASONING_ARGS, Sim
 from .shapes import POEM, Counters, bad_request, chat_prompt_tokens, sse_events, text_prompt_tokens
 
 CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
@@ -107,6 +107,19 @@ def test_usage_chunks_as_vllm_streams_them(shapes_sim: Sim, path: str) -> None:
     without = {"continuous_usage_stats": True}  # continuous alone: no usage anywhere
     with shapes_sim.http.stream("POST", path, json={**payload, "stream_options": without}) as r:
         assert all("usage" not in e for e in sse_events(r)[:-1])
+
+
+def test_force_include_usage_streams_usage_unasked(start_sim) -> None:
+    """--enable-force-include-usage: usage on every chunk and the usage chunk, whatever the
+    request's stream_options (serve/utils/api_utils.py:279-280)."""
+    s = start_sim(
+        args=[*REASONING_ARGS, "--enable-force-include-usage"], env={"VLLM_SIM_DECODE_TOKEN_SECONDS": "0"}
+    )
+    payload = {"model": MODEL, "prompt": POEM, "max_tokens": 3, "stream": True}
+    with s.http.stream("POST", COMPLETIONS, json=payload) as r:
+        events = sse_events(r)
+    assert all("usage" in e for e in events[:-1])
+    assert events[-2]["choices"] == [] and events[-2]["usage"]["completion_tokens"] == 3
 
 
 def test_chat_n_counts_the_prompt_once_in_usage_and_n_times_in_the_engine(shapes_sim: Sim) -> None:

@@ -91,7 +91,7 @@ class StreamShape:
     continuous_usage: bool
 
 
-def stream_shape(body: dict) -> StreamShape:
+def stream_shape(body: dict, force_include_usage: bool = False) -> StreamShape:
     """``stream`` and ``stream_options``, or the 400 vLLM gives for them.
 
     vLLM's ``validate_stream_options`` is a ``mode="before"`` model validator: it looks at the raw
@@ -99,8 +99,8 @@ def stream_shape(body: dict) -> StreamShape:
     ``completion/protocol.py:470-479``, ``chat_completion/protocol.py:732-741``). So
     ``"stream": "false"`` with ``stream_options`` passes it and then does not stream, while
     ``"stream": 0`` with ``stream_options`` is refused. Usage is included when
-    ``include_usage`` is true; continuous usage only together with it
-    (``serve/utils/api_utils.py:276-288``, ``should_include_usage``).
+    ``include_usage`` is true; continuous usage only together with it; both always with
+    ``--enable-force-include-usage`` (``serve/utils/api_utils.py:276-288``, ``should_include_usage``).
     """
     raw_options = body.get("stream_options")
     if raw_options and not body.get("stream"):
@@ -124,6 +124,8 @@ def stream_shape(body: dict) -> StreamShape:
                 errors.append(exc.error)
     if errors:
         raise validation_error(errors)
+    if force_include_usage:
+        return StreamShape(bool(stream), True, True)
     include_usage = bool(options.get("include_usage"))
     return StreamShape(
         bool(stream), include_usage, include_usage and bool(options.get("continuous_usage_stats"))

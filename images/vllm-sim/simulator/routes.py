@@ -173,7 +173,7 @@ def _complete(
     if preamble is None:
         return
     body, max_tokens = preamble
-    shape = stream_shape(body)
+    shape = stream_shape(body, http.server.cfg.force_include_usage)
     n = choices_n(body, chat)
     prompts = read(http, body, max_tokens)
     if _answered(http):
