@@ -73,7 +73,7 @@ def test_stream_options_need_a_truthy_raw_stream(shapes_sim: Sim) -> None:
 def test_usage_chunks_as_vllm_streams_them(shapes_sim: Sim, path: str) -> None:
     """include_usage: a last chunk with ``choices: []`` and the totals, no null fields;
     continuous_usage_stats: prompt, total, completion so far on every chunk, only with
-    include_usage (serve/utils/api_utils.py:276-288; completion/serving.py:430-485,
+    include_usage (serve/utils/api_utils.py:276-288; completion/serving.py:431-486,
     chat_completion/serving.py:517-523, 735-789)."""
     chat = path == CHAT
     prompt = chat_prompt_tokens(shapes_sim, POEM) if chat else text_prompt_tokens(shapes_sim, POEM)
@@ -101,7 +101,7 @@ def test_usage_chunks_as_vllm_streams_them(shapes_sim: Sim, path: str) -> None:
         assert usage["prompt_tokens"] == prompt
         assert usage["total_tokens"] == prompt + usage["completion_tokens"]
     assert [c["usage"]["completion_tokens"] for c in chunks][-1] == 5
-    if not chat:  # the finish reason rides on the last token (completion/serving.py:397-420)
+    if not chat:  # the finish reason rides on the last token (completion/serving.py:402-421)
         assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * 4 + ["length"]
 
     without = {"continuous_usage_stats": True}  # continuous alone: no usage anywhere
@@ -153,9 +153,9 @@ def test_chat_n_counts_the_prompt_once_in_usage_and_n_times_in_the_engine(shapes
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_completion_prompt_list_with_n(shapes_sim: Sim, stream: bool) -> None:
-    """Each prompt of the list is an engine request (request_id-i, completion/serving.py:166-229),
-    each fanned out n times; usage sums each prompt once and all choices (:441-446, :596-604);
-    choice i of prompt p is index p * n + i (:372)."""
+    """Each prompt of the list is an engine request (request_id-i, completion/serving.py:162-217),
+    each fanned out n times; usage sums each prompt once and all choices (:443-448, :598-604);
+    choice i of prompt p is index p * n + i (:331)."""
     prompts = ["The sea is wide.", "12 apples and", "Once upon a time", "Dear reader,"]
     sizes = [text_prompt_tokens(shapes_sim, p) for p in prompts]
     counters = Counters(shapes_sim)

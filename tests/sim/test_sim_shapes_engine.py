@@ -72,7 +72,7 @@ def test_a_client_that_hangs_up_before_the_first_token_costs_nothing(start_sim) 
 
 REFUSED = [
     # n below 1, n > 1 with greedy sampling: SamplingParams' ValueErrors (sampling_params.py:
-    # 506-510, 489-495, 623-625) -> 400 BadRequestError, param null (error_response.py:47-51).
+    # 506-510, 489-495, 623-625) -> 400 BadRequestError, param null (error_response.py:48-52).
     ({"n": 0}, "BadRequestError", None, "n must be at least 1, got 0."),
     ({"n": 3, "temperature": 0}, "BadRequestError", None, "n must be 1 when using greedy sampling, got 3."),
     # pydantic's own refusals: FastAPI's RequestValidationError (server_utils.py:488-524).
@@ -84,7 +84,7 @@ REFUSED = [
         "stream_options",
         "stream=True",
     ),
-    # max_tokens beyond the whole context (renderers/params.py:210-221; 0.33.0: 271-284).
+    # max_tokens beyond the whole context (renderers/params.py:215-228; 0.33.0: 273-284).
     (
         {"max_tokens": MAX_MODEL_LEN + 1},
         "BadRequestError",
@@ -136,7 +136,7 @@ def test_max_tokens_is_clamped_to_the_context_left_on_0_33(start_sim) -> None:
 
 
 def test_prompt_plus_max_tokens_over_the_context_is_refused_on_0_25(start_sim) -> None:
-    """vLLM 0.25.0 (renderers/params.py:196-202, 425-446): the prompt may use only what max_tokens
+    """vLLM 0.25.0 (renderers/params.py:196-202, 428-450): the prompt may use only what max_tokens
     leaves; over that, 400 with the prompt's size and the total, nothing counted."""
     s = start_sim(
         args=REASONING_ARGS, env={"VLLM_SIM_VERSION": "0.25.0", "VLLM_SIM_DECODE_TOKEN_SECONDS": "0"}

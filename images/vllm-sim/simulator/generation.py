@@ -1,7 +1,7 @@
 """A request through the engine: one engine request per prompt and choice, run side by side.
 
 vLLM runs each prompt of a ``/v1/completions`` list as an engine request of its own, and fans a
-request with ``n > 1`` out into ``n`` child requests (0.25.0 ``completion/serving.py:166-229``,
+request with ``n > 1`` out into ``n`` child requests (0.25.0 ``completion/serving.py:162-217``,
 ``v1/engine/async_llm.py:381-398``). Each child prefills the prompt and counts it in
 ``vllm:prompt_tokens_total`` (its ``prefill_stats``, ``v1/request.py:177``,
 ``v1/core/sched/scheduler.py:777-783``, ``v1/metrics/stats.py:364-367``,

@@ -32,7 +32,7 @@ def reasoning_keys(cfg: Config) -> list:
 @dataclass(eq=False)
 class Sequence:
     """One engine request of a reply: vLLM runs each prompt of a request, and each of its ``n``
-    choices, as an engine request of its own (0.25.0 ``completion/serving.py:166-229``,
+    choices, as an engine request of its own (0.25.0 ``completion/serving.py:162-217``,
     ``v1/engine/async_llm.py:381-398``)."""
 
     req: SimRequest
@@ -80,7 +80,7 @@ class Reply:
 
     def usage(self) -> dict:
         """The reply's usage: each prompt once, however many choices it has, and every choice's
-        tokens (0.25.0 ``completion/serving.py:441-446``, ``:596-604``; chat
+        tokens (0.25.0 ``completion/serving.py:443-448``, ``:596-604``; chat
         ``chat_completion/serving.py:749-754``, ``:1009-1018``)."""
         prompt = sum(s.req.prompt_tokens for s in self.seqs if s.first_choice)
         completion = sum(s.req.generated for s in self.seqs)

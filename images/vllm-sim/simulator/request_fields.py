@@ -190,11 +190,11 @@ def output_budget(cfg: Config, n_prompt: int, requested: int | None, param: str)
     """The tokens a request may generate (None: as many as planned), or vLLM's 400 for its length.
 
     Up to vLLM 0.31 the prompt may use only what ``max_tokens`` leaves of ``--max-model-len``
-    (0.25.0 ``renderers/params.py:196-202``, ``:425-446``: prompt + max_tokens > max_model_len is
+    (0.25.0 ``renderers/params.py:196-202``, ``:428-450``: prompt + max_tokens > max_model_len is
     refused). From 0.32 on the prompt may fill the whole context and ``max_tokens`` is clamped to
     what is left (0.33.0 ``renderers/params.py:225-236``, ``:531-551``;
     ``serve/utils/api_utils.py`` ``get_max_tokens``). Both refuse ``max_tokens`` > max_model_len
-    (0.25.0 ``renderers/params.py:210-221``), and nothing left to generate is
+    (0.25.0 ``renderers/params.py:215-228``), and nothing left to generate is
     ``max_tokens must be at least 1`` (``sampling_params.py:571-576``). The tokenizer stops one
     token past the limit, hence "at least".
     """
@@ -237,5 +237,5 @@ def output_budget(cfg: Config, n_prompt: int, requested: int | None, param: str)
 
 def _refused(message: str, param: str) -> HTTPError:
     """A ``VLLMValidationError`` from the renderer: ``create_error_response`` makes it a 400
-    ``BadRequestError`` with the error's parameter (0.25.0 ``serve/utils/error_response.py:16-40``)."""
+    ``BadRequestError`` with the error's parameter (0.25.0 ``serve/utils/error_response.py:16-39``)."""
     return HTTPError(400, message, "BadRequestError", param)

@@ -71,7 +71,7 @@ class ChunkStream:
 
     def _completion_token(self, seq: Sequence, i: int, piece: str) -> None:
         """A text completion's chunk: its last token carries the finish reason (0.25.0
-        completion/serving.py:397-440: every field passed, so every field sent)."""
+        completion/serving.py:402-441: every field passed, so every field sent)."""
         last = i == len(seq.req.plan.tokens) - 1
         choice = {
             "index": seq.index,
@@ -100,7 +100,7 @@ class ChunkStream:
 
     def finish(self) -> None:
         """The usage chunk when asked for (``choices: []``, no null fields: 0.25.0
-        completion/serving.py:456-485, chat_completion/serving.py:748-789), then ``[DONE]``."""
+        completion/serving.py:443-486, chat_completion/serving.py:748-789), then ``[DONE]``."""
         if self.include_usage:
             final = self.reply.envelope([])
             final["usage"] = {k: v for k, v in self.reply.usage().items() if v is not None}
