@@ -75,6 +75,9 @@ PLAIN_ARGS = [
     "--no-enable-prefix-caching",
 ]
 
+# A reasoning parser and nothing else (the request-shape tests' simulator).
+REASONING_ARGS = [*PLAIN_ARGS[:-1], "--reasoning-parser", "glm45"]
+
 WEATHER_TOOL = {
     "type": "function",
     "function": {
@@ -238,5 +241,14 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
 def plain_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
     """A simulator without reasoning/tool parsers, MTP or prefix caching."""
     s = spawn(PLAIN_ARGS, {}, tmp_path_factory.mktemp("plain"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def shapes_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sim]:
+    """A simulator with a reasoning parser and fast decoding whose token counters only the
+    module using it moves (the request-shape tests read their deltas)."""
+    s = spawn(REASONING_ARGS, {"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.001"}, tmp_path_factory.mktemp("shapes"))
     yield s
     s.stop()

@@ -64,6 +64,7 @@ class Config:
     reasoning_parser: str | None = None
     tool_call_parser: str | None = None
     auto_tool_choice: bool = False
+    force_include_usage: bool = False
     api_key: str | None = None
     shutdown_timeout: float = 0.0
     ignored: list = field(default_factory=list)
@@ -145,6 +146,8 @@ _BOOL_FLAGS = {
     "--no-enable-prefix-caching": ("prefix_caching", False),
     "--enable-auto-tool-choice": ("auto_tool_choice", True),
     "--no-enable-auto-tool-choice": ("auto_tool_choice", False),
+    "--enable-force-include-usage": ("force_include_usage", True),
+    "--no-enable-force-include-usage": ("force_include_usage", False),
 }
 # vLLM store_true flags that do not start with --enable-/--disable-/--no-: an unknown flag
 # in this set never eats the next token as its value.
@@ -315,6 +318,7 @@ def _apply_flags(cfg: Config, raw: dict, positionals: list, env: dict) -> None:
     cfg.reasoning_parser = raw.get("reasoning_parser") or None
     cfg.tool_call_parser = raw.get("tool_call_parser") or None
     cfg.auto_tool_choice = raw.get("auto_tool_choice", False)
+    cfg.force_include_usage = raw.get("force_include_usage", False)
     if cfg.auto_tool_choice and not cfg.tool_call_parser:
         raise UsageError("--enable-auto-tool-choice requires --tool-call-parser")
     cfg.api_key = raw.get("api_key") or env.get("VLLM_API_KEY") or None

@@ -1,9 +1,9 @@
 """One function per endpoint, each given the request's handler; ``ROUTES`` maps method and path to it.
 
 Chat and (legacy) completions share one flow (``_complete``): the preamble (the 'http-500' fault,
-the JSON body, refused fields, the model, ``max_tokens``), their own fields and plan, the
-admission (the context-length check, the 'silent' fault), then :func:`generate` runs the request
-through the engine and answers it.
+the JSON body, refused fields, the model, ``max_tokens``), the stream's shape and ``n``, their own
+fields, prompts and plans (with the context-length checks), the 'silent' fault, then
+:func:`~simulator.generation.generate` runs the request's sequences through the engine and answers.
 """
 
 from __future__ import annotations
@@ -13,15 +13,14 @@ import time
 import uuid
 from collections.abc import Callable
 
-from simulator import tokenizer
+from simulator import responses, tokenizer
 from simulator.config import FAULTS
-from simulator.engine import SimRequest
 from simulator.errors import HTTPError, bad_request, engine_failure
-from simulator.plan import Plan, completion_plan, make_plan
-from simulator.replies import Reply
+from simulator.generation import Prompt, generate
+from simulator.plan import completion_plan, make_plan
+from simulator.request_fields import choices_n, completion_prompts, output_budget, stream_shape
 from simulator.server import FAULTS_PATH, Handler
 from simulator.startup import log
-from simulator.streaming import ChunkStream
 
 
 # ---- the simulator's own endpoint ---------------------------------------------------------
@@ -164,21 +163,30 @@ def completions(http: Handler) -> None:
 
 def _complete(
     http: Handler,
-    read: Callable[[Handler, dict, int | None], tuple[dict, list, Plan, int | None]],
+    read: Callable[[Handler, dict, int | None], list],
     chat: bool,
 ) -> None:
-    """What chat and completions share: the preamble, the request's own fields (``read`` checks
-    them and gives the body, the prompt's pieces, the plan and max_tokens), the admission, then
-    the run and the reply."""
+    """What chat and completions share: the preamble, the stream's shape and ``n`` (read as
+    vLLM's pydantic models read them), the request's own fields (``read`` checks them and gives
+    its prompts, each with its plan and output budget), the 'silent' fault, then the run."""
     preamble = _read_generation(http)
     if preamble is None:
         return
-    body, pieces, plan, max_tokens = read(http, *preamble)
-    if _admit(http, pieces, max_tokens):
-        generate(http, body, pieces, plan, max_tokens, chat)
+    body, max_tokens = preamble
+    shape = stream_shape(body, http.server.cfg.force_include_usage)
+    n = choices_n(body, chat)
+    prompts = read(http, body, max_tokens)
+    if _answered(http):
+        generate(http, prompts, n, chat, shape)
 
 
-def _chat_request(http: Handler, body: dict, max_tokens: int | None) -> tuple[dict, list, Plan, int | None]:
+def responses_api(http: Handler) -> None:
+    preamble = _read_generation(http)
+    if preamble is not None:
+        responses.answer(http, preamble[0])
+
+
+def _chat_request(http: Handler, body: dict, max_tokens: int | None) -> list:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages: Field required (a non-empty list)", "messages")
@@ -189,22 +197,26 @@ def _chat_request(http: Handler, body: dict, max_tokens: int | None) -> tuple[di
         raise bad_request("tools must be a list", "tools")
     tool_choice = _tool_choice(http, body, tools)
     pieces = tokenizer.tokenize(tokenizer.render_chat(messages, tools))
+    param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    max_tokens = output_budget(http.server.cfg, len(pieces), max_tokens, param)
     body = dict(body, tool_choice=tool_choice) if tools else body
-    return body, pieces, make_plan(http.server.cfg, body, messages, max_tokens), max_tokens
+    return [Prompt(pieces, make_plan(http.server.cfg, body, messages, max_tokens), max_tokens)]
 
 
-def _completion_request(
-    http: Handler, body: dict, max_tokens: int | None
-) -> tuple[dict, list, Plan, int | None]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list):
-        prompt = "".join(str(p) for p in prompt)
-    if not isinstance(prompt, str):
-        raise bad_request("prompt: Field required", "prompt")
+def _completion_request(http: Handler, body: dict, max_tokens: int | None) -> list:
+    """A prompt per string or token-id list in ``prompt``, each checked against the context."""
+    cfg = http.server.cfg
     if max_tokens is None:
-        max_tokens = http.server.cfg.default_max_tokens
-    pieces = tokenizer.tokenize(prompt)
-    return body, pieces, completion_plan(http.server.cfg, prompt, max_tokens), max_tokens
+        max_tokens = cfg.default_max_tokens
+    prompts = []
+    for prompt in completion_prompts(body):
+        if isinstance(prompt, str):
+            pieces, text = tokenizer.tokenize(prompt), prompt
+        else:
+            pieces, text = [f"<{t}>" for t in prompt], ""
+        budget = output_budget(cfg, len(pieces), max_tokens, "max_tokens")
+        prompts.append(Prompt(pieces, completion_plan(cfg, text, budget), budget))
+    return prompts
 
 
 def _read_generation(http: Handler) -> tuple[dict, int | None] | None:
@@ -258,62 +270,15 @@ def _tool_choice(http: Handler, body: dict, tools: list | None) -> object:
     return tool_choice
 
 
-def _admit(http: Handler, pieces: list, max_tokens: int | None) -> bool:
-    """The context-length check; False when the 'silent' fault holds the request unanswered."""
-    limit = http.server.cfg.max_model_len
-    n_prompt = len(pieces)
-    if n_prompt >= limit:
-        raise bad_request(
-            f"This model's maximum context length is {limit} tokens. However, your "
-            f"request has {n_prompt} input tokens. Please reduce the length of the "
-            "input messages.",
-            "input_tokens",
-        )
-    if max_tokens is not None and n_prompt + max_tokens > limit:
-        raise bad_request(
-            f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This "
-            f"model's maximum context length is {limit} tokens and your request has "
-            f"{n_prompt} input tokens ({max_tokens} > {limit} - {n_prompt}).",
-            "max_tokens",
-        )
+def _answered(http: Handler) -> bool:
+    """False when the 'silent' fault holds the request unanswered (read, never answered)."""
     if "silent" not in http.server.cfg.faults:
         return True
-    # The 'silent' fault: the request was read; nothing is ever sent back.
     while http.alive():
         if http.server.stop.wait(0.1):
             break
     http.close_connection = True
     return False
-
-
-def generate(http: Handler, body: dict, pieces: list, plan: Plan, max_tokens: int | None, chat: bool) -> None:
-    """Run the request through the engine and answer it: chunk by chunk as its tokens come
-    (``"stream": true``), or in one body when it is done."""
-    planned = len(plan.tokens) if max_tokens is None else max_tokens
-    req = SimRequest(
-        request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex,
-        prompt_pieces=pieces,
-        plan=plan,
-        reserve=len(pieces) + planned,
-    )
-    reply = Reply.of(http.server.cfg, req, chat)
-    engine = http.server.engine
-    if body.get("stream"):
-        stream = ChunkStream(http, reply, body)
-        # Headers go out at once (so access logs say 200 even if the engine never
-        # schedules the request, as in the Ascend article); the body waits.
-        stream.start()
-        engine.execute(req, stream.on_token, http.alive)
-        stream.finish()
-        return
-    collected: list = []
-
-    def collect(_i: int, channel: str, piece: str) -> None:
-        reply.count(channel)
-        collected.append((channel, piece))
-
-    engine.execute(req, collect, http.alive)
-    http.send_json(200, reply.chat_body(collected) if chat else reply.completion_body(collected))
 
 
 ROUTES: dict[tuple[str, str], Callable[[Handler], None]] = {
@@ -327,6 +292,7 @@ ROUTES: dict[tuple[str, str], Callable[[Handler], None]] = {
     ("POST", "/detokenize"): detokenize,
     ("POST", "/v1/chat/completions"): chat,
     ("POST", "/v1/completions"): completions,
+    ("POST", "/v1/responses"): responses_api,
     ("GET", FAULTS_PATH): sim_faults,
     ("PUT", FAULTS_PATH): sim_faults,
 }

@@ -1,5 +1,5 @@
-"""A streamed reply: server-sent events in HTTP/1.1 chunks, one event per token, then the finish,
-the usage (``stream_options.include_usage``) and ``data: [DONE]``.
+"""A streamed chat or text completion: server-sent events in HTTP/1.1 chunks, one event per token
+of each choice, the finishes, the usage (``stream_options.include_usage``) and ``data: [DONE]``.
 
 The stream faults ('stream-error', 'stream-bad-json', 'stream-choices-string',
 'stream-delta-string', 'sse-no-space') bend it from ``STREAM_FAULT_AT`` on.
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from simulator.engine import Aborted
 from simulator.errors import engine_failure
-from simulator.replies import Reply
+from simulator.replies import Reply, Sequence
+from simulator.request_fields import StreamShape
 
 if TYPE_CHECKING:
     from simulator.server import Handler
@@ -25,12 +26,12 @@ STREAM_FAULT_AT = 3
 class ChunkStream:
     """The events of one reply on one handler's connection."""
 
-    def __init__(self, http: Handler, reply: Reply, body: dict):
+    def __init__(self, http: Handler, reply: Reply, shape: StreamShape):
         self.http = http
         self.reply = reply
-        options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
-        self.include_usage = bool(options.get("include_usage"))
-        self.continuous = bool(options.get("continuous_usage_stats"))
+        self.include_usage = shape.include_usage
+        self.continuous = shape.continuous_usage
+        self.roles_sent = False
 
     # ---- the reply's events ----------------------------------------------------------------
     def start(self) -> None:
@@ -42,59 +43,83 @@ class ChunkStream:
         http.end_headers()
         http.wfile.flush()
 
-    def on_token(self, i: int, channel: str, piece: str) -> None:
-        """The engine's callback: the event of token ``i`` (a chat's first comes after its role)."""
-        reply = self.reply
-        reply.count(channel)
-        if not reply.chat:
-            choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
-            self.write_event(self._chunk([choice]))
+    def on_token(self, seq: Sequence, i: int, channel: str, piece: str) -> None:
+        """The event of token ``i`` of a sequence (a chat's first comes after the roles)."""
+        if not self.reply.chat:
+            self._completion_token(seq, i, piece)
             return
-        if i == 0:
-            first = {"role": "assistant", "content": ""}
-            choice = {"index": 0, "delta": first, "logprobs": None, "finish_reason": None}
-            self.write_event(self._chunk([choice]))
-        choice = {"index": 0, "delta": self._delta(channel, piece), "logprobs": None, "finish_reason": None}
-        chunk: dict | None = self._chunk([choice])
-        faults = reply.cfg.faults
+        if not self.roles_sent:
+            # vLLM sends the role of every choice with the first output (0.25.0
+            # chat_completion/serving.py:480-527), with usage of 0 completion tokens.
+            self.roles_sent = True
+            for other in self.reply.seqs:
+                first = {"role": "assistant", "content": ""}
+                choice = {"index": other.index, "delta": first, "logprobs": None, "finish_reason": None}
+                self.write_event(self._chunk([choice], self.reply.chunk_usage(other, 0)))
+        choice = {
+            "index": seq.index,
+            "delta": self._delta(seq, channel, piece),
+            "logprobs": None,
+            "finish_reason": None,
+        }
+        chunk: dict | None = self._chunk([choice], self.reply.chunk_usage(seq))
+        faults = self.reply.cfg.faults
         if i >= STREAM_FAULT_AT and faults:
             chunk = self._bend(faults, chunk)
         if chunk is not None:
             self.write_event(chunk)
 
-    def finish(self) -> None:
-        """The finish reason's chunk, the usage chunk when asked for, ``[DONE]``."""
-        reply = self.reply
-        choice: dict = {
-            "index": 0,
+    def _completion_token(self, seq: Sequence, i: int, piece: str) -> None:
+        """A text completion's chunk: its last token carries the finish reason (0.25.0
+        completion/serving.py:402-441: every field passed, so every field sent)."""
+        last = i == len(seq.req.plan.tokens) - 1
+        choice = {
+            "index": seq.index,
+            "text": piece,
             "logprobs": None,
-            "finish_reason": reply.req.plan.finish_reason,
+            "finish_reason": seq.req.plan.finish_reason if last else None,
+            "stop_reason": None,
+            "prompt_token_ids": None,
+            "token_ids": None,
+        }
+        self.write_event(self._chunk([choice], self.reply.chunk_usage(seq)))
+
+    def finish_choice(self, seq: Sequence) -> None:
+        """A chat choice's finish: an empty delta with the finish reason (the end-of-sequence
+        token's chunk); a text completion's rode on its last token."""
+        if not self.reply.chat:
+            return
+        choice = {
+            "index": seq.index,
+            "delta": {},
+            "logprobs": None,
+            "finish_reason": seq.req.plan.finish_reason,
             "stop_reason": None,
         }
-        if reply.chat:
-            choice["delta"] = {}
-        else:
-            choice["text"] = ""
-        self.write_event(self._chunk([choice]))
+        self.write_event(self._chunk([choice], self.reply.chunk_usage(seq)))
+
+    def finish(self) -> None:
+        """The usage chunk when asked for (``choices: []``, no null fields: 0.25.0
+        completion/serving.py:443-486, chat_completion/serving.py:748-789), then ``[DONE]``."""
         if self.include_usage:
-            final = reply.envelope([])
-            final["usage"] = reply.usage()
+            final = self.reply.envelope([])
+            final["usage"] = {k: v for k, v in self.reply.usage().items() if v is not None}
             self.write_event(final)
         self.end()
 
-    def _chunk(self, choices: list) -> dict:
+    def _chunk(self, choices: list, usage: dict) -> dict:
         chunk = self.reply.envelope(choices)
-        if self.include_usage and self.continuous:
-            chunk["usage"] = self.reply.usage()
+        if self.continuous:
+            chunk["usage"] = usage
         return chunk
 
-    def _delta(self, channel: str, piece: str) -> dict:
+    def _delta(self, seq: Sequence, channel: str, piece: str) -> dict:
         if channel == "reasoning":
             return {key: piece for key in self.reply.reasoning_keys}
         if channel == "content":
             return {"content": piece}
         if channel == "tool_name":
-            tool = self.reply.req.plan.tool_call
+            tool = seq.req.plan.tool_call
             call_id = tool["id"] if tool else f"chatcmpl-tool-{uuid.uuid4().hex}"
             return {
                 "tool_calls": [
