@@ -242,7 +242,7 @@ def _gate_tls(config: StackConfig, stack: str, folder: Path) -> list[str]:
     if config.front.tls_name is None:
         certificate = pulumi("config", "get", "glm:tlsCertificate", stack=stack)
         config = SecretInputs(tls_certificate_pem=certificate).resolved(config)
-    tls = front_tls(config.front)
+    tls = front_tls(config.front, stack)
     if tls is None:
         return []
     args = ["--tls-name", tls.server_name]

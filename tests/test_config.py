@@ -277,7 +277,9 @@ def with_secrets(
 
 
 def test_missing_api_keys_are_refused_with_the_command_that_sets_them() -> None:
-    with pytest.raises(ConfigError, match=r"glm:apiKeys is not set.*pulumi config set --secret --path"):
+    with pytest.raises(
+        ConfigError, match=r"glm:apiKeys is not set.*`scripts/pulumi\.sh config set --secret --path"
+    ):
         with_secrets(secrets=SecretInputs())
 
 
