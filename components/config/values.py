@@ -80,7 +80,7 @@ def _env_text(value: Any) -> Any:
             f"{str(value).lower()} was read as a boolean, and an environment value is text: which "
             "text the engine expects differs per variable (vLLM parses many with int()). Fix: quote "
             f"it as the variable expects, e.g. {text} as text: "
-            + fix_command(f"config set --path '{THIS_KEY}' '\"{text}\"'")
+            + fix_command(f"config set --path --type string '{THIS_KEY}' {text}")
         )
     if isinstance(value, int | float):
         return str(value)
