@@ -570,4 +570,5 @@ def test_an_env_boolean_is_refused_naming_the_key_and_the_quoting(where: str) ->
         make("a800", serving={where: {"VLLM_SLEEP_WHEN_IDLE": True}})
     message = str(refused.value)
     assert f"glm:serving.{where}.VLLM_SLEEP_WHEN_IDLE" in message and "read as a boolean" in message
-    assert "'\"1\"'" in message
+    # The CLI stores '"1"' with its quotes; --type string stores the text 1 (tests/test_printed_fixes.py).
+    assert f"config set --path --type string 'glm:serving.{where}.VLLM_SLEEP_WHEN_IDLE' 1" in message
