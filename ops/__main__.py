@@ -26,15 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from components.change_cost import one_box_outage_notice
-from components.config import (
-    REPLICA_KEYS,
-    SECRET_KEYS,
-    ConfigError,
-    SecretInputs,
-    StackConfig,
-    build_stack_config,
-)
-from components.config.loading import STACK_KEYS
+from components.config import ConfigError, SecretInputs, StackConfig
 from components.docker.model_volume import weights_and_cache
 from components.docker.nginx_front import front_container_name
 from components.front_tls import front_tls
@@ -43,6 +35,7 @@ from components.gate.startup import is_error, milestone
 from components.render.usage_queries import WINDOW
 from components.serving.spec import render_argv, render_serving
 from ops.rollback import rollback
+from ops.stack_file import build, glm_values, problems, rollback_mends, running_candidates
 from ops.usage import promtool_query, usage_rows, usage_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,37 +63,41 @@ def stack_output(name: str, stack: str) -> Any:
 def stack_config(stack: str, command: str) -> StackConfig:
     """The stack's config as the program validates it (secrets left out: not needed here).
 
-    A stack file the program would refuse does not stop a look at the running stack: its replica
-    keys are taken from the last version that passed its gate (the ``verified`` output), which is
-    what runs, and the command says so in one line; else it refuses in one line, with the fix."""
-    values = json.loads(pulumi("config", "--json", stack=stack))
-    raw: dict[str, Any] = {}
-    for key, entry in values.items():
-        name = key.removeprefix("glm:")
-        if key.startswith("glm:") and name not in SECRET_KEYS and not entry.get("secret"):
-            raw[name] = entry.get("objectValue", entry.get("value"))
-    docker_host = os.environ.get("GLM_DOCKER_HOST") or None
+    A stack file the program would refuse does not stop a look at the running stack: it reads the
+    version that runs (``ops/stack_file.py``: the last update that succeeded, its replica keys from
+    the last version that passed its gate), and says so in one line with the problem's own fix,
+    and ``make rollback`` only where it mends the file; ``restart`` (a ``pulumi up``) refuses."""
+    raw = glm_values(json.loads(pulumi("config", "--json", stack=stack)))
     try:
-        return build_stack_config(raw, docker_host=docker_host)
+        return build(raw, stack)
     except ConfigError as err:
-        problems = [line.strip() for line in str(err).splitlines()[1:]] or [str(err)]
-    more = f" (and {len(problems) - 1} more: make preview STACK={stack})" if len(problems) > 1 else ""
-    problem = f"stack {stack}'s config is refused: {problems[0].rstrip('.')}{more}"
-    fix = f"Fix: scripts/pulumi.sh config … -s {stack}, or make rollback STACK={stack}"
+        found = problems(err)
+    verified = verified_config(stack)
+    more = f" (and {len(found) - 1} more: make preview STACK={stack})" if len(found) > 1 else ""
+    rollback = (
+        f" Or put the replica that last passed its gate back: `make rollback STACK={stack}`."
+        if rollback_mends(raw, verified, stack)
+        else ""
+    )
+    problem = f"stack {stack}'s config is refused: {found[0].rstrip('.')}.{more}{rollback}"
     if command == "restart":
-        sys.exit(f"ops: {problem}; restart runs `pulumi up`, which refuses it. {fix}.")
+        sys.exit(f"ops: {problem} restart runs `pulumi up`, which refuses it.")
+    history = json.loads(pulumi("stack", "history", "--json", stack=stack) or "[]")
+    for how, values in running_candidates(raw, verified, history):
+        try:
+            config = build(values, stack)
+        except ConfigError:
+            continue
+        print(f"ops: {problem} {command} reads the version that runs ({how}).", file=sys.stderr)
+        return config
+    sys.exit(f"ops: {problem} No version of it ever ran (no update succeeded): fix the file first.")
+
+
+def verified_config(stack: str) -> dict[str, Any] | None:
+    """The replica keys of the last version that passed its gate (the ``verified`` output), or None."""
     verified = stack_output("verified", stack)
     last = verified.get("config") if isinstance(verified, dict) else None
-    if not isinstance(last, dict):
-        sys.exit(f"ops: {problem}. {fix}.")
-    # The running version's replica keys; the other keys (target, front, smoke) as the file has them.
-    known = {k: v for k, v in raw.items() if k in STACK_KEYS and k not in REPLICA_KEYS}
-    try:
-        config = build_stack_config({**known, **last}, docker_host=docker_host)
-    except ConfigError:
-        sys.exit(f"ops: {problem}. {fix}.")
-    print(f"ops: {problem}. {command} reads the last version that passed its gate. {fix}.", file=sys.stderr)
-    return config
+    return last if isinstance(last, dict) else None
 
 
 def docker(config: StackConfig) -> list[str]:

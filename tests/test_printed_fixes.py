@@ -128,6 +128,16 @@ CASES = {
         "glm:front.maxBodySise",
         lambda v: v["glm:front"]["objectValue"].get("maxBodySize") == "20m",
     ),
+    "a bad front size": (
+        ["scripts/pulumi.sh config set --path glm:front.maxBodySize 20x -s local"],
+        "glm:front.maxBodySize",
+        lambda v: "maxBodySize" not in v["glm:front"]["objectValue"],
+    ),
+    "a serving value out of range": (
+        ["scripts/pulumi.sh config set --path glm:serving.maxModelLen 0 -s local"],
+        "glm:serving.maxModelLen",
+        lambda v: "maxModelLen" not in v.get("glm:serving", {}).get("objectValue", {}),
+    ),
     "an unknown profile": (
         ["scripts/pulumi.sh config set glm:hardware lcoal -s local"],
         "glm:hardware",

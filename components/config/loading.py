@@ -109,7 +109,7 @@ def build_stack_config(
     try:
         config = StackConfig.model_validate({"hardware": hardware, **merged})
     except ValidationError as err:
-        raise ConfigError(named(_report([*_explain(err), *problems]), stack)) from None
+        raise ConfigError(named(_report([*_explain(err, raw), *problems]), stack)) from None
     if secrets is not None:
         problems += secrets.problems_with(config)
     if not is_relaxed_stack(stack or "", {}):
@@ -188,22 +188,57 @@ def _unknown_key(location: Sequence[str | int], value: Any = None) -> str:
     return f"{path} is not a known key; did you mean {nearest}? Fix: rename it ({remove}, then {again})."
 
 
-def _explain(err: ValidationError) -> list[str]:
+def _explain(err: ValidationError, raw: Mapping[str, Any]) -> list[str]:
     lines = []
     for e in err.errors():
         location = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
             lines.append(_unknown_key(e["loc"], e.get("input")))
-        elif e["type"] == "value_error":
+            continue
+        if e["type"] == "value_error":
             message = str(e["ctx"]["error"])
             # Model rules write their own "glm:<key>=..." sentence; value types get the key here.
             if THIS_KEY in message:
                 message = message.replace(THIS_KEY, config_path(e["loc"]))
-            lines += message.split("\n") if message.startswith("glm:") else [f"glm:{location}={message}"]
+            found = message.split("\n") if message.startswith("glm:") else [f"glm:{location}={message}"]
         else:
             got = json.dumps(e.get("input"), default=str)[:80]
-            lines.append(f"glm:{location}: {e['msg']} (got {got})")
+            found = [f"glm:{location}: {e['msg']} (got {got})"]
+        # A value with no command of its own to paste: removing it is one, where the default is accepted.
+        if len(found) == 1 and "`scripts/pulumi.sh" not in found[0] and _default_mends(raw, e["loc"]):
+            remove = fix_command(f"config rm --path '{config_path(e['loc'])}'")
+            found[0] = f"{found[0].rstrip('.')}; or remove it for the profile's default: {remove}"
+        lines += found
     return lines
+
+
+def _default_mends(raw: Mapping[str, Any], location: Sequence[str | int]) -> bool:
+    """Whether the stack file set the refused value at ``location`` and, without it, the profile's
+    default there is accepted: then ``config rm`` of that key is a fix to paste.
+
+    >>> _default_mends({"hardware": "local", "front": {"maxBodySize": "20x"}}, ["front", "maxBodySize"])
+    True
+    >>> _default_mends({"hardware": "local"}, ["front", "maxBodySize"])
+    False
+    """
+    if not location or any(isinstance(part, int) for part in location):
+        return False
+    trimmed = copy.deepcopy(dict(raw))
+    node: Any = trimmed
+    for part in location[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or location[-1] not in node:
+        return False
+    del node[location[-1]]
+    hardware = trimmed.get("hardware")
+    merged = deep_merge(
+        dict(PROFILES[hardware].defaults), {k: v for k, v in trimmed.items() if k != "hardware"}
+    )
+    try:
+        StackConfig.model_validate({"hardware": hardware, **merged})
+    except ValidationError as again:
+        return all(tuple(e["loc"]) != tuple(location) for e in again.errors())
+    return True
 
 
 def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:
