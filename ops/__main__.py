@@ -32,8 +32,10 @@ from components.docker.nginx_front import front_container_name
 from components.front_tls import front_tls
 from components.gate.container import ssh_wrapper
 from components.gate.startup import is_error, milestone
+from components.gate.tls import EndpointTls
 from components.render.usage_queries import WINDOW
 from components.serving.spec import render_argv, render_serving
+from ops.api_state import Verdict, ask, state_line, verdict
 from ops.rollback import rollback
 from ops.stack_file import build, glm_values, problems, rollback_mends, running_candidates
 from ops.usage import promtool_query, usage_rows, usage_table
@@ -132,20 +134,28 @@ def logs(config: StackConfig, stack: str, follow: bool) -> int:
 
 
 def status(config: StackConfig, stack: str) -> int:
+    """The API's state first (asked, not inferred: ``ops/api_state.py``), then the containers with
+    their own events' times, the last update and gate, and usage per key."""
     outputs = json.loads(pulumi("stack", "output", "--json", stack=stack) or "{}")
     history = json.loads(pulumi("stack", "history", "--json", stack=stack) or "[]")
-    state, front = (
-        _state(config, config.container.name),
-        _state(config, front_container_name(config.container)),
-    )
+    names = (config.container.name, front_container_name(config.container))
+    serving, front = _state(config, names[0]), _state(config, names[1])
+    endpoint = outputs.get("endpoint")
+    if endpoint:
+        reply = ask(endpoint, first_api_key(stack), _front_trust(config, stack))
+        host = shlex.join(["docker", "-H", config.target.host.docker_host])
+        api = verdict(reply, serving, front, names, stack, host)
+    else:
+        api = Verdict(False, f"not deployed (no endpoint output). Fix: `make up STACK={stack}`.")
     last = history[0] if history else {}
     smoke = outputs.get("smoke") or {}
     rows = [
+        ("API", api.line),
         ("stack", f"{stack} ({config.hardware})"),
-        ("container", f"{config.container.name} on {config.target.host.docker_host}"),
-        ("state", _state_line(state)),
-        ("front", f"{front_container_name(config.container)}: {_state_line(front)}"),
-        ("endpoint", outputs.get("endpoint", "(not deployed)")),
+        ("container", f"{names[0]} on {config.target.host.docker_host}"),
+        ("state", state_line(serving)),
+        ("front", f"{names[1]}: {state_line(front)}"),
+        ("endpoint", endpoint or "(not deployed)"),
         ("image", outputs.get("imageRef", "?")),
         ("last update", f"{last.get('result', '?')} at {last.get('endTime', '?')} ({last.get('kind', '?')})"),
         ("last gate", _gate_summary(smoke, history)),
@@ -158,7 +168,15 @@ def status(config: StackConfig, stack: str) -> int:
         print(usage_table(usage_rows(promtool_query(prometheus))))
     except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
         print(f"not available: {e}")
-    return 0 if state and state.get("Running") and front and front.get("Running") else 1
+    running = all(s and s.get("Running") for s in (serving, front))
+    return 0 if api.answers and running else 1
+
+
+def first_api_key(stack: str) -> str:
+    """The stack's first API key by name: what ``status`` asks the API with and ``smoke`` sends."""
+    keys = json.loads(pulumi("config", "get", "glm:apiKeys", "--json", stack=stack))
+    keys = keys.get("objectValue") or json.loads(keys["value"])
+    return str(keys[sorted(keys)[0]])
 
 
 def _state(config: StackConfig, container: str) -> dict[str, Any] | None:
@@ -167,13 +185,6 @@ def _state(config: StackConfig, container: str) -> dict[str, Any] | None:
         [*docker(config), "inspect", "--format", "{{json .State}}", container], capture_output=True, text=True
     )
     return json.loads(inspect.stdout) if inspect.returncode == 0 else None
-
-
-def _state_line(state: dict[str, Any] | None) -> str:
-    if not state:
-        return "not found"
-    health = state.get("Health", {}).get("Status", "no health check")
-    return f"{state['Status']} since {state['StartedAt']}, health {health}"
 
 
 def _gate_summary(smoke: dict[str, Any], history: list[dict[str, Any]]) -> str:
@@ -204,9 +215,7 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
     outputs = json.loads(pulumi("stack", "output", "--json", stack=stack) or "{}")
     if "endpoint" not in outputs:
         sys.exit(f"ops: stack {stack} has no endpoint output: deploy it first (make up STACK={stack})")
-    keys = json.loads(pulumi("config", "get", "glm:apiKeys", "--json", stack=stack))
-    keys = keys.get("objectValue") or json.loads(keys["value"])
-    env = {**os.environ, "GLM_API_KEY": keys[sorted(keys)[0]]}
+    env = {**os.environ, "GLM_API_KEY": first_api_key(stack)}
     cmd = [
         sys.executable, "-m", "components.gate",
         "--endpoint", outputs["endpoint"],
@@ -233,13 +242,8 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
 
 def _gate_tls(config: StackConfig, stack: str, folder: Path) -> list[str]:
     """A TLS front: the name its certificate carries and the stack's CA, as `pulumi up`'s gate
-    verifies them (components/front_tls.py). The certificate is public; only it is read."""
-    if not config.front.tls:
-        return []
-    if config.front.tls_name is None:
-        certificate = pulumi("config", "get", "glm:tlsCertificate", stack=stack)
-        config = SecretInputs(tls_certificate_pem=certificate).resolved(config)
-    tls = front_tls(config.front, stack)
+    verifies them (components/front_tls.py)."""
+    tls = _front_trust(config, stack)
     if tls is None:
         return []
     args = ["--tls-name", tls.server_name]
@@ -247,6 +251,17 @@ def _gate_tls(config: StackConfig, stack: str, folder: Path) -> list[str]:
         (folder / "ca.crt").write_text(tls.ca)
         args += ["--tls-ca-file", str(folder / "ca.crt")]
     return args
+
+
+def _front_trust(config: StackConfig, stack: str) -> EndpointTls | None:
+    """What a client of a TLS front verifies: its name (from the certificate, the one public value
+    read, where glm:front.tlsName is not set) and the stack's CA; None without TLS."""
+    if not config.front.tls:
+        return None
+    if config.front.tls_name is None:
+        certificate = pulumi("config", "get", "glm:tlsCertificate", stack=stack)
+        config = SecretInputs(tls_certificate_pem=certificate).resolved(config)
+    return front_tls(config.front, stack)
 
 
 def gate_metrics_key(stack: str) -> str | None:
