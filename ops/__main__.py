@@ -35,7 +35,7 @@ from components.gate.startup import is_error, milestone
 from components.gate.tls import EndpointTls
 from components.render.usage_queries import WINDOW
 from components.serving.spec import render_argv, render_serving
-from ops.api_state import Verdict, ask, state_line, verdict
+from ops.api_state import Verdict, ask, container_down, state_line, verdict
 from ops.rollback import rollback
 from ops.stack_file import build, glm_values, problems, rollback_mends, running_candidates
 from ops.usage import promtool_query, usage_rows, usage_table
@@ -215,6 +215,14 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
     outputs = json.loads(pulumi("stack", "output", "--json", stack=stack) or "{}")
     if "endpoint" not in outputs:
         sys.exit(f"ops: stack {stack} has no endpoint output: deploy it first (make up STACK={stack})")
+    # A stopped container is said at once: the gate would wait for an engine that is not there, then
+    # advise waiting for the weights.
+    names = (config.container.name, front_container_name(config.container))
+    host = shlex.join(["docker", "-H", config.target.host.docker_host])
+    down = container_down(_state(config, names[0]), _state(config, names[1]), names, stack, host)
+    if down is not None:
+        print(f"ops: smoke not run: {down}", file=sys.stderr)
+        return 1
     env = {**os.environ, "GLM_API_KEY": first_api_key(stack)}
     cmd = [
         sys.executable, "-m", "components.gate",

@@ -93,6 +93,29 @@ def _error(text: str) -> tuple[str | None, str]:
     return error.get("code"), str(error.get("message", ""))
 
 
+def container_down(
+    serving: Mapping[str, Any] | None,
+    front: Mapping[str, Any] | None,
+    names: tuple[str, str],
+    stack: str,
+    docker_cli: str,
+) -> str | None:
+    """Which of the front and the serving container is not running, since when, and the fix; None
+    when both run. (``status`` leads with it; ``smoke`` says it instead of waiting for an engine
+    that is not there.)"""
+    serving_name, front_name = names
+    if not _running(front):
+        fix = f"`{docker_cli} start {front_name}`" if front else f"`make up STACK={stack}`"
+        return f"the front {front_name} is {state_line(front)}, so nothing answers. Fix: {fix}."
+    if not _running(serving):
+        again = f", or `{docker_cli} start {serving_name}` as it was" if serving else ""
+        return (
+            f"the serving container {serving_name} is {state_line(serving)}, so every request fails. "
+            f"Fix: `make restart STACK={stack}` (re-creates it; its gate runs){again}."
+        )
+    return None
+
+
 def verdict(
     reply: Reply,
     serving: Mapping[str, Any] | None,
@@ -105,22 +128,11 @@ def verdict(
 
     ``names`` are the serving container's and the front's; ``docker_cli`` the docker command for
     the stack's host (``docker -H …``) a fix on a container is pasted with."""
-    serving_name, front_name = names
     if reply.status == 200:
         return Verdict(True, "answers (GET /v1/models through the front: 200)")
-    if not _running(front):
-        return Verdict(
-            False,
-            f"DOWN: the front {front_name} is {state_line(front)}, so nothing answers. "
-            + (f"Fix: `{docker_cli} start {front_name}`." if front else f"Fix: `make up STACK={stack}`."),
-        )
-    if not _running(serving):
-        return Verdict(
-            False,
-            f"DOWN: the serving container {serving_name} is {state_line(serving)}: every request gets "
-            f"{reply.status or 'no answer'}. Fix: `make restart STACK={stack}` (re-creates it; its gate runs)"
-            + (f", or `{docker_cli} start {serving_name}` as it was." if serving else "."),
-        )
+    down = container_down(serving, front, names, stack, docker_cli)
+    if down is not None:
+        return Verdict(False, f"DOWN: {down}")
     code, message = _error(reply.text)
     if reply.status == 503 and code == "no_replica_in_rotation":
         fix = (

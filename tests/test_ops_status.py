@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -143,3 +144,24 @@ def test_a_serving_stack_says_it_answers_first_and_exits_0(
     assert code == 0, lines
     assert lines[0].startswith("API          answers"), lines
     assert f"state        running since {STARTED}, health healthy" in lines
+
+
+def test_smoke_on_a_stopped_container_says_it_is_stopped_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 47 item 7: it waited 30 s, then advised waiting for the weights to load."""
+    monkeypatch.setattr(ops, "pulumi", lambda *args, stack: json.dumps({"endpoint": "http://127.0.0.1:9/v1"}))
+    monkeypatch.setattr(ops, "_state", lambda config, name: {SERVING: EXITED, FRONT: RUNNING}.get(name))
+
+    def no_gate(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError(f"the gate ran against a stopped container: {args}")
+
+    monkeypatch.setattr(ops.subprocess, "run", no_gate)
+    started = time.monotonic()
+    assert ops.smoke(CONFIG, "local", deadline=30) == 1
+    assert time.monotonic() - started < 5
+    said = capsys.readouterr().err.strip()
+    assert said.startswith(f"ops: smoke not run: the serving container {SERVING} is exited at {STOPPED}"), (
+        said
+    )
+    assert "`make restart STACK=local`" in said and "weights" not in said, said
