@@ -236,9 +236,10 @@ def _check_promote_from(c: StackSections) -> str | None:
         return None
     return (
         f"glm:promoteFrom={c.promote_from!r} {NOT_READ}: the stack would serve the glm:image it builds "
-        "or pulls itself, never compared with what the source stack's gate verified. Fix: pulumi "
-        "config rm glm:promoteFrom, and pin the source's image yourself: glm:image.reference set to "
-        "the imageRef of its `verified` output (pulumi stack output verified -s <source>), loaded "
+        "or pulls itself, never compared with what the source stack's gate verified. Fix: "
+        + fix_command("config rm glm:promoteFrom")
+        + ", and pin the source's image yourself: glm:image.reference set to the imageRef of its "
+        f"`verified` output (`scripts/pulumi.sh stack output verified -s {c.promote_from}`), loaded "
         f"onto the nodes ({K8S}.imageLoadCommand) or pullable by them."
     )
 
