@@ -83,13 +83,13 @@ def judge(source_stack: str, own: dict[str, Any], verified: Any) -> str:
     if not isinstance(verified, dict) or not verified.get("servedModel"):
         raise pulumi.RunError(
             f"glm:promoteFrom={source_stack}: the source stack has no passing smoke gate (no "
-            f"`verified` output). Run `pulumi up -s {source_stack}` until its gate passes, then promote."
+            f"`verified` output). Run `make up STACK={source_stack}` until its gate passes, then promote."
         )
     source = verified["servedModel"]
     if verified.get("fingerprint") != fingerprint(source):
         raise pulumi.RunError(
             f"glm:promoteFrom={source_stack}: the source's `verified` output is inconsistent "
-            "(its fingerprint does not match its settings); re-run `pulumi up` on the source."
+            f"(its fingerprint does not match its settings); re-run `make up STACK={source_stack}`."
         )
     if source.get("rehearsal") and not own.get("rehearsal"):
         raise pulumi.RunError(

@@ -26,23 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from components.change_cost import one_box_outage_notice
-from components.config import (
-    REPLICA_KEYS,
-    SECRET_KEYS,
-    ConfigError,
-    SecretInputs,
-    StackConfig,
-    build_stack_config,
-)
-from components.config.loading import STACK_KEYS
+from components.config import ConfigError, SecretInputs, StackConfig
 from components.docker.model_volume import weights_and_cache
 from components.docker.nginx_front import front_container_name
 from components.front_tls import front_tls
 from components.gate.container import ssh_wrapper
 from components.gate.startup import is_error, milestone
+from components.gate.tls import EndpointTls
 from components.render.usage_queries import WINDOW
 from components.serving.spec import render_argv, render_serving
+from ops.api_state import Verdict, ask, container_down, state_line, verdict
 from ops.rollback import rollback
+from ops.stack_file import build, glm_values, problems, rollback_mends, running_candidates
 from ops.usage import promtool_query, usage_rows, usage_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,37 +65,41 @@ def stack_output(name: str, stack: str) -> Any:
 def stack_config(stack: str, command: str) -> StackConfig:
     """The stack's config as the program validates it (secrets left out: not needed here).
 
-    A stack file the program would refuse does not stop a look at the running stack: its replica
-    keys are taken from the last version that passed its gate (the ``verified`` output), which is
-    what runs, and the command says so in one line; else it refuses in one line, with the fix."""
-    values = json.loads(pulumi("config", "--json", stack=stack))
-    raw: dict[str, Any] = {}
-    for key, entry in values.items():
-        name = key.removeprefix("glm:")
-        if key.startswith("glm:") and name not in SECRET_KEYS and not entry.get("secret"):
-            raw[name] = entry.get("objectValue", entry.get("value"))
-    docker_host = os.environ.get("GLM_DOCKER_HOST") or None
+    A stack file the program would refuse does not stop a look at the running stack: it reads the
+    version that runs (``ops/stack_file.py``: the last update that succeeded, its replica keys from
+    the last version that passed its gate), and says so in one line with the problem's own fix,
+    and ``make rollback`` only where it mends the file; ``restart`` (a ``pulumi up``) refuses."""
+    raw = glm_values(json.loads(pulumi("config", "--json", stack=stack)))
     try:
-        return build_stack_config(raw, docker_host=docker_host)
+        return build(raw, stack)
     except ConfigError as err:
-        problems = [line.strip() for line in str(err).splitlines()[1:]] or [str(err)]
-    more = f" (and {len(problems) - 1} more: make preview STACK={stack})" if len(problems) > 1 else ""
-    problem = f"stack {stack}'s config is refused: {problems[0].rstrip('.')}{more}"
-    fix = f"Fix: scripts/pulumi.sh config … -s {stack}, or make rollback STACK={stack}"
+        found = problems(err)
+    verified = verified_config(stack)
+    more = f" (and {len(found) - 1} more: make preview STACK={stack})" if len(found) > 1 else ""
+    rollback = (
+        f" Or put the replica that last passed its gate back: `make rollback STACK={stack}`."
+        if rollback_mends(raw, verified, stack)
+        else ""
+    )
+    problem = f"stack {stack}'s config is refused: {found[0].rstrip('.')}.{more}{rollback}"
     if command == "restart":
-        sys.exit(f"ops: {problem}; restart runs `pulumi up`, which refuses it. {fix}.")
+        sys.exit(f"ops: {problem} restart runs `pulumi up`, which refuses it.")
+    history = json.loads(pulumi("stack", "history", "--json", stack=stack) or "[]")
+    for how, values in running_candidates(raw, verified, history):
+        try:
+            config = build(values, stack)
+        except ConfigError:
+            continue
+        print(f"ops: {problem} {command} reads the version that runs ({how}).", file=sys.stderr)
+        return config
+    sys.exit(f"ops: {problem} No version of it ever ran (no update succeeded): fix the file first.")
+
+
+def verified_config(stack: str) -> dict[str, Any] | None:
+    """The replica keys of the last version that passed its gate (the ``verified`` output), or None."""
     verified = stack_output("verified", stack)
     last = verified.get("config") if isinstance(verified, dict) else None
-    if not isinstance(last, dict):
-        sys.exit(f"ops: {problem}. {fix}.")
-    # The running version's replica keys; the other keys (target, front, smoke) as the file has them.
-    known = {k: v for k, v in raw.items() if k in STACK_KEYS and k not in REPLICA_KEYS}
-    try:
-        config = build_stack_config({**known, **last}, docker_host=docker_host)
-    except ConfigError:
-        sys.exit(f"ops: {problem}. {fix}.")
-    print(f"ops: {problem}. {command} reads the last version that passed its gate. {fix}.", file=sys.stderr)
-    return config
+    return last if isinstance(last, dict) else None
 
 
 def docker(config: StackConfig) -> list[str]:
@@ -135,20 +134,28 @@ def logs(config: StackConfig, stack: str, follow: bool) -> int:
 
 
 def status(config: StackConfig, stack: str) -> int:
+    """The API's state first (asked, not inferred: ``ops/api_state.py``), then the containers with
+    their own events' times, the last update and gate, and usage per key."""
     outputs = json.loads(pulumi("stack", "output", "--json", stack=stack) or "{}")
     history = json.loads(pulumi("stack", "history", "--json", stack=stack) or "[]")
-    state, front = (
-        _state(config, config.container.name),
-        _state(config, front_container_name(config.container)),
-    )
+    names = (config.container.name, front_container_name(config.container))
+    serving, front = _state(config, names[0]), _state(config, names[1])
+    endpoint = outputs.get("endpoint")
+    if endpoint:
+        reply = ask(endpoint, status_key(stack), _front_trust(config, stack))
+        host = shlex.join(["docker", "-H", config.target.host.docker_host])
+        api = verdict(reply, serving, front, names, stack, host)
+    else:
+        api = Verdict(False, f"not deployed (no endpoint output). Fix: `make up STACK={stack}`.")
     last = history[0] if history else {}
     smoke = outputs.get("smoke") or {}
     rows = [
+        ("API", api.line),
         ("stack", f"{stack} ({config.hardware})"),
-        ("container", f"{config.container.name} on {config.target.host.docker_host}"),
-        ("state", _state_line(state)),
-        ("front", f"{front_container_name(config.container)}: {_state_line(front)}"),
-        ("endpoint", outputs.get("endpoint", "(not deployed)")),
+        ("container", f"{names[0]} on {config.target.host.docker_host}"),
+        ("state", state_line(serving)),
+        ("front", f"{names[1]}: {state_line(front)}"),
+        ("endpoint", endpoint or "(not deployed)"),
         ("image", outputs.get("imageRef", "?")),
         ("last update", f"{last.get('result', '?')} at {last.get('endTime', '?')} ({last.get('kind', '?')})"),
         ("last gate", _gate_summary(smoke, history)),
@@ -161,7 +168,19 @@ def status(config: StackConfig, stack: str) -> int:
         print(usage_table(usage_rows(promtool_query(prometheus))))
     except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
         print(f"not available: {e}")
-    return 0 if state and state.get("Running") and front and front.get("Running") else 1
+    running = all(s and s.get("Running") for s in (serving, front))
+    return 0 if api.answers and running else 1
+
+
+def status_key(stack: str) -> str:
+    """What ``status`` asks the API with: the gate's own key (counted as smoke-gate, never as a
+    user's), or on a stack deployed before the gate had one, the first API key by name."""
+    own = secret_output(stack, "gateApiKey")
+    if own is not None:
+        return own
+    keys = json.loads(pulumi("config", "get", "glm:apiKeys", "--json", stack=stack))
+    keys = keys.get("objectValue") or json.loads(keys["value"])
+    return str(keys[sorted(keys)[0]])
 
 
 def _state(config: StackConfig, container: str) -> dict[str, Any] | None:
@@ -170,13 +189,6 @@ def _state(config: StackConfig, container: str) -> dict[str, Any] | None:
         [*docker(config), "inspect", "--format", "{{json .State}}", container], capture_output=True, text=True
     )
     return json.loads(inspect.stdout) if inspect.returncode == 0 else None
-
-
-def _state_line(state: dict[str, Any] | None) -> str:
-    if not state:
-        return "not found"
-    health = state.get("Health", {}).get("Status", "no health check")
-    return f"{state['Status']} since {state['StartedAt']}, health {health}"
 
 
 def _gate_summary(smoke: dict[str, Any], history: list[dict[str, Any]]) -> str:
@@ -207,6 +219,14 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
     outputs = json.loads(pulumi("stack", "output", "--json", stack=stack) or "{}")
     if "endpoint" not in outputs:
         sys.exit(f"ops: stack {stack} has no endpoint output: deploy it first (make up STACK={stack})")
+    # A stopped container is said at once: the gate would wait for an engine that is not there, then
+    # advise waiting for the weights.
+    names = (config.container.name, front_container_name(config.container))
+    host = shlex.join(["docker", "-H", config.target.host.docker_host])
+    down = container_down(_state(config, names[0]), _state(config, names[1]), names, stack, host)
+    if down is not None:
+        print(f"ops: smoke not run: {down}", file=sys.stderr)
+        return 1
     # The gate's own key: its requests are counted apart from every user's (the usage meter).
     api_key = secret_output(stack, "gateApiKey")
     if api_key is None:
@@ -241,13 +261,8 @@ def smoke(config: StackConfig, stack: str, deadline: float) -> int:
 
 def _gate_tls(config: StackConfig, stack: str, folder: Path) -> list[str]:
     """A TLS front: the name its certificate carries and the stack's CA, as `pulumi up`'s gate
-    verifies them (components/front_tls.py). The certificate is public; only it is read."""
-    if not config.front.tls:
-        return []
-    if config.front.tls_name is None:
-        certificate = pulumi("config", "get", "glm:tlsCertificate", stack=stack)
-        config = SecretInputs(tls_certificate_pem=certificate).resolved(config)
-    tls = front_tls(config.front)
+    verifies them (components/front_tls.py)."""
+    tls = _front_trust(config, stack)
     if tls is None:
         return []
     args = ["--tls-name", tls.server_name]
@@ -255,6 +270,17 @@ def _gate_tls(config: StackConfig, stack: str, folder: Path) -> list[str]:
         (folder / "ca.crt").write_text(tls.ca)
         args += ["--tls-ca-file", str(folder / "ca.crt")]
     return args
+
+
+def _front_trust(config: StackConfig, stack: str) -> EndpointTls | None:
+    """What a client of a TLS front verifies: its name (from the certificate, the one public value
+    read, where glm:front.tlsName is not set) and the stack's CA; None without TLS."""
+    if not config.front.tls:
+        return None
+    if config.front.tls_name is None:
+        certificate = pulumi("config", "get", "glm:tlsCertificate", stack=stack)
+        config = SecretInputs(tls_certificate_pem=certificate).resolved(config)
+    return front_tls(config.front, stack)
 
 
 def secret_output(stack: str, name: str) -> str | None:

@@ -24,7 +24,7 @@ def test_a_misspelt_key_is_refused_with_the_nearest_real_one(overrides: dict, sa
     with pytest.raises(ConfigError) as refused:
         build_stack_config({"hardware": "local", **overrides})
     assert said in str(refused.value)
-    assert "Fix: rename it (scripts/pulumi.sh config rm --path 'glm:" in str(refused.value)
+    assert "Fix: rename it (`scripts/pulumi.sh config rm --path 'glm:" in str(refused.value)
 
 
 def test_a_key_in_a_list_item_is_named_by_its_config_path() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -190,7 +191,12 @@ def test_2_a_misspelt_top_level_key_is_refused_at_preview_with_the_nearest_one(u
         and "glm:servng is not a known key; did you mean glm:serving?" in preview.stdout
     )
     no_traceback(preview)
-    assert user.pulumi("config", "rm", "glm:servng").returncode == 0
+    # Issue 47 item 2: the fix it prints, pasted as printed, is the fix (it names the stack).
+    printed = re.findall(r"`(scripts/pulumi\.sh config rm [^`]+)`", preview.stdout)
+    assert printed and all(" -s local" in c for c in printed), preview.stdout[-2000:]
+    for command in printed:
+        assert user.sh("bash", "-c", command).returncode == 0
+    assert user.pulumi("config", "get", "glm:servng").returncode != 0, "the pasted fix removed nothing"
 
 
 def test_3_the_failed_gate_says_503_and_status_does_not_contradict_itself(user: User) -> None:
@@ -203,6 +209,10 @@ def test_3_the_failed_gate_says_503_and_status_does_not_contradict_itself(user: 
     status = user.make("status")
     no_traceback(status)
     assert "failed at" in status.stdout and "(not with the last update, which failed)" in status.stdout
+    # Issue 47 item 6: the outage first, why, and the way back; not exit 0 with "state running".
+    first = status.stdout.splitlines()[0]
+    assert first.startswith("API          DOWN: every request gets 503 no_replica_in_rotation"), first
+    assert "`make rollback STACK=local`" in first and status.returncode != 0, status.stdout
 
 
 def test_4_rollback_announces_the_outage_writes_the_users_config_and_serves_again(user: User) -> None:
@@ -225,6 +235,13 @@ def test_4_rollback_announces_the_outage_writes_the_users_config_and_serves_agai
     assert user.pulumi("config", "get", "--path", FAULT).returncode != 0  # the user's copy, rolled back
     assert (user.root / "Pulumi.local.yaml").read_text() == (PROJECT / "Pulumi.local.yaml").read_text()
     assert user.ask() == 200
+    # Issue 47 item 8: a second rollback has nothing to do, does nothing, and announces no 503.
+    again = user.make("rollback")
+    said = again.stdout + again.stderr
+    assert again.returncode == 0 and "nothing to roll back" in said and "no gate ran" in said, said[-3000:]
+    assert "503" not in said and "Updating (local)" not in said and "passed its gates" not in said, said[
+        -3000:
+    ]
 
 
 def test_5_restart_on_one_box_announces_the_outage_before_the_first_503(user: User) -> None:
@@ -269,12 +286,35 @@ def test_7_day_2_verbs_with_a_refused_file_a_stopped_engine_a_stopped_front(user
     no_traceback(restart)
     refused = [line for line in restart.stderr.splitlines() if line.startswith("ops:")]
     assert restart.returncode != 0 and len(refused) == 1 and "Fix:" in refused[0], restart.stderr
+    # Issue 47 item 3: a bad front value too; no rollback offered, as it cannot mend it.
+    assert user.pulumi("config", "rm", "--path", "glm:serving.maxModelLen").returncode == 0
+    assert user.pulumi("config", "set", "--path", "glm:front.maxBodySize", "20x").returncode == 0
+    for verb in ("status", "smoke", "debug", "logs"):
+        done = (
+            user.make(verb)
+            if verb != "logs"
+            else user.sh("scripts/ops.sh", "logs", "--no-follow", "-s", "local")
+        )
+        no_traceback(done)
+        refusal = [line for line in done.stderr.splitlines() if line.startswith("ops:")]
+        assert done.returncode == 0 and "glm:front.maxBodySize" in refusal[0], (verb, done.stderr)
+        assert "rollback" not in refusal[0] and "reads the version that runs" in refusal[0], refusal
+    rollback = user.make("rollback")
+    assert rollback.returncode != 0 and "would still be refused" in rollback.stderr, rollback.stderr[-2000:]
+    assert "Updating (local)" not in rollback.stdout
+    printed = re.findall(r"`(scripts/pulumi\.sh config rm [^`]+)`", rollback.stderr)
+    assert printed and user.sh("bash", "-c", printed[0]).returncode == 0
     for stopped in (user.name, f"{user.name}-nginx"):
         subprocess.run(["docker", "stop", stopped], capture_output=True, check=True)
         for verb in ("status", "smoke"):
+            started = time.monotonic()
             done = user.make(verb)
             no_traceback(done)
             assert done.returncode != 0, (stopped, verb, done.stdout)
+            # Issue 47 items 6 and 7: which container stopped and when, with the fix, at once.
+            said = done.stdout.splitlines()[0] if verb == "status" else done.stderr
+            assert f"{stopped} is exited at " in said and "Fix: `" in said, (verb, said)
+            assert "weights" not in said and time.monotonic() - started < 25, (verb, said)
         subprocess.run(["docker", "start", stopped], capture_output=True, check=True)
 
 

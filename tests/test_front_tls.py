@@ -67,14 +67,14 @@ def test_a_name_the_certificate_does_not_carry_is_refused_with_its_names(ca: Tes
     message = refused(cert, tlsName="a.b.glm.test")
     assert "glm:front.tlsName=a.b.glm.test is not a name glm:tlsCertificate carries" in message
     assert "(it names glm-front.test, *.glm.test)" in message
-    assert "pulumi config rm --path 'glm:front.tlsName'" in message
+    assert "`scripts/pulumi.sh config rm --path 'glm:front.tlsName'" in message
 
 
 def test_a_certificate_without_a_name_needs_one(ca: TestCa) -> None:
     cert, _ = ca.issue([], label="nameless")
     message = refused(cert)
     assert "glm:tlsCertificate carries no subjectAltName" in message
-    assert "pulumi config set --path 'glm:front.tlsName'" in message
+    assert "`scripts/pulumi.sh config set --path 'glm:front.tlsName'" in message
 
 
 def test_what_is_not_a_certificate_is_refused_without_being_printed(ca: TestCa) -> None:
@@ -84,7 +84,7 @@ def test_what_is_not_a_certificate_is_refused_without_being_printed(ca: TestCa) 
     cert, _ = ca.issue(["DNS:glm-front.test"], label="ok")
     message = refused(cert, tlsCaCertificate="not a certificate at all")
     assert "glm:front.tlsCaCertificate is not a PEM certificate" in message
-    assert "pulumi config set --path 'glm:front.tlsCaCertificate'" in message
+    assert "`scripts/pulumi.sh config set --path 'glm:front.tlsCaCertificate'" in message
 
 
 @pytest.mark.parametrize("name", ["*.glm.test", "two words", "-bad.example"])

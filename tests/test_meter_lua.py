@@ -94,13 +94,32 @@ def vllm_reads(value: Any) -> bool | str | None:
         return "invalid"
 
 
-STREAM_VALUES = [True, False, 1, 0, "true", "True", "1", "yes", "on", "t", "y", "false", "no", "off", "0", 2, "maybe", None]
-TRICKY = ['a "quoted" }{ ][ , : string', "\\\\", "\\u00e9t\\u00e9 \u2603", "", "{\"stream\": true}"]
+STREAM_VALUES = [
+    True,
+    False,
+    1,
+    0,
+    "true",
+    "True",
+    "1",
+    "yes",
+    "on",
+    "t",
+    "y",
+    "false",
+    "no",
+    "off",
+    "0",
+    2,
+    "maybe",
+    None,
+]
+TRICKY = ['a "quoted" }{ ][ , : string', "\\\\", "\\u00e9t\\u00e9 \u2603", "", '{"stream": true}']
 
 
 def body_cases(rng: random.Random) -> list[dict[str, Any]]:
     cases = []
-    for i in range(200):
+    for _ in range(200):
         body: dict[str, Any] = {"model": "glm-5.3-flash", "max_tokens": rng.randint(1, 4096)}
         route = rng.choice(["/v1/chat/completions", "/v1/completions"])
         keys = [("messages", [{"role": "user", "content": rng.choice(TRICKY) * rng.randint(1, 50)}])]
@@ -157,7 +176,9 @@ def test_the_meter_reads_stream_n_and_prompts_as_vllm_does_whole_or_sliced() -> 
 def test_a_body_that_is_no_object_is_invalid_and_weighs_one_slot() -> None:
     bodies = ["[[],[],[]]", "not json", '"stream"', "{"]
     cases = [{"body": b, "route": "/v1/completions", "slices": [1, 2, 3]} for b in bodies]
-    said = run_lua({"bodies": [c for c in cases if c["body"] != "not json" and c["body"] != "{"], "streams": []})
+    said = run_lua(
+        {"bodies": [c for c in cases if c["body"] != "not json" and c["body"] != "{"], "streams": []}
+    )
     for result in said["bodies"]:
         assert result["scanned"]["weight"] == 1 and result["scanned"].get("invalid") is True
 
@@ -195,7 +216,12 @@ def test_a_client_gets_exactly_the_usage_it_asked_for_and_the_meter_every_token(
     text, events = continuous_stream(n=3, tokens=5, prompt=11)
     shape = {"asked_usage": asked != "nothing", "asked_continuous": asked == "continuous", "n": 3}
     rng = random.Random(asked)
-    case = {"text": text, "shape": shape, "responses": False, "slices": [rng.randint(1, 90) for _ in range(60)]}
+    case = {
+        "text": text,
+        "shape": shape,
+        "responses": False,
+        "slices": [rng.randint(1, 90) for _ in range(60)],
+    }
     [result] = run_lua({"bodies": [], "streams": [case]})["streams"]
     received = [json.loads(line[6:]) for line in result["sent"].split("\n\n") if line.startswith("data: {")]
     with_usage = [e for e in received if "usage" in e]
@@ -206,7 +232,9 @@ def test_a_client_gets_exactly_the_usage_it_asked_for_and_the_meter_every_token(
     else:
         assert received == events
     for got, sent in zip(received, events, strict=False):  # the rest of each event untouched
-        assert {k: v for k, v in got.items() if k != "usage"} == {k: v for k, v in sent.items() if k != "usage"}
+        assert {k: v for k, v in got.items() if k != "usage"} == {
+            k: v for k, v in sent.items() if k != "usage"
+        }
     assert result["sent"].endswith("data: [DONE]\n\n") and result["finished"] is True
     assert (result["prompt"], result["completion"]) == (11, 15)
 
@@ -224,7 +252,9 @@ def test_a_stream_cut_short_is_charged_what_it_was_sent_per_choice() -> None:
 
 def test_a_real_vllm_0_25_stream_passes_through_unchanged() -> None:
     """Recorded from vLLM 0.25.0 on the H200 (no usage asked, none sent): byte for byte."""
-    text = (Path(__file__).parents[2] / "shared" / "fixtures" / "vllm-0.25.0-h200" / "chat-stream.sse").read_text()
+    text = (
+        Path(__file__).parents[2] / "shared" / "fixtures" / "vllm-0.25.0-h200" / "chat-stream.sse"
+    ).read_text()
     case = {"text": text, "shape": {"asked_usage": False, "asked_continuous": False, "n": 1}, "responses": False,
             "slices": [7, 300, 1, 1, 1000]}  # fmt: skip
     [result] = run_lua({"bodies": [], "streams": [case]})["streams"]

@@ -25,14 +25,46 @@ REFUSED = {
     "glm:front": {"value": '{"port":18480}', "objectValue": {"port": 18480}, "secret": False},
     "glm:apiKeys": {"secret": True},
 }
+# ... and after `config set --path glm:front.maxBodySize 20x` instead (issue 47 item 3).
+BAD_FRONT = {
+    **REFUSED,
+    "glm:serving": {"value": "{}", "objectValue": {}, "secret": False},
+    "glm:front": {
+        "value": '{"port":18480,"maxBodySize":"20x"}',
+        "objectValue": {"port": 18480, "maxBodySize": "20x"},
+        "secret": False,
+    },
+}
 VERIFIED = {"config": {"hardware": "local", "container": {"name": "glm53-mine"}}}
+# `pulumi stack history --json`: a failed update after one that succeeded with its config then.
+HISTORY = [
+    {"kind": "update", "result": "failed", "config": BAD_FRONT},
+    {
+        "kind": "update",
+        "result": "succeeded",
+        "config": {
+            "glm:hardware": {"value": "local", "secret": False},
+            "glm:front": {
+                "value": "…",
+                "objectValue": {"port": 18480, "maxBodySize": "12m"},
+                "secret": False,
+            },
+            "glm:container": {"value": "…", "objectValue": {"name": "glm53-mine"}, "secret": False},
+            "glm:apiKeys": {"secret": True},
+        },
+    },
+]
 
 
 @pytest.fixture
 def stack(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """The fake CLI's answers: the stack's config, and its `verified` output."""
-    answers: dict[str, Any] = {"config": REFUSED, "verified": VERIFIED}
-    monkeypatch.setattr(ops, "pulumi", lambda *args, stack: json.dumps(answers["config"]))
+    """The fake CLI's answers: the stack's config, its history and its `verified` output."""
+    answers: dict[str, Any] = {"config": REFUSED, "verified": VERIFIED, "history": HISTORY}
+
+    def pulumi(*args: str, stack: str) -> str:
+        return json.dumps(answers["history"] if args[:2] == ("stack", "history") else answers["config"])
+
+    monkeypatch.setattr(ops, "pulumi", pulumi)
     monkeypatch.setattr(ops, "stack_output", lambda name, stack: answers.get(name))
     return answers
 
@@ -42,11 +74,36 @@ def test_a_refused_stack_file_is_read_through_the_running_version(
 ) -> None:
     config = ops.stack_config("local", "status")
     assert config.container.name == "glm53-mine"  # the running version's replica keys
-    assert config.front.port == 18480  # the other keys as the file has them
+    assert config.front.port == 18480  # the other keys as the last update that succeeded had them
     said = capsys.readouterr().err.strip()
     assert said.count("\n") == 0 and "glm:serving.maxModelLen" in said
-    assert "status reads the last version that passed its gate" in said
-    assert "make rollback STACK=local" in said
+    assert "status reads the version that runs" in said
+    # The problem's own fix, to paste; and the rollback, which puts a verified serving back.
+    assert "`scripts/pulumi.sh config rm --path 'glm:serving.maxModelLen' -s local`" in said
+    assert "`make rollback STACK=local`" in said
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "smoke", "debug"])
+def test_a_bad_front_value_is_read_through_the_running_version_and_no_rollback_is_offered(
+    command: str, stack: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make rollback` puts back the replica keys only: the file it leaves is refused the same way."""
+    stack["config"] = BAD_FRONT
+    config = ops.stack_config("local", command)
+    assert config.front.max_body_size == "12m" and config.front.port == 18480  # what runs
+    assert config.container.name == "glm53-mine"
+    said = capsys.readouterr().err.strip()
+    assert said.count("\n") == 0 and "glm:front.maxBodySize='20x'" in said
+    assert "`scripts/pulumi.sh config rm --path 'glm:front.maxBodySize' -s local`" in said
+    assert "rollback" not in said and f"{command} reads the version that runs" in said
+
+
+def test_a_bad_front_value_without_any_update_history_refuses_in_one_line(stack: dict[str, Any]) -> None:
+    stack["config"], stack["history"] = BAD_FRONT, []
+    with pytest.raises(SystemExit) as refused:
+        ops.stack_config("local", "status")
+    said = str(refused.value.code)
+    assert "\n" not in said and "glm:front.maxBodySize" in said and "rollback" not in said
 
 
 def test_restart_refuses_in_one_line_naming_the_problem_and_the_fix(stack: dict[str, Any]) -> None:
@@ -54,13 +111,25 @@ def test_restart_refuses_in_one_line_naming_the_problem_and_the_fix(stack: dict[
         ops.stack_config("local", "restart")
     said = str(refused.value.code)
     assert "\n" not in said and "glm:serving.maxModelLen" in said and "Fix:" in said
+    assert "`make rollback STACK=local`" in said
+    stack["config"] = BAD_FRONT
+    with pytest.raises(SystemExit) as refused:
+        ops.stack_config("local", "restart")
+    assert "glm:front.maxBodySize" in str(refused.value.code) and "rollback" not in str(refused.value.code)
 
 
-def test_without_a_verified_output_it_refuses_in_one_line(stack: dict[str, Any]) -> None:
+def test_without_a_verified_output_it_reads_the_last_update_that_succeeded(
+    stack: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     stack["verified"] = None
+    config = ops.stack_config("local", "logs")
+    assert config.container.name == "glm53-mine"
+    said = capsys.readouterr().err
+    assert "rollback" not in said  # nothing verified to go back to
+    stack["history"] = []
     with pytest.raises(SystemExit) as refused:
         ops.stack_config("local", "logs")
-    assert "\n" not in str(refused.value.code) and "make rollback STACK=local" in str(refused.value.code)
+    assert "\n" not in str(refused.value.code) and "glm:serving.maxModelLen" in str(refused.value.code)
 
 
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:

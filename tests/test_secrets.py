@@ -87,10 +87,14 @@ def test_bad_secret_env_names_are_refused_without_the_value() -> None:
 @pytest.mark.parametrize(
     ("key", "value", "fix"),
     [
-        ("glm:apiKeys", {"ops": "sk-plain-8c1f0e2b7a9d4c3e5f6a"}, "--path 'glm:apiKeys.<client>'"),
-        ("glm:metricsKeys", {"prom": "sk-plain-1b2e7f9c0d4a8e6f3c5b"}, "--path 'glm:metricsKeys.<scraper>'"),
-        ("glm:servingSecretEnv", {"HF_TOKEN": HF_TOKEN}, "--path 'glm:servingSecretEnv.<NAME>'"),
-        ("glm:tlsKey", "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIDeliberate\n", "glm:tlsKey --"),
+        ("glm:apiKeys", {"ops": "sk-plain-8c1f0e2b7a9d4c3e5f6a"}, "--path 'glm:apiKeys.ops'"),
+        ("glm:metricsKeys", {"prom": "sk-plain-1b2e7f9c0d4a8e6f3c5b"}, "--path 'glm:metricsKeys.prometheus'"),
+        ("glm:servingSecretEnv", {"HF_TOKEN": HF_TOKEN}, "--path 'glm:servingSecretEnv.HF_TOKEN'"),
+        (
+            "glm:tlsKey",
+            "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIDeliberate\n",
+            "glm:tlsKey -s rtx5090 --",
+        ),
     ],
 )
 def test_a_secret_key_in_plain_text_is_refused_naming_the_secret_command(
@@ -102,6 +106,6 @@ def test_a_secret_key_in_plain_text_is_refused_naming_the_secret_command(
         run_program("rtx5090", overrides={key: value})
     message = str(raised.value)
     assert f"{key} is set in plain text" in message
-    assert f"pulumi config set --secret {fix}" in message
+    assert f"`scripts/pulumi.sh config set --secret {fix}" in message
     for secret in value.values() if isinstance(value, dict) else [value]:
         assert secret not in message

@@ -14,9 +14,11 @@ import re
 import ssl
 import subprocess
 
+from components.config.values import fix_command
+
 CA_KEY = "glm:front.tlsCaCertificate"
 NAME_KEY = "glm:front.tlsName"
-SET_CA = f"pulumi config set --path '{CA_KEY}' -- \"$(cat ca.crt)\""
+SET_CA = fix_command(f"config set --path '{CA_KEY}' -- \"$(cat ca.crt)\"")
 """The command that names the stack's CA (``ca.crt``: the CA that signed the front's certificate)."""
 
 _SAN_ENTRY = re.compile(r"(DNS|IP Address):([^,\s]+)")
@@ -66,21 +68,23 @@ def certificate_problems(pem: str, tls_name: str | None) -> list[str]:
         names = certificate_names(pem)
     except ValueError as err:
         return [
-            f"glm:tlsCertificate is not a PEM certificate openssl can read ({err}). Fix: pulumi config "
-            'set --secret glm:tlsCertificate -- "$(cat fullchain.pem)" (the server\'s certificate first).'
+            f"glm:tlsCertificate is not a PEM certificate openssl can read ({err}). Fix: "
+            + fix_command('config set glm:tlsCertificate -- "$(cat fullchain.pem)"')
+            + " (the server's certificate first)."
         ]
     if not [n for n in names if not n.startswith("*.")] and tls_name is None:
         listed = f"only {', '.join(names)}" if names else "no subjectAltName"
         return [
             f"glm:tlsCertificate carries {listed}: the gate and the semantic probe verify the front by "
-            f"a name in its subjectAltName. Fix: set {NAME_KEY} to the name clients use (pulumi config "
-            f"set --path '{NAME_KEY}' api.example.com), or use a certificate that names the server."
+            f"a name in its subjectAltName. Fix: set {NAME_KEY} to the name clients use (e.g. "
+            + fix_command(f"config set --path '{NAME_KEY}' api.example.com")
+            + "), or use a certificate that names the server."
         ]
     if tls_name is not None and not any(name_matches(tls_name, n) for n in names):
         return [
             f"{NAME_KEY}={tls_name} is not a name glm:tlsCertificate carries (it names "
             f"{', '.join(names) or 'nothing'}). Fix: set {NAME_KEY} to one of them, or remove it "
-            f"(pulumi config rm --path '{NAME_KEY}') to take the certificate's first name."
+            "(" + fix_command(f"config rm --path '{NAME_KEY}'") + ") to take the certificate's first name."
         ]
     return []
 

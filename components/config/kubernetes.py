@@ -21,6 +21,7 @@ from typing import Any
 from components.config.edge import UsageMeterConfig
 from components.config.sections import StackSections
 from components.config.target import OLD_IMAGE_PLACEHOLDER
+from components.config.values import fix_command
 from components.profiles import PROFILES
 from components.template import placeholders
 
@@ -201,7 +202,9 @@ def _check_usage_meter(c: StackSections) -> str | None:
         return None
     found = [
         f"{written} {NOT_READ}: {METER_KEYS[key]}; a key's flood is held only by glm:front.rateLimit's "
-        f"per-key caps. Fix: pulumi config rm --path '{METER}.{key}' (the per-key rate and in-flight "
+        "per-key caps. Fix: "
+        + fix_command(f"config rm --path '{METER}.{key}'")
+        + " (the per-key rate and in-flight "
         "limits still hold), or run the stack on Docker hosts (glm:target.hosts without kubernetes) "
         "to have the meter."
         for key, written in _meter_asked(c).items()
@@ -222,8 +225,9 @@ def _check_weights_download(c: StackSections) -> str | None:
         f"glm:model.download.enabled=true {NOT_READ}: no pod downloads {c.model.download.repo}; the "
         f"serving pods mount {where} read-only as it is, and their preflight, counting on the "
         "download, does not check that the weights are there. Fix: fill it first (the hub CLI on the "
-        "node, or a Job that writes into the claim), then pulumi config rm --path "
-        "'glm:model.download.enabled' (the preflight then checks the weights in place)."
+        "node, or a Job that writes into the claim), then "
+        + fix_command("config rm --path 'glm:model.download.enabled'")
+        + " (the preflight then checks the weights in place)."
     )
 
 
@@ -232,9 +236,10 @@ def _check_promote_from(c: StackSections) -> str | None:
         return None
     return (
         f"glm:promoteFrom={c.promote_from!r} {NOT_READ}: the stack would serve the glm:image it builds "
-        "or pulls itself, never compared with what the source stack's gate verified. Fix: pulumi "
-        "config rm glm:promoteFrom, and pin the source's image yourself: glm:image.reference set to "
-        "the imageRef of its `verified` output (pulumi stack output verified -s <source>), loaded "
+        "or pulls itself, never compared with what the source stack's gate verified. Fix: "
+        + fix_command("config rm glm:promoteFrom")
+        + ", and pin the source's image yourself: glm:image.reference set to the imageRef of its "
+        f"`verified` output (`scripts/pulumi.sh stack output verified -s {c.promote_from}`), loaded "
         f"onto the nodes ({K8S}.imageLoadCommand) or pullable by them."
     )
 
@@ -246,8 +251,9 @@ def _check_devices(c: StackSections) -> str | None:
         f"glm:container.devices={list(c.container.devices)} {NOT_READ}: a pod gets device nodes "
         "from the cluster's device plugins only (the cards, as many as glm:container.accelerators "
         "lists), and a device node mounted as a hostPath is unusable outside a privileged pod, which "
-        "the policy pack refuses (k8s-pod-not-privileged). Fix: pulumi config rm --path "
-        "'glm:container.devices', and have a device plugin on the nodes provide the device."
+        "the policy pack refuses (k8s-pod-not-privileged). Fix: "
+        + fix_command("config rm --path 'glm:container.devices'")
+        + ", and have a device plugin on the nodes provide the device."
     )
 
 
@@ -257,8 +263,9 @@ def _check_privileged(c: StackSections) -> str | None:
     return (
         f"glm:container.privileged=true {NOT_READ}: no serving pod is privileged (the policy pack "
         "refuses one: k8s-pod-not-privileged), so what it gives on a Docker host (every device and "
-        "capability) is not there. Fix: pulumi config rm --path 'glm:container.privileged'; the "
-        "cards come from the device plugin (glm:container.accelerators)."
+        "capability) is not there. Fix: "
+        + fix_command("config rm --path 'glm:container.privileged'")
+        + "; the cards come from the device plugin (glm:container.accelerators)."
     )
 
 
@@ -268,8 +275,9 @@ def _check_network_mode(c: StackSections) -> str | None:
     return (
         f"glm:container.networkMode=host {NOT_READ}: a pod never uses its node's network (the policy "
         "pack refuses hostNetwork: k8s-pod-not-privileged); vLLM listens on its pod's loopback behind "
-        "the pod's guard, which the front reaches over the pod network. Fix: pulumi config rm --path "
-        "'glm:container.networkMode' (bridge), and glm:serving.host with it."
+        "the pod's guard, which the front reaches over the pod network. Fix: "
+        + fix_command("config rm --path 'glm:container.networkMode'")
+        + " (bridge), and glm:serving.host with it."
     )
 
 
@@ -280,9 +288,11 @@ def _check_ipc_mode(c: StackSections) -> str | None:
     return (
         f"glm:container.ipcMode=host {NOT_READ}: a pod never joins its node's IPC namespace (the "
         "policy pack refuses hostIPC: k8s-pod-not-privileged), so vLLM's workers exchange tensors "
-        f"through the pod's own /dev/shm (glm:container.shmSize: {shm}). Fix: pulumi config rm --path "
-        "'glm:container.ipcMode', and set glm:container.shmSize (e.g. 64g): the pod's /dev/shm is a "
-        "memory emptyDir of that size."
+        f"through the pod's own /dev/shm (glm:container.shmSize: {shm}). Fix: "
+        + fix_command("config rm --path 'glm:container.ipcMode'")
+        + ", and set glm:container.shmSize (e.g. "
+        + fix_command("config set --path 'glm:container.shmSize' 64g")
+        + "): the pod's /dev/shm is a memory emptyDir of that size."
     )
 
 
@@ -294,7 +304,8 @@ def secret_env_problem(c: StackSections, names: list[str]) -> str | None:
     return (
         f"glm:servingSecretEnv ({', '.join(sorted(names))}) {NOT_READ}: the serving pods get "
         "glm:serving.env and extraEnv only, so vLLM would start without these variables. Fix: "
-        "pulumi config rm glm:servingSecretEnv; the pods mount the weights rather than download "
+        + fix_command("config rm glm:servingSecretEnv")
+        + "; the pods mount the weights rather than download "
         "them (what HF_TOKEN is for), and a variable vLLM needs at run time cannot reach the pods "
         "yet: run such a stack on Docker hosts."
     )
@@ -336,7 +347,9 @@ def _shown(value: Any) -> str:
 def _warn_docker_host_keys(c: StackSections) -> str | None:
     found = [
         f"glm:{path}={_shown(_value(c, path))} {NOT_READ}: {instead}. The cluster does this job itself, "
-        f"so the stack deploys; remove the key to silence this: pulumi config rm --path 'glm:{path}'."
+        "so the stack deploys; remove the key to silence this: "
+        + fix_command(f"config rm --path 'glm:{path}'")
+        + "."
         for path, instead in DOCKER_HOST_KEYS.items()
         if set_on_kubernetes(c, path) and not (path == "image.keepLocally" and c.image.to_build)
     ]

@@ -9,6 +9,7 @@ import copy
 import difflib
 import json
 import os
+import shlex
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from components.config.advisories import floating_images
 from components.config.replica import REPLICA_KEYS
 from components.config.secret_inputs import PLAIN_TEXT_REFUSED, SECRET_KEYS, SecretInputs
 from components.config.stack import StackConfig
-from components.config.values import ConfigError
+from components.config.values import THIS_KEY, ConfigError, fix_command, named
 from components.profiles import PROFILES
 from policy.glm_policies import is_relaxed_stack
 
@@ -92,9 +93,13 @@ def build_stack_config(
     """
     hardware = raw.get("hardware")
     if hardware not in PROFILES:
+        nearest = difflib.get_close_matches(str(hardware), sorted(PROFILES), n=1, cutoff=0) or ["local"]
         raise ConfigError(
-            f"glm:hardware={hardware!r} is not a known profile. Fix: set it to one of "
-            f"{', '.join(sorted(PROFILES))} (pulumi config set glm:hardware a800)."
+            named(
+                f"glm:hardware={hardware!r} is not a known profile. Fix: set it to one of "
+                f"{', '.join(sorted(PROFILES))} ({fix_command(f'config set glm:hardware {nearest[0]}')}).",
+                stack,
+            )
         )
     merged = deep_merge(dict(PROFILES[hardware].defaults), {k: v for k, v in raw.items() if k != "hardware"})
     hosts = merged.get("target", {}).get("hosts")
@@ -104,16 +109,17 @@ def build_stack_config(
     try:
         config = StackConfig.model_validate({"hardware": hardware, **merged})
     except ValidationError as err:
-        raise ConfigError(_report([*_explain(err), *problems])) from None
+        raise ConfigError(named(_report([*_explain(err, raw), *problems]), stack)) from None
     if secrets is not None:
         problems += secrets.problems_with(config)
     if not is_relaxed_stack(stack or "", {}):
         problems += floating_images(config)
     if problems:
-        raise ConfigError(_report(problems))
+        raise ConfigError(named(_report(problems), stack))
     if secrets is not None:
         config = secrets.resolved(config)
     config._replica_values = {k: raw[k] for k in REPLICA_KEYS if k in raw}
+    config._stack = stack
     return config
 
 
@@ -167,32 +173,74 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _unknown_key(location: Sequence[str | int]) -> str:
+def _unknown_key(location: Sequence[str | int], value: Any = None) -> str:
     path, nearest = config_path(location), nearest_key(location)
-    remove = f"scripts/pulumi.sh config rm --path '{path}'"
+    remove = fix_command(f"config rm --path '{path}'")
     if nearest is None:
         return (
             f"{path} is not a known key. Fix: remove it ({remove}); README's Configuration lists every key."
         )
-    return (
-        f"{path} is not a known key; did you mean {nearest}? Fix: rename it ({remove}, then set {nearest})."
+    # A value the CLI reads back as itself (YAML): the rename is two commands to paste.
+    typed = isinstance(value, str | int | float) and not isinstance(value, bool)
+    again = (
+        fix_command(f"config set --path '{nearest}' {shlex.quote(str(value))}") if typed else f"set {nearest}"
     )
+    return f"{path} is not a known key; did you mean {nearest}? Fix: rename it ({remove}, then {again})."
 
 
-def _explain(err: ValidationError) -> list[str]:
+def _explain(err: ValidationError, raw: Mapping[str, Any]) -> list[str]:
     lines = []
     for e in err.errors():
         location = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
-            lines.append(_unknown_key(e["loc"]))
-        elif e["type"] == "value_error":
+            lines.append(_unknown_key(e["loc"], e.get("input")))
+            continue
+        if e["type"] == "value_error":
             message = str(e["ctx"]["error"])
             # Model rules write their own "glm:<key>=..." sentence; value types get the key here.
-            lines += message.split("\n") if message.startswith("glm:") else [f"glm:{location}={message}"]
+            if THIS_KEY in message:
+                message = message.replace(THIS_KEY, config_path(e["loc"]))
+            found = message.split("\n") if message.startswith("glm:") else [f"glm:{location}={message}"]
         else:
             got = json.dumps(e.get("input"), default=str)[:80]
-            lines.append(f"glm:{location}: {e['msg']} (got {got})")
+            found = [f"glm:{location}: {e['msg']} (got {got})"]
+        # A value with no command of its own to paste: removing it is one, where the default is accepted.
+        if len(found) == 1 and "`scripts/pulumi.sh" not in found[0] and _default_mends(raw, e["loc"]):
+            remove = fix_command(f"config rm --path '{config_path(e['loc'])}'")
+            found[0] = f"{found[0].rstrip('.')}; or remove it for the profile's default: {remove}"
+        lines += found
     return lines
+
+
+def _default_mends(raw: Mapping[str, Any], location: Sequence[str | int]) -> bool:
+    """Whether the stack file set the refused value at ``location`` and, without it, the profile's
+    default there is accepted: then ``config rm`` of that key is a fix to paste.
+
+    >>> _default_mends({"hardware": "local", "front": {"maxBodySize": "20x"}}, ["front", "maxBodySize"])
+    True
+    >>> _default_mends({"hardware": "local"}, ["front", "maxBodySize"])
+    False
+    """
+    if not location or any(isinstance(part, int) for part in location):
+        return False
+    trimmed = copy.deepcopy(dict(raw))
+    node: Any = trimmed
+    for part in location[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or location[-1] not in node:
+        return False
+    del node[location[-1]]
+    hardware = trimmed.get("hardware")
+    if not isinstance(hardware, str) or hardware not in PROFILES:
+        return False
+    merged = deep_merge(
+        dict(PROFILES[hardware].defaults), {k: v for k, v in trimmed.items() if k != "hardware"}
+    )
+    try:
+        StackConfig.model_validate({"hardware": hardware, **merged})
+    except ValidationError as again:
+        return all(tuple(e["loc"]) != tuple(location) for e in again.errors())
+    return True
 
 
 def load_stack_config(environ: Mapping[str, str] = os.environ) -> StackConfig:

@@ -219,7 +219,8 @@ class ServingConfig(Model):
     extra_env: dict[str, EnvText] = Field(
         default_factory=dict,
         description="Added to (and overriding) `env`. A number is taken as its text (`config set` stores "
-        "`1` as a number); a boolean is refused: quote the text the variable expects (`'\"1\"'`).",
+        "`1` as a number); a boolean is refused: store the text the variable expects as text "
+        "(`config set --path --type string 'glm:serving.extraEnv.NAME' 1`).",
     )
 
     @property

@@ -15,8 +15,11 @@ from components.config.edge import SemanticProbeConfig
 from components.config.kubernetes import secret_env_problem
 from components.config.replica import ENV_NAME, VISIBILITY_ENV, dangerous_env
 from components.config.stack import StackConfig
-from components.config.values import CLIENT_NAME
+from components.config.values import CLIENT_NAME, fix_command
 from components.key_strength import MIN_GUESSES_LOG10, guesses_log10
+
+SET_HF_TOKEN = fix_command("config set --secret --path 'glm:servingSecretEnv.HF_TOKEN' \"$HF_TOKEN\"")
+"""How a refusal says to set a secret variable for vLLM: from the user's own shell's ``$HF_TOKEN``."""
 
 SECRET_KEYS = {
     "apiKeys": "API keys of the front, `{name: key}` (secret, required).",
@@ -71,13 +74,16 @@ class SecretInputs:
         if isinstance(self.metrics_keys, Mapping) and GATE_METRICS_CLIENT in self.metrics_keys:
             found.append(
                 f"glm:metricsKeys.{GATE_METRICS_CLIENT} is the smoke gate's own metrics key, which the "
-                f"stack generates. Fix: name your scraper otherwise (pulumi config rm --path "
-                f"'glm:metricsKeys.{GATE_METRICS_CLIENT}', then set it under another name)."
+                "stack generates. Fix: name your scraper otherwise ("
+                + fix_command(f"config rm --path 'glm:metricsKeys.{GATE_METRICS_CLIENT}'")
+                + ", then set it under another name)."
             )
         if self.serving_env is not None and not isinstance(self.serving_env, Mapping):
             found.append(
                 "glm:servingSecretEnv must be a map of environment variables. Fix: "
-                "pulumi config set --secret --path 'glm:servingSecretEnv.HF_TOKEN' <value>"
+                + fix_command("config rm glm:servingSecretEnv")
+                + ", then set each variable, e.g. "
+                + SET_HF_TOKEN
             )
         for name, value in sorted(self.serving_env_items()):
             if not ENV_NAME.fullmatch(name):
@@ -87,8 +93,9 @@ class SecretInputs:
                 )
             if not isinstance(value, str):
                 found.append(
-                    f"glm:servingSecretEnv.{name} is not a string. Fix: set it with "
-                    f"pulumi config set --secret --path 'glm:servingSecretEnv.{name}' <value>"
+                    f"glm:servingSecretEnv.{name} is not a string. Fix: set it as text from your shell's "
+                    f"${name}: "
+                    + fix_command(f"config set --secret --path 'glm:servingSecretEnv.{name}' \"${name}\"")
                 )
         return found
 
@@ -125,9 +132,12 @@ class SecretInputs:
         found += _unknown_weights(self.api_keys, config)
         if config.front.tls and not (self.tls_certificate and self.tls_key):
             found.append(
-                "glm:front.tls=true but no certificate was given. Fix: pulumi config set "
-                'glm:tlsCertificate -- "$(cat tls.crt)" and pulumi config set --secret glm:tlsKey '
-                '-- "$(cat tls.key)", or set glm:front.tls false.'
+                "glm:front.tls=true but no certificate was given. Fix: "
+                + fix_command('config set glm:tlsCertificate -- "$(cat tls.crt)"')
+                + " and "
+                + fix_command('config set --secret glm:tlsKey -- "$(cat tls.key)"')
+                + ", or turn TLS off: "
+                + fix_command("config set --path glm:front.tls false")
             )
         if config.front.tls and self.tls_certificate_pem is not None:
             found += certificate_problems(self.tls_certificate_pem, config.front.tls_name)
@@ -149,8 +159,10 @@ def _unknown_weights(api_keys: Any, config: StackConfig) -> list[str]:
     return [
         f"glm:front.usageMeter.weights.{name} names no API key (the keys are "
         f"{', '.join(sorted(set(api_keys))) if isinstance(api_keys, Mapping) and api_keys else 'none'}). "
-        f"Fix: pulumi config rm --path 'glm:front.usageMeter.weights.{name}', or set the weight under a "
-        "key's name from glm:apiKeys."
+        "Fix: "
+        + fix_command(f"config rm --path 'glm:front.usageMeter.weights.{name}'")
+        + ", or set the weight "
+        "under a key's name from glm:apiKeys."
         for name in sorted(config.front.usage_meter.weights)
         if name not in names
     ]
@@ -159,16 +171,16 @@ def _unknown_weights(api_keys: Any, config: StackConfig) -> list[str]:
 def _plain_secret_key(key: str) -> str:
     """The mirror of ``_secret_in_plain_key``: a secret key written in clear. Never the value."""
     path = {
-        "apiKeys": "--path 'glm:apiKeys.<client>' <key>",
-        "metricsKeys": "--path 'glm:metricsKeys.<scraper>' <key>",
-        "servingSecretEnv": "--path 'glm:servingSecretEnv.<NAME>' <value>",
+        "apiKeys": "--path 'glm:apiKeys.ops' \"sk-$(openssl rand -hex 24)\"",
+        "metricsKeys": "--path 'glm:metricsKeys.prometheus' \"sk-$(openssl rand -hex 24)\"",
+        "servingSecretEnv": "--path 'glm:servingSecretEnv.HF_TOKEN' \"$HF_TOKEN\"",
         "tlsKey": 'glm:tlsKey -- "$(cat tls.key)"',
-    }.get(key, f"glm:{key} <value>")
+    }.get(key, f'glm:{key} -- "$(cat {key})"')
     return (
         f"glm:{key} is set in plain text: it holds a secret, and Pulumi.<stack>.yaml is a tracked file "
         f"(anyone with the repository reads it, and git keeps it after a fix). Fix: remove it "
-        f"(pulumi config rm glm:{key}), set it again with pulumi config set --secret {path}, and "
-        "replace the value: it has been in clear."
+        f"({fix_command(f'config rm glm:{key}')}), set a new value as a secret (e.g. "
+        f"{fix_command(f'config set --secret {path}')}): the old one has been in clear."
     )
 
 
@@ -180,9 +192,9 @@ def _secret_in_plain_key(key: str) -> str:
     )
     return (
         f"glm:{key} holds a secret value (set with --secret), but glm:{key} is written in plain text "
-        f"into {where}. Fix: remove it (pulumi config rm --path 'glm:{key}.<path>') and put a secret "
-        "environment variable such as HF_TOKEN in glm:servingSecretEnv "
-        "(pulumi config set --secret --path 'glm:servingSecretEnv.HF_TOKEN' <value>); vLLM needs no "
+        f"into {where}. Fix: find the secret value ({fix_command('config --show-secrets')}), remove it "
+        f"(config rm --path 'glm:{key}.…'), and put a secret environment variable such as HF_TOKEN in "
+        f"glm:servingSecretEnv ({SET_HF_TOKEN}); vLLM needs no "
         "--api-key behind the front, which checks glm:apiKeys. Secret keys: "
         + ", ".join(f"glm:{k}" for k in SECRET_KEYS)
         + "."
@@ -195,12 +207,14 @@ def check_api_keys(api_keys: Any) -> list[str]:
     if api_keys is None:
         return [
             "glm:apiKeys is not set: the front refuses every request without a key. Fix: "
-            "pulumi config set --secret --path 'glm:apiKeys.ops' \"$(openssl rand -hex 24)\""
+            + fix_command("config set --secret --path 'glm:apiKeys.ops' \"sk-$(openssl rand -hex 24)\"")
         ]
     if not isinstance(api_keys, Mapping) or not api_keys:
         return [
             "glm:apiKeys is empty: the front would refuse every request. Fix: "
-            "pulumi config set --secret --path 'glm:apiKeys.<client>' <key>"
+            + fix_command("config rm glm:apiKeys")
+            + ", then "
+            + fix_command("config set --secret --path 'glm:apiKeys.ops' \"sk-$(openssl rand -hex 24)\"")
         ]
     return _check_key_map(api_keys, "apiKeys")
 
@@ -220,7 +234,11 @@ def check_metrics_keys(metrics_keys: Any, api_keys: Any) -> list[str]:
     if not isinstance(metrics_keys, Mapping):
         return [
             "glm:metricsKeys must be a map {scraper name: key}. Fix: "
-            "pulumi config set --secret --path 'glm:metricsKeys.prometheus' \"sk-$(openssl rand -hex 24)\""
+            + fix_command("config rm glm:metricsKeys")
+            + ", then "
+            + fix_command(
+                "config set --secret --path 'glm:metricsKeys.prometheus' \"sk-$(openssl rand -hex 24)\""
+            )
         ]
     found = _check_key_map(metrics_keys, "metricsKeys")
     inference = {v: n for n, v in api_keys.items()} if isinstance(api_keys, Mapping) else {}
@@ -277,7 +295,8 @@ def _probe_key_collision(api_keys: Any, probe: SemanticProbeConfig) -> str | Non
     return (
         f"glm:apiKeys.{probe.client_name} is the semantic probe's client name "
         f"(glm:semanticProbe.clientName): the front could not tell its traffic from the probe's, and the "
-        f"stack-generated probe key would replace yours. Fix: rename the key (pulumi config rm --path "
-        f"'glm:apiKeys.{probe.client_name}' and set it under another name), or set "
-        "glm:semanticProbe.clientName to another name."
+        "stack-generated probe key would replace yours. Fix: rename the key ("
+        + fix_command(f"config rm --path 'glm:apiKeys.{probe.client_name}'")
+        + " and set it under another name), or name the probe otherwise: "
+        + fix_command("config set --path glm:semanticProbe.clientName semantic-probe-2")
     )

@@ -42,6 +42,8 @@ class StackSections(Model):
     ``StackConfig`` is the one that passed the rules across sections."""
 
     _replica_values: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _stack: str | None = PrivateAttr(default=None)
+    """The stack's name, for the commands its advisories print (``build_stack_config`` sets it)."""
     hardware: Hardware = Field(description=hardware_description())
     target: TargetConfig = Field(description="Where it runs (one host today).")
     image: ImageConfig = Field(description="The serving image.")

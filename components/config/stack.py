@@ -9,6 +9,7 @@ from pydantic import model_validator
 from components.config.advisories import ADVISORIES
 from components.config.rules import CHECKS
 from components.config.sections import StackSections
+from components.config.values import named
 
 
 class StackConfig(StackSections):
@@ -23,4 +24,4 @@ class StackConfig(StackSections):
 
     def advisories(self) -> list[str]:
         """Warnings: the stack deploys, but an operator should know."""
-        return [w for check in ADVISORIES if (w := check(self))]
+        return [named(w, self._stack) for check in ADVISORIES if (w := check(self))]

@@ -19,6 +19,38 @@ class ConfigError(ValueError):
     """A stack configuration that must not be deployed; the message says what to change."""
 
 
+STACK = "<stack>"
+"""Where a printed fix names its stack: ``build_stack_config`` writes the stack's name there."""
+
+
+def fix_command(args: str) -> str:
+    """A ``scripts/pulumi.sh`` command a refusal prints, in backticks, ready to paste once
+    ``build_stack_config`` has named the stack: without ``-s`` the CLI changes whichever stack is
+    selected, and the local stack's config is not even in the file it would write. ``-s`` goes
+    before a ``--`` (after it, the CLI would take it as the value).
+
+    >>> fix_command("config rm --path 'glm:serving.maxNumSeq'")
+    "`scripts/pulumi.sh config rm --path 'glm:serving.maxNumSeq' -s <stack>`"
+    >>> fix_command('config set --secret glm:tlsKey -- "$(cat tls.key)"')
+    '`scripts/pulumi.sh config set --secret glm:tlsKey -s <stack> -- "$(cat tls.key)"`'
+    """
+    head, dashes, value = args.partition(" -- ")
+    return f"`scripts/pulumi.sh {head} -s {STACK}{dashes.rstrip()}{' ' + value if dashes else ''}`"
+
+
+THIS_KEY = "<this key>"
+"""In a value type's fix, where ``_explain`` (``loading.py``) writes the key the value is under."""
+
+
+def named(text: str, stack: str | None) -> str:
+    """``text`` with its fixes' stack named (``fix_command``); as it is without a stack.
+
+    >>> named("Fix: `scripts/pulumi.sh config rm glm:x -s <stack>`.", "local")
+    'Fix: `scripts/pulumi.sh config rm glm:x -s local`.'
+    """
+    return text.replace(f"-s {STACK}", f"-s {stack}") if stack else text
+
+
 _SIZE = re.compile(r"[0-9]+(?:\.[0-9]+)?[kKmMgGtT]")
 _NGINX_SIZE = re.compile(r"[0-9]+[kKmMgG]?")
 # Prometheus' model.ParseDuration, the parser promtool runs: units largest first, each at most once.
@@ -43,10 +75,12 @@ def _env_text(value: Any) -> Any:
     reads the value as YAML): a number is taken as the text it was typed as. A YAML boolean is not:
     vLLM reads some switches with ``int()`` (``true`` crashes it) and others as ``"true"``."""
     if isinstance(value, bool):
+        text = "1" if value else "0"
         raise ValueError(
             f"{str(value).lower()} was read as a boolean, and an environment value is text: which "
             "text the engine expects differs per variable (vLLM parses many with int()). Fix: quote "
-            "it as the variable expects, e.g. pulumi config set --path <key> '\"1\"'"
+            f"it as the variable expects, e.g. {text} as text: "
+            + fix_command(f"config set --path --type string '{THIS_KEY}' {text}")
         )
     if isinstance(value, int | float):
         return str(value)

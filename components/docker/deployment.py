@@ -72,7 +72,7 @@ def deploy_docker(config: StackConfig, secrets: Secrets, stack: str) -> dict[str
     _warn_when_replaced(config.hardware, config.facts, plan.grace_seconds, replicas, front)
     monitoring = _monitoring(ScrapeSpec.of(config), stack, replicas, plan.guards)
     # A TLS front's certificate names neither the gate's way in nor the probe's: both verify its name.
-    front_trust = front_tls(config.front)
+    front_trust = front_tls(config.front, stack)
     smoke = SmokeTest(
         f"{stack}-smoke",
         _front_gate_args(config.smoke, plan, config.target.host, front, replicas, keys, front_trust),

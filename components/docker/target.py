@@ -18,6 +18,7 @@ import pulumi
 from pulumi_command import local, remote
 
 from components.config import ConfigError, HostConfig
+from components.config.values import fix_command, named
 from components.template import one_line_script
 
 
@@ -73,9 +74,12 @@ def require_agent_identity(host: HostConfig, ssh_private_key: pulumi.Output[str]
     key = f"glm:target.hosts[{host.name}].identityFile"
     if ssh_private_key is not None:
         raise ConfigError(
-            f"glm:sshPrivateKey is set, but only the SSH commands could use it; Docker's ssh reads a key "
-            f"file, so the two would log in with different keys. Fix: save the key to a file (chmod 600), "
-            f"set {key} to its path and run `pulumi config rm glm:sshPrivateKey`."
+            named(
+                f"glm:sshPrivateKey is set, but only the SSH commands could use it; Docker's ssh reads a key "
+                f"file, so the two would log in with different keys. Fix: save the key to a file (chmod 600), "
+                f"set {key} to its path and run {fix_command('config rm glm:sshPrivateKey')}.",
+                pulumi.get_stack(),
+            )
         )
     if host.identity_file is None:
         return

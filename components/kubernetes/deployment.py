@@ -81,7 +81,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
         _front_args(config.front, k8s_target, stack, serving, pods, secrets, keys, guard, images),
         opts=in_ns,
     )
-    front_trust = front_tls(config.front)
+    front_trust = front_tls(config.front, stack)
     smoke = SmokeTest(
         f"{stack}-smoke",
         _front_gate_args(config.smoke, serving, k8s_target, secrets, images, keys, front_trust, pods, front),

@@ -62,7 +62,7 @@ def test_a_user_key_named_like_the_probe_is_refused_with_the_fix() -> None:
     with pytest.raises(ConfigError) as info:
         build_stack_config({"hardware": "local"}, SecretInputs(api_keys=keys))
     assert "glm:apiKeys.semantic-probe is the semantic probe's client name" in str(info.value)
-    assert "pulumi config rm --path 'glm:apiKeys.semantic-probe'" in str(info.value)
+    assert "`scripts/pulumi.sh config rm --path 'glm:apiKeys.semantic-probe' -s <stack>`" in str(info.value)
     # Another client name for the probe, or no probe, and the same keys pass.
     build_stack_config(
         {"hardware": "local", "semanticProbe": {"clientName": "probe"}}, SecretInputs(api_keys=keys)
