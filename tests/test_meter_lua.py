@@ -1,6 +1,6 @@
 """The usage meter's pure Lua (components/host/meter/meter_request.lua, meter_answer.lua), run by the
-real nginx's LuaJIT: ``nginx -t`` runs ``init_by_lua``, where a driver feeds the modules cases that
-Python wrote and writes back what they said. The oracles are Python's ``json`` and pydantic's own
+real nginx's LuaJIT: its ``init_by_lua`` runs a driver that feeds the modules cases Python wrote and
+writes back what they said. The oracles are Python's ``json`` and pydantic's own
 lax bool, which is what vLLM's request models apply to ``stream`` (issue 46: ``"stream": 1`` and
 ``"stream": "true"`` escaped 2cbc774's meter, which read only a literal true).
 """
@@ -55,11 +55,13 @@ end
 local file = io.open(OUT, "w")
 file:write(cjson.encode({ bodies = out, streams = streams }))
 file:close()
+os.exit(0)
 """
 
 
 def run_lua(cases: dict[str, Any]) -> dict[str, Any]:
-    """Run the driver over ``cases`` in nginx's own LuaJIT (``nginx -t`` runs init_by_lua)."""
+    """Run the driver over ``cases`` in nginx's own LuaJIT: init_by_lua runs it as the config loads,
+    and it ends the master when it has written what it found."""
     directory = runtime_dir()
     (directory / "modules").symlink_to(LUA_MODULES)
     (directory / "cases.json").write_text(json.dumps(cases))
@@ -74,7 +76,7 @@ def run_lua(cases: dict[str, Any]) -> dict[str, Any]:
         f"http {{\n    init_by_lua_block {{\n{preload}\n{driver}\n    }}\n}}\n"
     )
     done = subprocess.run(
-        [NGINX, "-t", "-q", "-p", str(directory), "-c", str(directory / "nginx.conf")],
+        [NGINX, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-g", "daemon off;"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
