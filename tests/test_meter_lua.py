@@ -29,7 +29,7 @@ local out = {}
 for i, case in ipairs(cases.bodies) do
   local body = case.body
   local decoded = request.shape(cjson.decode(body), case.route)
-  local scanner = request.Scanner()
+  local scanner = request.Scanner(case.limit)
   local from = 1
   for _, size in ipairs(case.slices) do
     scanner:feed(body:sub(from, from + size - 1))
@@ -183,6 +183,20 @@ def test_a_body_that_is_no_object_is_invalid_and_weighs_one_slot() -> None:
     )
     for result in said["bodies"]:
         assert result["scanned"]["weight"] == 1 and result["scanned"].get("invalid") is True
+
+
+def test_past_the_engines_slots_the_scanner_stops_counting_prompts_but_not_token_ids() -> None:
+    """A prompt list longer than the engine's slots is refused whatever follows: the scanner stops
+    there (a 20 MiB list costs what its first prompts cost). One prompt of many token ids is one
+    prompt: it reads on, and finds ``stream`` after it."""
+    many = json.dumps({"prompt": [f"p{i}" for i in range(100)], "stream": True})
+    ids = json.dumps({"prompt": list(range(3000)), "n": 2, "stream": True})
+    cases = [{"body": b, "route": "/v1/completions", "slices": [5] * 40, "limit": 8} for b in (many, ids)]
+    refused, long_prompt = run_lua({"bodies": cases, "streams": []})["bodies"]
+    assert refused["scanned"]["more"] is True and refused["scanned"]["weight"] > 8
+    assert refused["decoded"]["weight"] == 100  # cjson, for a body in memory, counts them all
+    assert long_prompt["scanned"] == long_prompt["decoded"]
+    assert long_prompt["scanned"]["weight"] == 2 and long_prompt["scanned"]["stream"] is True
 
 
 def sse(*events: dict[str, Any]) -> str:

@@ -193,25 +193,25 @@ end
 -- The request's top-level fields, and where its body is: in memory (`body`), or in nginx's own
 -- temporary file (`path`: past client_body_buffer_size), which is scanned slice by slice so neither
 -- the loop every stream shares nor the worker's memory ever holds the whole body.
-local function read_fields()
+local function read_fields(capacity)
   ngx.req.read_body()
   local body = ngx.req.get_body_data()
   if body then
-    return request.fields(body, function() ngx.sleep(0) end), body, nil
+    return request.fields(body, function() ngx.sleep(0.001) end), body, nil
   end
   local path = ngx.req.get_body_file()
   local file = path and io.open(path, "rb")
   if not file then
     return nil, nil, nil
   end
-  local scanner = request.Scanner()
+  local scanner = request.Scanner(capacity > 0 and capacity or nil)
   while not (scanner.done or scanner.broken) do
     local slice = file:read(request.SLICE)
     if not slice then
       break
     end
     scanner:feed(slice)
-    ngx.sleep(0)
+    ngx.sleep(0.001)
   end
   file:close()
   return scanner:fields(), nil, path
@@ -237,7 +237,7 @@ local function rewrite_file(path)
     end
     target:write(previous)
     previous = slice
-    ngx.sleep(0)
+    ngx.sleep(0.001)
   end
   source:close()
   local tail = previous and request.with_usage(previous)
@@ -256,16 +256,17 @@ end
 -- refuse the request, or nil to pass it on.
 local function admit(ctx)
   local route = ngx.var.uri
-  local fields, body, path = read_fields()
+  local capacity = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
+  local fields, body, path = read_fields(capacity)
   local shape = request.shape(fields, route)
   ctx.shape = shape
-  local capacity = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
   local share = sharing()
   if config.fair_share and capacity > 0 and shape.weight > capacity then
     return 400, string.format(
-      "This request asks for %d sequences at once (n x its prompts), and the engine runs at most %d "
+      "This request asks for %s%d sequences at once (n x its prompts), and the engine runs at most %d "
         .. "(glm:serving.maxNumSeqs x the replicas in rotation): send fewer prompts or a smaller n.",
-      shape.weight, capacity), "too_many_sequences", "invalid_request_error"
+      shape.more and "more than " or "", shape.more and capacity or shape.weight, capacity),
+      "too_many_sequences", "invalid_request_error"
   end
   local deadline = ngx.now() + config.queue_seconds
   while true do

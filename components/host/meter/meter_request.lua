@@ -10,7 +10,7 @@ local M = {}
 M.SMALL_BODY = 64 * 1024
 -- Bodies up to this are decoded with cjson; larger ones are scanned in slices (M.Scanner), never
 -- decoded whole: a 20 MiB `[[],[],...]` must not hold the loop every stream shares, nor its memory.
-M.SLICE = 256 * 1024
+M.SLICE = 64 * 1024
 M.FIELD_LIMIT = 4096
 -- A top-level value longer than this is not kept by the scanner (the meter never needs one).
 
@@ -61,7 +61,8 @@ local function prompt_count(prompt)
   return #prompt
 end
 
---- The request's shape: {stream, asked_usage, asked_continuous, n, weight, max_tokens, invalid}. `fields` are the
+--- The request's shape: {stream, asked_usage, asked_continuous, n, weight, max_tokens, invalid, more}
+--- (`more`: the scanner stopped counting prompts past the engine's slots; the weight is a bound). `fields` are the
 --- body's top-level values (cjson's table, or the scanner's).
 function M.shape(fields, route)
   local shape = { stream = false, asked_usage = false, asked_continuous = false, weight = 1 }
@@ -82,6 +83,7 @@ function M.shape(fields, route)
   end
   local prompts = route == "/v1/completions" and prompt_count(fields.prompt) or 1
   shape.n, shape.weight = n, n * prompts
+  shape.more = type(fields.prompt) == "table" and fields.prompt.more or nil
   shape.max_tokens = tonumber(fields.max_completion_tokens or fields.max_tokens or fields.max_output_tokens)
   return shape
 end
@@ -113,9 +115,11 @@ Scanner.__index = Scanner
 
 --- A scanner fed the body slice by slice (:feed), then :fields(): the top-level members the meter
 --- reads (short values decoded, `prompt` summarized as {scanned, count, first}), or nil if the body
---- is not a JSON object. Its memory is the kept values, whatever the body's size or shape.
-function M.Scanner()
+--- is not a JSON object. Its memory is the kept values, whatever the body's size or shape. `limit`:
+--- past that many prompts it stops (`more`: the count is a lower bound; the request is refused).
+function M.Scanner(limit)
   return setmetatable({
+    limit = limit,
     depth = 0, in_string = false, escaped = false, started = false, broken = false,
     key = nil, key_parts = nil, expect_key = false, value_parts = nil, value_size = 0,
     counted = nil, values = {},
@@ -151,9 +155,14 @@ function Scanner:feed(slice)
   local size = #slice
   -- Where the open capture (a key's text, or a kept value's) starts in this slice.
   local mark = 1
-  for i = 1, size do
+  local i = 0
+  while i < size do
+    i = i + 1
     local byte = slice:byte(i)
-    if self.in_string then
+    if self.in_string and not self.escaped and byte ~= BACKSLASH and byte ~= QUOTE then
+      -- Inside a string only a backslash or a quote matters: jump to the next (C's search).
+      i = (slice:find('[\\"]', i + 1) or size + 1) - 1
+    elseif self.in_string then
       if self.escaped then
         self.escaped = false
       elseif byte == BACKSLASH then
@@ -206,6 +215,12 @@ function Scanner:feed(slice)
         self.expect_key = true
       elseif self.depth == 2 and self.counted then
         self.counted.count = self.counted.count + 1
+        if self.limit and self.counted.count > self.limit and self.counted.first ~= "number" then
+          -- More prompts than the engine runs at once: refused whatever follows, no need to read on.
+          self.counted.more, self.done = true, true
+          self.values[self.key] = self.counted
+          return
+        end
       end
     elseif byte == COLON and self.depth == 1 and self.key then
       if WANTED[self.key] then
