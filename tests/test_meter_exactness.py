@@ -112,13 +112,13 @@ SHAPES: dict[str, tuple[str, dict, int | None]] = {
         "/v1/completions",
         {"prompt": ["sea", "sky", "sand", "salt"], "max_tokens": 12, "stream": True},
         None,
-    ),  # fmt: skip
+    ),
     "responses": ("/v1/responses", {"input": "Write a poem about the sea.", "max_output_tokens": 30}, None),
     "responses streamed": (
         "/v1/responses",
         {"input": "Write a poem about the sea.", "max_output_tokens": 30, "stream": True},
         None,
-    ),  # fmt: skip
+    ),
     "hung up after 10 events": (
         "/v1/chat/completions",
         {"messages": CHAT, "max_tokens": 300, "stream": True},
