@@ -65,6 +65,14 @@ class MeteredFront:
         return [int(pid) for pid in children.split()]
 
 
+def _alive(pid: int) -> bool:
+    """The process runs (a zombie has closed its sockets already)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
 def _wait_healthy(url: str, proc, log: Path) -> None:
     deadline = time.monotonic() + 30
     while True:
@@ -88,11 +96,13 @@ def metered_front(
     upstream: str | None = None,
     replicas: int = 1,
     state_file: bool = True,
+    minute_seconds: int = 60,
 ) -> Iterator[MeteredFront]:
     """``meter`` False: the front without the meter (nginx straight to the simulator). ``upstream``:
     the engine's address instead of a simulator's. ``replicas``: the replicas the meter shares
     (all at one address here). ``state_file``: keep the counters in the run's directory.
-    ``queue_seconds``: ``glm:front.usageMeter.queueSeconds`` instead of the config's."""
+    ``queue_seconds``: ``glm:front.usageMeter.queueSeconds`` instead of the config's.
+    ``minute_seconds``: a budget's "minute", shortened for a test's clock."""
     front = config.front
     if queue_seconds is not None:
         meter_config = front.usage_meter.model_copy(update={"queue_seconds": queue_seconds})
@@ -109,7 +119,12 @@ def metered_front(
             sim = stack.enter_context(running(sim_argv, directory / "sim.log", env))
             _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim, directory / "sim.log")
         route = MeterRoute(
-            max_num_seqs, replicas, str(directory / "usage" / "counters.json") if state_file else None
+            max_num_seqs,
+            replicas,
+            str(directory / "usage" / "counters.json") if state_file else None,
+            max_model_len=32768,
+            own_clients=("smoke-gate", "semantic-probe"),
+            minute_seconds=minute_seconds,
         )
         conf = render_nginx_conf(
             front, upstream or f"127.0.0.1:{sim_port}", dict(keys), listen=f"127.0.0.1:{port}",
@@ -140,10 +155,16 @@ def metered_front(
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(int(child), signal.SIGKILL)
             proc.wait(timeout=30)
+            for child in children:  # killed workers close their sockets as they die, not at once
+                deadline = time.monotonic() + 10
+                while _alive(int(child)) and time.monotonic() < deadline:
+                    time.sleep(0.02)
             with contextlib.suppress(FileNotFoundError):
                 (directory / "nginx.pid").unlink()
             proc = stack.enter_context(running(argv, directory / "nginx.log.restarted"))
             wait_for_port(port, proc)
+            if meter:
+                wait_for_port(status_port, proc)
 
         yield MeteredFront(
             f"http://127.0.0.1:{port}",

@@ -53,6 +53,20 @@ def _queue_seconds(value: float) -> float:
     return value
 
 
+class KeyLimits(Model):
+    """One key's budget at the front (any of them; unset: unlimited). A request is admitted when
+    its estimate fits what is left in every window, and its real usage settles the account when it
+    ends (docs/front-and-alerts.md "Budgets per key")."""
+
+    tokens_per_minute: Positive | None = Field(
+        None, description="Prompt and completion tokens per minute (UTC minutes), as the engine counts them."
+    )
+    tokens_per_day: Positive | None = Field(
+        None, description="Prompt and completion tokens per day (UTC days); kept across restarts."
+    )
+    requests_per_minute: Positive | None = Field(None, description="Generation requests per minute.")
+
+
 class UsageMeterConfig(Model):
     """The usage meter in the front's path (Lua inside nginx, components/render/nginx_meter.py): usage
     per API key name for the stack's Prometheus, and each key's fair share of the engine's slots."""
@@ -76,6 +90,17 @@ class UsageMeterConfig(Model):
     weights: dict[str, Annotated[float, Field(gt=0)]] = Field(
         default_factory=dict,
         description="Weight of each API key name in the fair share (default 1 each).",
+    )
+    limits: dict[str, KeyLimits] = Field(
+        default_factory=dict,
+        description="Budgets per API key name: `tokensPerMinute`, `tokensPerDay`, `requestsPerMinute` "
+        "(any of them). A request is refused with OpenAI's 429 and Retry-After before any byte when its "
+        "estimate (prompt bytes bound its tokens, plus max_tokens or the engine's max-model-len) does not "
+        "fit; every answer carries OpenAI's x-ratelimit-* headers. The gate's and the probe's keys have none.",
+    )
+    default_limits: KeyLimits | None = Field(
+        None,
+        description="The budget of every API key that `limits` does not name (the stack's own keys excepted).",
     )
     queue_seconds: Annotated[float, AfterValidator(_queue_seconds)] = Field(
         10.0,

@@ -163,6 +163,8 @@ METER_KEYS = {
     "weights": "no usage meter shares the engine's slots there, so no key gets its weight",
     "queueSeconds": "no usage meter holds a request beyond its key's share there: requests wait in vLLM's "
     "own queue",
+    "limits": "no usage meter keeps a key's budget there: no token or request budget holds",
+    "defaultLimits": "no usage meter keeps a key's budget there: no token or request budget holds",
 }
 """The meter's keys that only a running meter reads, with what the cluster does without one. Its
 ``baseImage``, ``port`` and ``fairShare: false`` ask nothing of it: a Docker stack's file that sets
@@ -192,6 +194,10 @@ def _meter_asked(c: StackSections) -> dict[str, str]:
         asked["weights"] = f"{METER}.weights ({', '.join(sorted(meter.weights))})"
     if meter.queue_seconds != unset.queue_seconds:
         asked["queueSeconds"] = f"{METER}.queueSeconds={meter.queue_seconds:g}"
+    if meter.limits != unset.limits:
+        asked["limits"] = f"{METER}.limits ({', '.join(sorted(meter.limits))})"
+    if meter.default_limits != unset.default_limits:
+        asked["defaultLimits"] = f"{METER}.defaultLimits"
     return asked
 
 

@@ -153,19 +153,28 @@ class SecretInputs:
 
 
 def _unknown_weights(api_keys: Any, config: StackConfig) -> list[str]:
-    """A usage-meter weight for a name that is no key would silently weigh nothing (a typo)."""
-    names = set(api_keys) if isinstance(api_keys, Mapping) else set()
-    names |= {config.semantic_probe.client_name, GATE_METRICS_CLIENT}
-    return [
-        f"glm:front.usageMeter.weights.{name} names no API key (the keys are "
-        f"{', '.join(sorted(set(api_keys))) if isinstance(api_keys, Mapping) and api_keys else 'none'}). "
-        "Fix: "
-        + fix_command(f"config rm --path 'glm:front.usageMeter.weights.{name}'")
-        + ", or set the weight "
-        "under a key's name from glm:apiKeys."
-        for name in sorted(config.front.usage_meter.weights)
-        if name not in names
+    """A usage-meter weight or budget for a name that is no key would silently apply to nobody (a
+    typo); a budget for the stack's own keys would let the gate or the probe be refused."""
+    users = set(api_keys) if isinstance(api_keys, Mapping) else set()
+    own = {config.semantic_probe.client_name, GATE_METRICS_CLIENT}
+    keys = ", ".join(sorted(users)) if users else "none"
+    meter = config.front.usage_meter
+    found = [
+        f"glm:front.usageMeter.{setting}.{name} names no API key (the keys are {keys}). Fix: "
+        + fix_command(f"config rm --path 'glm:front.usageMeter.{setting}.{name}'")
+        + ", or set it under a key's name from glm:apiKeys."
+        for setting, names in (("weights", meter.weights), ("limits", meter.limits))
+        for name in sorted(names)
+        if name not in users | own
     ]
+    found += [
+        f"glm:front.usageMeter.limits.{name} is the stack's own client ({'the gate' if name == GATE_METRICS_CLIENT else 'the semantic probe'}): "
+        "its checks must never be refused for a budget, and never spend a user's. Fix: "
+        + fix_command(f"config rm --path 'glm:front.usageMeter.limits.{name}'")
+        for name in sorted(meter.limits)
+        if name in own
+    ]
+    return found
 
 
 def _plain_secret_key(key: str) -> str:

@@ -30,6 +30,7 @@ from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
 from components.profiles import HardwareFacts
 from components.promotion import fingerprint, promoted_image, served_model
+from components.render.nginx_meter import meter_route
 from components.secrets import Secrets, StackKeys
 from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec
 from components.serving.spec import ServingSpec, command_line, render_serving
@@ -144,7 +145,7 @@ def _front_args(
         tls_files=secrets.tls_files,
         metrics_keys=_with_key(secrets.metrics_keys, GATE_METRICS_CLIENT, keys.gate_metrics),
         replica_files=guards.front_files() if guards else None,
-        engine_slots=(config.serving.max_num_seqs, host_count) if usage_meter_runs(config) else None,
+        meter=meter_route(config, host_count) if usage_meter_runs(config) else None,
     )
 
 

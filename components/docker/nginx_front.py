@@ -124,9 +124,9 @@ class NginxFrontArgs:
     replica_files: pulumi.Output[dict[str, str]] | None = None
     """Several hosts: the replica key and pinned certificate the front sends to the replicas' guards
     (``GuardCredentials.front_files``)."""
-    engine_slots: tuple[int, int] | None = None
-    """(``--max-num-seqs``, replicas): the inference routes go through the usage meter, which shares
-    these slots among the keys (components/docker/usage_meter.py); None: straight to the replicas."""
+    meter: MeterRoute | None = None
+    """The usage meter in the inference routes (the engine's slots it shares, the stack's own
+    clients; components/render/nginx_meter.py); None: nginx straight to the replicas."""
 
 
 class NginxFront(pulumi.ComponentResource):
@@ -169,7 +169,7 @@ class NginxFront(pulumi.ComponentResource):
         self.requests_volume = requests.name
         """The volume the semantic probe writes its eject/readmit requests to."""
         volumes = [docker.ContainerVolumeArgs(volume_name=requests.name, container_path=FRONT_REQUESTS_DIR)]
-        if args.engine_slots is not None:
+        if args.meter is not None:
             # The usage meter's counters outlive the container (a new image, a restart): usage, and
             # the budgets that rest on it, never reset.
             usage = docker.Volume(f"{name}-usage", name=f"{container_name}-usage", opts=child)
@@ -201,7 +201,7 @@ class NginxFront(pulumi.ComponentResource):
 
         # The names are config keys, not secrets: a reviewer sees which clients change.
         key_names = pulumi.Output.unsecret(pulumi.Output.from_input(args.api_keys).apply(sorted))
-        route = MeterRoute(*args.engine_slots) if args.engine_slots is not None else None
+        route = args.meter
         nginx_conf = render_release_conf(
             front,
             tls=front.tls,

@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from components.config import FrontConfig
+from components.config import GATE_METRICS_CLIENT, FrontConfig, StackConfig
+from components.config.edge import KeyLimits
 from components.template import TEMPLATES, render_file
 
 METER_DIR = TEMPLATES.parent / "meter"
-LUA_MODULES = ("meter_request", "meter_answer", "meter_shares", "meter")
+LUA_MODULES = ("meter_request", "meter_answer", "meter_shares", "meter_budget", "meter")
 """The meter's Lua modules, each ``meter/<name>.lua``; ``meter`` is the one nginx calls."""
 GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 """The routes that take engine slots and are metered in tokens; the other API routes are counted."""
@@ -45,6 +46,28 @@ class MeterRoute:
     good (a one-file harness, whose replicas are all in)."""
     state_file: str | None = METER_STATE_FILE
     """Where the counters are kept across restarts (None: nowhere)."""
+    max_model_len: int = 0
+    """The engine's ``--max-model-len``: a request with no ``max_tokens`` may cost that much per
+    sequence (a budget's estimate)."""
+    own_clients: tuple[str, ...] = ()
+    """The stack's own clients (the gate, the semantic probe): never under a budget."""
+    minute_seconds: int = 60
+    """A budget's "minute": a harness's test clock may shorten it; a stack never does."""
+
+
+def meter_route(config: StackConfig, replicas: int) -> MeterRoute:
+    """The meter of ``config``'s stack over ``replicas`` replicas."""
+    return MeterRoute(
+        config.serving.max_num_seqs,
+        replicas,
+        max_model_len=config.serving.max_model_len,
+        own_clients=(GATE_METRICS_CLIENT, config.semantic_probe.client_name),
+    )
+
+
+def _limits(limits: KeyLimits) -> dict[str, int]:
+    """A key's budget as the meter reads it (snake_case fields, unset ones left out)."""
+    return {field: value for field, value in limits.model_dump().items() if value is not None}
 
 
 def lua_modules() -> str:
@@ -60,11 +83,19 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
     """What ``meter.configure`` gets, as JSON: the weights by key name, the slots per replica, the
     queue time and where the counters are kept. No key, no secret.
 
-    >>> meter_settings(FrontConfig(), MeterRoute(8, state_file=None))
-    '{"fair_share": true, "queue_seconds": 10.0, "slots": 8, "state_file": null, "weights": {}}'
+    >>> meter_settings(FrontConfig(), MeterRoute(8, state_file=None))  # doctest: +NORMALIZE_WHITESPACE
+    '{"default_limits": null, "exempt": [], "fair_share": true, "limits": {}, "max_model_len": 0,
+      "minute_seconds": 60, "queue_seconds": 10.0, "slots": 8, "state_file": null, "weights": {}}'
     """
+    limits = {name: _limits(value) for name, value in sorted(front.usage_meter.limits.items())}
+    default = front.usage_meter.default_limits
     settings = {
+        "default_limits": _limits(default) if default is not None else None,
+        "exempt": sorted(meter.own_clients),
         "fair_share": front.usage_meter.fair_share,
+        "limits": limits,
+        "max_model_len": meter.max_model_len,
+        "minute_seconds": meter.minute_seconds,
         "queue_seconds": front.usage_meter.queue_seconds,
         "slots": meter.slots_per_replica,
         "state_file": meter.state_file,

@@ -14,6 +14,7 @@ local ffi = require("ffi")
 local request = require("meter_request")
 local answer = require("meter_answer")
 local shares = require("meter_shares")
+local budgets = require("meter_budget")
 
 local M = {}
 
@@ -23,7 +24,10 @@ local GENERATION = { ["/v1/chat/completions"] = true, ["/v1/completions"] = true
 -- The routes that take engine slots (components/render/nginx_meter.py GENERATION_ROUTES).
 local FLUSH_SECONDS = 2
 local WAIT_STEP_SECONDS = 0.005
-local KEPT = { "requests", "prompt", "completion", "refused", "seen", "ttft", "duration", "unmetered" }
+local KEPT = {
+  "requests", "prompt", "completion", "refused", "seen", "ttft", "duration", "unmetered", "budget_day",
+  "budget_refused",
+}
 -- The counters a restart keeps (slots held and recent activity start again from nothing).
 
 ffi.cdef("int kill(int pid, int sig);")
@@ -38,6 +42,14 @@ end
 local function sharing()
   return shares.new(dict, config)
 end
+
+local function budget()
+  return budgets.new(dict, config)
+end
+
+-- Per-sequence tokens of a request that names no max_tokens: what the engine allows it.
+local TEMPLATE_TOKENS = 64
+-- A bound on what a chat template adds to the prompt (role markers, the generation prompt).
 
 -- ---- the lock: an admission reads every key's slots and takes some, in any worker -------------
 
@@ -197,13 +209,15 @@ local function read_fields(capacity)
   ngx.req.read_body()
   local body = ngx.req.get_body_data()
   if body then
-    return request.fields(body, function() ngx.sleep(0.001) end), body, nil
+    return request.fields(body, function() ngx.sleep(0.001) end), body, nil, #body
   end
   local path = ngx.req.get_body_file()
   local file = path and io.open(path, "rb")
   if not file then
     return nil, nil, nil
   end
+  local size = file:seek("end")
+  file:seek("set")
   local scanner = request.Scanner(capacity > 0 and capacity or nil)
   while not (scanner.done or scanner.broken) do
     local slice = file:read(request.SLICE)
@@ -214,7 +228,7 @@ local function read_fields(capacity)
     ngx.sleep(0.001)
   end
   file:close()
-  return scanner:fields(), nil, path
+  return scanner:fields(), nil, path, size
 end
 
 -- A large stream's body with usage asked for: copied slice by slice into a new temporary file, its
@@ -252,15 +266,55 @@ local function rewrite_file(path)
   return true
 end
 
+-- The key's budget: an upper bound of what the engine will count for this request (its prompt's
+-- bytes bound its tokens, n times as the engine counts them, plus max_tokens, or the engine's
+-- max-model-len, per sequence) must fit every window; it is reserved, and settled when it ends.
+-- Returns the refusal, or nil (reserved in ctx.budget).
+local function spend(ctx, shape, size, capacity)
+  local per_sequence = shape.max_tokens or config.max_model_len or 0
+  local estimate = shape.n * (size + TEMPLATE_TOKENS) + shape.weight * per_sequence
+  if not lock() then
+    return nil
+  end
+  local now = ngx.now()
+  local account = budget()
+  local window = account:refusal(ctx.name, estimate, now)
+  if not window then
+    ctx.budget = account:reserve(ctx.name, estimate, now)
+  end
+  unlock()
+  if not window then
+    return nil
+  end
+  dict:incr("budget_refused:" .. ctx.name .. ":" .. window.field, 1, 0)
+  local unit = window.kind == "tokens" and "tokens" or "requests"
+  if window.never then
+    return { status = 400, kind = "invalid_request_error", message = string.format(
+      "This request may cost up to %d %s (its prompt's bytes bound its tokens, plus %s per sequence), "
+        .. "more than this API key's whole %s budget of %d (glm:front.usageMeter.limits): lower "
+        .. "max_tokens, or send a shorter prompt.", window.needed, unit,
+      shape.max_tokens and "max_tokens" or "the engine's max-model-len with no max_tokens",
+      window.field, window.limit) }
+  end
+  return { status = 429, kind = window.kind, retry_after = window.retry_after, message = string.format(
+    "Rate limit reached for this API key on %s: limit %d, used %d, this request needs up to %d. "
+      .. "Retry after %d s (the Retry-After header), when the window resets.",
+    window.field, window.limit, window.used, window.needed, window.retry_after) }
+end
+
 -- The meter's part of the access phase: returns (status, message, code, kind, retry_after) to
 -- refuse the request, or nil to pass it on.
 local function admit(ctx)
   local route = ngx.var.uri
   local capacity = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
-  local fields, body, path = read_fields(capacity)
+  local fields, body, path, size = read_fields(capacity)
   local shape = request.shape(fields, route)
   ctx.shape = shape
   local share = sharing()
+  local refusal = spend(ctx, shape, size or 0, capacity)
+  if refusal then
+    return refusal.status, refusal.message, "rate_limit_exceeded", refusal.kind, refusal.retry_after
+  end
   if config.fair_share and capacity > 0 and shape.weight > capacity then
     return 400, string.format(
       "This request asks for %s%d sequences at once (n x its prompts), and the engine runs at most %d "
@@ -284,6 +338,7 @@ local function admit(ctx)
     end
     if shape.weight > whole or now >= deadline then
       dict:incr("refused:" .. ctx.name, 1, 0)
+      budget():settle(ctx.budget, 0) -- refused: what it reserved goes back
       local waited = shape.weight > whole and ""
         or string.format(" It waited %g s for a slot.", config.queue_seconds)
       return 429, string.format(
@@ -331,8 +386,25 @@ end
 
 -- ---- the answer's way out ---------------------------------------------------------------------------
 
+-- OpenAI's rate-limit headers (platform.openai.com/docs/guides/rate-limits), for a key with a
+-- budget: the requests per minute, and the tokens per minute (else per day).
+local function rate_limit_headers(name)
+  local by_field = {}
+  for _, window in ipairs(budget():state(name, ngx.now())) do
+    by_field[window.field] = window
+  end
+  local requests = by_field.requests_per_minute
+  local tokens = by_field.tokens_per_minute or by_field.tokens_per_day
+  for kind, window in pairs({ requests = requests, tokens = tokens }) do
+    ngx.header["x-ratelimit-limit-" .. kind] = tostring(window.limit)
+    ngx.header["x-ratelimit-remaining-" .. kind] = tostring(window.remaining)
+    ngx.header["x-ratelimit-reset-" .. kind] = budgets.duration(window.reset_in)
+  end
+end
+
 local function header_filter(ctx)
   local content_type = ngx.header["Content-Type"] or ""
+  rate_limit_headers(ctx.name)
   if ctx.refused then
     return
   end
@@ -402,6 +474,9 @@ local function log_request(ctx)
       count_tokens(ctx, usage.prompt, usage.completion)
     end
   end
+  if ctx.budget then
+    budget():settle(ctx.budget, ctx.prompt + ctx.completion) -- what it cost, counted above
+  end
   dict:incr("requests:" .. ctx.name .. ":" .. status, 1, 0)
   if ctx.unmetered then
     dict:incr("unmetered:" .. ctx.name, 1, 0)
@@ -440,6 +515,9 @@ local FAMILIES = {
   { "glm_key_time_to_first_token_seconds", "histogram",
     "Time to the first generated token of streamed answers, by API key name." },
   { "glm_key_request_duration_seconds", "histogram", "Time to the answer's last byte, by API key name." },
+  { "glm_key_budget_limit", "gauge", "The key's budget per window (glm:front.usageMeter.limits)." },
+  { "glm_key_budget_used", "gauge", "What the key used of its budget in the current window (reserved included)." },
+  { "glm_key_budget_refused_total", "counter", "Requests refused for the key's budget, by window." },
 }
 
 local function histogram(lines, family, prefix, name, labels, buckets)
@@ -483,6 +561,16 @@ function M.exposition(capacity)
         histogram(lines, metric, "ttft", name, labels, TTFT_BUCKETS)
       elseif metric == "glm_key_request_duration_seconds" then
         histogram(lines, metric, "duration", name, labels, DURATION_BUCKETS)
+      elseif metric == "glm_key_budget_limit" or metric == "glm_key_budget_used" then
+        for _, window in ipairs(budget():state(name, now)) do
+          lines[#lines + 1] = string.format('%s{%s,window="%s"} %d', metric, labels, window.field,
+            metric == "glm_key_budget_limit" and window.limit or window.used)
+        end
+      elseif metric == "glm_key_budget_refused_total" then
+        for _, window in ipairs(budget():state(name, now)) do
+          lines[#lines + 1] = string.format('%s{%s,window="%s"} %d', metric, labels, window.field,
+            dict:get("budget_refused:" .. name .. ":" .. window.field) or 0)
+        end
       else
         local value = ({
           glm_key_prompt_tokens_total = dict:get("prompt:" .. name) or 0,
