@@ -346,9 +346,17 @@ def meter_alert_test(expect: Expect) -> dict[str, Any]:
             series("glm_key_unmetered_total", alice, "0x5 1x20"),
             series("glm_key_unmetered_total", {**meter, "client": "bob"}, "0x25"),
             series("up", meter, "1x6 0x10"),
+            series("glm_key_budget_limit", {**alice, "window": "tokens_per_day"}, "1000x25"),
+            series("glm_key_budget_used", {**alice, "window": "tokens_per_day"}, "700x4 800x20"),
         ],
         "interval": "1m",
         "alert_rule_test": [
+            expect.check(3, "GlmUsageMeterDayBudgetMostlyUsed"),
+            expect.check(
+                5,
+                "GlmUsageMeterDayBudgetMostlyUsed",
+                expect.alert("GlmUsageMeterDayBudgetMostlyUsed", {**alice, "window": "tokens_per_day"}, 0.8),
+            ),
             expect.check(5, unmetered),
             expect.check(7, unmetered, expect.alert(unmetered, alice)),
             expect.check(20, unmetered),

@@ -37,4 +37,16 @@ def usage_meter_rules(look_at: AlertLookAt) -> list[dict[str, Any]]:
             f"and {look_at.running}.",
             "2m",
         ),
+        alert_rule(
+            "GlmUsageMeterDayBudgetMostlyUsed",
+            f'glm_key_budget_used{{{sel},window="tokens_per_day"}}\n'
+            f'  / glm_key_budget_limit{{{sel},window="tokens_per_day"}} >= 0.8',
+            "warning",
+            "Key {{ $labels.client }} has used 80 % of its tokens for the day",
+            "API key {{ $labels.client }} has used {{ $value | humanizePercentage }} of its "
+            "glm:front.usageMeter tokensPerDay (UTC day). Past it, its requests get a 429 until midnight "
+            "UTC. Raise its budget (glm:front.usageMeter.limits.<name>.tokensPerDay, a reload of the "
+            "front) or tell its owner.",
+            None,
+        ),
     ]
