@@ -1,6 +1,6 @@
 """``make status``'s usage table: per API key name, from the stack's own Prometheus.
 
-The usage meter (images/usage-meter) counts since it started; Prometheus scrapes it (job
+The usage meter (in the front's nginx, components/host/meter/) counts across restarts; Prometheus scrapes it (job
 ``usage-meter``). The table asks Prometheus with ``promtool query instant`` run inside the
 Prometheus container (``docker exec``; the UI is bound to the host's loopback, and the image has
 ``promtool`` but no HTTP client), so it works over the same SSH Docker host as the other commands.
@@ -68,8 +68,8 @@ def usage_table(rows: dict[str, dict[str, float]], now: float | None = None) -> 
     """The table ``make status`` prints (counts since the meter started; latency over ``usage_queries.WINDOW``).
 
     >>> print(usage_table({"alice": {"requests": 3, "tokens in": 40, "ttft p50": 0.1234, "last seen": 95.0}}, 100))
-    key    requests  errors  tokens in  tokens out  ttft p50  ttft p99  total p50  total p99  last seen
-    alice         3       -         40           -    0.12 s         -          -          -    5 s ago
+    key    requests  errors  tokens in  tokens out  ttft p50  ttft p99  total p50  total p99  last seen  tokens left
+    alice         3       -         40           -    0.12 s         -          -          -    5 s ago            -
     """
     now = time.time() if now is None else now
     if not rows:

@@ -99,8 +99,8 @@ def metered_front(
     minute_seconds: int = 60,
 ) -> Iterator[MeteredFront]:
     """``meter`` False: the front without the meter (nginx straight to the simulator). ``upstream``:
-    the engine's address instead of a simulator's. ``replicas``: the replicas the meter shares
-    (all at one address here). ``state_file``: keep the counters in the run's directory.
+    the engine's address instead of a simulator's. ``replicas``: that many simulators, the front's
+    replicas, each at its own address (the meter shares their slots). ``state_file``: keep the counters in the run's directory.
     ``queue_seconds``: ``glm:front.usageMeter.queueSeconds`` instead of the config's.
     ``minute_seconds``: a budget's "minute", shortened for a test's clock."""
     front = config.front
@@ -108,16 +108,18 @@ def metered_front(
         meter_config = front.usage_meter.model_copy(update={"queue_seconds": queue_seconds})
         front = front.model_copy(update={"usage_meter": meter_config})
     directory = nginx_prefix()
-    sim_port, status_port, port = free_port(), free_port(), free_port()
-    sim_argv = [
-        sys.executable, str(SIM), "serve", "/models/x", "--host", "127.0.0.1", "--port", str(sim_port),
-        "--served-model-name", SERVED, "--max-model-len", "32768", "--max-num-seqs", str(max_num_seqs),
-    ]  # fmt: skip
+    sim_ports = [free_port() for _ in range(replicas)]
+    sim_port, status_port, port = sim_ports[0], free_port(), free_port()
     env = {**os.environ, "VLLM_SIM_QUIET": "1", **(sim_env or {})}
     with contextlib.ExitStack() as stack:
-        if upstream is None:
-            sim = stack.enter_context(running(sim_argv, directory / "sim.log", env))
-            _wait_healthy(f"http://127.0.0.1:{sim_port}/health", sim, directory / "sim.log")
+        for index, each in enumerate(sim_ports if upstream is None else []):
+            sim_argv = [
+                sys.executable, str(SIM), "serve", "/models/x", "--host", "127.0.0.1", "--port", str(each),
+                "--served-model-name", SERVED, "--max-model-len", "32768", "--max-num-seqs", str(max_num_seqs),
+            ]  # fmt: skip
+            log = directory / ("sim.log" if index == 0 else f"sim{index}.log")
+            sim = stack.enter_context(running(sim_argv, log, env))
+            _wait_healthy(f"http://127.0.0.1:{each}/health", sim, log)
         route = MeterRoute(
             max_num_seqs,
             replicas,
@@ -127,7 +129,7 @@ def metered_front(
             minute_seconds=minute_seconds,
         )
         conf = render_nginx_conf(
-            front, upstream or f"127.0.0.1:{sim_port}", dict(keys), listen=f"127.0.0.1:{port}",
+            front, upstream or [f"127.0.0.1:{p}" for p in sim_ports], dict(keys), listen=f"127.0.0.1:{port}",
             runtime_dir=str(directory), meter=route if meter else None, status_listen=f"127.0.0.1:{status_port}",
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)

@@ -1,4 +1,4 @@
-"""Usage per API key name as PromQL over the usage meter's ``glm_key_*`` series (images/usage-meter):
+"""Usage per API key name as PromQL over the usage meter's ``glm_key_*`` series (components/host/meter/):
 one table for ``make status`` (ops/usage.py) and the status page's usage panel
 (components/render/status_page.py), so the two never disagree.
 """
@@ -18,5 +18,7 @@ QUERIES = {
         for q in (50, 99)
     },
     "last seen": "max by (client) (glm_key_last_seen_timestamp_seconds)",
+    # The key's tightest token budget now (glm:front.usageMeter.limits): "-" for a key without one.
+    "tokens left": 'min by (client) (glm_key_budget_limit{window=~"tokens_.*"} - glm_key_budget_used{window=~"tokens_.*"})',
 }
 """Column -> PromQL, one series per key name (``client``)."""
