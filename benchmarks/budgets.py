@@ -73,7 +73,7 @@ def run(replicas: int, minutes: int, tpm: int) -> None:
                 "rateLimit": {"enabled": False},
                 "usageMeter": {"limits": {"alice": {"tokensPerMinute": tpm}}},
             },
-        }  # fmt: skip
+        }
     )
     sim = {"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.01"}
     with metered_front(config, KEYS, max_num_seqs=16, sim_env=sim, replicas=replicas) as front:
