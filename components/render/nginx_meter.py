@@ -19,7 +19,7 @@ from components.config.edge import KeyLimits
 from components.template import TEMPLATES, render_file
 
 METER_DIR = TEMPLATES.parent / "meter"
-LUA_MODULES = ("meter_request", "meter_answer", "meter_shares", "meter_budget", "meter")
+LUA_MODULES = ("meter_request", "meter_answer", "meter_shares", "meter_budget", "meter_counters", "meter")
 """The meter's Lua modules, each ``meter/<name>.lua``; ``meter`` is the one nginx calls."""
 GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 """The routes that take engine slots and are metered in tokens; the other API routes are counted."""

@@ -15,29 +15,18 @@ local request = require("meter_request")
 local answer = require("meter_answer")
 local shares = require("meter_shares")
 local budgets = require("meter_budget")
+local counters = require("meter_counters")
 
 local M = {}
 
-local TTFT_BUCKETS = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0 }
-local DURATION_BUCKETS = { 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 240.0, 480.0, 960.0 }
 local GENERATION = { ["/v1/chat/completions"] = true, ["/v1/completions"] = true, ["/v1/responses"] = true }
 -- The routes that take engine slots (components/render/nginx_meter.py GENERATION_ROUTES).
 local FLUSH_SECONDS = 2
 local WAIT_STEP_SECONDS = 0.005
-local KEPT = {
-  "requests", "prompt", "completion", "refused", "seen", "ttft", "duration", "unmetered", "budget_day",
-  "budget_refused",
-}
--- The counters a restart keeps (slots held and recent activity start again from nothing).
-
 ffi.cdef("int kill(int pid, int sig);")
 
 local config = { weights = {}, fair_share = true, slots = 0, queue_seconds = 0, state_file = nil }
 local dict
-
-local function escape_label(value)
-  return (value:gsub("\\", "\\\\"):gsub('"', '\\"'):gsub("\n", "\\n"))
-end
 
 local function sharing()
   return shares.new(dict, config)
@@ -67,56 +56,6 @@ local function unlock()
   dict:delete("lock")
 end
 
--- ---- persistence ------------------------------------------------------------------------------
-
-local function is_kept(key)
-  local family = key:match("^([^:]+):")
-  for _, kept in ipairs(KEPT) do
-    if family == kept then
-      return true
-    end
-  end
-  return key == "names"
-end
-
-local function save()
-  if not config.state_file then
-    return
-  end
-  local state = {}
-  for _, key in ipairs(dict:get_keys(0)) do
-    if is_kept(key) then
-      state[key] = dict:get(key)
-    end
-  end
-  local temporary = config.state_file .. ".tmp"
-  local file, err = io.open(temporary, "w")
-  if not file then
-    ngx.log(ngx.ERR, "usage meter: cannot write its counters to ", temporary, ": ", err)
-    return
-  end
-  file:write(cjson.encode(state))
-  file:close()
-  os.rename(temporary, config.state_file)
-end
-
-local function load()
-  local file = config.state_file and io.open(config.state_file, "r")
-  if not file then
-    return
-  end
-  local state = cjson.decode(file:read("*a") or "")
-  file:close()
-  if type(state) ~= "table" then
-    return
-  end
-  for key, value in pairs(state) do
-    if is_kept(key) and dict:get(key) == nil then
-      dict:set(key, value)
-    end
-  end
-end
-
 --- Once per config load (init_by_lua, in the master): the shares' weights and the slots, and, on
 --- the first load, the counters the last front left.
 function M.configure(settings)
@@ -131,7 +70,7 @@ function M.configure(settings)
     local directory = config.state_file:match("^(.*)/[^/]+$")
     -- The master may be root and the workers nobody: the workers write the file.
     os.execute("mkdir -p '" .. directory .. "' && chown nobody '" .. directory .. "' 2>/dev/null")
-    load()
+    counters.load(dict, config.state_file)
     dict:set("loaded", true)
   end
 end
@@ -156,23 +95,12 @@ function M.init_worker()
   reclaim_dead_workers()
   if ngx.worker.id() == 0 and config.state_file then
     ngx.timer.every(FLUSH_SECONDS, function(premature)
-      save()
+      counters.save(dict, config.state_file)
     end)
   end
 end
 
 -- ---- counting -----------------------------------------------------------------------------------
-
-local function observe(family, name, buckets, value)
-  for i, bound in ipairs(buckets) do
-    if value <= bound then
-      dict:incr(family .. ":" .. name .. ":" .. i, 1, 0)
-      break
-    end
-  end
-  dict:incr(family .. ":" .. name .. ":count", 1, 0)
-  dict:incr(family .. ":" .. name .. ":sum", value, 0)
-end
 
 -- What the answer told so far, counted now (a worker killed mid-stream loses nothing counted). The
 -- engine runs each of a request's `n` choices as a request of its own, prefill included, and counts
@@ -482,10 +410,10 @@ local function log_request(ctx)
     dict:incr("unmetered:" .. ctx.name, 1, 0)
   end
   if ctx.first_token then
-    observe("ttft", ctx.name, TTFT_BUCKETS, ctx.first_token)
+    counters.observe(dict, "ttft", ctx.name, counters.TTFT_BUCKETS, ctx.first_token)
   end
   if status ~= 499 and not ctx.refused then
-    observe("duration", ctx.name, DURATION_BUCKETS, ngx.now() - ngx.req.start_time())
+    counters.observe(dict, "duration", ctx.name, counters.DURATION_BUCKETS, ngx.now() - ngx.req.start_time())
   end
 end
 
@@ -499,99 +427,10 @@ function M.log()
   end
 end
 
--- ---- the counters, for the stack's Prometheus ------------------------------------------------------
-
-local FAMILIES = {
-  { "glm_key_requests_total", "counter", "Requests through the front by API key name and HTTP status." },
-  { "glm_key_prompt_tokens_total", "counter", "Prompt tokens the engine processed, by API key name." },
-  { "glm_key_completion_tokens_total", "counter", "Completion tokens the engine made, by API key name." },
-  { "glm_key_fair_share_refused_total", "counter",
-    "Requests refused with 429 beyond the key's share of the engine's slots." },
-  { "glm_key_unmetered_total", "counter",
-    "Requests passed on unmetered because the meter failed on them (its error log says why)." },
-  { "glm_key_in_flight", "gauge", "Sequences of the key in the engine now (n x prompts per request)." },
-  { "glm_key_share", "gauge", "The key's guaranteed share of the engine's slots now (among the active keys)." },
-  { "glm_key_last_seen_timestamp_seconds", "gauge", "When the key last sent a request (Unix time)." },
-  { "glm_key_time_to_first_token_seconds", "histogram",
-    "Time to the first generated token of streamed answers, by API key name." },
-  { "glm_key_request_duration_seconds", "histogram", "Time to the answer's last byte, by API key name." },
-  { "glm_key_budget_limit", "gauge", "The key's budget per window (glm:front.usageMeter.limits)." },
-  { "glm_key_budget_used", "gauge", "What the key used of its budget in the current window (reserved included)." },
-  { "glm_key_budget_refused_total", "counter", "Requests refused for the key's budget, by window." },
-}
-
-local function histogram(lines, family, prefix, name, labels, buckets)
-  local total = 0
-  for i, bound in ipairs(buckets) do
-    total = total + (dict:get(prefix .. ":" .. name .. ":" .. i) or 0)
-    lines[#lines + 1] = string.format('%s_bucket{%s,le="%s"} %d', family, labels, tostring(bound), total)
-  end
-  local count = dict:get(prefix .. ":" .. name .. ":count") or 0
-  lines[#lines + 1] = string.format('%s_bucket{%s,le="+Inf"} %d', family, labels, count)
-  lines[#lines + 1] = string.format("%s_sum{%s} %s", family, labels, tostring(dict:get(prefix .. ":" .. name .. ":sum") or 0))
-  lines[#lines + 1] = string.format("%s_count{%s} %d", family, labels, count)
-end
-
-function M.exposition(capacity)
-  local share, now = sharing(), ngx.now()
-  local names = share:names()
-  local statuses = {}
-  for _, key in ipairs(dict:get_keys(0)) do
-    local name, status = key:match("^requests:(.+):(%d+)$")
-    if name then
-      statuses[name] = statuses[name] or {}
-      table.insert(statuses[name], tonumber(status))
-    end
-  end
-  local lines = { "# HELP glm_fair_share_capacity The engine's slots the keys share now.",
-    "# TYPE glm_fair_share_capacity gauge", "glm_fair_share_capacity " .. capacity }
-  for _, family in ipairs(FAMILIES) do
-    local metric, kind = family[1], family[2]
-    lines[#lines + 1] = "# HELP " .. metric .. " " .. family[3]
-    lines[#lines + 1] = "# TYPE " .. metric .. " " .. kind
-    for _, name in ipairs(names) do
-      local labels = 'client="' .. escape_label(name) .. '"'
-      if metric == "glm_key_requests_total" then
-        table.sort(statuses[name] or {})
-        for _, status in ipairs(statuses[name] or {}) do
-          lines[#lines + 1] = string.format('%s{%s,status="%d"} %d', metric, labels, status,
-            dict:get("requests:" .. name .. ":" .. status) or 0)
-        end
-      elseif metric == "glm_key_time_to_first_token_seconds" then
-        histogram(lines, metric, "ttft", name, labels, TTFT_BUCKETS)
-      elseif metric == "glm_key_request_duration_seconds" then
-        histogram(lines, metric, "duration", name, labels, DURATION_BUCKETS)
-      elseif metric == "glm_key_budget_limit" or metric == "glm_key_budget_used" then
-        for _, window in ipairs(budget():state(name, now)) do
-          lines[#lines + 1] = string.format('%s{%s,window="%s"} %d', metric, labels, window.field,
-            metric == "glm_key_budget_limit" and window.limit or window.used)
-        end
-      elseif metric == "glm_key_budget_refused_total" then
-        for _, window in ipairs(budget():state(name, now)) do
-          lines[#lines + 1] = string.format('%s{%s,window="%s"} %d', metric, labels, window.field,
-            dict:get("budget_refused:" .. name .. ":" .. window.field) or 0)
-        end
-      else
-        local value = ({
-          glm_key_prompt_tokens_total = dict:get("prompt:" .. name) or 0,
-          glm_key_completion_tokens_total = dict:get("completion:" .. name) or 0,
-          glm_key_fair_share_refused_total = dict:get("refused:" .. name) or 0,
-          glm_key_unmetered_total = dict:get("unmetered:" .. name) or 0,
-          glm_key_in_flight = share:held(name),
-          glm_key_share = capacity > 0 and share:share(name, capacity, now) or 0,
-          glm_key_last_seen_timestamp_seconds = dict:get("seen:" .. name) or 0,
-        })[metric]
-        lines[#lines + 1] = string.format("%s{%s} %s", metric, labels, tostring(value))
-      end
-    end
-  end
-  return table.concat(lines, "\n") .. "\n"
-end
-
 function M.metrics()
   local capacity = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
   ngx.header["Content-Type"] = "text/plain; version=0.0.4"
-  ngx.print(M.exposition(capacity))
+  ngx.print(counters.exposition(dict, sharing(), budget(), capacity, ngx.now()))
 end
 
 return M
