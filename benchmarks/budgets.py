@@ -16,9 +16,9 @@ Printed per replica count: per minute the tokens served against the limit (the e
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import statistics
 import sys
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -51,18 +51,19 @@ def bob(front: MeteredFront, stop: float, ttfts: list[float]) -> None:
             time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
 
 
-def alice(front: MeteredFront, stop: float, served: dict[int, int], refusals: list[int]) -> None:
+def alice(base: str, stop: float, results: multiprocessing.Queue) -> None:
+    """One of alice's workers (a process of its own: in bob's, it would hold his reader back)."""
     body = {"model": SERVED, "messages": [{"role": "user", "content": "What is 13*17?"}], "max_tokens": 64}
     headers = {"Authorization": f"Bearer {KEYS['alice']}"}
     with httpx.Client(timeout=60) as client:
         while time.time() < stop:
-            answer = client.post(f"{front.base}/v1/chat/completions", json=body, headers=headers)
+            answer = client.post(f"{base}/v1/chat/completions", json=body, headers=headers)
             if answer.status_code == 429:
                 wait = int(answer.headers.get("retry-after", "1"))
-                refusals.append(wait)
+                results.put(("429", wait))
                 time.sleep(min(wait, max(0.0, stop - time.time())))
             elif answer.status_code == 200:
-                served[int(time.time() // 60)] += answer.json()["usage"]["total_tokens"]
+                results.put((int(time.time() // 60), answer.json()["usage"]["total_tokens"]))
 
 
 def run(replicas: int, minutes: int, tpm: int) -> None:
@@ -85,12 +86,20 @@ def run(replicas: int, minutes: int, tpm: int) -> None:
         served: dict[int, int] = defaultdict(int)
         refusals: list[int] = []
         beside: list[float] = []
-        threads = [threading.Thread(target=alice, args=(front, stop, served, refusals)) for _ in range(8)]
-        threads.append(threading.Thread(target=bob, args=(front, stop, beside)))
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        context = multiprocessing.get_context("fork")
+        results = context.Queue()
+        workers = [context.Process(target=alice, args=(front.base, stop, results)) for _ in range(8)]
+        for worker in workers:
+            worker.start()
+        bob(front, stop, beside)
+        for worker in workers:
+            worker.join()
+        while not results.empty():
+            what, value = results.get()
+            if what == "429":
+                refusals.append(value)
+            else:
+                served[what] += value
     print(f"{replicas} replicas, alice's tokensPerMinute {tpm}:")
     for minute in sorted(served):
         if start // 60 <= minute < stop // 60:

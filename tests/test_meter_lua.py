@@ -167,6 +167,9 @@ def test_the_meter_reads_stream_n_and_prompts_as_vllm_does_whole_or_sliced() -> 
             shape = result[how]
             assert shape["stream"] is streams, (how, body.get("stream"), case["body"][:200])
             assert shape["weight"] == expected_weight(body, route), (how, case["body"][:200])
+        text = sum(len(m["content"].encode()) for m in body.get("messages", []))
+        if route == "/v1/chat/completions":  # the prompt's text, and the template's at most 16 a message
+            assert result["decoded"]["prompt_bound"] == text + 16 * (len(body["messages"]) + 1)
         if streams:
             sent = json.loads(result["rewritten"])  # Python keeps the last of duplicate keys, as vLLM
             assert sent["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
@@ -195,7 +198,8 @@ def test_past_the_engines_slots_the_scanner_stops_counting_prompts_but_not_token
     refused, long_prompt = run_lua({"bodies": cases, "streams": []})["bodies"]
     assert refused["scanned"]["more"] is True and refused["scanned"]["weight"] > 8
     assert refused["decoded"]["weight"] == 100  # cjson, for a body in memory, counts them all
-    assert long_prompt["scanned"] == long_prompt["decoded"]
+    decoded = {k: v for k, v in long_prompt["decoded"].items() if k != "prompt_bound"}
+    assert long_prompt["scanned"] == decoded  # the scanner keeps no prompt text: no bound from it
     assert long_prompt["scanned"]["weight"] == 2 and long_prompt["scanned"]["stream"] is True
 
 

@@ -195,12 +195,18 @@ local function rewrite_file(path)
 end
 
 -- The key's budget: an upper bound of what the engine will count for this request (its prompt's
--- bytes bound its tokens, n times as the engine counts them, plus max_tokens, or the engine's
--- max-model-len, per sequence) must fit every window; it is reserved, and settled when it ends.
+-- text bounds its tokens, else the body's bytes, at most max-model-len a prompt, n times as the
+-- engine counts them; plus max_tokens, or the engine's max-model-len, per sequence) must fit every
+-- window; it is reserved, and settled when it ends.
 -- Returns the refusal, or nil (reserved in ctx.budget).
 local function spend(ctx, shape, size, capacity)
-  local per_sequence = shape.max_tokens or config.max_model_len or 0
-  local estimate = shape.n * (size + TEMPLATE_TOKENS) + shape.weight * per_sequence
+  local longest = config.max_model_len or 0
+  local per_sequence = shape.max_tokens or longest
+  local prompt = shape.prompt_bound or (size + TEMPLATE_TOKENS)
+  if longest > 0 then
+    prompt = math.min(prompt, longest * (shape.weight / shape.n)) -- the engine refuses a longer prompt
+  end
+  local estimate = shape.n * prompt + shape.weight * per_sequence
   if not lock() then
     return nil
   end

@@ -85,7 +85,63 @@ function M.shape(fields, route)
   shape.n, shape.weight = n, n * prompts
   shape.more = type(fields.prompt) == "table" and fields.prompt.more or nil
   shape.max_tokens = tonumber(fields.max_completion_tokens or fields.max_tokens or fields.max_output_tokens)
+  shape.prompt_bound = M.prompt_bound(fields, route)
   return shape
+end
+
+M.PER_MESSAGE = 16
+-- Tokens a chat template may add around each message and the answer (role markers, the generation
+-- prompt): a bound, not a count.
+
+local function text_bytes(content)
+  if type(content) == "string" then
+    return #content
+  elseif type(content) == "table" then
+    local total = 0
+    for _, part in ipairs(content) do
+      if type(part) ~= "table" or (part.type ~= "text" and part.type ~= "input_text") then
+        return nil -- an image or audio part: its tokens are not bounded by its bytes
+      end
+      total = total + #(part.text or "")
+    end
+    return total
+  end
+  return nil
+end
+
+--- An upper bound of the prompt's tokens, from its text (a token covers at least one byte of
+--- text; the template adds at most PER_MESSAGE a message): nil where the text does not bound it (an
+--- image, a body only scanned). All prompts of a completion together, once (the caller multiplies
+--- by n as the engine counts).
+function M.prompt_bound(fields, route)
+  local total = M.PER_MESSAGE
+  if route == "/v1/chat/completions" and type(fields.messages) == "table" and not fields.messages.scanned then
+    for _, message in ipairs(fields.messages) do
+      local bytes = type(message) == "table" and text_bytes(message.content)
+      if not bytes then
+        return nil
+      end
+      total = total + bytes + M.PER_MESSAGE
+    end
+  elseif route == "/v1/completions" and fields.prompt ~= nil and not (type(fields.prompt) == "table" and fields.prompt.scanned) then
+    local prompts = type(fields.prompt) == "table" and fields.prompt or { fields.prompt }
+    if type(prompts[1]) == "number" then
+      prompts = { prompts }
+    end
+    for _, prompt in ipairs(prompts) do
+      -- a string's bytes, or a token-id list's length
+      total = total + (type(prompt) == "string" and #prompt or type(prompt) == "table" and #prompt or 0) + M.PER_MESSAGE
+    end
+  elseif route == "/v1/responses" and type(fields.input) == "string" then
+    total = total + #fields.input + M.PER_MESSAGE
+  else
+    return nil
+  end
+  if fields.tools ~= nil then
+    local tools = cjson.encode(fields.tools)
+    total = total + (tools and #tools or 0)
+  end
+  return total
 end
 
 --- The body vLLM gets for a stream of chat or completions: `stream_options` with usage on every
