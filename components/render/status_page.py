@@ -111,10 +111,11 @@ def _usage(column: str, unit: Unit) -> tuple[str, Unit, str]:
 PANELS: tuple[Panel, ...] = (
     Panel(
         "rotation",
-        "Hosts in rotation (1 = receives requests) and ejected by the probe",
+        "Hosts in rotation (in the front's rotation and answering), engines up, ejected by the probe",
         "chart",
         (
             ("in rotation", "in_rotation", _single("In rotation")),
+            ("engine up", "in_rotation", _single("Engine up")),
             ("ejected by the probe", "in_rotation", _single("Ejected by the probe")),
         ),
     ),
