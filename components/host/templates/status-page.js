@@ -230,10 +230,25 @@
 
   function askForKey(text) {
     clearTimeout(timer);
+    release();
     sessionStorage.removeItem(KEY_ITEM);
     message.textContent = text;
     form.hidden = false;
     grid.hidden = true;
+  }
+
+  // The document's load event waits for a pending image, never for a fetch: a hidden one held by
+  // the front (/status/hold) until the first answers are drawn, so that a headless browser's
+  // screenshot (taken at the load event) shows them. Dropped at once after.
+  let hold = null;
+  if (document.readyState !== "complete") {
+    hold = element("img", { src: "hold", alt: "", hidden: "" });
+    document.body.append(hold);
+  }
+
+  function release() {
+    if (hold) hold.remove();
+    hold = null;
   }
 
   async function refresh() {
@@ -262,6 +277,7 @@
       }
     });
     updated.textContent = "updated " + new Date().toLocaleTimeString();
+    release();
     timer = setTimeout(refresh, spec.refreshSeconds * 1000);
   }
 
