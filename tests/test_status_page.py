@@ -23,6 +23,7 @@ from components.config import build_stack_config
 from components.render.nginx_conf import CONF_FILE, render_front_files, render_nginx_conf
 from components.render.status_page import (
     CONTENT_SECURITY_POLICY,
+    HOLD_URI,
     PAGE_FILE,
     PANELS,
     page_files,
@@ -199,6 +200,25 @@ def test_the_page_for_anyone_its_queries_for_metrics_keys_only(tmp_path: Path) -
         assert httpx.post(url, headers=metrics_key, timeout=10).status_code == 405
         own_query = httpx.get(f"{url}?query=up", headers=metrics_key, timeout=10)
         assert own_query.status_code == 400
+
+
+def test_the_hold_trickles_until_the_page_drops_it(tmp_path: Path) -> None:
+    """/status/hold (the page's hidden image while its first answers come) answers without a key and
+    keeps its response coming for many seconds (its headers trickle too): the load event waits on it
+    until the page drops it."""
+    with page_prometheus(tmp_path) as prometheus, status_front(f"127.0.0.1:{prometheus}") as front:
+        started = time.monotonic()
+        with httpx.stream("GET", f"{front.base}{HOLD_URI}", timeout=10) as hold:
+            assert hold.status_code == 200
+            received = 0
+            for chunk in hold.iter_bytes():
+                received += len(chunk)
+                if time.monotonic() - started > 8:
+                    break
+            else:
+                raise AssertionError(f"the hold ended after {time.monotonic() - started:.1f} s")
+        assert 0 < received < 1000, received  # still coming: ~64 bytes a second
+        assert httpx.post(f"{front.base}{HOLD_URI}", timeout=10).status_code == 405
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
