@@ -6,6 +6,7 @@ cd "$GLM_ROOT"
 ensure_local_prerequisites
 ensure_stack local
 ensure_local_key
+scripts/status_page.sh key
 pulumi up --yes --skip-preview -s local --config-file "$GLM_LOCAL_CONFIG"
 # An up that changed nothing the gate checks did not run it: say so, and when it last passed.
 gate="$(python scripts/gate_note.py <(pulumi stack history --json -s local) <(pulumi stack export -s local))"

@@ -62,13 +62,20 @@ def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
     assert "gpu_cache_usage_perc" not in exprs  # removed in vLLM 0.12 (SPEC §6)
 
 
+def rotation_change(tmp: Path, *args: str) -> None:
+    """One command of the real rotation program (templates/rotation.sh) on ``tmp``'s rotation, nginx
+    not started: it rewrites what the status port serves (``tmp/status/rotation.prom``)."""
+    root, status = tmp / "rotation", tmp / "status"
+    script = rotation.SCRIPT.replace(ROTATION_DIR, str(root)).replace(STATUS_DIR, str(status))
+    subprocess.run(["sh", "-c", script, "sh", *args], check=True, capture_output=True, timeout=30)
+
+
 @contextlib.contextmanager
 def rotation_status(tmp: Path) -> Iterator[int]:
     """The front's status port, played by a static server over what the real rotation program
     (templates/rotation.sh, run here with nginx not started) publishes: box1 passed its gate twice and
     failed once; box2 passed, then the probe ejected it."""
-    root, status = tmp / "rotation", tmp / "status"
-    script = rotation.SCRIPT.replace(ROTATION_DIR, str(root)).replace(STATUS_DIR, str(status))
+    status = tmp / "status"
     for args in (
         ("admit", "box1", "127.0.0.1:1"),
         ("fail", "box1", "{}"),
@@ -77,8 +84,7 @@ def rotation_status(tmp: Path) -> Iterator[int]:
         ("eject", "box2", "SINCE", "wrong answers"),
     ):
         # The probe ejects only a replica admitted before its failures began (a second from now).
-        args = tuple(str(int(time.time()) + 1) if a == "SINCE" else a for a in args)
-        subprocess.run(["sh", "-c", script, "sh", *args], check=True, capture_output=True, timeout=30)
+        rotation_change(tmp, *(str(int(time.time()) + 1) if a == "SINCE" else a for a in args))
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(status)],

@@ -111,6 +111,15 @@ def runtime_dir() -> Path:
 
 @contextlib.contextmanager
 def vllm_sim(extra_env: dict[str, str] | None = None, wait_ready: bool = True) -> Iterator[int]:
+    with vllm_sim_process(extra_env, wait_ready) as (port, _proc):
+        yield port
+
+
+@contextlib.contextmanager
+def vllm_sim_process(
+    extra_env: dict[str, str] | None = None, wait_ready: bool = True
+) -> Iterator[tuple[int, subprocess.Popen]]:
+    """The simulator's port and process (a test stops it as `docker stop` stops a container)."""
     assert SIM.is_file(), f"the vLLM-protocol simulator is missing at {SIM}"
     port = free_port()
     argv = [
@@ -130,7 +139,7 @@ def vllm_sim(extra_env: dict[str, str] | None = None, wait_ready: bool = True) -
                         break
                 assert time.monotonic() < deadline, "the simulator did not become ready in 30 s"
                 time.sleep(0.1)
-        yield port
+        yield port, proc
     shutil.rmtree(log_dir, ignore_errors=True)
 
 

@@ -23,6 +23,7 @@ from components.config import build_stack_config
 from components.render.nginx_conf import CONF_FILE, render_front_files, render_nginx_conf
 from components.render.status_page import (
     CONTENT_SECURITY_POLICY,
+    HOLD_URI,
     PAGE_FILE,
     PANELS,
     page_files,
@@ -165,6 +166,9 @@ def page_prometheus(tmp: Path, scrape: list[dict] | None = None, port: int | Non
 
 def test_the_page_for_anyone_its_queries_for_metrics_keys_only(tmp_path: Path) -> None:
     with page_prometheus(tmp_path) as prometheus, status_front(f"127.0.0.1:{prometheus}") as front:
+        metrics_401 = httpx.get(
+            f"{front.base}/metrics", headers={"Authorization": f"Bearer {KEYS['alice']}"}
+        ).json()
         page = httpx.get(f"{front.base}/status/", timeout=10)
         assert page.status_code == 200 and page.text == render_page()
         assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
@@ -178,8 +182,16 @@ def test_the_page_for_anyone_its_queries_for_metrics_keys_only(tmp_path: Path) -
 
         url = f"{front.base}/status/query/kv_cache"
         for key in (None, KEYS["alice"]):  # none, and an inference key: the metrics key's 401
-            refused = httpx.get(url, headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=10)
-            assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+            for query in (url, f"{front.base}/status/query/usage"):
+                refused = httpx.get(
+                    query, headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=10
+                )
+                assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+                # Issue 47 item 9: it said "Invalid or missing API key", though an API key was sent.
+                message = refused.json()["error"]["message"]
+                assert message == metrics_401["error"]["message"], message
+                assert message.startswith("Invalid or missing metrics key") and "glm:metricsKeys" in message
+                assert "scripts/status_page.sh url" in message  # how to get one
         metrics_key = {"Authorization": f"Bearer {METRICS['prom']}"}
         answer = httpx.get(url, headers=metrics_key, timeout=10)
         assert answer.status_code == 200 and answer.json()["status"] == "success"
@@ -188,6 +200,25 @@ def test_the_page_for_anyone_its_queries_for_metrics_keys_only(tmp_path: Path) -
         assert httpx.post(url, headers=metrics_key, timeout=10).status_code == 405
         own_query = httpx.get(f"{url}?query=up", headers=metrics_key, timeout=10)
         assert own_query.status_code == 400
+
+
+def test_the_hold_trickles_until_the_page_drops_it(tmp_path: Path) -> None:
+    """/status/hold (the page's hidden image while its first answers come) answers without a key and
+    keeps its response coming for many seconds (its headers trickle too): the load event waits on it
+    until the page drops it."""
+    with page_prometheus(tmp_path) as prometheus, status_front(f"127.0.0.1:{prometheus}") as front:
+        started = time.monotonic()
+        with httpx.stream("GET", f"{front.base}{HOLD_URI}", timeout=10) as hold:
+            assert hold.status_code == 200
+            received = 0
+            for chunk in hold.iter_bytes():
+                received += len(chunk)
+                if time.monotonic() - started > 8:
+                    break
+            else:
+                raise AssertionError(f"the hold ended after {time.monotonic() - started:.1f} s")
+        assert 0 < received < 1000, received  # still coming: ~64 bytes a second
+        assert httpx.post(f"{front.base}{HOLD_URI}", timeout=10).status_code == 405
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
@@ -234,3 +265,65 @@ def test_prometheus_down_is_a_json_503_that_says_so() -> None:
             )
             assert down.status_code == 503 and down.json()["error"]["code"] == "status_unavailable", path
             assert down.headers["retry-after"] == "10"
+
+
+def _promtool_test(tmp: Path, series: dict[str, str], expr: str, at: str, expected: dict[str, float]) -> str:
+    """``promtool test rules``: ``expr`` over ``series`` (name -> values every 15 s) at ``at``
+    equals ``expected`` (labels -> value). Returns promtool's output; asserts it passed."""
+    test = {
+        "rule_files": [],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": [{"series": name, "values": values} for name, values in series.items()],
+                "promql_expr_test": [
+                    {
+                        "expr": expr,
+                        "eval_time": at,
+                        "exp_samples": [{"labels": labels, "value": v} for labels, v in expected.items()],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp / "test.yml").write_text(yaml.safe_dump(test))
+    done = subprocess.run(
+        [PROMTOOL, "test", "rules", str(tmp / "test.yml")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_in_rotation_follows_the_engine_as_prometheus_sees_it(tmp_path: Path) -> None:
+    """Issue 47 item 9: the chart said "in rotation: yes" through the minute the container was
+    stopped (a `docker stop` changes no rotation state). In rotation is the rotation's state and
+    Prometheus' ``up`` of the host's vLLM, with several replicas (``host`` labels) and with one."""
+    [rotation] = [p for p in PANELS if p.name == "rotation"]
+    in_rotation, engine_up = (
+        expr for name, _u, expr in rotation.series if name in ("in rotation", "engine up")
+    )
+    # Several replicas: box1 answers; box2's container stopped at 30 s; box3 is out (a failed gate).
+    several = {
+        'glm_rotation_in{job="front-rotation",instance="front:9",host="box1"}': "1x8",
+        'glm_rotation_in{job="front-rotation",instance="front:9",host="box2"}': "1x8",
+        'glm_rotation_in{job="front-rotation",instance="front:9",host="box3"}': "0x8",
+        'up{job="vllm",instance="10.0.0.1:8000",host="box1"}': "1x8",
+        'up{job="vllm",instance="10.0.0.2:8000",host="box2"}': "1 1 0x6",
+        'up{job="vllm",instance="10.0.0.3:8000",host="box3"}': "1x8",
+    }
+    at_start = {'{host="box1"}': 1, '{host="box2"}': 1, '{host="box3"}': 0}
+    _promtool_test(tmp_path, several, in_rotation, "15s", at_start)
+    stopped = {'{host="box1"}': 1, '{host="box2"}': 0, '{host="box3"}': 0}
+    _promtool_test(tmp_path, several, in_rotation, "45s", stopped)
+    _promtool_test(
+        tmp_path, several, engine_up, "45s", {'{host="box1"}': 1, '{host="box2"}': 0, '{host="box3"}': 1}
+    )
+    # One replica (the local stack): its vLLM target has no host label; the rotation names it.
+    one = {
+        'glm_rotation_in{job="front-rotation",instance="front:9",host="local"}': "1x8",
+        'up{job="vllm",instance="glm53-flash-local:8000"}': "1 1 0x6",
+    }
+    _promtool_test(tmp_path, one, in_rotation, "15s", {'{host="local"}': 1})
+    _promtool_test(tmp_path, one, in_rotation, "45s", {'{host="local"}': 0})
+    _promtool_test(tmp_path, one, engine_up, "45s", {'{host="local"}': 0})

@@ -4,7 +4,9 @@ the semantic probe's real metrics (it ejected box2 for wrong answers), the front
 the real rotation program writes it, the usage meter, the real ``nginx`` front with its status
 route, and a real Prometheus scraping them all and serving the page's files. After some traffic
 from two API keys the page must load with no console error, ask nothing but the front, and show
-data in every panel.
+data in every panel. Then box2's gate fails (the real rotation program records it) and box1's
+engine is stopped (as `docker stop`, its rotation state unchanged): the page must say both are out,
+with the failure's own time, also in a headless browser whose clock runs ahead (issue 47 item 9).
 
 The screenshot goes to the test's temp folder; with ``GLM_STATUS_PAGE_SCREENSHOT=<path>`` also to
 ``<path>`` (docs/img/status-page.png is made so).
@@ -15,8 +17,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
+import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -25,6 +30,7 @@ import openai
 import pytest
 
 from components.config import build_stack_config
+from components.docker.rotation import no_replica_body
 from components.render.nginx_conf import render_nginx_conf
 from components.render.nginx_meter import METRICS_PATH, MeterRoute
 from components.render.prometheus_config import DEFAULT_JOB, METER_JOB, ROTATION_JOB
@@ -37,8 +43,18 @@ from tests.browser import CHROMIUM, browser
 from tests.engine import free_port
 from tests.gate.support import local_config
 from tests.metered_front import LUA_MODULES
-from tests.test_dashboard import rotation_status
-from tests.test_nginx_front import KEYS, METRICS, NGINX, SERVED, running, runtime_dir, vllm_sim, wait_for_port
+from tests.test_dashboard import rotation_change, rotation_status
+from tests.test_nginx_front import (
+    KEYS,
+    METRICS,
+    NGINX,
+    SERVED,
+    running,
+    runtime_dir,
+    vllm_sim,
+    vllm_sim_process,
+    wait_for_port,
+)
 from tests.test_status_page import page_prometheus
 
 TRAFFIC = 12
@@ -59,6 +75,16 @@ PANEL_DATA = """JSON.stringify([...document.querySelectorAll("section.panel")].m
   cells: [...s.querySelectorAll("td:not(.label)")].filter((td) => td.textContent !== "–").length,
   text: s.innerText.slice(0, 400),
 })))"""
+# The rotation chart's legend, the gate history's rows, the TTFT chart's axis ticks (bottom up).
+LEGEND = """JSON.stringify([...document.querySelectorAll('section[data-panel="rotation"] li')].map((li) => li.textContent))"""
+ROWS = """JSON.stringify([...document.querySelectorAll('section[data-panel="gate_history"] tr')]
+  .map((tr) => [...tr.cells].map((td) => td.textContent)))"""
+TICKS = """JSON.stringify([...document.querySelectorAll('section[data-panel="ttft"] text.tick')].map((t) => t.textContent))"""
+AHEAD_MS = 20_000
+"""A headless browser's virtual time runs up to this far ahead (``--virtual-time-budget``: the issue's
+"gate_passed … 112 s ago" 10 s after the gate): the page asks again 15 s later in its time, so the
+DOM holds a second answer drawn with a clock 15 s ahead. (More would ask faster than the front's
+per-address limit: with 100 s, seven rounds of 8 queries at once.)"""
 
 
 def _probe_ejects_box2(box1: int, box2: int, requests: Path) -> int:
@@ -127,6 +153,44 @@ def _wait_for(port: int, query: str, value: float, timeout: float = 60) -> None:
         time.sleep(0.5)
 
 
+def _rotation_file(tmp: Path) -> dict[tuple[str, ...], float]:
+    """What the real rotation program published: (metric, host[, event]) -> value."""
+    found = {}
+    for line in (tmp / "status" / "rotation.prom").read_text().splitlines():
+        if match := re.fullmatch(r'(\w+)\{host="([^"]+)"(?:,event="([^"]+)")?\} (\S+)', line):
+            metric, host, event, value = match.groups()
+            found[(metric, host, *([event] if event else []))] = float(value)
+    return found
+
+
+def _seconds(tick: str) -> float:
+    """An axis tick in seconds: "0.5 ms" -> 0.0005."""
+    number, unit = tick.split(" ")
+    return float(number) * {"ms": 1e-3, "s": 1.0}[unit]
+
+
+def _until(page, expression: str, done, timeout: float = 60):
+    """``expression``'s JSON value in the page once ``done`` accepts it (the page asks every 15 s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = json.loads(page.evaluate(expression) or "null")
+        if value is not None and done(value):
+            return value
+        assert time.monotonic() < deadline, json.dumps(value, indent=1)
+        time.sleep(1)
+
+
+def _headless_dump(url: str, profile: Path, *flags: str) -> str:
+    """The DOM as ``chromium --headless --dump-dom`` prints it, as a user takes a page's picture."""
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
+         f"--window-size={WIDTH},2000", "--dump-dom", *flags, url],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
 def _traffic(base: str) -> dict[str, int]:
     """A few plain and streamed chats from each key; the completion tokens each key received."""
     received = {}
@@ -152,7 +216,7 @@ def test_every_panel_shows_data_in_a_real_browser_with_no_console_error(tmp_path
     runtime = {"VLLM_SIM_RUNTIME_FAULTS": "1", "VLLM_SIM_DECODE_TOKEN_SECONDS": "0.01"}
     directory = runtime_dir()
     with contextlib.ExitStack() as stack:
-        box1 = stack.enter_context(vllm_sim(runtime))
+        box1, box1_engine = stack.enter_context(vllm_sim_process(runtime))
         box2 = stack.enter_context(vllm_sim(runtime))
         (tmp_path / "requests").mkdir()
         probe_port = _probe_ejects_box2(box1, box2, tmp_path / "requests")
@@ -191,8 +255,55 @@ def test_every_panel_shows_data_in_a_real_browser_with_no_console_error(tmp_path
             assert time.monotonic() < deadline, json.dumps(panels, indent=1)
             time.sleep(1)
         shot = page.screenshot(WIDTH)
-        problems, requested = page.problems(), page.requested()
         key_left_in_address = page.evaluate("window.location.href")
+        served = _rotation_file(tmp_path)
+        legend_before = json.loads(page.evaluate(LEGEND))
+        ticks = json.loads(page.evaluate(TICKS))
+        [ttft] = [p for p in PANELS if p.name == "ttft"]
+        ttft_answer = httpx.get(
+            f"http://127.0.0.1:{prometheus_port}/api/v1/query", params={"query": ttft.query}, timeout=10
+        ).json()["data"]["result"]
+        ttft_max = max(float(v) for r in ttft_answer for _t, v in r["values"] if v != "NaN")
+
+        # box2's gate fails; box1's engine stops as `docker stop` stops it (SIGTERM), which no
+        # rotation command follows: the rotation still lists box1 in.
+        rotation_change(
+            tmp_path, "fail", "box2", no_replica_body("box2 failed its gate (arithmetic): got 222")
+        )
+        box1_engine.terminate()
+        box1_engine.wait(timeout=30)
+        _wait_for(prometheus_port, f'up{{job="{DEFAULT_JOB}",host="box1"}}', 0)
+        _wait_for(
+            prometheus_port,
+            f'glm_rotation_events_total{{job="{ROTATION_JOB}",event="gate_failed",host="box2"}}',
+            1,
+        )
+        time.sleep(15 - time.time() % 15 + 1)  # a chart point after both
+        served_after = _rotation_file(tmp_path)
+        page.send("Page.reload")  # the key stays with the tab
+        legend_after = _until(page, LEGEND, lambda items: "box1 in rotation: no" in items)
+        rows = _until(page, ROWS, lambda rows: any(r[:3] == ["box2", "gate_failed", "1"] for r in rows))
+        gate_failed_at = served_after[("glm_rotation_last_event_timestamp_seconds", "box2", "gate_failed")]
+        shown_age = time.time() - gate_failed_at
+        [failed_row] = [r for r in rows if r[:2] == ["box2", "gate_failed"]]
+        stopped_panels = json.loads(page.evaluate(PANEL_DATA))
+        problems, requested = page.problems(), page.requested()
+        page.send("Page.navigate", {"url": "about:blank"})
+        time.sleep(5)  # the front's per-address limit empties (5 r/s) before the other browser asks
+
+        # A picture as a user takes one, without --virtual-time-budget: at the load event.
+        started = time.monotonic()
+        plain = _headless_dump(f"{base}/status/#key={METRICS['prom']}", tmp_path / "chromium-plain")
+        plain_seconds = time.monotonic() - started
+        time.sleep(5)
+
+        # A headless browser's clock runs ahead by its virtual time budget: the ages stay true.
+        ahead = _headless_dump(
+            f"{base}/status/#key={METRICS['prom']}",
+            tmp_path / "chromium-ahead",
+            f"--virtual-time-budget={AHEAD_MS}",
+        )
+        ahead_age = time.time() - gate_failed_at
 
     shutil.rmtree(directory, ignore_errors=True)
     (tmp_path / "status-page.png").write_bytes(shot)
@@ -212,3 +323,42 @@ def test_every_panel_shows_data_in_a_real_browser_with_no_console_error(tmp_path
     assert "alice" in usage["text"] and "bob" in usage["text"]
     probe = next(p for p in panels if p["name"] == "probe_steps")
     assert "FAIL" in probe["text"] and "pass" in probe["text"]  # box2's wrong answers, box1's right ones
+
+    # The TTFT axis: three ticks a step apart, read as numbers ("1 ms / 1 ms / 0 ms" before), the
+    # top one above every point Prometheus answered.
+    assert len(set(ticks)) == 3, ticks
+    low, half, top = (_seconds(t) for t in ticks)
+    assert low == 0 and math.isclose(half * 2, top, rel_tol=1e-9) and top >= ttft_max, (ticks, ttft_max)
+
+    # In rotation: what the rotation says and Prometheus sees. Before: box1 in and answering.
+    assert "box1 in rotation: yes" in legend_before and "box1 engine up: yes" in legend_before, legend_before
+    print(f"rotation chart before: {legend_before}\nafter: {legend_after}\ngate history: {rows}")
+    # After: the rotation program still lists box1 in, its engine is down: the chart says no.
+    assert served_after[("glm_rotation_in", "box1")] == 1 and served_after[("glm_rotation_in", "box2")] == 0
+    assert {
+        "box1 in rotation: no",
+        "box1 engine up: no",
+        "box2 in rotation: no",
+        "box2 engine up: yes",
+    } <= set(legend_after), legend_after
+    assert (
+        "glm_rotation_events_total",
+        "box2",
+        "gate_failed",
+    ) not in served  # the test's failure is the first
+    # The failed gate's row, with its own time: the age the page shows is the rotation's record's.
+    age = re.fullmatch(r"(\d+) s ago \((.+)\)", failed_row[3])
+    assert age is not None, failed_row
+    assert abs(int(age[1]) - shown_age) <= 5, (failed_row, shown_age)
+    assert all(p["state"] == "ok" for p in stopped_panels), stopped_panels  # history stays shown
+    # Every panel drawn in the plain picture ("loading…" in every one before), in seconds, not 20.
+    states = re.findall(r'data-panel="(\w+)" data-state="(\w+)"', plain)
+    print(f"headless --dump-dom: {states} in {plain_seconds:.1f} s")
+    assert [name for name, _ in states] == [p.name for p in PANELS], states
+    assert {state for _, state in states} == {"ok"} and "loading…" not in plain, states
+    assert plain_seconds < 15
+    dumped = re.search(
+        r"<td class=\"label\">box2</td><td class=\"label\">gate_failed</td><td>1</td><td>(\d+) s ago", ahead
+    )
+    assert dumped is not None, ahead[-3000:]
+    assert abs(int(dumped[1]) - ahead_age) <= 8, (dumped[0], ahead_age)  # not 15 s ahead

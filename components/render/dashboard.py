@@ -24,11 +24,27 @@ _PROBE = f'job="{semantic_probe.SCRAPE_JOB}"'
 _VLLM = f'job="{DEFAULT_JOB}"'
 _ROTATION = f'job="{ROTATION_JOB}"'
 
+ENGINE_UP = (
+    f'max by (host) (up{{{_VLLM},host!=""}}) or on (host) '
+    f"(0 * max by (host) (glm_rotation_in{{{_ROTATION}}}) "
+    f'+ on () group_left () max (up{{{_VLLM},host=""}}))'
+)
+"""1 while Prometheus reaches a host's vLLM (``up``), per host: several replicas' targets carry
+``host``; a single replica's target has none, and its ``up`` goes to the one host of the rotation."""
+IN_ROTATION = f"max by (host) (glm_rotation_in{{{_ROTATION}}}) * on (host) ({ENGINE_UP})"
+"""1 while a host is in the front's rotation and its engine answers: the rotation alone says 1
+for a stopped container until something drains it (a `docker stop` changes no rotation state)."""
+
 PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
     (
-        "In rotation, per host (1 = receives requests)",
+        "In rotation, per host (1 = in the front's rotation and its engine answers Prometheus)",
         "none",
-        ((f"max by (host) (glm_rotation_in{{{_ROTATION}}})", "{{host}}"),),
+        ((IN_ROTATION, "{{host}}"),),
+    ),
+    (
+        "Engine up, per host (1 = Prometheus reaches its vLLM)",
+        "none",
+        ((ENGINE_UP, "{{host}}"),),
     ),
     (
         "Gate history: gates passed and failed, drains, probe ejections and returns (count, per host)",

@@ -105,12 +105,15 @@ def error_bodies(front: FrontConfig) -> dict[str, str]:
             "Invalid or missing API key. Send the header `Authorization: Bearer <your key>`.",
             "invalid_api_key",
         ),
-        # /metrics and /version: an inference key holder is told which key it needs.
+        # /metrics, /version and the status page's queries: an inference key holder is told which
+        # key they need, and how to make one (no `$` or quote: the body is one nginx string).
         "invalid_metrics_key": openai_error(
-            "Invalid or missing metrics key: /metrics and /version take a metrics key (glm:metricsKeys), "
-            "not an inference key (glm:apiKeys). Send the header `Authorization: Bearer <metrics key>`; "
-            "the stack adds one with `pulumi config set --secret --path glm:metricsKeys.<name> <key>` "
-            "(docs/front-and-alerts.md).",
+            "Invalid or missing metrics key: /metrics, /version and the status page (/status/) take a "
+            "metrics key (glm:metricsKeys), not an inference key (glm:apiKeys). Send the header "
+            "`Authorization: Bearer <metrics key>`. The local stack makes one: `scripts/status_page.sh url` "
+            "prints the page with it. Another stack adds one with `scripts/pulumi.sh config set --secret "
+            "--path glm:metricsKeys.<name> -s <stack>` (it asks for the key: e.g. the output of "
+            "`openssl rand -hex 24`), then `make up STACK=<stack>` (docs/front-and-alerts.md).",
             "invalid_api_key",
         ),
         "method_not_allowed": openai_error("Only GET is allowed here.", "method_not_allowed"),

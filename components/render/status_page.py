@@ -45,8 +45,17 @@ ASSET_FILES = {"status.js": "status-page.js", "status.css": "status-page.css"}
 """The page's other files (next to it under /status/ at the front) and their templates."""
 READ_TIMEOUT_SECONDS = 15
 """The longest a panel's query may take (the charts are 120-point subqueries)."""
+HOLD_URI = "/status/hold"
+"""A response that trickles for about ``HOLD_SECONDS``: the page shows it as a hidden image until its
+first answers are drawn, which holds the document's load event (a ``fetch`` never does). A headless
+browser's ``--screenshot`` or ``--dump-dom``, taken at the load event, then shows the panels, not
+"loading…"."""
+HOLD_SECONDS = READ_TIMEOUT_SECONDS + 5
+"""The hold's longest: past the slowest query the page may wait for."""
+HOLD_RATE = 64
+"""Bytes a second of the hold's body (nginx ``limit_rate``; its headers count too)."""
 CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src data:; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 """The page may load its own files and ask its own origin, nothing else (the browser enforces it)."""
@@ -111,10 +120,11 @@ def _usage(column: str, unit: Unit) -> tuple[str, Unit, str]:
 PANELS: tuple[Panel, ...] = (
     Panel(
         "rotation",
-        "Hosts in rotation (1 = receives requests) and ejected by the probe",
+        "Hosts in rotation (in the front's rotation and answering), engines up, ejected by the probe",
         "chart",
         (
             ("in rotation", "in_rotation", _single("In rotation")),
+            ("engine up", "in_rotation", _single("Engine up")),
             ("ejected by the probe", "in_rotation", _single("Ejected by the probe")),
         ),
     ),
@@ -241,6 +251,9 @@ def render_front_conf(prometheus: str, resolver: str) -> tuple[str, str]:
         "nginx-status-page.conf",
         {
             "settings": settings,
+            "hold_uri": HOLD_URI,
+            "hold_rate": str(HOLD_RATE),
+            "hold_body": "." * (HOLD_RATE * HOLD_SECONDS),
             "error_status_unavailable": openai_error(
                 f"The stack Prometheus ({prometheus}) is not reachable: it is starting or down. "
                 "The page shows again once it answers.",

@@ -39,24 +39,39 @@
     }
   }
 
-  function ago(timestamp) {
-    const seconds = Math.max(0, Date.now() / 1000 - timestamp);
-    if (seconds < 120) return seconds.toFixed(0) + " s ago";
-    if (seconds < 7200) return (seconds / 60).toFixed(0) + " min ago";
-    return (seconds / 3600).toFixed(1) + " h ago";
+  // How long before `now` (the server's clock, never the browser's: a headless browser's virtual
+  // time or a skewed laptop clock would shift every age), and the event's own clock time.
+  function ago(timestamp, now) {
+    const seconds = Math.max(0, now - timestamp);
+    const at = new Date(timestamp * 1000).toLocaleTimeString();
+    if (seconds < 120) return `${seconds.toFixed(0)} s ago (${at})`;
+    if (seconds < 7200) return `${(seconds / 60).toFixed(0)} min ago (${at})`;
+    return `${(seconds / 3600).toFixed(1)} h ago (${at})`;
   }
 
-  function format(unit, value) {
+  // Enough decimals to tell `value` apart from its neighbours a `step` away (an axis' ticks).
+  function decimals(step) {
+    for (let d = 0; d < 6; d++) if (Math.abs(Math.round(step * 10 ** d) - step * 10 ** d) < 1e-6) return d;
+    return 6;
+  }
+
+  // A small duration keeps two significant digits: 0.4 ms is not "0 ms".
+  function milliseconds(value) {
+    const ms = value * 1000;
+    return (ms >= 10 || ms === 0 ? ms.toFixed(0) : ms.toPrecision(2)) + " ms";
+  }
+
+  function format(unit, value, now) {
     if (value === undefined || Number.isNaN(value)) return "–";
     switch (unit) {
       case "ratio":
         return (value * 100).toFixed(1) + " %";
       case "seconds":
-        return value < 1 ? (value * 1000).toFixed(0) + " ms" : value.toFixed(2) + " s";
+        return value < 1 ? milliseconds(value) : value.toFixed(2) + " s";
       case "per_second":
         return value.toFixed(1) + "/s";
       case "timestamp":
-        return ago(value);
+        return ago(value, now);
       case "pass":
         return value >= 1 ? "pass" : "FAIL";
       case "in_rotation":
@@ -75,6 +90,18 @@
     return [...labels, metric.series].join(" ");
   }
 
+  // A chart's axis: its ticks 0, max/2 and max in one scale, with the decimals the step needs
+  // (0.5 ms and 1 ms, not "1 ms / 1 ms / 0 ms").
+  function tickFormat(unit, max) {
+    const [scale, suffix] = {
+      seconds: max < 1 ? [1000, " ms"] : [1, " s"],
+      ratio: [100, " %"],
+      per_second: [1, "/s"],
+    }[unit] || [1, ""];
+    const places = decimals((max / 2) * scale);
+    return (value) => (value * scale).toFixed(places) + suffix;
+  }
+
   function niceCeiling(value) {
     if (!(value > 0)) return 1;
     const power = Math.pow(10, Math.floor(Math.log10(value)));
@@ -82,13 +109,13 @@
     return 10 * power;
   }
 
-  function drawChart(panel, result, body) {
+  function drawChart(panel, result, body, now) {
     const unit = panel.series[0].unit;
     const [width, height, left, right, top, bottom] = [560, 170, 60, 8, 8, 20];
     const lines = result
       .map((r) => ({ name: legend(r.metric), points: r.values.map(([t, v]) => [t, parseFloat(v)]) }))
       .sort((a, b) => a.name.localeCompare(b.name));
-    const end = Date.now() / 1000;
+    const end = now;
     const start = end - spec.historySeconds;
     const finite = lines.flatMap((l) => l.points.map((p) => p[1])).filter(Number.isFinite);
     const max = unit === "in_rotation" ? 1 : niceCeiling(Math.max(0, ...finite));
@@ -96,11 +123,12 @@
     const y = (v) => top + (1 - v / max) * (height - top - bottom);
     const chart = vector("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": panel.title });
     // A yes/no chart has no middle value to name.
+    const tick = unit === "in_rotation" ? (value) => format(unit, value) : tickFormat(unit, max);
     for (const fraction of unit === "in_rotation" ? [0, 1] : [0, 0.5, 1]) {
       const value = max * fraction;
       chart.append(
         vector("line", { x1: left, x2: width - right, y1: y(value), y2: y(value), stroke: "#e3e7ec" }),
-        vector("text", { x: left - 6, y: y(value) + 3, "text-anchor": "end" }, format(unit, value)),
+        vector("text", { x: left - 6, y: y(value) + 3, "text-anchor": "end", class: "tick" }, tick(value)),
       );
     }
     const minutes = Math.round(spec.historySeconds / 60);
@@ -132,7 +160,7 @@
       swatch.style.backgroundColor = color;
       const last = line.points.length ? line.points[line.points.length - 1][1] : undefined;
       const item = element("li");
-      item.append(swatch, `${line.name}: ${format(unit, last)}`);
+      item.append(swatch, `${line.name}: ${format(unit, last, now)}`);
       items.append(item);
     });
     body.append(chart, items);
@@ -140,11 +168,13 @@
 
   function drawTable(panel, result, body) {
     const rows = new Map();
+    let now = 0;
     for (const r of result) {
       const labels = panel.rows.map((name) => r.metric[name] || "");
       const key = JSON.stringify(labels);
       if (!rows.has(key)) rows.set(key, { labels, cells: {} });
       rows.get(key).cells[r.metric.series] = parseFloat(r.value[1]);
+      now = Math.max(now, r.value[0]); // the time Prometheus evaluated the query at
     }
     const table = element("table");
     const head = element("tr");
@@ -157,7 +187,7 @@
       for (const label of row.labels) tr.append(element("td", { class: "label" }, label));
       for (const series of panel.series) {
         const value = row.cells[series.name];
-        const cell = element("td", {}, format(series.unit, value));
+        const cell = element("td", {}, format(series.unit, value, now));
         if (series.unit === "pass" && value !== undefined) cell.className = value >= 1 ? "pass" : "fail";
         tr.append(cell);
       }
@@ -182,7 +212,9 @@
       const error = typeof body.error === "string" ? body.error : body.error && body.error.message;
       throw new Error(error || `HTTP ${response.status}`);
     }
-    return body.data.result;
+    // The front's clock (its Date header) is "now" for a chart's time axis.
+    const date = Date.parse(response.headers.get("Date"));
+    return { result: body.data.result, now: Number.isFinite(date) ? date / 1000 : Date.now() / 1000 };
   }
 
   const boxes = new Map();
@@ -198,17 +230,35 @@
 
   function askForKey(text) {
     clearTimeout(timer);
+    release();
     sessionStorage.removeItem(KEY_ITEM);
     message.textContent = text;
     form.hidden = false;
     grid.hidden = true;
   }
 
+  // The document's load event waits for a pending image, never for a fetch: a hidden one held by
+  // the front (/status/hold) until the first answers are drawn, so that a headless browser's
+  // screenshot (taken at the load event) shows them. Dropped at once after.
+  let hold = null;
+  if (document.readyState !== "complete") {
+    hold = element("img", { src: "hold", alt: "", hidden: "" });
+    document.body.append(hold);
+  }
+
+  function release() {
+    if (hold) hold.remove();
+    hold = null;
+  }
+
   async function refresh() {
     clearTimeout(timer);
     const answers = await Promise.allSettled(spec.panels.map((panel) => query(panel.name)));
     if (answers.some((a) => a.status === "rejected" && a.reason instanceof Unauthorized)) {
-      askForKey("The front refused that key: only a metrics key (glm:metricsKeys) opens this page.");
+      askForKey(
+        "The front refused that key: only a metrics key (glm:metricsKeys) opens this page. On the local " +
+          "stack, scripts/status_page.sh url prints the page's address with its key (make up prints it too).",
+      );
       return;
     }
     answers.forEach((answer, index) => {
@@ -218,15 +268,16 @@
       if (answer.status === "rejected") {
         section.dataset.state = "error";
         body.textContent = "Prometheus did not answer: " + answer.reason.message;
-      } else if (answer.value.length === 0) {
+      } else if (answer.value.result.length === 0) {
         section.dataset.state = "empty";
         body.textContent = "no data yet";
       } else {
         section.dataset.state = "ok";
-        (panel.kind === "chart" ? drawChart : drawTable)(panel, answer.value, body);
+        (panel.kind === "chart" ? drawChart : drawTable)(panel, answer.value.result, body, answer.value.now);
       }
     });
     updated.textContent = "updated " + new Date().toLocaleTimeString();
+    release();
     timer = setTimeout(refresh, spec.refreshSeconds * 1000);
   }
 
