@@ -53,7 +53,7 @@ def test_the_page_shows_what_the_issue_asks_for() -> None:
     [usage] = [p for p in PANELS if p.name == "usage"]
     assert [name for name, _unit, _expr in usage.series] == [
         "requests", "errors", "tokens in", "tokens out",
-        "ttft p50", "ttft p99", "total p50", "total p99", "last seen",
+        "ttft p50", "ttft p99", "total p50", "total p99", "last seen", "tokens left",
     ]  # fmt: skip
 
 

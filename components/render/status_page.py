@@ -183,7 +183,8 @@ PANELS: tuple[Panel, ...] = (
     ),
     Panel(
         "usage",
-        "Usage per API key name (counts since the usage meter started; latency over the last hour)",
+        "Usage per API key name (counts kept across restarts; latency over the last hour; tokens left of "
+        "the key's tightest budget)",
         "table",
         (
             _usage("requests", "count"),
@@ -195,6 +196,7 @@ PANELS: tuple[Panel, ...] = (
             _usage("total p50", "seconds"),
             _usage("total p99", "seconds"),
             _usage("last seen", "timestamp"),
+            _usage("tokens left", "count"),
         ),
         rows=("client",),
     ),
