@@ -125,6 +125,13 @@ ensure_local_key() {
     pulumi config set --secret --path 'glm:apiKeys.local' -s local --config-file "$GLM_LOCAL_CONFIG" >/dev/null
 }
 
+# running_args VERB STACK: what `pulumi up`/`preview` of STACK must add to see what runs, one
+# argument a line (ops/running.py): a container of the stack that is stopped, gone or unhealthy is
+# said on stderr, replaced (or, gone, refreshed out of the state), and the gate re-run.
+running_args() {
+  python -m ops.running "$1" <(pulumi stack export -s "$2" 2>/dev/null)
+}
+
 # Everything the local stack (and the tests that run its parts) needs on this machine.
 ensure_local_prerequisites() {
   ensure_packages "${UP_PACKAGES[@]}"
