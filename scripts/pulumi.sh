@@ -39,11 +39,13 @@ if [ "${1:-}" = destroy ]; then
 fi
 # `up` ends with the outputs a user acts on, or with the failure's cause and the next command, not
 # with every output (ops/ending.py reads the engine's event log). `--json` asked for the engine's own.
+# `--event-log` exists where PULUMI_DEBUG_COMMANDS is set, as the Automation API sets it for its events.
 events=
 if [ "${1:-}" = up ] && [[ " ${args[*]} " != *" --json "* ]]; then
   events=$(mktemp "${TMPDIR:-/tmp}/glm53-events.XXXXXX")
   trap 'rm -f "$events"' EXIT
   args+=(--suppress-outputs --event-log "$events")
+  export PULUMI_DEBUG_COMMANDS=true
 fi
 # The SSH commands (preflight, downloads) sign with an SSH agent, never with a key in the state
 # (components/docker/target.py). Without an agent of the user's, one lives for this run only, and the

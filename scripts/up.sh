@@ -8,11 +8,12 @@ ensure_stack local
 ensure_local_key
 # What runs first: a stopped, removed or unhealthy container is brought back through its gate.
 mapfile -t seen < <(running_args up local)
-# It ends with the outputs a user acts on, or the failure's cause and the next command (ops/ending.py).
+# It ends with the outputs a user acts on, or the failure's cause and the next command (ops/ending.py,
+# from the engine's event log: `--event-log` exists with PULUMI_DEBUG_COMMANDS, as the Automation API runs it).
 events=$(mktemp "${TMPDIR:-/tmp}/glm53-events.XXXXXX")
 trap 'rm -f "$events"' EXIT
 status=0
-pulumi up --yes --skip-preview -s local --config-file "$GLM_LOCAL_CONFIG" \
+PULUMI_DEBUG_COMMANDS=true pulumi up --yes --skip-preview -s local --config-file "$GLM_LOCAL_CONFIG" \
   --suppress-outputs --event-log "$events" "${seen[@]}" || status=$?
 python -m ops.ending local "$status" "$events" || true
 [ "$status" = 0 ] || exit "$status"
