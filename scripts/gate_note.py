@@ -108,14 +108,14 @@ def ending(stack: str, outputs: dict[str, Any], note: str, asked: tuple[bool, st
     what came back and the commands that look and bring it back.
 
     >>> print(ending("local", {"endpoint": "http://h/v1"}, "the smoke gate passed", (False, "HTTP 503"))[1])
-    The local stack does not answer at http://h/v1: HTTP 503 (asked just now; the smoke gate passed).
+    The local stack does not answer at http://h/v1: asked just now, it got HTTP 503; the smoke gate passed.
       Look:        make status   (the containers, the last gate)   make logs   (the serving log)
       Bring back:  make up       (re-creates what is not serving, through its gate)
     """
     endpoint = outputs.get("endpoint", "?")
     if not asked[0]:
         return 1, (
-            f"The {stack} stack does not answer at {endpoint}: {asked[1]} (asked just now; {note}).\n"
+            f"The {stack} stack does not answer at {endpoint}: asked just now, it got {asked[1]}; {note}.\n"
             "  Look:        make status   (the containers, the last gate)   make logs   (the serving log)\n"
             "  Bring back:  make up       (re-creates what is not serving, through its gate)"
         )
