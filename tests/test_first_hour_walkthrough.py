@@ -155,6 +155,7 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
     shutil.copytree(PROJECT / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("Makefile", "requirements-dev.txt"):
         shutil.copy2(PROJECT / name, root / name)
+    (root / "offline").symlink_to(PROJECT / "offline")  # make up checks the local base images there
     (root / "Pulumi.local.yaml").write_text((PROJECT / "Pulumi.local.yaml").read_text())
     port = free_port()
     env = {**project.env, "GLM_STATE_DIR": str(root.parent / "user")}
@@ -164,6 +165,11 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
                        "glm:container.name": walker.name, "glm:container.networkSubnet": free_subnet()}.items():  # fmt: skip
         assert walker.pulumi("config", "set", "--path", key, value).returncode == 0
     assert walker.pulumi("config", "set", "--secret", "--path", "glm:apiKeys.walk", KEY).returncode == 0
+    # The key `make up` would generate on first use (scripts/env.sh), set here so that a `make up`
+    # later in the walk changes no key.
+    assert (
+        walker.pulumi("config", "set", "--secret", "--path", "glm:apiKeys.local", f"{KEY}-up").returncode == 0
+    )
     try:
         yield walker
     finally:
@@ -241,6 +247,66 @@ def test_5_restart_on_one_box_announces_the_outage_before_the_first_503(user: Us
     assert said_at(lines, f"restart {ANNOUNCED}") < unserved[0], "the 503s began before the announcement"
     clients.every_answer_right_or_503()
     assert user.ask() == 200
+
+
+def make_up(user: User) -> tuple[int, str, list[tuple[float, str]]]:
+    """``make up`` as the user runs it: exit status, what it printed, each line stamped."""
+    code, lines, started = timed(user, "up")
+    print(f"make up: {lines[-1][0] - started:.1f} s, {len(lines)} lines")
+    return code, "".join(line for _, line in lines), lines
+
+
+def test_5_1_a_stopped_engine_is_seen_by_preview_and_make_up_brings_it_back_through_its_gate(
+    user: User,
+) -> None:
+    """Issue 47, 1: after `docker stop`, `make up` said "answers" and changed nothing. Now the preview
+    and `make up` look at what runs first; `make up` re-creates it, the gate runs, and "answers"
+    comes from asking the endpoint in that run."""
+    subprocess.run(["docker", "stop", user.name], capture_output=True, check=True)
+    assert user.ask() == 503
+    preview = user.pulumi("preview")
+    said = preview.stdout + preview.stderr
+    assert preview.returncode == 0, said[-3000:]
+    assert f"glm53: {user.name} is not serving: exited (code " in preview.stderr, said[-3000:]
+    assert "+-2 to replace" in preview.stdout, preview.stdout[-2000:]  # the container, and the front's gate
+    code, text, lines = make_up(user)
+    assert code == 0, text[-3000:]
+    assert said_at(lines, f"glm53: {user.name} is not serving: exited") < said_at(lines, "Updating (local)")
+    assert said_at(lines, "local-smoke-gate created replacement") < said_at(
+        lines, "The local stack answers at"
+    )
+    assert "(asked just now: 13×17 came back 221 in " in text and "; the smoke gate passed)." in text, text[
+        -2000:
+    ]
+    assert user.ask() == 200
+    # Brought back as the program says: nothing left to do, nothing found.
+    again = user.pulumi("preview")
+    assert again.returncode == 0 and "is not serving" not in again.stderr, again.stderr[-2000:]
+    assert "to replace" not in again.stdout and "to update" not in again.stdout, again.stdout[-2000:]
+
+
+def test_5_2_a_removed_front_is_created_again_and_the_gate_runs(user: User) -> None:
+    subprocess.run(["docker", "rm", "-f", f"{user.name}-nginx"], capture_output=True, check=True)
+    assert user.ask() == 0  # nothing listens on the port
+    code, text, _ = make_up(user)
+    assert code == 0, text[-3000:]
+    assert f"glm53: {user.name}-nginx is not serving: removed" in text, text[:2000]
+    assert "local-smoke-gate created replacement" in text and "; the smoke gate passed)." in text, text[
+        -2000:
+    ]
+    assert user.ask() == 200
+
+
+def test_5_3_a_running_stack_is_asked_not_assumed_and_up_ends_with_four_outputs(user: User) -> None:
+    """Nothing down: no gate runs, and make up still asks before it says "answers"; its Outputs
+    block is what a user acts on (issue 47, 5), the rest one `stack output` away."""
+    code, text, _ = make_up(user)
+    assert code == 0, text[-3000:]
+    assert "is not serving" not in text
+    assert "(asked just now: 13×17 came back 221 in " in text and "nothing changed, so no gate ran" in text
+    block = text[text.index("Outputs (all of them: scripts/pulumi.sh stack output -s local):") :].splitlines()
+    assert [line.split()[0] for line in block[1:5]] == ["endpoint", "model", "page", "status"], block
+    assert "vllmArgs" not in text and "drain" not in text
 
 
 def test_6_ctrl_c_on_logs_is_one_line(user: User) -> None:
