@@ -9,13 +9,19 @@ engine the arguments that bring each back through its gate:
 
 - a container that is there but not serving (exited, restarting, paused, unhealthy): ``--replace``
   it; the engine drains it, removes it and creates it again, as ``make restart`` does;
-- a container that is gone: ``--refresh`` (``up`` only), which drops it from the state, so the
-  engine creates it; a preview must not refresh (the Docker provider's read *removes* a stopped
-  ``must_run`` container), so there it is shown replaced;
+- a container that is gone (``up`` only): a refresh of that container alone (``pulumi refresh
+  --target``, ~1 s on the local stack) takes it out of the state, and the engine creates it; a
+  replace cannot (the provider's delete fails stopping a container Docker does not know). A preview
+  never refreshes (it must change nothing, and the Docker provider's read *removes* a stopped
+  ``must_run`` container), so there a gone one is shown replaced;
 - with anything brought back, the gate through the front is replaced too: it re-runs.
 
-    python -m ops.running up STATE.json   # pulumi stack export; stderr: what it found;
-                                          # stdout: the engine's extra arguments, one a line
+Why not ``pulumi up --refresh`` every time: it reads every resource of the stack, +2.2-3.3 s on a
+no-op ``up`` of the local stack (4.4-6.7 s → 7.1-8.8 s), prints a line for each, and still misses an
+unhealthy container (running, to Docker); this look costs 0.5-0.9 s (the state export included).
+
+    python -m ops.running up STATE.json -s STACK [--config-file F]   # STATE: pulumi stack export
+    # stderr: what it found; stdout: the engine's extra arguments, one a line
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,14 +172,16 @@ def look(containers: Iterable[Deployed]) -> list[Finding]:
 
 
 def engine_args(verb: str, findings: list[Finding], state: Mapping[str, Any]) -> list[str]:
-    """The arguments that make ``verb`` bring every finding back, and re-run the front's gate.
+    """The arguments that make ``verb`` bring every finding back, and re-run the front's gate. In an
+    ``up``, a gone container is not among them: :func:`refresh_out` took it out of the state, and
+    the engine creates it.
 
     >>> c = Deployed("urn:c", "abc", "glm53-flash-local", "unix://")
     >>> state = {"deployment": {"resources": [{"urn": f"urn:…::{FRONT_GATE}::local-smoke-gate"}]}}
     >>> engine_args("up", [Finding(c, "exited (code 0)")], state)
     ['--replace', 'urn:c', '--replace', 'urn:…::glm:smoke:SmokeTest$pulumi-python:dynamic:Resource::local-smoke-gate']
     >>> engine_args("up", [Finding(c, "removed", gone=True)], state)[:1]
-    ['--refresh']
+    ['--replace']
     >>> engine_args("preview", [Finding(c, "removed", gone=True)], state)[:2]
     ['--replace', 'urn:c']
     >>> engine_args("up", [], state)
@@ -180,20 +189,33 @@ def engine_args(verb: str, findings: list[Finding], state: Mapping[str, Any]) ->
     """
     if not findings:
         return []
-    # Gone from its host: in an up, the refresh drops it from the state (a replace would fail
-    # stopping a container Docker does not know) and the engine creates it. The refresh also drops
-    # every stopped one (the provider's read removes a stopped `must_run` container); only those
-    # Docker counts running stay to be replaced.
-    refresh = verb == "up" and any(f.gone for f in findings)
-    args = ["--refresh"] if refresh else []
-    for f in findings:
-        if f.running or not refresh:
-            args += ["--replace", f.container.urn]
+    args = [a for f in findings if not (verb == "up" and f.gone) for a in ("--replace", f.container.urn)]
     resources = (state.get("deployment") or {}).get("resources") or []
-    args += [
-        arg for r in resources if f"::{FRONT_GATE}::" in r.get("urn", "") for arg in ("--replace", r["urn"])
+    return args + [
+        a for r in resources if f"::{FRONT_GATE}::" in r.get("urn", "") for a in ("--replace", r["urn"])
     ]
-    return args
+
+
+def refresh_out(gone: Sequence[Finding], stack_args: Sequence[str]) -> None:
+    """Take the containers gone from their hosts out of the state: a refresh of those alone, quiet
+    unless it fails (then its output, and ``up`` goes on to say what the engine makes of them)."""
+    if not gone:
+        return
+    started = time.monotonic()
+    targets = [a for f in gone for a in ("--target", f.container.urn)]
+    done = subprocess.run(
+        ["pulumi", "refresh", "--yes", "--skip-preview", "--suppress-outputs", *targets, *stack_args],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        print(
+            f"glm53: the refresh of what is gone failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}",
+            file=sys.stderr,
+        )
+        return
+    names = ", ".join(f.container.name for f in gone)
+    took = time.monotonic() - started
+    print(f"glm53: {names}: taken out of the state (pulumi refresh --target, {took:.1f} s)", file=sys.stderr)
 
 
 def report(verb: str, findings: list[Finding]) -> str:
@@ -214,7 +236,7 @@ def report(verb: str, findings: list[Finding]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    verb, state_file = argv
+    verb, state_file, *stack_args = argv
     with open(state_file) as f:
         text = f.read()
     state = json.loads(text) if text.strip() else {}
@@ -226,6 +248,8 @@ def main(argv: list[str]) -> int:
         return 0
     if findings:
         print(report(verb, findings), file=sys.stderr)
+    if verb == "up":
+        refresh_out([f for f in findings if f.gone], stack_args)
     for arg in engine_args(verb, findings, state):
         print(arg)
     return 0

@@ -26,7 +26,11 @@ fi
 # `up` and `preview` see what runs: the engine compares the program with its state only, so a
 # stopped, removed or unhealthy container would look deployed (ops/running.py).
 if [ -n "$stack" ]; then
-  case ${1:-} in up | preview) mapfile -t seen < <(running_args "$1" "$stack") && args+=("${seen[@]}") ;; esac
+  local_config=()
+  [ "$stack" = local ] && local_config=(--config-file "$GLM_LOCAL_CONFIG")
+  case ${1:-} in
+    up | preview) mapfile -t seen < <(running_args "$1" "$stack" "${local_config[@]}") && args+=("${seen[@]}") ;;
+  esac
 fi
 # `destroy` runs the program: the serving containers' drain hook (components/docker/drain_hook.py) is
 # registered by it, and the engine refuses to delete a resource whose hook it cannot find.

@@ -7,7 +7,7 @@ ensure_local_prerequisites
 ensure_stack local
 ensure_local_key
 # What runs first: a stopped, removed or unhealthy container is brought back through its gate.
-mapfile -t seen < <(running_args up local)
+mapfile -t seen < <(running_args up local --config-file "$GLM_LOCAL_CONFIG")
 # It ends with the outputs a user acts on, or the failure's cause and the next command (ops/ending.py,
 # from the engine's event log: `--event-log` exists with PULUMI_DEBUG_COMMANDS, as the Automation API runs it).
 events=$(mktemp "${TMPDIR:-/tmp}/glm53-events.XXXXXX")

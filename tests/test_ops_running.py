@@ -67,16 +67,20 @@ def test_a_stopped_one_is_replaced_and_the_front_gate_with_it() -> None:
     assert engine_args("preview", [stopped], state) == ["--replace", "urn:c", "--replace", GATE]
 
 
-def test_a_gone_one_makes_up_refresh_and_keeps_replacing_only_what_docker_counts_running() -> None:
+def test_in_an_up_a_gone_one_is_left_to_the_refresh_and_the_rest_replaced() -> None:
     gone = Finding(Deployed("urn:gone", "id", "glm53-flash", SOCKET), "removed", gone=True)
     stopped = Finding(Deployed("urn:stopped", "id2", "glm53-flash-nginx", SOCKET), "exited (code 0)")
     sick = Finding(Deployed("urn:sick", "id3", "glm53-flash-prometheus", SOCKET), "unhealthy", running=True)
-    # The refresh drops the gone one and the stopped one from the state; only the running one is replaced.
+    # The gone one was refreshed out of the state (refresh_out): the engine creates it.
     up = engine_args("up", [gone, stopped, sick], state_of())
-    assert up == ["--refresh", "--replace", "urn:sick", "--replace", GATE]
-    # A preview must not refresh: the Docker provider's read removes a stopped must_run container.
+    assert up == ["--replace", "urn:stopped", "--replace", "urn:sick", "--replace", GATE]
+    # A preview must not refresh, nor change anything: the gone one is shown replaced.
     preview = engine_args("preview", [gone, stopped, sick], state_of())
-    assert "--refresh" not in preview and preview.count("--replace") == 4
+    assert (
+        "--refresh" not in preview
+        and preview[:2] == ["--replace", "urn:gone"]
+        and preview.count("--replace") == 4
+    )
 
 
 @pytest.fixture
