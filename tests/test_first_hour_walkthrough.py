@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -307,6 +308,26 @@ def test_5_3_a_running_stack_is_asked_not_assumed_and_up_ends_with_four_outputs(
     block = text[text.index("Outputs (all of them: scripts/pulumi.sh stack output -s local):") :].splitlines()
     assert [line.split()[0] for line in block[1:5]] == ["endpoint", "model", "page", "status"], block
     assert "vllmArgs" not in text and "drain" not in text
+
+
+def test_5_4_a_new_key_and_a_weight_read_by_name_in_the_preview(user: User) -> None:
+    """Issue 47, 4: adding a key read as renames of a sorted list (`"local" => "bob"`), and a weight
+    change only as `fingerprint` and `secrets_digest`, as if a key had changed."""
+    bob = f"sk-{os.urandom(24).hex()}"
+    assert user.pulumi("config", "set", "--secret", "--path", "glm:apiKeys.bob", bob).returncode == 0
+    assert user.pulumi("config", "set", "--path", "glm:front.usageMeter.weights.bob", "2").returncode == 0
+    added = user.make("preview")
+    assert added.returncode == 0, added.stdout[-3000:]
+    front = added.stdout[added.stdout.index("api_key_names") :].split("container ")[0]
+    assert "+ bob " in front and " => " not in front, front
+    up = user.pulumi("up", "--yes", "--skip-preview")
+    assert up.returncode == 0, up.stdout[-3000:]
+    assert user.pulumi("config", "set", "--path", "glm:front.usageMeter.weights.bob", "3").returncode == 0
+    weighed = user.make("preview")
+    assert re.search(r"~ bob +: 2 => 3", weighed.stdout), weighed.stdout[-3000:]
+    assert user.pulumi("config", "rm", "--path", "glm:front.usageMeter.weights.bob").returncode == 0
+    assert user.pulumi("config", "rm", "--path", "glm:apiKeys.bob").returncode == 0
+    assert user.pulumi("up", "--yes", "--skip-preview").returncode == 0
 
 
 def test_6_ctrl_c_on_logs_is_one_line(user: User) -> None:
