@@ -327,11 +327,10 @@ def test_5_4_a_new_key_and_a_weight_read_by_name_in_the_preview(user: User) -> N
     assert re.search(r"~ bob +: 2 => 3", weighed.stdout), weighed.stdout[-3000:]
     # A limit that changes an alert rule replaces Prometheus: the preview says so, and what it costs.
     limit = user.sh("make", "--no-print-directory", "preview", "STACK=local", "SET=serving.maxModelLen=16384")
-    print(f"preview of serving.maxModelLen=16384: {len(limit.stdout.splitlines())} lines")
-    assert limit.returncode == 0 and "warning: Prometheus is created or replaced" in limit.stdout, (
-        limit.stdout[-3000:]
-    )
-    assert "the status page's charts begin empty" in limit.stdout
+    said = limit.stdout + limit.stderr
+    print(f"preview of serving.maxModelLen=16384: {len(said.splitlines())} lines")
+    assert limit.returncode == 0 and "warning: Prometheus is created or replaced" in said, said[-3000:]
+    assert "the status page's charts begin empty" in said
     assert user.pulumi("config", "rm", "--path", "glm:front.usageMeter.weights.bob").returncode == 0
     assert user.pulumi("config", "rm", "--path", "glm:apiKeys.bob").returncode == 0
     assert user.pulumi("up", "--yes", "--skip-preview").returncode == 0
