@@ -308,6 +308,16 @@ def test_5_3_a_running_stack_is_asked_not_assumed_and_up_ends_with_four_outputs(
     block = text[text.index("Outputs (all of them: scripts/pulumi.sh stack output -s local):") :].splitlines()
     assert [line.split()[0] for line in block[1:5]] == ["endpoint", "model", "page", "status"], block
     assert "vllmArgs" not in text and "drain" not in text
+    # A refused config ends with its key and the fix, not with ~130 lines of outputs.
+    assert user.pulumi("config", "set", "--path", "glm:serving.maxModelLen", "0").returncode == 0
+    code, text, _ = make_up(user)
+    assert user.pulumi("config", "rm", "--path", "glm:serving.maxModelLen").returncode == 0
+    cause, then = [line for line in text.splitlines() if not line.startswith("make: ***")][-2:]
+    assert code != 0 and cause.startswith(
+        "up of local failed: invalid stack configuration: glm:serving.maxModelLen"
+    )
+    assert then.startswith("Next: Fix: "), text[-2000:]
+    assert "Outputs" not in text and len(text.splitlines()) < 40, text
 
 
 def test_5_4_a_new_key_and_a_weight_read_by_name_in_the_preview(user: User) -> None:
