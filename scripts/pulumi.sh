@@ -60,6 +60,8 @@ if [ -z "${SSH_AUTH_SOCK:-}" ] && command -v ssh-agent >/dev/null; then
   export GLM_SSH_AGENT_FOR_RUN=1
   agent=1
 fi
+# Nothing to do after the engine: it takes this process's place, as it always did.
+[ -n "$events$agent" ] || exec pulumi "${args[@]}"
 status=0
 pulumi "${args[@]}" || status=$?
 [ -z "$agent" ] || ssh-agent -k >/dev/null
