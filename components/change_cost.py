@@ -74,6 +74,18 @@ def front_replacement_notice(stop_grace_seconds: int) -> str:
     )
 
 
+def monitoring_replacement_notice() -> str:
+    """The warning for a created or replaced Prometheus container: its files are uploaded into it, so
+    any change of them (prometheus.yml, the alert rules, the status page) replaces it, and its series
+    live in the container's own volume."""
+    return (
+        "Prometheus is created or replaced: its prometheus.yml, alert rules or status page files "
+        "(or its image, port, network) changed, and they are uploaded into the container. Its series "
+        "start again: the status page's charts begin empty and each alert's `for` timer from zero. "
+        "The API is not affected."
+    )
+
+
 def warn_when_replaced(resource: pulumi.CustomResource, message: str) -> None:
     """At preview, warn on ``resource`` when it will be created or replaced.
 

@@ -131,6 +131,16 @@ ensure_local_key() {
     pulumi config set --secret --path 'glm:apiKeys.local' -s local --config-file "$GLM_LOCAL_CONFIG" >/dev/null
 }
 
+# running_args VERB STACK [ARG…]: what `pulumi up`/`preview` of STACK must add to see what runs, one
+# argument a line (ops/running.py): a container of the stack that is stopped, gone or unhealthy is
+# said on stderr and replaced (in an up, a gone one refreshed out of the state first), and the gate
+# re-run. ARG…: what else addresses the stack (the local stack's --config-file).
+running_args() {
+  local verb=$1 stack=$2
+  shift 2
+  python -m ops.running "$verb" <(pulumi stack export -s "$stack" 2>/dev/null) -s "$stack" "$@"
+}
+
 # Everything the local stack (and the tests that run its parts) needs on this machine.
 ensure_local_prerequisites() {
   ensure_packages "${UP_PACKAGES[@]}"

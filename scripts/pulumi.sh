@@ -23,6 +23,15 @@ done
 if [ "$stack" = local ]; then
   case ${1:-} in up | preview | destroy | refresh | config | import | watch) args+=(--config-file "$GLM_LOCAL_CONFIG") ;; esac
 fi
+# `up` and `preview` see what runs: the engine compares the program with its state only, so a
+# stopped, removed or unhealthy container would look deployed (ops/running.py).
+if [ -n "$stack" ]; then
+  local_config=()
+  [ "$stack" = local ] && local_config=(--config-file "$GLM_LOCAL_CONFIG")
+  case ${1:-} in
+    up | preview) mapfile -t seen < <(running_args "$1" "$stack" "${local_config[@]}") && args+=("${seen[@]}") ;;
+  esac
+fi
 # `destroy` runs the program: the serving containers' drain hook (components/docker/drain_hook.py) is
 # registered by it, and the engine refuses to delete a resource whose hook it cannot find.
 # On a config the program refuses, it registers the hook from the stack's `drain` output instead
@@ -32,15 +41,31 @@ if [ "${1:-}" = destroy ]; then
   GLM_DESTROY_DRAIN=$(pulumi stack output drain --json ${stack:+-s "$stack"} 2>/dev/null) || GLM_DESTROY_DRAIN=null
   export GLM_DESTROY_DRAIN
 fi
+# `up` ends with the outputs a user acts on, or with the failure's cause and the next command, not
+# with every output (ops/ending.py reads the engine's event log). `--json` asked for the engine's own.
+# `--event-log` exists where PULUMI_DEBUG_COMMANDS is set, as the Automation API sets it for its events.
+events=
+if [ "${1:-}" = up ] && [[ " ${args[*]} " != *" --json "* ]]; then
+  events=$(mktemp "${TMPDIR:-/tmp}/glm53-events.XXXXXX")
+  trap 'rm -f "$events"' EXIT
+  args+=(--suppress-outputs --event-log "$events")
+  export PULUMI_DEBUG_COMMANDS=true
+fi
 # The SSH commands (preflight, downloads) sign with an SSH agent, never with a key in the state
 # (components/docker/target.py). Without an agent of the user's, one lives for this run only, and the
 # program adds the stack's identityFile to it.
+agent=
 if [ -z "${SSH_AUTH_SOCK:-}" ] && command -v ssh-agent >/dev/null; then
   eval "$(ssh-agent -s)" >/dev/null
   export GLM_SSH_AGENT_FOR_RUN=1
-  status=0
-  pulumi "${args[@]}" || status=$?
-  ssh-agent -k >/dev/null
-  exit "$status"
+  agent=1
 fi
-exec pulumi "${args[@]}"
+# Nothing to do after the engine: it takes this process's place, as it always did.
+[ -n "$events$agent" ] || exec pulumi "${args[@]}"
+status=0
+pulumi "${args[@]}" || status=$?
+[ -z "$agent" ] || ssh-agent -k >/dev/null
+if [ -n "$events" ]; then
+  python -m ops.ending "${stack:-$(pulumi stack --show-name)}" "$status" "$events" || true
+fi
+exit "$status"

@@ -7,12 +7,21 @@ ensure_local_prerequisites
 ensure_stack local
 ensure_local_key
 scripts/status_page.sh key
-pulumi up --yes --skip-preview -s local --config-file "$GLM_LOCAL_CONFIG"
-# An up that changed nothing the gate checks did not run it: say so, and when it last passed.
-gate="$(python scripts/gate_note.py <(pulumi stack history --json -s local) <(pulumi stack export -s local))"
-cat <<MSG
-
-The local stack answers at $(pulumi stack output endpoint -s local) ($gate).
-  export GLM_API_KEY="\$($GLM_ROOT/scripts/pulumi.sh config get --path glm:apiKeys.local -s local)"
-  $(pulumi stack output curl -s local)
-MSG
+# What runs first: a stopped, removed or unhealthy container is brought back through its gate.
+mapfile -t seen < <(running_args up local --config-file "$GLM_LOCAL_CONFIG")
+# It ends with the outputs a user acts on, or the failure's cause and the next command (ops/ending.py,
+# from the engine's event log: `--event-log` exists with PULUMI_DEBUG_COMMANDS, as the Automation API runs it).
+events=$(mktemp "${TMPDIR:-/tmp}/glm53-events.XXXXXX")
+trap 'rm -f "$events"' EXIT
+status=0
+PULUMI_DEBUG_COMMANDS=true pulumi up --yes --skip-preview -s local --config-file "$GLM_LOCAL_CONFIG" \
+  --suppress-outputs --event-log "$events" "${seen[@]}" || status=$?
+python -m ops.ending local "$status" "$events" || true
+[ "$status" = 0 ] || exit "$status"
+# "Answers" only after asking it, now; an up that changed nothing the gate checks did not run it:
+# say so, and when it last passed.
+GLM_API_KEY=$(pulumi config get --path glm:apiKeys.local -s local --config-file "$GLM_LOCAL_CONFIG") \
+  python scripts/gate_note.py <(pulumi stack history --json -s local) <(pulumi stack export -s local) \
+  <(pulumi stack output --json -s local) local
+# The status page, with the local stack's own metrics key (scripts/status_page.sh made it above).
+printf '  The status page: %s\n' "$(scripts/status_page.sh url)"

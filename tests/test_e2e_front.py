@@ -9,6 +9,7 @@ container is replaced, with the profile's time to serve → `destroy`.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import httpx
@@ -58,7 +59,12 @@ def test_front_only_changes_reload_in_place(tmp_path_factory: pytest.TempPathFac
         changed = sorted({s["urn"].rsplit("::", 1)[1] for s in project.preview_steps("local")})
         # The front reloads in place, and the gate re-runs through it (its front_fingerprint changed).
         assert changed == ["local-front-config", "local-smoke-gate"], changed
-        assert '"bob"' in diff and "secrets_digest" in diff and EFFECT[:60] in diff
+        # By name (issue 47, 4): `+ bob : 1` (its weight in the meter's share), not renames of a sorted list.
+        assert (
+            re.search(r"\+ bob +: 1\n", diff)
+            and " => " not in diff.split("api_key_names")[1].split("container")[0]
+        )
+        assert "secrets_digest" in diff and EFFECT[:60] in diff
         assert "the serving container is created or replaced" not in diff
         assert all(secret not in diff for secret in (ALICE, BOB, SCRAPER))
         project.run("up", "--yes", "--skip-preview", "-s", "local", label="up (key added)")

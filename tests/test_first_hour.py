@@ -125,13 +125,17 @@ def test_make_up_on_a_fresh_clone_leaves_it_clean_and_the_key_line_works(tmp_pat
         assert json.loads(answer.stdout)["choices"][0]["message"]["content"] == "221"
 
         # Issue 32 item 6: an `up` that changed nothing ran no gate, and says so.
-        assert "(the smoke gate passed)" in up.stdout, up.stdout[-2000:]
+        # Issue 47 item 1: "answers" only after asking, in the same run.
+        said = next(line for line in up.stdout.splitlines() if "The local stack answers at" in line)
+        assert "(asked just now: 13×17 came back 221 in " in said and said.endswith(
+            "; the smoke gate passed)."
+        ), said
         again = subprocess.run(
             ["make", "-C", str(clone), "up"], env=env, capture_output=True, text=True, timeout=900
         )
         assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
         said = next(line for line in again.stdout.splitlines() if "The local stack answers at" in line)
-        assert "(nothing changed, so no gate ran: the smoke gate last passed at " in said, said
+        assert "; nothing changed, so no gate ran: the smoke gate last passed at " in said, said
     finally:
         subprocess.run(
             [str(clone / "scripts" / "pulumi.sh"), "destroy", "--yes", "-s", "local"],

@@ -156,6 +156,7 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
     shutil.copytree(PROJECT / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("Makefile", "requirements-dev.txt"):
         shutil.copy2(PROJECT / name, root / name)
+    (root / "offline").symlink_to(PROJECT / "offline")  # make up checks the local base images there
     (root / "Pulumi.local.yaml").write_text((PROJECT / "Pulumi.local.yaml").read_text())
     port = free_port()
     env = {**project.env, "GLM_STATE_DIR": str(root.parent / "user")}
@@ -165,6 +166,11 @@ def user(tmp_path_factory: pytest.TempPathFactory) -> Iterator[User]:
                        "glm:container.name": walker.name, "glm:container.networkSubnet": free_subnet()}.items():  # fmt: skip
         assert walker.pulumi("config", "set", "--path", key, value).returncode == 0
     assert walker.pulumi("config", "set", "--secret", "--path", "glm:apiKeys.walk", KEY).returncode == 0
+    # The key `make up` would generate on first use (scripts/env.sh), set here so that a `make up`
+    # later in the walk changes no key.
+    assert (
+        walker.pulumi("config", "set", "--secret", "--path", "glm:apiKeys.local", f"{KEY}-up").returncode == 0
+    )
     try:
         yield walker
     finally:
@@ -258,6 +264,102 @@ def test_5_restart_on_one_box_announces_the_outage_before_the_first_503(user: Us
     assert said_at(lines, f"restart {ANNOUNCED}") < unserved[0], "the 503s began before the announcement"
     clients.every_answer_right_or_503()
     assert user.ask() == 200
+
+
+def make_up(user: User) -> tuple[int, str, list[tuple[float, str]]]:
+    """``make up`` as the user runs it: exit status, what it printed, each line stamped."""
+    code, lines, started = timed(user, "up")
+    print(f"make up: {lines[-1][0] - started:.1f} s, {len(lines)} lines")
+    return code, "".join(line for _, line in lines), lines
+
+
+def test_5_1_a_stopped_engine_is_seen_by_preview_and_make_up_brings_it_back_through_its_gate(
+    user: User,
+) -> None:
+    """Issue 47, 1: after `docker stop`, `make up` said "answers" and changed nothing. Now the preview
+    and `make up` look at what runs first; `make up` re-creates it, the gate runs, and "answers"
+    comes from asking the endpoint in that run."""
+    subprocess.run(["docker", "stop", user.name], capture_output=True, check=True)
+    assert user.ask() == 503
+    preview = user.pulumi("preview")
+    said = preview.stdout + preview.stderr
+    assert preview.returncode == 0, said[-3000:]
+    assert f"glm53: {user.name} is not serving: exited (code " in preview.stderr, said[-3000:]
+    assert "+-2 to replace" in preview.stdout, preview.stdout[-2000:]  # the container, and the front's gate
+    code, text, lines = make_up(user)
+    assert code == 0, text[-3000:]
+    assert said_at(lines, f"glm53: {user.name} is not serving: exited") < said_at(lines, "Updating (local)")
+    assert said_at(lines, "local-smoke-gate created replacement") < said_at(
+        lines, "The local stack answers at"
+    )
+    assert "(asked just now: 13×17 came back 221 in " in text and "; the smoke gate passed)." in text, text[
+        -2000:
+    ]
+    assert user.ask() == 200
+    # Brought back as the program says: nothing left to do, nothing found.
+    again = user.pulumi("preview")
+    assert again.returncode == 0 and "is not serving" not in again.stderr, again.stderr[-2000:]
+    assert "to replace" not in again.stdout and "to update" not in again.stdout, again.stdout[-2000:]
+
+
+def test_5_2_a_removed_front_is_created_again_and_the_gate_runs(user: User) -> None:
+    subprocess.run(["docker", "rm", "-f", f"{user.name}-nginx"], capture_output=True, check=True)
+    assert user.ask() == 0  # nothing listens on the port
+    code, text, _ = make_up(user)
+    assert code == 0, text[-3000:]
+    assert f"glm53: {user.name}-nginx is not serving: removed" in text, text[:2000]
+    assert "local-smoke-gate created replacement" in text and "; the smoke gate passed)." in text, text[
+        -2000:
+    ]
+    assert user.ask() == 200
+
+
+def test_5_3_a_running_stack_is_asked_not_assumed_and_up_ends_with_four_outputs(user: User) -> None:
+    """Nothing down: no gate runs, and make up still asks before it says "answers"; its Outputs
+    block is what a user acts on (issue 47, 5), the rest one `stack output` away."""
+    code, text, _ = make_up(user)
+    assert code == 0, text[-3000:]
+    assert "is not serving" not in text
+    assert "(asked just now: 13×17 came back 221 in " in text and "nothing changed, so no gate ran" in text
+    block = text[text.index("Outputs (all of them: scripts/pulumi.sh stack output -s local):") :].splitlines()
+    assert [line.split()[0] for line in block[1:5]] == ["endpoint", "model", "page", "status"], block
+    assert "vllmArgs" not in text and "drain" not in text
+    # A refused config ends with its key and the fix, not with ~130 lines of outputs.
+    assert user.pulumi("config", "set", "--path", "glm:serving.maxModelLen", "0").returncode == 0
+    code, text, _ = make_up(user)
+    assert user.pulumi("config", "rm", "--path", "glm:serving.maxModelLen").returncode == 0
+    cause, then = [line for line in text.splitlines() if not line.startswith("make: ***")][-2:]
+    assert code != 0 and cause.startswith(
+        "up of local failed: invalid stack configuration: glm:serving.maxModelLen"
+    )
+    assert then.startswith("Next: Fix: "), text[-2000:]
+    assert "Outputs" not in text and len(text.splitlines()) < 40, text
+
+
+def test_5_4_a_new_key_and_a_weight_read_by_name_in_the_preview(user: User) -> None:
+    """Issue 47, 4: adding a key read as renames of a sorted list (`"local" => "bob"`), and a weight
+    change only as `fingerprint` and `secrets_digest`, as if a key had changed."""
+    bob = f"sk-{os.urandom(24).hex()}"
+    assert user.pulumi("config", "set", "--secret", "--path", "glm:apiKeys.bob", bob).returncode == 0
+    assert user.pulumi("config", "set", "--path", "glm:front.usageMeter.weights.bob", "2").returncode == 0
+    added = user.make("preview")
+    assert added.returncode == 0, added.stdout[-3000:]
+    front = added.stdout[added.stdout.index("api_key_names") :].split("container ")[0]
+    assert "+ bob " in front and " => " not in front, front
+    up = user.pulumi("up", "--yes", "--skip-preview")
+    assert up.returncode == 0, up.stdout[-3000:]
+    assert user.pulumi("config", "set", "--path", "glm:front.usageMeter.weights.bob", "3").returncode == 0
+    weighed = user.make("preview")
+    assert re.search(r"~ bob +: 2 => 3", weighed.stdout), weighed.stdout[-3000:]
+    # A limit that changes an alert rule replaces Prometheus: the preview says so, and what it costs.
+    limit = user.sh("make", "--no-print-directory", "preview", "STACK=local", "SET=serving.maxModelLen=16384")
+    said = limit.stdout + limit.stderr
+    print(f"preview of serving.maxModelLen=16384: {len(said.splitlines())} lines")
+    assert limit.returncode == 0 and "warning: Prometheus is created or replaced" in said, said[-3000:]
+    assert "the status page's charts begin empty" in said
+    assert user.pulumi("config", "rm", "--path", "glm:front.usageMeter.weights.bob").returncode == 0
+    assert user.pulumi("config", "rm", "--path", "glm:apiKeys.bob").returncode == 0
+    assert user.pulumi("up", "--yes", "--skip-preview").returncode == 0
 
 
 def test_6_ctrl_c_on_logs_is_one_line(user: User) -> None:

@@ -945,7 +945,7 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
     # The status page's Prometheus: the stack's, by its name on the private network.
     prometheus = f"{config.container.name}-prometheus:9090"
     assert reload["nginx_conf"] == render_release_conf(config.front, prometheus=prometheus)
-    assert reload["api_key_names"] == ["alice", "bob"] and reload["metrics_key_names"] == []
+    assert reload["api_key_names"] == {"alice": True, "bob": True} and reload["metrics_key_names"] == {}
     assert reload["container"] == f"{config.container.name}-nginx"
     if hardware == "local":
         assert "ssh" not in reload and reload["docker_host"] == "unix:///var/run/docker.sock"
@@ -960,6 +960,27 @@ def test_nginx_front_under_mocks(hardware: str) -> None:
         "url": public_url(config.front, config.target.host),
         "container_name": f"{config.container.name}-nginx",
     }
+
+
+def test_a_reviewer_sees_keys_by_name_and_with_the_meter_their_weights() -> None:
+    """Issue 47, 4: adding a key read as renames of a sorted list, and a weight change only as the
+    secret files' digest. By name, with the weights where the meter shares the engine's slots."""
+    meter = {"front": {"usageMeter": {"weights": {"bob": 3}}}}
+    config = stack("local", **meter)
+    mocks, _ = construct(
+        lambda: NginxFront(
+            "front", front_args(config, "net", pulumi.Output.secret(KEYS), engine_slots=(8, 1))
+        )
+    )
+    assert mocks.registered["front-config"][1]["api_key_names"] == {"alice": 1, "bob": 3}
+    # Without the meter's fair share there is no weight to show: the names alone.
+    unshared = stack("local", front={"usageMeter": {"weights": {"bob": 3}, "fairShare": False}})
+    mocks, _ = construct(
+        lambda: NginxFront(
+            "front", front_args(unshared, "net", pulumi.Output.secret(KEYS), engine_slots=(8, 1))
+        )
+    )
+    assert mocks.registered["front-config"][1]["api_key_names"] == {"alice": True, "bob": True}
 
 
 def test_ssh_targets_reload_with_the_docker_providers_host_key_check() -> None:
@@ -982,7 +1003,9 @@ def test_key_files_are_a_secret_and_keys_appear_nowhere_else(secret_keys: bool) 
     files = rpc.unwrap_rpc_secret(reload["secret_files"])
     assert KEYS["alice"] in files[API_KEYS_FILE] and METRICS["prom"] in files[METRICS_KEYS_FILE]
     # What a reviewer sees: names and hashes, in plain.
-    assert reload["api_key_names"] == ["alice", "bob"] and reload["metrics_key_names"] == ["prom"]
+    assert reload["api_key_names"] == {"alice": True, "bob": True} and reload["metrics_key_names"] == {
+        "prom": True
+    }
     assert len(reload["secrets_digest"]) == 32 and len(reload["fingerprint"]) == 64
     visible = json.dumps(redacted(mocks.registered), default=str)
     assert all(key not in visible for key in [*KEYS.values(), *METRICS.values()])

@@ -208,7 +208,7 @@ def test_a_front_delivered_by_nginx_reload_is_checked_on_its_nginx_conf() -> Non
     container = front(uploads=[], entrypoints=["/bin/sh", "-c"], command=[START_COMMAND])
     assert check(gp.front_requires_api_key, container) == []
     conf = render_release_conf(stack("a800").front)
-    reload = resource(gp.DYNAMIC, "a800-front-config", nginx_conf=conf, api_key_names=["ci"])
+    reload = resource(gp.DYNAMIC, "a800-front-config", nginx_conf=conf, api_key_names={"ci": True})
     assert check(gp.front_requires_api_key, reload) == []
     keyless = resource(gp.DYNAMIC, "a800-front-config", nginx_conf=conf.replace("return 401", "return 200"))
     [message] = check(gp.front_requires_api_key, keyless)

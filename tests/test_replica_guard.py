@@ -369,7 +369,7 @@ def test_guard_under_mocks_publishes_on_one_address_with_the_key_secret(tls: boo
     )
     assert ("listen 8080 ssl;" in reload["nginx_conf"]) is tls
     assert (files.get("tls.key") == PRIVATE) is tls
-    assert (reload["api_key_names"], reload["metrics_key_names"]) == (["front"], ["scrape"])
+    assert (reload["api_key_names"], reload["metrics_key_names"]) == ({"front": True}, {"scrape": True})
     assert len(reload["fingerprint"]) == 64
     # The front sends the replica key, never the scrape key.
     assert f'"Bearer {GATE_METRICS_TEST_KEY}"' in seen["front_files"][FRONT_SNIPPET]

@@ -8,7 +8,12 @@ from typing import Any
 
 import pulumi
 
-from components.change_cost import front_replacement_notice, serving_replacement_notice, warn_when_replaced
+from components.change_cost import (
+    front_replacement_notice,
+    monitoring_replacement_notice,
+    serving_replacement_notice,
+    warn_when_replaced,
+)
 from components.config import (
     GATE_METRICS_CLIENT,
     HostConfig,
@@ -72,6 +77,7 @@ def deploy_docker(config: StackConfig, secrets: Secrets, stack: str) -> dict[str
     replicas = roll(plan, bases, first, front)
     _warn_when_replaced(config.hardware, config.facts, plan.grace_seconds, replicas, front)
     monitoring = _monitoring(ScrapeSpec.of(config), stack, replicas, plan.guards)
+    warn_when_replaced(monitoring.container, monitoring_replacement_notice())
     # A TLS front's certificate names neither the gate's way in nor the probe's: both verify its name.
     front_trust = front_tls(config.front, stack)
     smoke = SmokeTest(

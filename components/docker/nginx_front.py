@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pulumi
@@ -62,6 +63,23 @@ def public_url(front: FrontConfig, host: HostConfig) -> str:
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def shown_keys(names: Iterable[str], weights: Mapping[str, float] | None = None) -> dict[str, float | bool]:
+    """Key names as the front's release shows them in a diff: by name, so that adding one reads
+    ``+ bob``, not as a sorted list's renames (``"local" => "bob"``); where the usage meter shares
+    the engine's slots, each name's weight (default 1), so that a weight change reads
+    ``~ bob: 2 => 3`` beside the secret files' digest (the share table is one of those files).
+
+    >>> shown_keys(["local", "bob"])
+    {'bob': True, 'local': True}
+    >>> shown_keys(["local", "bob"], {"bob": 3.0, "local": 0.5})
+    {'bob': 3, 'local': 0.5}
+    """
+    if weights is None:
+        return {name: True for name in sorted(names)}
+    shown = {name: float(weights.get(name, 1.0)) for name in sorted(names)}
+    return {name: int(w) if w.is_integer() else w for name, w in shown.items()}
 
 
 def front_fingerprint(
@@ -224,6 +242,9 @@ class NginxFront(pulumi.ComponentResource):
             lambda a: front_fingerprint(nginx_conf, str(a[0]), a[1], a[2], str(a[3]))
         )
         ssh = exec_ssh(host)
+        # The keys' weights, where the meter shares the engine's slots by them.
+        sharing = args.engine_slots is not None and front.usage_meter.fair_share
+        shared = dict(front.usage_meter.weights) if sharing else None
         self.reload = NginxReload(
             f"{name}-config",
             {
@@ -234,8 +255,8 @@ class NginxFront(pulumi.ComponentResource):
                 # container (image, port) waits in START_COMMAND until this delivers them again.
                 "container_id": nginx.id,
                 "nginx_conf": nginx_conf,
-                "api_key_names": key_names,
-                "metrics_key_names": metrics_names,
+                "api_key_names": key_names.apply(lambda names: shown_keys(names, shared)),
+                "metrics_key_names": metrics_names.apply(shown_keys),
                 "tls_certificate_sha256": cert_sha,
                 "secrets_digest": digest,
                 "secret_files": files,

@@ -62,6 +62,8 @@ class PrometheusScrape(pulumi.ComponentResource):
     """The Prometheus UI (loopback by default: reach it through an SSH tunnel)."""
     container_name: pulumi.Output[str]
     """Docker name of the Prometheus container."""
+    container: docker.Container
+    """The Prometheus container (its replacement is said in the preview: components/change_cost.py)."""
 
     def __init__(
         self,
@@ -151,4 +153,5 @@ class PrometheusScrape(pulumi.ComponentResource):
             host = f"[{host}]"
         self.url = pulumi.Output.from_input(f"http://{host}:{monitoring.port}")
         self.container_name = prometheus.name
+        self.container = prometheus
         self.register_outputs({"url": self.url, "container_name": self.container_name})

@@ -41,7 +41,7 @@ from components.config import (
     binds_all_interfaces,
     check_api_keys,
 )
-from components.docker.nginx_front import STOP_GRACE_SECONDS, front_fingerprint
+from components.docker.nginx_front import STOP_GRACE_SECONDS, front_fingerprint, shown_keys
 from components.docker.nginx_reload import START_COMMAND, NginxReload, secrets_digest
 from components.docker.replica_tls import TLS_NAME, ReplicaCertificate
 from components.docker.target import exec_ssh
@@ -378,8 +378,8 @@ class ReplicaGuard(pulumi.ComponentResource):
                 "container": self.container.name,
                 "container_id": self.container.id,
                 "nginx_conf": nginx_conf,
-                "api_key_names": [CLIENT],
-                "metrics_key_names": [SCRAPER],
+                "api_key_names": shown_keys([CLIENT]),
+                "metrics_key_names": shown_keys([SCRAPER]),
                 "tls_certificate_sha256": tls.certificate_sha256 if tls is not None else None,
                 "secrets_digest": digest,
                 "secret_files": files,
