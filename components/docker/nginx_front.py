@@ -243,7 +243,7 @@ class NginxFront(pulumi.ComponentResource):
         )
         ssh = exec_ssh(host)
         # The keys' weights, where the meter shares the engine's slots by them.
-        sharing = args.engine_slots is not None and front.usage_meter.fair_share
+        sharing = args.meter is not None and front.usage_meter.fair_share
         shared = dict(front.usage_meter.weights) if sharing else None
         self.reload = NginxReload(
             f"{name}-config",
