@@ -49,6 +49,7 @@ from components.render.nginx_conf import (
     render_nginx_conf,
     render_release_conf,
 )
+from components.render.nginx_meter import MeterRoute
 from components.template import render_template
 from tests.conftest import PROJECT, TEST_HOST_KEY, construct, redacted
 from tests.engine import free_port
@@ -969,7 +970,7 @@ def test_a_reviewer_sees_keys_by_name_and_with_the_meter_their_weights() -> None
     config = stack("local", **meter)
     mocks, _ = construct(
         lambda: NginxFront(
-            "front", front_args(config, "net", pulumi.Output.secret(KEYS), engine_slots=(8, 1))
+            "front", front_args(config, "net", pulumi.Output.secret(KEYS), meter=MeterRoute(8))
         )
     )
     assert mocks.registered["front-config"][1]["api_key_names"] == {"alice": 1, "bob": 3}
@@ -977,7 +978,7 @@ def test_a_reviewer_sees_keys_by_name_and_with_the_meter_their_weights() -> None
     unshared = stack("local", front={"usageMeter": {"weights": {"bob": 3}, "fairShare": False}})
     mocks, _ = construct(
         lambda: NginxFront(
-            "front", front_args(unshared, "net", pulumi.Output.secret(KEYS), engine_slots=(8, 1))
+            "front", front_args(unshared, "net", pulumi.Output.secret(KEYS), meter=MeterRoute(8))
         )
     )
     assert mocks.registered["front-config"][1]["api_key_names"] == {"alice": True, "bob": True}
