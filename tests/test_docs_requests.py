@@ -90,7 +90,8 @@ def readme_variables() -> set[str]:
     exported = {
         name for _, code, _ in fenced(PROJECT / "README.md") for name in re.findall(r"export (\w+)=", code)
     }
-    printed = set(re.findall(r"export (\w+)=", (PROJECT / "scripts" / "up.sh").read_text()))
+    # make up's ending (scripts/gate_note.py, which up.sh runs) prints the key line.
+    printed = set(re.findall(r"export (\w+)=", (PROJECT / "scripts" / "gate_note.py").read_text()))
     assert all(f"${name}" in readme for name in printed), "the README does not mention make up's key line"
     return exported | printed
 

@@ -92,7 +92,12 @@ end
 
 function M.init_worker()
   dict = ngx.shared.glm_meter
-  reclaim_dead_workers()
+  -- In a timer, not here: the lock may wait (ngx.sleep), which a worker's start-up may not.
+  ngx.timer.at(0, function(premature)
+    if not premature then
+      reclaim_dead_workers()
+    end
+  end)
   if ngx.worker.id() == 0 and config.state_file then
     ngx.timer.every(FLUSH_SECONDS, function(premature)
       counters.save(dict, config.state_file)
