@@ -180,6 +180,8 @@ class Handler(BaseHTTPRequestHandler):
             self.read_body()  # so that the connection's next request starts where it should
         try:
             if route is None:
+                if path != FAULTS_PATH:
+                    self.read_body()  # a kept-alive connection's next request starts after this one's body
                 known = any(p == path for (_, p) in self.server.routes) and path != FAULTS_PATH
                 status = 405 if known else 404
                 detail = "Method Not Allowed" if known else "Not Found"
