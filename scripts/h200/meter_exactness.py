@@ -442,7 +442,7 @@ def run(args: argparse.Namespace) -> int:
     rows = summary["rows"]
     summary["all_meter_equals_engine"] = all(r["meter_equals_engine"] for r in rows)
     (out / "meter-exactness.json").write_text(json.dumps(summary, indent=1))
-    title = f"# Usage meter vs {args.engine} ({summary.get('version')})\n\n"
+    title = f"# Usage meter vs {args.engine} {(summary.get('version') or {}).get('version', '')}\n\n"
     (out / "meter-exactness.md").write_text(
         title + HEADER + "\n" + "\n".join(table_row(r) for r in rows) + "\n"
     )
