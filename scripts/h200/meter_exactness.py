@@ -380,6 +380,7 @@ def measure(base: str, places: dict[str, Any], model: str) -> list[dict[str, Any
                 "status": answer["status"], "error": answer["error"], "seconds": answer["seconds"],
                 "client": {**seen, "tokens": client}, "engine": engine_delta, "meter": meter_delta,
                 "meter_equals_engine": meter_delta == engine_delta,
+                "verdict": verdict(shape, meter_delta, engine_delta),
                 "meter_equals_client": None if client is None else meter_delta == client,
                 "other_key_moved": other_after["prompt"] != other_before["prompt"]
                 or other_after["completion"] != other_before["completion"],
@@ -392,8 +393,19 @@ def measure(base: str, places: dict[str, Any], model: str) -> list[dict[str, Any
     return rows
 
 
+def verdict(shape: dict[str, Any], meter: tuple[int, int], engine: tuple[int, int]) -> str:
+    """``exact``: the meter counted what the engine did. A hang-up is charged what the client was
+    sent (meter_answer.lua), so there ``sent``: the prompt exact, 0 < completion <= the engine's."""
+    if meter == engine:
+        return "exact"
+    if "hang_up_after" in shape and meter[0] == engine[0] and 0 < meter[1] <= engine[1]:
+        return "sent"
+    return "MISCOUNT"
+
+
 HEADER = ("| shape | key | HTTP | client usage (prompt/completion) | engine Δprompt/Δgen | "
-          "meter Δprompt/Δcompletion | meter = engine? | meter = client? |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+          "meter Δprompt/Δcompletion | meter = engine? | meter = client? | verdict |\n"
+          "|---|---|---|---|---|---|---|---|---|")  # fmt: skip
 
 
 def table_row(row: dict[str, Any]) -> str:
@@ -405,7 +417,7 @@ def table_row(row: dict[str, Any]) -> str:
     yes = {True: "yes", False: "**no**", None: "–"}
     return (f"| {row['shape']} | {row['key']} | {row['status']} | {usage} | {row['engine'][0]}/{row['engine'][1]} | "
             f"{row['meter'][0]}/{row['meter'][1]} | {yes[row['meter_equals_engine']]} | "
-            f"{yes[row['meter_equals_client']]} |")  # fmt: skip
+            f"{yes[row['meter_equals_client']]} | {row['verdict']} |")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -441,12 +453,14 @@ def run(args: argparse.Namespace) -> int:
                     summary.setdefault("front_errors", []).append(line[-600:])
     rows = summary["rows"]
     summary["all_meter_equals_engine"] = all(r["meter_equals_engine"] for r in rows)
+    summary["miscounts"] = [f"{r['shape']} ({r['key']})" for r in rows if r["verdict"] == "MISCOUNT"]
     (out / "meter-exactness.json").write_text(json.dumps(summary, indent=1))
     title = f"# Usage meter vs {args.engine} {(summary.get('version') or {}).get('version', '')}\n\n"
     (out / "meter-exactness.md").write_text(
         title + HEADER + "\n" + "\n".join(table_row(r) for r in rows) + "\n"
     )
-    print(f"every shape: meter = engine: {summary['all_meter_equals_engine']}", flush=True)
+    print(f"meter = engine on every shape: {summary['all_meter_equals_engine']}; "
+          f"miscounts: {summary['miscounts'] or 'none'}", flush=True)  # fmt: skip
     return 0
 
 
