@@ -148,7 +148,9 @@ def wait_ready(url: str, proc: subprocess.Popen, seconds: float, log: Path) -> f
     t0 = time.time()
     while time.time() - t0 < seconds:
         if proc.poll() is not None:
-            raise SystemExit(f"{str(proc.args)[:160]} exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+            raise SystemExit(
+                f"{str(proc.args)[:160]} exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
+            )
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(url, timeout=2).status_code == 200:
                 return time.time() - t0
