@@ -243,6 +243,34 @@ end
 
 -- The meter's part of the access phase: returns (status, message, code, kind, retry_after) to
 -- refuse the request, or nil to pass it on.
+-- The key's queue (under the lock): the ticket whose turn it is. A ticket given up is skipped; so
+-- is one older than any request waits (its holder's deadline passed: its worker died).
+local function turn(name, now)
+  local head = dict:get("turn:" .. name) or 1
+  local last = dict:get("ticket:" .. name) or 0
+  while head <= last do
+    local issued = dict:get("issued:" .. name .. ":" .. head)
+    if not dict:get("abandoned:" .. name .. ":" .. head) and issued and now - issued <= config.queue_seconds + 1 then
+      break
+    end
+    head = head + 1
+  end
+  dict:set("turn:" .. name, head)
+  return head
+end
+
+local function pass_turn(name, ticket)
+  dict:set("turn:" .. name, ticket + 1)
+end
+
+local function give_up(name, ticket)
+  if (dict:get("turn:" .. name) or 1) == ticket then
+    pass_turn(name, ticket)
+  else
+    dict:set("abandoned:" .. name .. ":" .. ticket, true, config.queue_seconds + 60)
+  end
+end
+
 local function admit(ctx)
   local route = ngx.var.uri
   local capacity = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
@@ -261,14 +289,28 @@ local function admit(ctx)
       shape.more and "more than " or "", shape.more and capacity or shape.weight, capacity),
       "too_many_sequences", "invalid_request_error"
   end
+  -- First come, first served within a key, as vLLM's own queue would order them: each request takes
+  -- a ticket, and only the key's oldest waiting one may take a slot.
+  local ticket = dict:incr("ticket:" .. ctx.name, 1, 0)
+  dict:set("issued:" .. ctx.name .. ":" .. ticket, ngx.now(), config.queue_seconds + 60)
   local deadline = ngx.now() + config.queue_seconds
   while true do
     if not lock() then
+      dict:set("abandoned:" .. ctx.name .. ":" .. ticket, true, config.queue_seconds + 60)
       return nil -- the meter is stuck, not the request: pass it on
     end
     local now = ngx.now()
-    local admitted = share:admit(ctx.name, shape.weight, capacity, now)
+    local admitted = false
+    if turn(ctx.name, now) == ticket then
+      admitted = share:admit(ctx.name, shape.weight, capacity, now)
+      if admitted then
+        pass_turn(ctx.name, ticket)
+      end
+    end
     local whole = share:share(ctx.name, capacity, now)
+    if not admitted and (shape.weight > whole or now >= deadline) then
+      give_up(ctx.name, ticket)
+    end
     unlock()
     if admitted then
       ctx.held = shape.weight
