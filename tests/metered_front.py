@@ -126,6 +126,7 @@ def metered_front(
             str(directory / "usage" / "counters.json") if state_file else None,
             max_model_len=32768,
             own_clients=("smoke-gate", "semantic-probe"),
+            unshared=("smoke-gate",),
             minute_seconds=minute_seconds,
         )
         conf = render_nginx_conf(

@@ -51,6 +51,9 @@ class MeterRoute:
     sequence (a budget's estimate)."""
     own_clients: tuple[str, ...] = ()
     """The stack's own clients (the gate, the semantic probe): never under a budget."""
+    unshared: tuple[str, ...] = ()
+    """Clients that take no part in the fair share (the gate: a request at a time, in a deploy):
+    admitted as they come, no slot kept free for them."""
     minute_seconds: int = 60
     """A budget's "minute": a harness's test clock may shorten it; a stack never does."""
 
@@ -62,6 +65,7 @@ def meter_route(config: StackConfig, replicas: int) -> MeterRoute:
         replicas,
         max_model_len=config.serving.max_model_len,
         own_clients=(GATE_METRICS_CLIENT, config.semantic_probe.client_name),
+        unshared=(GATE_METRICS_CLIENT,),
     )
 
 
@@ -85,7 +89,8 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
 
     >>> meter_settings(FrontConfig(), MeterRoute(8, state_file=None))  # doctest: +NORMALIZE_WHITESPACE
     '{"default_limits": null, "exempt": [], "fair_share": true, "limits": {}, "max_model_len": 0,
-      "minute_seconds": 60, "queue_seconds": 10.0, "slots": 8, "state_file": null, "weights": {}}'
+      "minute_seconds": 60, "queue_seconds": 10.0, "slots": 8, "state_file": null, "unshared": [],
+      "weights": {}}'
     """
     limits = {name: _limits(value) for name, value in sorted(front.usage_meter.limits.items())}
     default = front.usage_meter.default_limits
@@ -99,6 +104,7 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
         "queue_seconds": front.usage_meter.queue_seconds,
         "slots": meter.slots_per_replica,
         "state_file": meter.state_file,
+        "unshared": sorted(meter.unshared),
         "weights": dict(sorted(front.usage_meter.weights.items())),
     }
     return json.dumps(settings, sort_keys=True)

@@ -17,9 +17,17 @@ M.ACTIVE_SECONDS = 60
 local Shares = {}
 Shares.__index = Shares
 
---- `config`: {weights = {name = weight}, fair_share = bool}. `store`: the shared dict.
+--- `config`: {weights = {name = weight}, fair_share = bool, unshared = {names}}. `store`: the shared
+--- dict. An unshared key (the gate's: one request at a time, in a deploy) is admitted as it comes
+--- and keeps no slot free for itself: it takes no part in the shares.
 function M.new(store, config)
-  return setmetatable({ store = store, weights = config.weights or {}, fair_share = config.fair_share ~= false }, Shares)
+  local unshared = {}
+  for _, name in ipairs(config.unshared or {}) do
+    unshared[name] = true
+  end
+  return setmetatable({
+    store = store, weights = config.weights or {}, fair_share = config.fair_share ~= false, unshared = unshared,
+  }, Shares)
 end
 
 function Shares:weight(name)
@@ -53,6 +61,9 @@ function Shares:note_name(name)
 end
 
 function Shares:active(name, now)
+  if self.unshared[name] then
+    return false
+  end
   return self:held(name) > 0 or now - (self.store:get("asked:" .. name) or -math.huge) < M.ACTIVE_SECONDS
 end
 
@@ -106,7 +117,7 @@ function Shares:fits(name, weight, capacity, now)
   self.store:set("asked:" .. name, now)
   self:note_name(name)
   local held = self:held(name)
-  if capacity <= 0 or not self.fair_share or held + weight <= self:share(name, capacity, now) then
+  if capacity <= 0 or not self.fair_share or self.unshared[name] or held + weight <= self:share(name, capacity, now) then
     return true
   end
   local busy, kept = 0, 0
