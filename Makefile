@@ -21,17 +21,17 @@ preview:   ## pulumi preview --diff of STACK (e.g. make preview STACK=a800)
 destroy:   ## destroy STACK (the weights and the JIT cache volume stay)
 	$(PULUMI) destroy --yes -s $(STACK)
 logs:      ## follow the serving container's log, start-up milestones marked ==>
-	$(OPS) logs -s $(STACK)
+	@$(OPS) logs -s $(STACK)
 status:    ## container state and health, the last gate, endpoint, image; usage per API key
-	$(OPS) status -s $(STACK)
+	@$(OPS) status -s $(STACK)
 smoke:     ## re-run the gate against the running stack, changing nothing
-	$(OPS) smoke -s $(STACK)
+	@$(OPS) smoke -s $(STACK)
 restart:   ## re-create the serving container (JIT cache kept, gate re-run)
-	$(OPS) restart -s $(STACK)
+	@$(OPS) restart -s $(STACK)
 rollback:  ## back to the last config whose gate passed (the stack's `verified` output), then up
-	$(OPS) rollback -s $(STACK)
+	@$(OPS) rollback -s $(STACK)
 debug:     ## print the serving container as a foreground `docker run --rm` (the seed's run_debug.sh)
-	$(OPS) debug -s $(STACK)
+	@$(OPS) debug -s $(STACK)
 images:    ## the local stack's offline base images
 	offline/images.sh
 engine:    ## the Pulumi engine (cache, else installer, else from source: GLM_ENGINE_SOURCES=DIR)

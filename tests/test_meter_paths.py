@@ -320,3 +320,19 @@ def test_a_keys_waiting_streams_start_in_the_order_they_came_as_in_the_engines_q
             waves = [order[w * 4 : w * 4 + 4] for w in range(3)]
             assert [sorted(wave) for wave in waves] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]], order
             time.sleep(4.5)  # longer than the queue time: the next burst meets the queue's old head
+
+
+def test_a_request_answered_by_an_error_page_gives_back_its_slot_and_is_counted() -> None:
+    """The fleet e2e's "every replica wrong" phase: with no replica to reach, nginx answers the 503
+    from an error_page's named location, an internal redirect that loses the meter's per-request
+    state; the slots those requests held were never given back, and after the fleet healed the
+    key waited for slots nobody held until its 429s. Now the slots come back and the 503s count."""
+    config = build_stack_config({"hardware": "local", "front": {"rateLimit": {"enabled": False}}})
+    with metered_front(config, KEYS, max_num_seqs=2, upstream="127.0.0.1:9", queue_seconds=1) as front:
+        body = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        statuses = [post(front, "alice", "/v1/chat/completions", body).status_code for _ in range(6)]
+        assert statuses == [503] * 6, statuses
+        text = front.meter_metrics()
+        assert series(text, "glm_key_in_flight", "alice") == 0
+        assert series(text, "glm_key_requests_total", "alice", ',status="503"') == 6
+        assert series(text, "glm_key_fair_share_refused_total", "alice") == 0

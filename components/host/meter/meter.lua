@@ -123,6 +123,32 @@ local function count_tokens(ctx, prompt, completion)
   end
 end
 
+-- What a request holds (its slots, its budget's reservation), kept where an internal redirect (an
+-- error_page: the 502/503 while no replica is in rotation, a 504, a 413) cannot lose it: ngx.ctx does
+-- not survive one, and the final location's log phase must still give them back.
+local function held_key()
+  return "req:" .. ngx.worker.pid() .. ":" .. ngx.var.connection .. ":" .. ngx.var.connection_requests
+end
+
+local function remember(ctx)
+  dict:set(held_key(), cjson.encode({ name = ctx.name, held = ctx.held, budget = ctx.budget }), 3600)
+end
+
+local function recalled()
+  local key = held_key()
+  local record = dict:get(key)
+  if not record then
+    return nil
+  end
+  dict:delete(key)
+  local state = cjson.decode(record)
+  if type(state) ~= "table" then
+    return nil
+  end
+  return { name = state.name, held = state.held or 0, budget = state.budget, prompt = 0, completion = 0,
+    redirected = true }
+end
+
 -- ---- the request's way in -------------------------------------------------------------------------
 
 local function openai_error(status, message, code, kind, retry_after)
@@ -315,6 +341,7 @@ local function admit(ctx)
     if admitted then
       ctx.held = shape.weight
       dict:incr("by_pid:" .. ngx.worker.pid() .. ":" .. ctx.name, shape.weight, 0)
+      remember(ctx)
       break
     end
     if shape.weight > whole or now >= deadline then
@@ -472,6 +499,11 @@ end
 
 function M.log()
   local ctx = ngx.ctx.meter
+  if ctx and (ctx.held > 0 or ctx.budget) then
+    dict:delete(held_key())
+  elseif not ctx then
+    ctx = recalled() -- the request was redirected internally after the meter admitted it
+  end
   if ctx then
     local ok, err = pcall(log_request, ctx)
     if not ok then
