@@ -446,12 +446,22 @@ local function body_filter(ctx)
       ctx.first_token = ngx.now() - ngx.req.start_time()
     end
     count_tokens(ctx, ctx.stream.prompt, ctx.stream.completion)
-  elseif ctx.parts and piece and piece ~= "" then
-    ctx.parts[#ctx.parts + 1] = piece
-    ctx.size = ctx.size + #piece
-    if ctx.size > 2 * JSON_KEPT then
-      local joined = table.concat(ctx.parts)
-      ctx.parts, ctx.size = { joined:sub(-JSON_KEPT) }, JSON_KEPT
+  elseif ctx.parts then
+    if piece and piece ~= "" then
+      ctx.parts[#ctx.parts + 1] = piece
+      ctx.size = ctx.size + #piece
+      if ctx.size > 2 * JSON_KEPT then
+        local joined = table.concat(ctx.parts)
+        ctx.parts, ctx.size = { joined:sub(-JSON_KEPT) }, JSON_KEPT
+      end
+    end
+    if last then
+      -- Counted before the answer's last byte leaves: a worker that dies after it loses nothing.
+      local usage = answer.usage_of(table.concat(ctx.parts))
+      if usage then
+        count_tokens(ctx, usage.prompt, usage.completion)
+      end
+      ctx.parts = nil
     end
   end
 end
@@ -476,7 +486,7 @@ local function log_request(ctx)
   if ctx.stream and not ctx.stream.finished and ngx.var.request_completion ~= "OK" then
     status = 499 -- the client left mid-stream: charged what it was sent
   end
-  if ctx.parts then
+  if ctx.parts then -- an answer whose last piece never passed (the client left): what came
     local usage = answer.usage_of(table.concat(ctx.parts))
     if usage then
       count_tokens(ctx, usage.prompt, usage.completion)
