@@ -5,12 +5,14 @@ of its own, stopped by its own pid. Used by tests/test_usage_meter.py and the be
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import openai
 
 from components.config import StackConfig
 from components.render.nginx_conf import render_nginx_conf
-from components.render.nginx_meter import METRICS_PATH, MeterRoute
+from components.render.nginx_meter import METER_DIR, METRICS_PATH, MeterRoute
 from tests.engine import free_port
 from tests.test_nginx_front import NGINX, SERVED, SIM, running, runtime_dir, wait_for_port
 
@@ -177,3 +179,27 @@ def metered_front(
             restart,
         )
     shutil.rmtree(directory, ignore_errors=True)
+
+
+def run_in_nginx_lua(modules: Sequence[str], driver: str, given: object) -> object:
+    """Run ``driver`` (Lua) in the real nginx's LuaJIT, with the meter's ``modules`` preloaded:
+    ``init_by_lua`` runs it as the config loads. It reads ``given`` as JSON from the file ``IN`` and
+    writes its answer as JSON to ``OUT``, then ends the master (``os.exit(0)``). Returns the answer."""
+    directory = nginx_prefix()
+    (directory / "in.json").write_text(json.dumps(given))
+    preload = "".join(
+        f'package.preload["{name}"] = function(...)\n{(METER_DIR / f"{name}.lua").read_text()}end\n'
+        for name in modules
+    )
+    paths = f'local IN, OUT = "{directory}/in.json", "{directory}/out.json"\n'
+    (directory / "nginx.conf").write_text(
+        "include /etc/nginx/modules-enabled/*.conf;\n"
+        f"pid {directory}/nginx.pid;\nerror_log stderr;\nevents {{}}\n"
+        f"http {{\n    init_by_lua_block {{\n{preload}{paths}{driver}\n    }}\n}}\n"
+    )
+    done = subprocess.run(
+        [NGINX, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-g", "daemon off;"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads((directory / "out.json").read_text())

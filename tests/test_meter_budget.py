@@ -11,10 +11,8 @@ waits for a window's reset without waiting a minute; a stack's minute is 60 s.
 
 from __future__ import annotations
 
-import json
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,14 +21,12 @@ import openai
 import pytest
 
 from components.config import build_stack_config
-from components.render.nginx_meter import METER_DIR
-from tests.metered_front import LUA_MODULES, MeteredFront, metered_front
-from tests.test_nginx_front import NGINX, runtime_dir
+from tests.metered_front import MeteredFront, metered_front, run_in_nginx_lua
 
 DRIVER = """
 local cjson = require("cjson")
 local budgets = require("meter_budget")
-local input = cjson.decode(io.open(DIR .. "/steps.json"):read("*a"))
+local input = cjson.decode(io.open(IN):read("*a"))
 local data = {}
 local store = {
   get = function(_, key) return data[key] end,
@@ -59,7 +55,7 @@ for i, step in ipairs(input.steps) do
   end
   said[i] = result
 end
-local out = io.open(DIR .. "/said.json", "w")
+local out = io.open(OUT, "w")
 out:write(cjson.encode(said))
 out:close()
 os.exit(0)
@@ -67,22 +63,9 @@ os.exit(0)
 
 
 def run(steps: list[list[Any]], **config: Any) -> list[Any]:
-    directory = runtime_dir()
-    (directory / "modules").symlink_to(LUA_MODULES)
-    (directory / "steps.json").write_text(json.dumps({"config": config, "steps": steps}))
-    module = (METER_DIR / "meter_budget.lua").read_text()
-    (directory / "nginx.conf").write_text(
-        "include /etc/nginx/modules-enabled/*.conf;\n"
-        f"pid {directory}/nginx.pid;\nerror_log stderr;\nevents {{}}\n"
-        f'http {{\n    init_by_lua_block {{\npackage.preload["meter_budget"] = function(...)\n{module}end\n'
-        f'local DIR = "{directory}"\n{DRIVER}\n    }}\n}}\n'
-    )
-    done = subprocess.run(
-        [NGINX, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-g", "daemon off;"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads((directory / "said.json").read_text())
+    said = run_in_nginx_lua(["meter_budget"], DRIVER, {"config": config, "steps": steps})
+    assert isinstance(said, list)
+    return said
 
 
 TPM = {"limits": {"alice": {"tokens_per_minute": 1000}}}

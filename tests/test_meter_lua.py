@@ -9,22 +9,19 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pydantic
 import pytest
 
-from components.render.nginx_meter import METER_DIR
-from tests.metered_front import LUA_MODULES
-from tests.test_nginx_front import NGINX, runtime_dir
+from tests.metered_front import run_in_nginx_lua
 
 DRIVER = """
 local cjson = require("cjson")
 local request = require("meter_request")
 local answer = require("meter_answer")
-local cases = cjson.decode(io.open(CASES):read("*a"))
+local cases = cjson.decode(io.open(IN):read("*a"))
 local out = {}
 for i, case in ipairs(cases.bodies) do
   local body = case.body
@@ -62,25 +59,9 @@ os.exit(0)
 def run_lua(cases: dict[str, Any]) -> dict[str, Any]:
     """Run the driver over ``cases`` in nginx's own LuaJIT: init_by_lua runs it as the config loads,
     and it ends the master when it has written what it found."""
-    directory = runtime_dir()
-    (directory / "modules").symlink_to(LUA_MODULES)
-    (directory / "cases.json").write_text(json.dumps(cases))
-    preload = "".join(
-        f'package.preload["{name}"] = function(...)\n{(METER_DIR / f"{name}.lua").read_text()}end\n'
-        for name in ("meter_request", "meter_answer")
-    )
-    driver = f'local CASES, OUT = "{directory}/cases.json", "{directory}/out.json"\n{DRIVER}'
-    (directory / "nginx.conf").write_text(
-        "include /etc/nginx/modules-enabled/*.conf;\n"
-        f"pid {directory}/nginx.pid;\nerror_log stderr;\nevents {{}}\n"
-        f"http {{\n    init_by_lua_block {{\n{preload}\n{driver}\n    }}\n}}\n"
-    )
-    done = subprocess.run(
-        [NGINX, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-g", "daemon off;"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads((directory / "out.json").read_text())
+    said = run_in_nginx_lua(["meter_request", "meter_answer"], DRIVER, cases)
+    assert isinstance(said, dict)
+    return said
 
 
 LAX_BOOL = pydantic.TypeAdapter(bool)

@@ -8,15 +8,11 @@ with nginx and the simulator: tests/test_usage_meter.py; the latency it buys: be
 
 from __future__ import annotations
 
-import json
-import subprocess
 from typing import Any
 
 import pytest
 
-from components.render.nginx_meter import METER_DIR
-from tests.metered_front import LUA_MODULES
-from tests.test_nginx_front import NGINX, runtime_dir
+from tests.metered_front import run_in_nginx_lua
 
 CAPACITY = 8
 """The benchmark's engine (``--max-num-seqs 8``, one replica): two keys of weight 1 have 4 each."""
@@ -25,7 +21,7 @@ ACTIVE_SECONDS = 60
 DRIVER = """
 local cjson = require("cjson")
 local shares = require("meter_shares")
-local input = cjson.decode(io.open(DIR .. "/steps.json"):read("*a"))
+local input = cjson.decode(io.open(IN):read("*a"))
 local data = {}
 local store = {
   get = function(_, key) return data[key] end,
@@ -65,7 +61,7 @@ for i, step in ipairs(input.steps) do
   end
   said[i] = result
 end
-local out = io.open(DIR .. "/said.json", "w")
+local out = io.open(OUT, "w")
 out:write(cjson.encode(said))
 out:close()
 os.exit(0)
@@ -76,23 +72,10 @@ def run(steps: list[list[Any]], weights: dict[str, float] | None = None, **confi
     """Each step's result: ``["admit", name, now, weight]``, ``["fill", name, now]`` (slots taken
     until the first refusal), ``["share"|"active", name, now]``, ``["held", name]``, ``["release",
     name]``, ``["churn", "", now, [names]]``."""
-    directory = runtime_dir()
-    (directory / "modules").symlink_to(LUA_MODULES)
     settings = {"weights": weights or {"a": 1, "b": 1}, "fair_share": True, "capacity": CAPACITY, **config}
-    (directory / "steps.json").write_text(json.dumps({"config": settings, "steps": steps}))
-    module = (METER_DIR / "meter_shares.lua").read_text()
-    (directory / "nginx.conf").write_text(
-        "include /etc/nginx/modules-enabled/*.conf;\n"
-        f"pid {directory}/nginx.pid;\nerror_log stderr;\nevents {{}}\n"
-        f'http {{\n    init_by_lua_block {{\npackage.preload["meter_shares"] = function(...)\n{module}end\n'
-        f'local DIR = "{directory}"\n{DRIVER}\n    }}\n}}\n'
-    )
-    done = subprocess.run(
-        [NGINX, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-g", "daemon off;"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    return json.loads((directory / "said.json").read_text())
+    said = run_in_nginx_lua(["meter_shares"], DRIVER, {"config": settings, "steps": steps})
+    assert isinstance(said, list)
+    return said
 
 
 def used_once(name: str, at_once: int, now: float) -> list[list[Any]]:

@@ -424,14 +424,19 @@ local function header_filter(ctx)
   end
 end
 
+-- One of the answer's steps; an error in it leaves the answer as it is, unmetered from there on.
+local function guarded(step, ctx)
+  local ok, err = pcall(step, ctx)
+  if not ok then
+    ctx.unmetered = true
+    ngx.log(ngx.ERR, "usage meter: ", tostring(err), " (the answer is passed on unmetered)")
+  end
+end
+
 function M.header_filter()
   local ctx = ngx.ctx.meter
   if ctx and not ctx.unmetered then
-    local ok, err = pcall(header_filter, ctx)
-    if not ok then
-      ctx.unmetered = true
-      ngx.log(ngx.ERR, "usage meter: ", tostring(err), " (the answer is passed on unmetered)")
-    end
+    guarded(header_filter, ctx)
   end
 end
 
@@ -469,11 +474,7 @@ end
 function M.body_filter()
   local ctx = ngx.ctx.meter
   if ctx and not ctx.unmetered and not ctx.refused then
-    local ok, err = pcall(body_filter, ctx)
-    if not ok then
-      ctx.unmetered = true
-      ngx.log(ngx.ERR, "usage meter: ", tostring(err), " (the answer is passed on unmetered)")
-    end
+    guarded(body_filter, ctx)
   end
 end
 
