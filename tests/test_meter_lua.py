@@ -253,9 +253,7 @@ def test_a_stream_cut_short_is_charged_what_it_was_sent_per_choice() -> None:
 
 def test_a_real_vllm_0_25_stream_passes_through_unchanged() -> None:
     """Recorded from vLLM 0.25.0 on the H200 (no usage asked, none sent): byte for byte."""
-    text = (
-        Path(__file__).parents[2] / "shared" / "fixtures" / "vllm-0.25.0-h200" / "chat-stream.sse"
-    ).read_text()
+    text = (Path(__file__).parent / "fixtures" / "vllm-0.25.0-h200" / "chat-stream.sse").read_text()
     case = {"text": text, "shape": {"asked_usage": False, "asked_continuous": False, "n": 1}, "responses": False,
             "slices": [7, 300, 1, 1, 1000]}  # fmt: skip
     [result] = run_lua({"bodies": [], "streams": [case]})["streams"]
