@@ -214,6 +214,11 @@ class KubernetesTargetConfig(Model):
     )
     context: str | None = Field(None, description="Kubeconfig context; default: the file's current one.")
     replicas: Positive = Field(1, description="Serving pods; each takes the listed cards on its node.")
+    front_replicas: Positive = Field(
+        2,
+        description="Front pods: nginx with the usage meter, spread over the nodes, a disruption budget "
+        "keeping all but one; every pod shares one account per key (docs/scaling.md). 1: a single door.",
+    )
     front_node_port: int | None = Field(
         None, ge=30000, le=32767, description="The front Service's NodePort; unset: a ClusterIP Service."
     )

@@ -13,6 +13,7 @@ them (server-side apply).
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -28,7 +29,9 @@ from components.config import (
     SmokeConfig,
     StackConfig,
     semantic_probe_runs,
+    usage_meter_runs,
 )
+from components.config.values import duration_seconds
 from components.docker.replica_guard import SCRAPER
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
@@ -40,6 +43,7 @@ from components.kubernetes.probe import KubernetesSemanticProbe, KubernetesSeman
 from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
 from components.kubernetes.workload import PodConfig
 from components.promotion import fingerprint, served_model
+from components.render.nginx_meter import MeterRoute, meter_route
 from components.render.prometheus_config import ScrapeSpec
 from components.secrets import Secrets, StackKeys
 from components.semantic_probe_spec import SemanticProbeSpec
@@ -78,7 +82,11 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     keys = StackKeys.create(probe, config.smoke, stack, after=[])
     front = KubernetesFront(
         f"{stack}-front",
-        _front_args(config.front, k8s_target, stack, serving, pods, secrets, keys, guard, images),
+        _front_args(
+            config.front, k8s_target, stack, serving, pods, secrets, keys, guard, images,
+            meter_route(config, k8s_target.replicas) if usage_meter_runs(config) else None,
+            config.monitoring.scrape_interval,
+        ),  # fmt: skip
         opts=in_ns,
     )
     front_trust = front_tls(config.front, stack)
@@ -168,7 +176,7 @@ def _scrape_args(
     """Prometheus' args: its alerts name kubectl's commands in the namespace, the serving pods' as
     their gates' failures do (``pods.look_at``), and the probe's log."""
     return KubernetesScrapeArgs(
-        spec=ScrapeSpec.of(config, alert_look_at(pods.look_at, k8s_target.namespace)),
+        spec=ScrapeSpec.of(config, alert_look_at(pods.look_at, k8s_target.namespace, stack)),
         monitoring=config.monitoring,
         tls=config.front.tls,
         k8s_target=k8s_target,
@@ -190,6 +198,8 @@ def _front_args(
     keys: StackKeys,
     guard: PodGuard,
     images: ClusterImages,
+    meter: MeterRoute | None,
+    scrape_interval: str,
 ) -> KubernetesFrontArgs:
     """The front before the pods' Service, taking the users' keys and the stack's own clients'."""
     return KubernetesFrontArgs(
@@ -212,6 +222,8 @@ def _front_args(
         guard_files=guard.credentials.front_files(),
         tls_files=secrets.tls_files,
         after=images.loaded,
+        meter=meter,
+        scrape_seconds=math.ceil(duration_seconds(scrape_interval)) + 1,
     )
 
 

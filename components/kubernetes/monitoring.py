@@ -33,6 +33,7 @@ from components.kubernetes.workload import (
     prometheus_annotations,
 )
 from components.render.prometheus_config import (
+    METER_JOB,
     CONFIG_PATH,
     CONTAINER_PORT,
     DATA_PATH,
@@ -45,6 +46,8 @@ from components.render.prometheus_config import (
     ScrapeSpec,
     to_yaml,
 )
+from components.render.nginx_conf import STATUS_PORT
+from components.render.nginx_meter import METRICS_PATH
 from components.render.prometheus_rules import render_alert_rules, rule_groups
 from components.semantic_probe import SCRAPE_JOB
 
@@ -53,11 +56,13 @@ CONFIG_DIR = CONFIG_PATH.rsplit("/", 1)[0]
 
 TARGETS_DIR = "/var/lib/glm53-targets"
 TARGETS_FILE = f"{TARGETS_DIR}/vllm.json"
+FRONT_TARGETS_FILE = f"{TARGETS_DIR}/front.json"
+"""The front pods' status ports: the usage meter's counters, each pod's own (Prometheus sums them)."""
 TARGETS_SCRIPT = Path(__file__).parents[1] / "host" / "k8s_targets.py"
 SCRIPT_DIR = "/opt/glm53"
 
 
-def alert_look_at(pods: LookAt, namespace: str) -> AlertLookAt:
+def alert_look_at(pods: LookAt, namespace: str, stack: str) -> AlertLookAt:
     """What the alert texts name on the cluster, which has no ``docker``: the log of the serving pod
     the alert is about (its ``host`` label is the pod's name: ``k8s_targets.py``), the stack's pods as
     a gate's failure names them (``pods``: ``where_to_look`` in components/kubernetes/serving.py),
@@ -72,11 +77,13 @@ def alert_look_at(pods: LookAt, namespace: str) -> AlertLookAt:
         "run before a restart)",
         probe_log=probe_log(namespace),
         running=pods.running,
+        front_log=f"kubectl -n {namespace} logs -l {label_selector(stack, 'front')} -c nginx --prefix "
+        "| grep 'usage meter'",
     )
 
 
 def scrape_config(
-    monitoring_interval: str, probe_target: str | None = None, tls: bool = False
+    monitoring_interval: str, probe_target: str | None = None, tls: bool = False, meter: bool = False
 ) -> dict[str, Any]:
     """``prometheus.yml``: each serving pod of the stack (Ready or not: a pod out of the Service is
     exactly the one to see) from the target file ``k8s_targets.py`` keeps, labelled ``host``, through
@@ -106,16 +113,29 @@ def scrape_config(
                 if probe_target
                 else []
             ),
+            *(
+                [
+                    {
+                        "job_name": METER_JOB,
+                        "metrics_path": METRICS_PATH,
+                        "file_sd_configs": [{"files": [FRONT_TARGETS_FILE], "refresh_interval": "5s"}],
+                    }
+                ]
+                if meter
+                else []
+            ),
         ],
     }
 
 
 def targets_container(
-    image: pulumi.Input[str], pull: str, namespace: str, stack: str, port: int
+    image: pulumi.Input[str], pull: str, namespace: str, stack: str, port: int, role: str = "vllm"
 ) -> dict[str, Any]:
-    selector = label_selector(stack, "vllm")
+    """The lister of ``role``'s pods (``vllm``: the serving pods into ``TARGETS_FILE``; ``front``: the
+    front pods' status ports into ``FRONT_TARGETS_FILE``)."""
+    selector = label_selector(stack, role)
     return {
-        "name": "targets",
+        "name": "targets" if role == "vllm" else f"{role}-targets",
         "image": image,
         "imagePullPolicy": pull,
         "command": [
@@ -124,7 +144,7 @@ def targets_container(
             namespace,
             selector,
             str(port),
-            TARGETS_FILE,
+            TARGETS_FILE if role == "vllm" else FRONT_TARGETS_FILE,
         ],
         "volumeMounts": [
             {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},
@@ -266,11 +286,12 @@ class KubernetesScrape(pulumi.ComponentResource):
         k8s_target, monitoring = args.k8s_target, args.monitoring
         ns = k8s_target.namespace
         rules_file = render_alert_rules(args.spec, by_host=True)
+        metered = args.spec.usage_meter is not None
         interval = monitoring.scrape_interval
 
         def prometheus_files(probe: str | None) -> dict[str, str]:
             return {
-                "prometheus.yml": to_yaml(scrape_config(interval, probe, args.tls)),
+                "prometheus.yml": to_yaml(scrape_config(interval, probe, args.tls, metered)),
                 "rules.yml": rules_file,
             }
 
@@ -318,7 +339,9 @@ class KubernetesScrape(pulumi.ComponentResource):
                                 {"name": "targets", "mountPath": TARGETS_DIR, "readOnly": True},
                             ],
                             "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}, "periodSeconds": 5},
-                        }, targets_container(args.script_image, pull, ns, args.stack, GUARD_PORT)],
+                        }, targets_container(args.script_image, pull, ns, args.stack, GUARD_PORT),
+                        *([targets_container(args.script_image, pull, ns, args.stack, STATUS_PORT, "front")]
+                          if metered else [])],
                         "volumes": [
                             {"name": "config", "projected": {"sources": [
                                 {"configMap": {"name": "glm53-prometheus"}},
