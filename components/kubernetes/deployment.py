@@ -86,6 +86,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             config.front, k8s_target, stack, serving, pods, secrets, keys, guard, images,
             meter_route(config, k8s_target.replicas) if usage_meter_runs(config) else None,
             config.monitoring.scrape_interval,
+            monitoring.address,
         ),  # fmt: skip
         opts=in_ns,
     )
@@ -200,6 +201,7 @@ def _front_args(
     images: ClusterImages,
     meter: MeterRoute | None,
     scrape_interval: str,
+    prometheus: pulumi.Output[str] | None,
 ) -> KubernetesFrontArgs:
     """The front before the pods' Service, taking the users' keys and the stack's own clients'."""
     return KubernetesFrontArgs(
@@ -223,6 +225,7 @@ def _front_args(
         tls_files=secrets.tls_files,
         after=images.loaded,
         meter=meter,
+        prometheus=prometheus,
         scrape_seconds=math.ceil(duration_seconds(scrape_interval)) + 1,
     )
 

@@ -89,6 +89,7 @@ def _front_files(
     guard_files: pulumi.Output[dict[str, str]],
     tls_files: TlsFiles | None,
     meter: pulumi.Output[MeterRoute] | None = None,
+    prometheus: pulumi.Output[str] | None = None,
 ) -> pulumi.Output[dict[str, str]]:
     """The release, with the replica key the pods' guards ask for (components/kubernetes/guard.py) and,
     with ``glm:front.tls``, the stack's TLS pair."""
@@ -104,9 +105,11 @@ def _front_files(
             rotation_dir=FRONT_ROTATION_DIR,
             replica_files=args[2],
             meter=args[4],
+            prometheus=args[5],
         )
 
-    return pulumi.Output.secret(pulumi.Output.all(keys, metrics_keys, guard_files, pair, meter).apply(render))
+    every = pulumi.Output.all(keys, metrics_keys, guard_files, pair, meter, prometheus)
+    return pulumi.Output.secret(every.apply(render))
 
 
 def _digest(files: dict[str, str]) -> str:
@@ -138,6 +141,8 @@ class KubernetesFrontArgs:
     meter: MeterRoute | None = None
     """The usage meter in the inference routes (``meter_route``); the pods share one account
     (``MeterPeers``, found here through their own Service). None: nginx straight to the Service."""
+    prometheus: pulumi.Output[str] | None = None
+    """host:port of the stack's Prometheus: the front serves the status page from it (/status/)."""
     scrape_seconds: int = 16
     """The stack's scrape interval and one: how long a leaving pod keeps its final counts to be read."""
 
@@ -173,7 +178,8 @@ class KubernetesFront(pulumi.ComponentResource):
             meter = peers.spec.cluster_ip.apply(
                 lambda ip: dataclasses.replace(route, peers=MeterPeers(f"{ip}:{STATUS_PORT}", STATUS_PORT))
             )
-        files = _front_files(front, args.api_keys, args.metrics_keys, args.guard_files, args.tls_files, meter)
+        files = _front_files(front, args.api_keys, args.metrics_keys, args.guard_files, args.tls_files, meter,
+                             args.prometheus)
         conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE], "reason.map": REASON_MAP})
         secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
         config_map = k8s.core.v1.ConfigMap(

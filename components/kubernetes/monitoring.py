@@ -46,6 +46,7 @@ from components.render.prometheus_config import (
     ScrapeSpec,
     to_yaml,
 )
+from components.render import status_page
 from components.render.nginx_conf import STATUS_PORT
 from components.render.nginx_meter import METRICS_PATH
 from components.render.prometheus_rules import render_alert_rules, rule_groups
@@ -232,6 +233,10 @@ class KubernetesScrapeArgs:
 class KubernetesScrape(pulumi.ComponentResource):
     """Prometheus (or the Operator's objects) for the stack: every serving pod, by its guard."""
 
+    address: pulumi.Output[str] | None = None
+    """host:port of the stack's own Prometheus (its Service), where the front finds the status page's
+    files and queries; None with the cluster's Prometheus Operator (no page)."""
+
     def __init__(
         self, name: str, args: KubernetesScrapeArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
@@ -272,7 +277,8 @@ class KubernetesScrape(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[scrape_key])),
             )
         else:
-            self._prometheus(name, args, probe_target, child)
+            service = self._prometheus(name, args, probe_target, child)
+            self.address = service.spec.cluster_ip.apply(lambda ip: f"{ip}:{CONTAINER_PORT}")
         self.register_outputs({})
 
     @staticmethod
@@ -281,8 +287,9 @@ class KubernetesScrape(pulumi.ComponentResource):
         args: KubernetesScrapeArgs,
         probe_target: pulumi.Output[str] | None,
         child: pulumi.ResourceOptions,
-    ) -> None:
-        """Prometheus in the namespace, its targets listed by a sidecar, and its Service."""
+    ) -> k8s.core.v1.Service:
+        """Prometheus in the namespace, its targets listed by a sidecar, and its Service; with the
+        status page's files (``--web.user-assets``), which the front serves at /status/."""
         k8s_target, monitoring = args.k8s_target, args.monitoring
         ns = k8s_target.namespace
         rules_file = render_alert_rules(args.spec, by_host=True)
@@ -303,6 +310,12 @@ class KubernetesScrape(pulumi.ComponentResource):
             f"{name}-prometheus-config",
             metadata={"namespace": ns, "name": "glm53-prometheus"},
             data=files,
+            opts=child,
+        )
+        page = k8s.core.v1.ConfigMap(
+            f"{name}-status-page",
+            metadata={"namespace": ns, "name": "glm53-status-page"},
+            data=status_page.page_files(),
             opts=child,
         )
         script = k8s.core.v1.ConfigMap(
@@ -331,12 +344,14 @@ class KubernetesScrape(pulumi.ComponentResource):
                             "name": "prometheus",
                             "image": monitoring.image,
                             "imagePullPolicy": pull,
-                            "args": PROMETHEUS_FLAGS,
+                            # The status page's files are served at /user/, which the front proxies (/status/).
+                            "args": [*PROMETHEUS_FLAGS, f"--web.user-assets={status_page.ASSETS_DIR}"],
                             "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
                             "volumeMounts": [
                                 {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
                                 {"name": "data", "mountPath": DATA_PATH},
                                 {"name": "targets", "mountPath": TARGETS_DIR, "readOnly": True},
+                                {"name": "status-page", "mountPath": status_page.ASSETS_DIR, "readOnly": True},
                             ],
                             "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}, "periodSeconds": 5},
                         }, targets_container(args.script_image, pull, ns, args.stack, GUARD_PORT),
@@ -353,6 +368,7 @@ class KubernetesScrape(pulumi.ComponentResource):
                             {"name": "data", "emptyDir": {}},
                             {"name": "targets", "emptyDir": {}},
                             {"name": "script", "configMap": {"name": "glm53-prometheus-targets"}},
+                            {"name": "status-page", "configMap": {"name": "glm53-status-page"}},
                         ],
                     },
                 },
@@ -360,14 +376,14 @@ class KubernetesScrape(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions.merge(
                 child,
                 pulumi.ResourceOptions(
-                    depends_on=[config_map, script, account, args.guard.scrape_key, *args.after]
+                    depends_on=[config_map, page, script, account, args.guard.scrape_key, *args.after]
                 ),
             ),
         )  # fmt: skip
         service_port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
         if k8s_target.prometheus_node_port is not None:
             service_port["nodePort"] = k8s_target.prometheus_node_port
-        k8s.core.v1.Service(
+        return k8s.core.v1.Service(
             f"{name}-prometheus-service",
             metadata={
                 "namespace": ns,
