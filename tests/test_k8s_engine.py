@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import math
 import re
 import shlex
 import threading
@@ -336,6 +337,76 @@ def test_a_flag_rolls_under_load_with_every_answer_right(project: PulumiProject,
     for pod in serving:
         assert f"--max-num-seqs={value}" in pod["spec"]["containers"][0]["args"]
     project.run("preview", "--expect-no-changes", "-s", "local", timeout=300)
+
+
+FRONT_PODS = "app.kubernetes.io/name=glm53-front"
+
+
+def front_pods(kubeconfig: Path) -> list[dict[str, Any]]:
+    listed = json.loads(kubectl(kubeconfig, "get", "pods", "-l", FRONT_PODS, "-o", "json"))["items"]
+    return [p for p in listed if not p["metadata"].get("deletionTimestamp")]
+
+
+def prometheus(query: str) -> float:
+    """The sum of ``query``'s result now (0 where it has none)."""
+    resp = httpx.get(
+        f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1/query", params={"query": query}, timeout=10, trust_env=False
+    )
+    return sum(float(r["value"][1]) for r in resp.json()["data"]["result"])
+
+
+def meter_targets_up(kubeconfig: Path) -> set[str]:
+    active = httpx.get(
+        f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1/targets", timeout=5, trust_env=False
+    ).json()["data"]["activeTargets"]
+    return {t["labels"]["host"] for t in active if t["labels"].get("job") == "usage-meter" and t["health"] == "up"}
+
+
+def test_a_front_pod_deleted_under_load_drops_nothing_and_the_counters_add_up(k8s_cluster: Path) -> None:
+    """Issue 49: two front pods (glm:target.kubernetes.frontReplicas), the meter in each. One is
+    deleted under the checked load loop: no request that starts 1 s after the deletion fails, none
+    gets a wrong answer, the Deployment brings a second pod back, and the meter's count of the load
+    key's answers (every front pod's series, the deleted one's final scrape included) is what the
+    clients got."""
+    from components.render.nginx_meter import METRICS_PATH
+    from tests.multihost import LoadLoop
+    from tests.test_multihost_engine import API_KEY as LOAD_KEY
+
+    fronts = front_pods(k8s_cluster)
+    assert len(fronts) == 2, [p["metadata"]["name"] for p in fronts]
+    assert len({p["spec"].get("nodeName") for p in fronts}) == 1  # one node: spread is best effort
+    deadline = time.monotonic() + 60
+    while meter_targets_up(k8s_cluster) != {p["metadata"]["name"] for p in fronts}:
+        assert time.monotonic() < deadline, f"Prometheus does not read both front pods' {METRICS_PATH}"
+        time.sleep(2)
+    answered = 'glm_key_requests_total{client="load",status="200"}'
+    before = prometheus(f"sum({answered})")
+    started = time.monotonic()
+    victim = fronts[0]["metadata"]["name"]
+    with LoadLoop(FRONT_URL, LOAD_KEY) as load:
+        time.sleep(5)
+        deleted_at = time.monotonic()
+        kubectl(k8s_cluster, "delete", "pod", victim, "--wait=false")
+        while time.monotonic() - deleted_at < 40 and victim in {
+            p["metadata"]["name"] for p in json.loads(
+                kubectl(k8s_cluster, "get", "pods", "-l", FRONT_PODS, "-o", "json"))["items"]
+        }:  # fmt: skip
+            time.sleep(1)
+        gone_s = time.monotonic() - deleted_at
+        time.sleep(5)
+    late = [e for e in load.events if e[0] >= deleted_at + 1 and e[1] != "right"]
+    figures = {**load.figures(), "pod_gone_s": round(gone_s, 1), "late_failures": len(late)}
+    REPORT["front_pod_deleted"] = figures
+    print("front_pod_deleted", json.dumps(figures, indent=2))
+    assert late == [] and load.wrong == [], late[:5]
+    assert len(front_pods(k8s_cluster)) == 2
+    # Every answer counted: the meter's series of each pod, the deleted one's last value included.
+    time.sleep(8)  # one scrape of the load's last answers (the local stack scrapes every 5 s)
+    window = math.ceil(time.monotonic() - started) + 10
+    counted = prometheus(f"sum(max_over_time({answered}[{window}s]))") - before
+    REPORT["front_pod_deleted"]["meter_counted"] = counted
+    got_200 = load.answered + len(load.wrong) + load.cut_streams
+    assert counted == got_200, (counted, got_200, figures)
 
 
 def test_a_wrong_answer_version_never_receives_traffic(project: PulumiProject, k8s_cluster: Path) -> None:
