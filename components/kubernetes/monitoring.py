@@ -34,6 +34,7 @@ from components.kubernetes.workload import (
 )
 from components.render.prometheus_config import (
     METER_JOB,
+    ROTATION_JOB,
     CONFIG_PATH,
     CONTAINER_PORT,
     DATA_PATH,
@@ -58,6 +59,9 @@ CONFIG_DIR = CONFIG_PATH.rsplit("/", 1)[0]
 TARGETS_DIR = "/var/lib/glm53-targets"
 TARGETS_FILE = f"{TARGETS_DIR}/vllm.json"
 FRONT_TARGETS_FILE = f"{TARGETS_DIR}/front.json"
+ROTATION_PORT = 9147
+"""Where the targets lister serves the serving pods' rotation, inside Prometheus' pod (loopback)."""
+TARGETS_PERIOD_SECONDS = 5
 """The front pods' status ports: the usage meter's counters, each pod's own (Prometheus sums them)."""
 TARGETS_SCRIPT = Path(__file__).parents[1] / "host" / "k8s_targets.py"
 SCRIPT_DIR = "/opt/glm53"
@@ -114,6 +118,8 @@ def scrape_config(
                 if probe_target
                 else []
             ),
+            # The pods' rotation as a Docker front's (k8s_targets.py): the page's and dashboard's panels.
+            {"job_name": ROTATION_JOB, "static_configs": [{"targets": [f"127.0.0.1:{ROTATION_PORT}"]}]},
             *(
                 [
                     {
@@ -146,6 +152,8 @@ def targets_container(
             selector,
             str(port),
             TARGETS_FILE if role == "vllm" else FRONT_TARGETS_FILE,
+            str(TARGETS_PERIOD_SECONDS),
+            *([str(ROTATION_PORT)] if role == "vllm" else []),
         ],
         "volumeMounts": [
             {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},
