@@ -35,7 +35,6 @@ from tests.test_nginx_front import (
     _RecordingUpstream,
     recording_upstream,
     running,
-    runtime_dir,
     wait_for_port,
 )
 from tests.test_replica_guard import nginx, request

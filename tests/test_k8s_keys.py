@@ -11,7 +11,6 @@ Kubernetes", and the command that fixes it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pulumi
@@ -19,7 +18,6 @@ import pytest
 
 from components.config import ConfigError, build_stack_config, usage_meter_runs
 from components.config.secret_inputs import SecretInputs
-from components.profiles import PROFILES
 from components.render.prometheus_config import ScrapeSpec
 from tests.conftest import Deployment, run_program, stack_config, unwrap
 from tests.k8s_urns import KINDS

@@ -347,7 +347,12 @@ def test_the_semantic_probe_asks_through_the_front_with_its_own_key(on_k8s: dict
     assert "semantic-probe" in keys_map  # the front admits the probe's key under its client name
     files = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-prometheus-config").inputs)["data"]
     jobs = [j["job_name"] for j in yaml.safe_load(files["prometheus.yml"])["scrape_configs"]]
-    assert jobs == ["vllm", "semantic-probe", "front-rotation", "usage-meter"]  # the meter runs on the cluster too (issue 49)
+    assert jobs == [
+        "vllm",
+        "semantic-probe",
+        "front-rotation",
+        "usage-meter",
+    ]  # the meter runs on the cluster too (issue 49)
     assert "semantic-probe" in files["rules.yml"]
     # The probe starts after the gate passed.
     gate = next(r.name for r in deployment.of_type("glm:smoke:SmokeTest"))

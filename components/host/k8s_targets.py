@@ -102,7 +102,7 @@ class Rotation:
 
 def serve_rotation(rotation: Rotation, port: int) -> None:
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
+        def do_GET(self) -> None:
             body = rotation.text().encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")

@@ -83,11 +83,19 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     front = KubernetesFront(
         f"{stack}-front",
         _front_args(
-            config.front, k8s_target, stack, serving, pods, secrets, keys, guard, images,
+            config.front,
+            k8s_target,
+            stack,
+            serving,
+            pods,
+            secrets,
+            keys,
+            guard,
+            images,
             meter_route(config, k8s_target.replicas) if usage_meter_runs(config) else None,
             config.monitoring.scrape_interval,
             monitoring.address,
-        ),  # fmt: skip
+        ),
         opts=in_ns,
     )
     front_trust = front_tls(config.front, stack)

@@ -55,6 +55,7 @@ def metered_quit(scrape_seconds: int) -> str:
         "CONF": f"{FRONT_DIR}/{CONF_FILE}",
     })  # fmt: skip
 
+
 NO_POD_PASSED = (
     "no serving pod has passed its checks just now (each is starting, or failing them). Retry later."
 )
@@ -178,8 +179,9 @@ class KubernetesFront(pulumi.ComponentResource):
             meter = peers.spec.cluster_ip.apply(
                 lambda ip: dataclasses.replace(route, peers=MeterPeers(f"{ip}:{STATUS_PORT}", STATUS_PORT))
             )
-        files = _front_files(front, args.api_keys, args.metrics_keys, args.guard_files, args.tls_files, meter,
-                             args.prometheus)
+        files = _front_files(
+            front, args.api_keys, args.metrics_keys, args.guard_files, args.tls_files, meter, args.prometheus
+        )
         conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE], "reason.map": REASON_MAP})
         secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
         config_map = k8s.core.v1.ConfigMap(

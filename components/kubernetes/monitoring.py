@@ -32,24 +32,24 @@ from components.kubernetes.workload import (
     labels,
     prometheus_annotations,
 )
+from components.render import status_page
+from components.render.nginx_conf import STATUS_PORT
+from components.render.nginx_meter import METRICS_PATH
 from components.render.prometheus_config import (
-    METER_JOB,
-    ROTATION_JOB,
     CONFIG_PATH,
     CONTAINER_PORT,
     DATA_PATH,
     DEFAULT_JOB,
+    METER_JOB,
     PROMETHEUS_FLAGS,
     REPLICA_CA_PATH,
+    ROTATION_JOB,
     RULES_PATH,
     SCRAPE_KEY_PATH,
     AlertLookAt,
     ScrapeSpec,
     to_yaml,
 )
-from components.render import status_page
-from components.render.nginx_conf import STATUS_PORT
-from components.render.nginx_meter import METRICS_PATH
 from components.render.prometheus_rules import render_alert_rules, rule_groups
 from components.semantic_probe import SCRAPE_JOB
 

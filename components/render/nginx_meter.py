@@ -20,7 +20,13 @@ from components.template import TEMPLATES, render_file
 
 METER_DIR = TEMPLATES.parent / "meter"
 LUA_MODULES = (
-    "meter_request", "meter_answer", "meter_shares", "meter_budget", "meter_counters", "meter_peers", "meter",
+    "meter_request",
+    "meter_answer",
+    "meter_shares",
+    "meter_budget",
+    "meter_counters",
+    "meter_peers",
+    "meter",
 )
 """The meter's Lua modules, each ``meter/<name>.lua``; ``meter`` is the one nginx calls."""
 GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
@@ -118,7 +124,7 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
     """
     limits = {name: _limits(value) for name, value in sorted(front.usage_meter.limits.items())}
     default = front.usage_meter.default_limits
-    settings = {
+    settings: dict[str, object] = {
         "default_limits": _limits(default) if default is not None else None,
         "exempt": sorted(meter.own_clients),
         "fair_share": front.usage_meter.fair_share,
