@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from components.docker.preflight import PREFLIGHT_SH, pod_preflight_script
+from components.render.preflight import PREFLIGHT_SH, pod_preflight_script
 from tests.conftest import Deployment, run_program, unwrap
 from tests.host_scripts import a800, weights
 from tests.smi_fixtures import H200_FACTS, eight_gpus, render_h200_pod_scripts

@@ -18,7 +18,6 @@ import os
 from typing import Any
 
 import pulumi
-import pulumi_docker as docker
 import pulumi_kubernetes as k8s
 
 from components.config import (
@@ -32,12 +31,11 @@ from components.config import (
     usage_meter_runs,
 )
 from components.config.values import duration_seconds
-from components.docker.replica_guard import SCRAPER
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
 from components.kubernetes.front import KubernetesFront, KubernetesFrontArgs, upstream_conf
 from components.kubernetes.guard import PodGuard, PodGuardArgs, pod_serving
-from components.kubernetes.images import ClusterImages, ClusterImagesArgs
+from components.kubernetes.images import ClusterImages, ClusterImagesArgs, build_engine
 from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs, alert_look_at
 from components.kubernetes.probe import KubernetesSemanticProbe, KubernetesSemanticProbeArgs
 from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
@@ -45,6 +43,7 @@ from components.kubernetes.workload import PodConfig
 from components.promotion import fingerprint, served_model
 from components.render.nginx_meter import MeterRoute, meter_route
 from components.render.prometheus_config import ScrapeSpec
+from components.render.replica_guard import SCRAPER
 from components.secrets import Secrets, StackKeys
 from components.semantic_probe_spec import SemanticProbeSpec
 from components.serving.spec import ServingSpec, command_line, render_serving
@@ -116,12 +115,6 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
 
 def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, stack: str) -> ClusterImages:
     """The images, built by the first host's Docker engine (as on Docker hosts), loaded onto the nodes."""
-    builder = config.target.hosts[0]
-    build_engine = docker.Provider(
-        f"{stack}-build-docker",
-        host=builder.docker_host,
-        ssh_opts=builder.ssh_options if builder.docker_host.startswith("ssh://") else None,
-    )
     return ClusterImages(
         stack,
         ClusterImagesArgs(
@@ -131,7 +124,7 @@ def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, sta
             prometheus_image=config.monitoring.image,
             load_command=k8s_target.image_load_template,
         ),
-        opts=pulumi.ResourceOptions(providers=[build_engine]),
+        opts=pulumi.ResourceOptions(providers=[build_engine(config.target.hosts[0], stack)]),
     )
 
 

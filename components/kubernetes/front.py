@@ -17,7 +17,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
-from components.docker.rotation import no_replica_body
 from components.kubernetes import workload
 from components.kubernetes.state import moved_from_root
 from components.render.nginx_conf import (
@@ -29,6 +28,7 @@ from components.render.nginx_conf import (
     upstream_server,
 )
 from components.render.nginx_meter import DRAIN_FILE, METER_STATE_DIR, MeterPeers, MeterRoute
+from components.render.openai_errors import no_replica_body
 from components.template import one_line_script
 
 TlsFiles = tuple[pulumi.Output[str], pulumi.Output[str]]

@@ -16,7 +16,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components.config import ImageConfig
+from components.config import HostConfig, ImageConfig
 from components.kubernetes.state import moved_from_root
 from components.semantic_probe_image import build_context
 from components.serving.image import ServingImage
@@ -38,6 +38,16 @@ class ClusterImagesArgs:
     load_command: str | None
     """``glm:target.kubernetes.imageLoadCommand`` (``{{image}}`` the reference, ``image_load_template``);
     None: the nodes pull."""
+
+
+def build_engine(builder: HostConfig, stack: str) -> docker.Provider:
+    """``builder``'s Docker engine, which builds the images (the one place a Kubernetes stack
+    uses the Docker provider: tests/test_k8s_own.py)."""
+    return docker.Provider(
+        f"{stack}-build-docker",
+        host=builder.docker_host,
+        ssh_opts=builder.ssh_options if builder.docker_host.startswith("ssh://") else None,
+    )
 
 
 def _load(template: str, image: pulumi.Input[str]) -> pulumi.Output[str]:

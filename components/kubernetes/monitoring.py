@@ -20,7 +20,6 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig, MonitoringConfig
-from components.docker.replica_tls import TLS_NAME
 from components.gate.messages import LookAt
 from components.kubernetes.guard import GUARD_CA_KEY, GUARD_PORT, SCRAPE_SECRET, SCRAPE_SECRET_KEY, PodGuard
 from components.kubernetes.probe import PROBE_NAME, probe_log
@@ -51,6 +50,7 @@ from components.render.prometheus_config import (
     to_yaml,
 )
 from components.render.prometheus_rules import render_alert_rules, rule_groups
+from components.render.replica_guard import TLS_NAME
 from components.semantic_probe import SCRAPE_JOB
 
 CONFIG_DIR = CONFIG_PATH.rsplit("/", 1)[0]

@@ -42,7 +42,6 @@ from components.config import (
     SmokeConfig,
     StackConfig,
 )
-from components.docker.preflight import pod_preflight_script
 from components.gate.messages import LookAt
 from components.kubernetes.readiness import (
     GATE_KEY_ENV,
@@ -53,6 +52,7 @@ from components.kubernetes.readiness import (
     readiness_command,
 )
 from components.profiles import HardwareFacts
+from components.render.preflight import pod_preflight_script
 from components.serving.spec import ServingSpec, health_probe
 from components.template import one_line_script
 from policy.glm_policies import (
