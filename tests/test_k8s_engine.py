@@ -418,6 +418,29 @@ def test_a_front_pod_deleted_under_load_drops_nothing_and_the_counters_add_up(k8
     assert counted == got_200, (counted, got_200, figures)
 
 
+def test_a_front_change_rolls_its_pods_under_load_dropping_nothing(
+    project: PulumiProject, k8s_cluster: Path
+) -> None:
+    """Issue 49: a new API key is a new front release, which rolls the front pods (one added before
+    one leaves, each leaving one draining first): under the checked load loop, nothing fails, nothing
+    is wrong, and both pods are new."""
+    before = {p["metadata"]["name"] for p in front_pods(k8s_cluster)}
+    project.run(
+        "config",
+        "set",
+        "--secret",
+        "--path",
+        "glm:apiKeys.late",
+        "sk-k8s-late-0c4e9a7b3f51d2e8",
+        "-s",
+        "local",
+    )
+    figures = roll(project, k8s_cluster, "front_roll")["figures"]
+    assert (figures["failed"], figures["cut_streams"], figures["wrong_answers"]) == (0, 0, 0), figures
+    after = {p["metadata"]["name"] for p in front_pods(k8s_cluster)}
+    assert len(after) == 2 and not after & before, (before, after)
+
+
 def test_the_status_page_draws_every_panel_through_the_front_service(k8s_cluster: Path) -> None:
     """Issue 49: the status page on the cluster, in headless Chromium through the front's Service
     (its NodePort), with every panel drawing data: the pods' rotation and gate history (the targets
