@@ -17,6 +17,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
 from components.kubernetes import workload
+from components.kubernetes.pod_security import restricted, scratch
 from components.kubernetes.state import moved_from_root
 from components.render.nginx_conf import (
     CONF_FILE,
@@ -49,6 +50,8 @@ gate passed, so that is why (the template's fallback says "starting or down", wh
 answers wrong is not). The Docker front's rotation writes the same file with the failing host's
 gate, ``rotation/reason.map``."""
 
+FRONT_SCRATCH = scratch("tmp", "/tmp", "1Gi")
+"""nginx's pid and the temp files of what it buffers (``runtime_dir``): the root file system is read-only."""
 KEEPALIVE_TIME_SECONDS = 2
 """How long nginx reuses one connection to the Service: shorter than the serving pods' preStop
 pause, so no request rides an old connection into a pod that has begun to drain."""
@@ -178,7 +181,7 @@ class KubernetesFront(pulumi.ComponentResource):
                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                 "template": {
                     "metadata": {"labels": selector, "annotations": {"glm53/release": digest}},
-                    "spec": {
+                    "spec": restricted({
                         "terminationGracePeriodSeconds": 60,
                         "containers": [{
                             "name": "nginx",
@@ -186,12 +189,12 @@ class KubernetesFront(pulumi.ComponentResource):
                             "imagePullPolicy": k8s_target.image_pull_policy,
                             "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
                             "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
-                            "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}],
+                            "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}, FRONT_SCRATCH[1]],
                             "readinessProbe": workload.listening_probe("http"),
                             "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", FRONT_QUIT]}}},
                         }],
-                        "volumes": [{"name": "release", "projected": projected}],
-                    },
+                        "volumes": [{"name": "release", "projected": projected}, FRONT_SCRATCH[0]],
+                    }),
                 },
             },
             opts=pulumi.ResourceOptions.merge(
