@@ -17,7 +17,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
 from components.kubernetes import workload
-from components.kubernetes.pod_security import restricted, scratch
+from components.kubernetes.pod_security import FRONT_SCRATCH, restricted
 from components.kubernetes.state import moved_from_root
 from components.render.nginx_conf import (
     CONF_FILE,
@@ -50,8 +50,6 @@ gate passed, so that is why (the template's fallback says "starting or down", wh
 answers wrong is not). The Docker front's rotation writes the same file with the failing host's
 gate, ``rotation/reason.map``."""
 
-FRONT_SCRATCH = scratch("tmp", "/tmp", "1Gi")
-"""nginx's pid and the temp files of what it buffers (``runtime_dir``): the root file system is read-only."""
 KEEPALIVE_TIME_SECONDS = 2
 """How long nginx reuses one connection to the Service: shorter than the serving pods' preStop
 pause, so no request rides an old connection into a pod that has begun to drain."""

@@ -38,15 +38,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
+from components.kubernetes.pod_security import GUARD_SCRATCH
 from components.kubernetes.readiness import VERDICT_DIR, VERDICT_FILE, VERDICT_VOLUME
 from components.kubernetes.state import moved_from_root
-from components.kubernetes.workload import (
-    GUARD_PORT_NAME,
-    GUARD_SCRATCH,
-    ON_ERROR_LOGS,
-    labels,
-    listening_probe,
-)
+from components.kubernetes.workload import GUARD_PORT_NAME, ON_ERROR_LOGS, labels, listening_probe
 from components.render.nginx_conf import CONF_FILE
 from components.render.replica_guard import CONTAINER_PORT, render_guard_files
 from components.serving.replica_credentials import GuardCredentials, guard_credentials

@@ -76,3 +76,22 @@ def api_token_volume(name: str = "api-token") -> tuple[dict[str, Any], dict[str,
         },
     }
     return volume, {"name": name, "mountPath": TOKEN_DIR, "readOnly": True}
+
+
+# Where each process writes, beside the volumes it reads: an emptyDir each, sized.
+VLLM_HOME = "/home/glm53"
+VLLM_SCRATCH = (scratch("vllm-tmp", "/tmp", "8Gi"), scratch("vllm-home", VLLM_HOME, "8Gi"))
+"""vLLM's writable paths beside the claim's caches, for the serving container and the preflight:
+``/tmp`` (torch's and vLLM's temporary files, the engine's IPC sockets) and ``$HOME`` (what a
+library keeps under ``~/.cache`` or ``~/.config`` that ``cache_env`` does not point at the claim:
+FlashInfer's JIT, vLLM's usage-stats file). Lost with the pod, as they are with a container."""
+VLLM_USER_ENV = [{"name": "HOME", "value": VLLM_HOME}, {"name": "USER", "value": "glm53"}]
+"""The UID has no passwd entry in the image: ``HOME`` where vLLM may write, and ``USER`` for
+``getpass.getuser()`` (torch's inductor names its cache folder after it and fails without one)."""
+GATE_SCRATCH = scratch("gate-tmp", "/tmp")
+GUARD_SCRATCH = scratch("guard-tmp", "/tmp", "1Gi")
+"""The guard's nginx: its pid and the temp files of request bodies it buffers (``runtime_dir``)."""
+FRONT_SCRATCH = scratch("tmp", "/tmp", "1Gi")
+"""The front's nginx: its pid and the temp files of what it buffers (``runtime_dir``)."""
+PROBE_SCRATCH = scratch("tmp", "/tmp")
+"""The semantic probe: Python's temporary files."""

@@ -22,7 +22,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig
 from components.kubernetes.guard import SCRAPE_SECRET, SCRAPE_SECRET_KEY
-from components.kubernetes.pod_security import restricted, scratch
+from components.kubernetes.pod_security import PROBE_SCRATCH, restricted
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import labels
 from components.render.nginx_conf import CONTAINER_PORT as FRONT_PORT
@@ -41,8 +41,6 @@ PROBE_NAME = "glm53-semantic-probe"
 """The probe's Deployment and its params' ConfigMap in the namespace, and the Service Prometheus
 scrapes it through (components/kubernetes/monitoring.py)."""
 PROBE_CONTAINER = "probe"
-PROBE_SCRATCH = scratch("tmp", "/tmp")
-"""A writable ``/tmp`` for Python's temporary files: the root file system is read-only."""
 """The container of the probe's pod that runs ``python -m components.semantic_probe``."""
 
 

@@ -23,7 +23,7 @@ pulumi-kubernetes unchanged. What differs from a Docker host, and why:
 - least privilege (components/kubernetes/pod_security.py): no service-account token, a fixed UID
   that is not root, no capability, a read-only root file system; vLLM writes its caches to the
   claim (``cache_env``) and the rest to ``/tmp`` and ``$HOME``, two ``emptyDir`` volumes
-  (:data:`VLLM_SCRATCH`).
+  (``VLLM_SCRATCH``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,13 @@ from components.config import (
     StackConfig,
 )
 from components.gate.messages import LookAt
-from components.kubernetes.pod_security import restricted, scratch
+from components.kubernetes.pod_security import (
+    GATE_SCRATCH,
+    GUARD_SCRATCH,
+    VLLM_SCRATCH,
+    VLLM_USER_ENV,
+    restricted,
+)
 from components.kubernetes.readiness import (
     GATE_KEY_ENV,
     READINESS_REQUEST_TIMEOUT_SECONDS,
@@ -90,18 +96,6 @@ ON_ERROR_LOGS = {"terminationMessagePolicy": "FallbackToLogsOnError"}
 """On every container: one that fails without writing its termination message gets its last log
 lines there (vLLM's argparse error, the preflight's problems), which the roll's watch quotes."""
 HEALTH_TIMEOUT_SECONDS = 10
-VLLM_HOME = "/home/glm53"
-VLLM_SCRATCH = (scratch("vllm-tmp", "/tmp", "8Gi"), scratch("vllm-home", VLLM_HOME, "8Gi"))
-"""vLLM's writable paths beside the claim's caches, for the serving container and the preflight:
-``/tmp`` (torch's and vLLM's temporary files, the engine's IPC sockets) and ``$HOME`` (what a
-library keeps under ``~/.cache`` or ``~/.config`` that ``cache_env`` does not point at the claim:
-FlashInfer's JIT, vLLM's usage-stats file). Lost with the pod, as they are with a container."""
-VLLM_USER_ENV = [{"name": "HOME", "value": VLLM_HOME}, {"name": "USER", "value": "glm53"}]
-"""The UID has no passwd entry in the image: ``HOME`` where vLLM may write, and ``USER`` for
-``getpass.getuser()`` (torch's inductor names its cache folder after it and fails without one)."""
-GATE_SCRATCH = scratch("gate-tmp", "/tmp")
-GUARD_SCRATCH = scratch("guard-tmp", "/tmp", "1Gi")
-"""The guard's nginx: its pid and the temp files of request bodies it buffers (``runtime_dir``)."""
 """The exec health check's limit: a Python start and one ``/health`` request (5 s at most)."""
 
 
