@@ -62,7 +62,9 @@ def test_the_preflight_runs_first_with_vllms_cards_weights_and_shm(a800_pod: dic
     assert {"name": "weights", "mountPath": "/models", "readOnly": True} in preflight["volumeMounts"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in preflight["volumeMounts"]
     assert preflight["env"] == [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "HOME", "value": "/home/glm53"},
+        {"name": "USER", "value": "glm53"},
     ]
     assert preflight["terminationMessagePolicy"] == "FallbackToLogsOnError"
 

@@ -234,7 +234,8 @@ class KubernetesTargetConfig(Model):
     cache_host_path: str | None = Field(
         None,
         description="One-node clusters without a provisioner: a hostPath PersistentVolume (Retain) bound "
-        "to the cache claim; unset: the cluster's default StorageClass provides it.",
+        "to the cache claim, writable by the pods' UID 10001 (`install -d -o 10001 -g 10001 DIR`); unset: "
+        "the cluster's default StorageClass provides it.",
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", description="The pods' imagePullPolicy (`Never` for images loaded into the nodes)."

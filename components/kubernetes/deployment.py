@@ -39,7 +39,8 @@ from components.kubernetes.images import ClusterImages, ClusterImagesArgs, build
 from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs, alert_look_at
 from components.kubernetes.probe import KubernetesSemanticProbe, KubernetesSemanticProbeArgs
 from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
-from components.kubernetes.workload import PodConfig
+from components.kubernetes.teardown import PodsGone
+from components.kubernetes.workload import PodConfig, grace_seconds
 from components.promotion import fingerprint, served_model
 from components.render.nginx_meter import MeterRoute, meter_route
 from components.render.prometheus_config import ScrapeSpec
@@ -68,10 +69,10 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     unbound = render_serving(config)
     serving = pod_serving(unbound)  # vLLM on the pod's loopback, behind its guard
     images = _cluster_images(config, k8s_target, stack)
-    in_ns = _in_namespace(k8s_target, stack)
+    pod = PodConfig.of(config)
+    in_ns = _in_namespace(k8s_target, stack, grace_seconds(pod, k8s_target))
     cache = JitCache(f"{stack}-jit-cache", k8s_target, stack, opts=in_ns)
     guard = PodGuard(stack, PodGuardArgs(config.front, serving.port, k8s_target, stack), opts=in_ns)
-    pod = PodConfig.of(config)
     pods = ServingPods(
         f"{stack}-vllm", _pods_args(pod, serving, k8s_target, stack, images, guard, cache), opts=in_ns
     )
@@ -128,8 +129,9 @@ def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, sta
     )
 
 
-def _in_namespace(k8s_target: KubernetesTargetConfig, stack: str) -> pulumi.ResourceOptions:
-    """The cluster's provider and the stack's namespace: what every object of the stack is created in."""
+def _in_namespace(k8s_target: KubernetesTargetConfig, stack: str, grace: int) -> pulumi.ResourceOptions:
+    """The cluster's provider and the stack's namespace: what every object of the stack is created in;
+    and ``PodsGone``, which ``destroy`` deletes after them all: it waits for the pods to stop."""
     cluster = k8s.Provider(
         f"{stack}-k8s",
         kubeconfig=os.path.expanduser(k8s_target.kubeconfig) if k8s_target.kubeconfig else None,
@@ -141,7 +143,8 @@ def _in_namespace(k8s_target: KubernetesTargetConfig, stack: str) -> pulumi.Reso
         # Kept on destroy with the cache claim in it (deleting a namespace deletes its claims).
         opts=pulumi.ResourceOptions(provider=cluster, retain_on_delete=True),
     )
-    return pulumi.ResourceOptions(providers=[cluster], depends_on=[namespace])
+    gone = PodsGone(f"{stack}-pods-gone", k8s_target, stack, grace)
+    return pulumi.ResourceOptions(providers=[cluster], depends_on=[namespace, gone])
 
 
 def _pods_args(

@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
 from components.kubernetes import workload
+from components.kubernetes.pod_security import FRONT_SCRATCH, restricted
 from components.kubernetes.state import moved_from_root
 from components.render.nginx_conf import (
     CONF_FILE,
@@ -219,13 +220,13 @@ class KubernetesFront(pulumi.ComponentResource):
             "imagePullPolicy": k8s_target.image_pull_policy,
             "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
             "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
-            "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}],
+            "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}, FRONT_SCRATCH[1]],
             "readinessProbe": workload.listening_probe("http"),
             "lifecycle": {"preStop": {"exec": {"command": [
                 "/bin/sh", "-c", metered_quit(args.scrape_seconds) if metered else FRONT_QUIT,
             ]}}},
         }  # fmt: skip
-        volumes: list[dict[str, Any]] = [{"name": "release", "projected": projected}]
+        volumes: list[dict[str, Any]] = [{"name": "release", "projected": projected}, FRONT_SCRATCH[0]]
         if metered:
             # The counters of a container the kubelet restarts (the pod's own volume outlives it).
             container["ports"].append({"name": "status", "containerPort": STATUS_PORT})
@@ -241,7 +242,7 @@ class KubernetesFront(pulumi.ComponentResource):
                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                 "template": {
                     "metadata": {"labels": selector, "annotations": {"glm53/release": digest}},
-                    "spec": {
+                    "spec": restricted({
                         "terminationGracePeriodSeconds": grace,
                         # One pod per node where there are several: a node lost takes one door, not all.
                         "topologySpreadConstraints": [{
@@ -250,7 +251,7 @@ class KubernetesFront(pulumi.ComponentResource):
                         }],
                         "containers": [container],
                         "volumes": volumes,
-                    },
+                    }),
                 },
             },
             opts=pulumi.ResourceOptions.merge(

@@ -38,6 +38,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
+from components.kubernetes.pod_security import GUARD_SCRATCH
 from components.kubernetes.readiness import VERDICT_DIR, VERDICT_FILE, VERDICT_VOLUME
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import GUARD_PORT_NAME, ON_ERROR_LOGS, labels, listening_probe
@@ -97,6 +98,7 @@ def guard_container(k8s_target: KubernetesTargetConfig, image: str) -> dict[str,
             {"name": "guard", "mountPath": GUARD_DIR, "readOnly": True},
             # The gate sidecar's verdict: no inference while its check has not passed.
             {"name": VERDICT_VOLUME, "mountPath": VERDICT_DIR, "readOnly": True},
+            GUARD_SCRATCH[1],
         ],
         "readinessProbe": listening_probe(GUARD_PORT_NAME),
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", guard_quit(k8s_target.pre_stop_seconds)]}}},

@@ -22,6 +22,7 @@ import pulumi_kubernetes as k8s
 from components.config import KubernetesTargetConfig, MonitoringConfig
 from components.gate.messages import LookAt
 from components.kubernetes.guard import GUARD_CA_KEY, GUARD_PORT, SCRAPE_SECRET, SCRAPE_SECRET_KEY, PodGuard
+from components.kubernetes.pod_security import api_token_volume, restricted
 from components.kubernetes.probe import PROBE_NAME, probe_log
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import (
@@ -59,12 +60,17 @@ CONFIG_DIR = CONFIG_PATH.rsplit("/", 1)[0]
 TARGETS_DIR = "/var/lib/glm53-targets"
 TARGETS_FILE = f"{TARGETS_DIR}/vllm.json"
 FRONT_TARGETS_FILE = f"{TARGETS_DIR}/front.json"
+"""The front pods' status ports: the usage meter's counters, each pod's own (Prometheus sums them)."""
 ROTATION_PORT = 9147
 """Where the targets lister serves the serving pods' rotation, inside Prometheus' pod (loopback)."""
 TARGETS_PERIOD_SECONDS = 5
-"""The front pods' status ports: the usage meter's counters, each pod's own (Prometheus sums them)."""
 TARGETS_SCRIPT = Path(__file__).parents[1] / "host" / "k8s_targets.py"
 SCRIPT_DIR = "/opt/glm53"
+API_TOKEN = api_token_volume()
+"""The service-account token, for ``targets`` alone: ``prometheus`` calls no API."""
+ROLE_VERBS = ["list"]
+"""What ``targets`` asks the API server (components/host/k8s_targets.py ``list_pods``: one list of
+the serving pods per period), and nothing more: no get, no watch."""
 
 
 def alert_look_at(pods: LookAt, namespace: str, stack: str) -> AlertLookAt:
@@ -158,6 +164,7 @@ def targets_container(
         "volumeMounts": [
             {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},
             {"name": "targets", "mountPath": TARGETS_DIR},
+            API_TOKEN[1],  # the listers call the API server: the token is mounted in them only
         ],
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}},
     }
@@ -171,7 +178,7 @@ def _rbac(name: str, namespace: str, opts: pulumi.ResourceOptions) -> k8s.core.v
     role = k8s.rbac.v1.Role(
         f"{name}-role",
         metadata={"namespace": namespace, "name": "glm53-prometheus"},
-        rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ROLE_VERBS}],
         opts=opts,
     )
     k8s.rbac.v1.RoleBinding(
@@ -346,7 +353,7 @@ class KubernetesScrape(pulumi.ComponentResource):
                 "template": {
                     # A new config or rule file restarts Prometheus (the Docker stack replaces its container).
                     "metadata": {"labels": selector, "annotations": {"glm53/config": digest}},
-                    "spec": {
+                    "spec": restricted({
                         "serviceAccountName": "glm53-prometheus",
                         "containers": [{
                             "name": "prometheus",
@@ -377,8 +384,9 @@ class KubernetesScrape(pulumi.ComponentResource):
                             {"name": "targets", "emptyDir": {}},
                             {"name": "script", "configMap": {"name": "glm53-prometheus-targets"}},
                             {"name": "status-page", "configMap": {"name": "glm53-status-page"}},
+                            API_TOKEN[0],
                         ],
-                    },
+                    }),
                 },
             },
             opts=pulumi.ResourceOptions.merge(
