@@ -61,7 +61,9 @@ def _secret_files(guarded: GuardedScrape | None) -> pulumi.Output[dict[str, str]
     if guarded.certificate is not None:
         parts.append(guarded.certificate)
     names = [SCRAPE_KEY_FILE, REPLICA_CA_FILE][: len(parts)]
-    return pulumi.Output.secret(pulumi.Output.all(*parts).apply(lambda values: dict(zip(names, values))))
+    return pulumi.Output.secret(
+        pulumi.Output.all(*parts).apply(lambda values: dict(zip(names, values, strict=True)))
+    )
 
 
 def release_files(
