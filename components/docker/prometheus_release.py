@@ -142,7 +142,7 @@ def _rules_change(old: str, new: str) -> str:
     """
     before, after = _rules(old), _rules(new)
     parts = []
-    changed = []
+    changed: list[str] = []
     for name in sorted(before.keys() & after.keys()):
         fields = [
             (k if k != "expr" or not _token_change(str(before[name].get(k)), str(after[name].get(k)))
