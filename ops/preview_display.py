@@ -99,17 +99,18 @@ def compact(lines: Iterable[str]) -> Iterator[str]:
     for text in lines:
         line = parse(text)
         if not line.plain.strip():
-            # The engine follows each line a provider prints ([smoke-gate] …) with a blank one.
-            if (not stack or stack[-1].mode != "drop") and not said.startswith("["):
+            # The engine follows each line a provider prints ([smoke-gate] …) with a blank one; one
+            # blank line is enough anywhere.
+            if (not stack or stack[-1].mode != "drop") and said and not said.startswith("["):
                 yield text
-            said = ""
+                said = ""
             continue
+        said = line.plain
         if line.indent == 0:
             in_resources = line.plain.startswith("Previewing ") or (
                 in_resources and line.plain != "Resources:"
             )
             stack.clear()
-            said = line.plain
             yield text
             continue
         if not in_resources:
