@@ -107,10 +107,10 @@ def compact(lines: Iterable[str]) -> Iterator[str]:
             continue
         said = line.plain
         if line.indent == 0:
-            in_resources = line.plain.startswith("Previewing ") or (
-                in_resources and line.plain != "Resources:"
-            )
-            stack.clear()
+            # A provider's line or a warning may come between a resource's lines: it changes nothing.
+            if line.plain.startswith("Previewing ") or line.plain == "Resources:":
+                in_resources = line.plain != "Resources:"
+                stack.clear()
             yield text
             continue
         if not in_resources:

@@ -53,7 +53,8 @@ if [ "${1:-}" = up ] && [[ " ${args[*]} " != *" --json "* ]]; then
 fi
 # `preview --diff` shows what changes, not what stays: the unchanged inputs of a changed dynamic
 # resource and the unchanged elements of a changed list or map are left out (ops/preview_display.py).
-# GLM_FULL_DIFF=1: the engine's own display.
+# GLM_FULL_DIFF=1: the engine's own display. The engine's stderr goes through it too: the gates' and Prometheus' lines
+# come there, each followed by a blank line.
 compact=
 if [ "${1:-}" = preview ] && [[ " ${args[*]} " == *" --diff "* && " ${args[*]} " != *" --json "* ]] && [ -z "${GLM_FULL_DIFF:-}" ]; then
   compact=1
@@ -71,7 +72,7 @@ fi
 [ -n "$events$agent$compact" ] || exec pulumi "${args[@]}"
 status=0
 if [ -n "$compact" ]; then
-  pulumi "${args[@]}" | python -m ops.preview_display || status=$?
+  pulumi "${args[@]}" 2>&1 | python -m ops.preview_display || status=$?
 else
   pulumi "${args[@]}" || status=$?
 fi

@@ -360,6 +360,8 @@ def test_5_4_a_new_key_and_a_weight_read_by_name_in_the_preview(user: User) -> N
     print(f"preview of the usage meter's weight bob 2 -> 3: {len(said.splitlines())} lines")
     assert re.search(r"~ bob +: 2 => 3", weighed.stdout), weighed.stdout[-3000:]
     assert len(said.splitlines()) < 60, said
+    up = user.pulumi("up", "--yes", "--skip-preview")
+    assert up.returncode == 0, up.stdout[-3000:]
     # A limit that changes an alert rule: Prometheus' files reload in place, said one line a file.
     limit = user.sh(
         "make", "--no-print-directory", "preview", "STACK=local",
