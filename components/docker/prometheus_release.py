@@ -142,16 +142,11 @@ def _rules_change(old: str, new: str) -> str:
     """
     before, after = _rules(old), _rules(new)
     parts = []
-    changed: list[str] = []
-    for name in sorted(before.keys() & after.keys()):
-        fields = [
-            (k if k != "expr" or not _token_change(str(before[name].get(k)), str(after[name].get(k)))
-             else f"expr {_token_change(str(before[name].get(k)), str(after[name].get(k)))}")
-            for k in sorted(before[name].keys() | after[name].keys(), key=_field_order)
-            if before[name].get(k) != after[name].get(k)
-        ]  # fmt: skip
-        if fields:
-            changed.append(f"{name}: {', '.join(fields)}" if len(changed) < MAX_NAMED else name)
+    changed = [
+        f"{name}: {', '.join(fields)}"
+        for name in sorted(before.keys() & after.keys())
+        if (fields := _fields_changed(before[name], after[name]))
+    ]
     if changed:
         more = f" and {len(changed) - MAX_NAMED} more" if len(changed) > MAX_NAMED else ""
         parts.append(f"{'alert' if len(changed) == 1 else 'alerts'} {'; '.join(changed[:MAX_NAMED])}{more}")
@@ -160,6 +155,21 @@ def _rules_change(old: str, new: str) -> str:
     if removed := sorted(before.keys() - after.keys()):
         parts.append(_named("removed", removed))
     return "; ".join(parts) or "same rules, reformatted"
+
+
+def _fields_changed(was: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """A rule's changed fields, expr and for first; a short edit in one of them as old → new.
+
+    >>> _fields_changed({"expr": "x > 1", "for": "5m", "summary": "s"}, {"expr": "x > 2", "for": "5m", "summary": "t"})
+    ['expr `1` → `2`', 'summary']
+    """
+    fields = []
+    for field in sorted(was.keys() | now.keys(), key=_field_order):
+        if was.get(field) == now.get(field):
+            continue
+        edit = _token_change(str(was.get(field)), str(now.get(field))) if field in ("expr", "for") else None
+        fields.append(f"{field} {edit}" if edit else field)
+    return fields
 
 
 def _field_order(field: str) -> tuple[int, str]:
