@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from components.docker.prometheus_release import describe_change, files_changes
+from components.docker.prometheus_release import describe_change, files_changes, say_what_changes
 from components.render.prometheus_config import ScrapeSpec
 from components.render.prometheus_rules import render_alert_rules
 from ops.preview_display import compact
@@ -104,3 +104,21 @@ def test_files_changes_says_each_changed_file_once(
     old: dict[str, str], new: dict[str, str], said: list[str]
 ) -> None:
     assert files_changes(old, new) == said
+
+
+def test_a_release_says_why_it_is_delivered_again(capsys: pytest.CaptureFixture[str]) -> None:
+    files = {"rules.yml": rules(), "prometheus.yml": "global: {}\n"}
+    was = {"contents": files, "container_id": "a", "version": "1+x", "secrets_digest": "d"}
+    say_what_changes(was, {**was, "version": "1+y"})
+    assert capsys.readouterr().err == (
+        "[prometheus] the same files, delivered again: the release's code changed (version)\n"
+    )
+    say_what_changes(was, {**was, "container_id": "b"})
+    assert "delivered again to a new Prometheus container" in capsys.readouterr().err
+    lowered = {**files, "rules.yml": rules(monitoring={"thresholds": {"kvCacheUsage": 0.8}})}
+    say_what_changes(was, {**was, "contents": lowered})
+    said = capsys.readouterr().err.splitlines()
+    assert said[0].startswith("[prometheus] rules.yml: ") and said[1].startswith(
+        "[prometheus] Prometheus files only"
+    )
+    assert len(said) == 2

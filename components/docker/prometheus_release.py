@@ -274,9 +274,14 @@ def say_what_changes(olds: Mapping[str, Any], news: Mapping[str, Any]) -> None:
         news.get("secrets_digest")
     ):
         lines.append("the scrape key or the guards' certificate changed")
+    if not lines and olds.get("contents"):
+        if olds.get("container_id") != news.get("container_id"):
+            lines.append("the same files, delivered again to a new Prometheus container")
+        elif olds.get("version") != news.get("version"):
+            lines.append("the same files, delivered again: the release's code changed (version)")
     for line in lines:
         print(f"[prometheus] {line}", file=sys.stderr, flush=True)
-    if lines and olds.get("contents"):
+    if lines and olds.get("contents") and olds.get("contents") != contents:
         print(f"[prometheus] {EFFECT}", file=sys.stderr, flush=True)
 
 
