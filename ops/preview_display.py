@@ -107,9 +107,11 @@ def compact(lines: Iterable[str]) -> Iterator[str]:
             continue
         said = line.plain
         if line.indent == 0:
-            # A provider's line or a warning may come between a resource's lines: it changes nothing.
+            # A provider's line ([smoke-gate] …) may come between a resource's lines: it changes
+            # nothing. Anything else (a warning, an error and the lines under it) is shown whole.
             if line.plain.startswith("Previewing ") or line.plain == "Resources:":
                 in_resources = line.plain != "Resources:"
+            if not line.plain.startswith("["):
                 stack.clear()
             yield text
             continue

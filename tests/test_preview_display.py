@@ -69,6 +69,14 @@ def test_a_created_resource_is_shown_whole() -> None:
     assert len(created) > 250 and all(line in kept for line in created)
 
 
+def test_an_error_is_shown_whole() -> None:
+    refused = [
+        "Previewing update (local):\n", "  pulumi:pulumi:Stack: (same)\n", "error: invalid stack configuration:\n",
+        "  glm:serving.maxModelLen=0 must be greater than 0.\n", "      and a line under it\n", "Resources:\n",
+    ]  # fmt: skip
+    assert list(compact(refused)) == [line for line in refused if "(same)" not in line]
+
+
 def test_the_filter_never_hides_what_it_cannot_read() -> None:
     odd = ["Previewing update (local):\n", "    ~ x:y:Z: (update)\n", "      ~ a: {\n", "          b\n"]
     assert list(compact(odd))[:3] == odd[:3]
