@@ -107,11 +107,12 @@ def compact(lines: Iterable[str]) -> Iterator[str]:
             continue
         said = line.plain
         if line.indent == 0:
-            # A provider's line ([smoke-gate] …) may come between a resource's lines: it changes
-            # nothing. Anything else (a warning, an error and the lines under it) is shown whole.
+            # A provider's line ([smoke-gate] …) or a warning may come between a resource's lines:
+            # it changes nothing. An error ends the block it interrupts: the lines under it are shown.
             if line.plain.startswith("Previewing ") or line.plain == "Resources:":
                 in_resources = line.plain != "Resources:"
-            if not line.plain.startswith("["):
+                stack.clear()
+            if line.plain.startswith("error"):
                 stack.clear()
             yield text
             continue
