@@ -29,6 +29,7 @@ that repeats an answer verbatim hits a little further on vLLM).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -42,9 +43,8 @@ def block_hashes(pieces: list, block_size: int, cache_salt: str | None = None) -
     parent = NONE_HASH
     for b in range(len(pieces) // block_size):
         h = hashlib.sha256(parent)
-        for piece in pieces[b * block_size : (b + 1) * block_size]:
-            data = piece.encode("utf-8")  # the piece, not its CRC id: ids may collide, pieces not
-            h.update(len(data).to_bytes(4, "little") + data)
+        # The pieces themselves, not their CRC ids (ids may collide, pieces not), as one JSON list.
+        h.update(json.dumps(pieces[b * block_size : (b + 1) * block_size]).encode("utf-8"))
         if b == 0 and cache_salt:
             h.update(b"\x00salt\x00" + cache_salt.encode("utf-8"))
         parent = h.digest()
