@@ -129,6 +129,10 @@ def test_a_profile_sets_the_prefill_rate_and_the_pool_and_explicit_knobs_win() -
         },
     )
     assert (mine.prefill_tokens_per_s, mine.pool_tokens) == (123.0, 640)
+    override = parse_config(
+        [*argv, "--num-gpu-blocks-override", "160"], env={"VLLM_SIM_KV_POOL_TOKENS": "640"}
+    )
+    assert override.pool_tokens == 160 * 16  # vLLM's flag replaces the pool, as in vLLM
     with pytest.raises(UsageError, match="VLLM_SIM_PROFILE='h100'"):
         parse_config(argv, env={"VLLM_SIM_PROFILE": "h100"})
 

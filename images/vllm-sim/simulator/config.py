@@ -58,6 +58,7 @@ class Config:
     max_model_len: int = DEFAULT_MAX_MODEL_LEN
     max_num_seqs: int = 256
     block_size: int = 16
+    num_gpu_blocks_override: int | None = None
     gpu_memory_utilization: float = 0.9
     kv_cache_dtype: str = "auto"
     speculative: dict | None = None
@@ -134,6 +135,7 @@ _VALUE_FLAGS = {
     "--max-model-len": "max_model_len",
     "--max-num-seqs": "max_num_seqs",
     "--block-size": "block_size",
+    "--num-gpu-blocks-override": "num_gpu_blocks_override",
     "--gpu-memory-utilization": "gpu_memory_utilization",
     "--kv-cache-dtype": "kv_cache_dtype",
     "--speculative-config": "speculative",
@@ -305,6 +307,8 @@ def _apply_flags(cfg: Config, raw: dict, positionals: list, env: dict) -> None:
         cfg.max_model_len = DEFAULT_MAX_MODEL_LEN if mml <= 0 else mml
         cfg.max_num_seqs = int(raw.get("max_num_seqs", cfg.max_num_seqs))
         cfg.block_size = int(raw.get("block_size", cfg.block_size))
+        if "num_gpu_blocks_override" in raw:
+            cfg.num_gpu_blocks_override = int(raw["num_gpu_blocks_override"])
         cfg.gpu_memory_utilization = float(raw.get("gpu_memory_utilization", cfg.gpu_memory_utilization))
     except ValueError as exc:
         raise UsageError(f"invalid numeric argument: {exc}") from None
@@ -345,6 +349,8 @@ def _apply_env(cfg: Config, env: dict) -> None:
     cfg.kv_pool_tokens = _env_int(
         env, "VLLM_SIM_KV_POOL_TOKENS", hardware.kv_pool_tokens or 4 * cfg.max_model_len
     )
+    if cfg.num_gpu_blocks_override is not None:  # vLLM's override replaces the pool it measured
+        cfg.kv_pool_tokens = cfg.num_gpu_blocks_override * cfg.block_size
     faults = {f.strip() for f in env.get("VLLM_SIM_FAULT", "").split(",") if f.strip()}
     unknown = faults - FAULTS
     if unknown:
