@@ -33,7 +33,6 @@ from typing import Any
 
 POOL_BLOCKS = 160
 """The KV pool: ``--num-gpu-blocks-override`` (160 x 16 = 2,560 tokens, above max-model-len 2048)."""
-PORT = 8321
 VOCAB = (3, 312)
 """Token ids the tiny Qwen2 config has (vocab 312), special ones left out."""
 
@@ -114,14 +113,18 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     spec = json.loads(Path(args.spec).read_text())
     argv = [t for t in spec["argv"] if not t.startswith("--port=")]
-    argv += [f"--port={PORT}", "--enable-prompt-tokens-details", f"--num-gpu-blocks-override={POOL_BLOCKS}"]
+    argv += [
+        f"--port={args.port}",
+        "--enable-prompt-tokens-details",
+        f"--num-gpu-blocks-override={POOL_BLOCKS}",
+    ]
     env = {**os.environ, **spec["env"]}
     if args.engine == "vllm":
         cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", *argv]
     else:
         cmd = [sys.executable, args.sim, "serve", *argv]
         env.update(VLLM_SIM_DECODE_TOKEN_SECONDS="0", VLLM_SIM_QUIET="1")
-    base = f"http://127.0.0.1:{PORT}"
+    base = f"http://127.0.0.1:{args.port}"
     log = out / "serve.log"
     with log.open("wb") as sink:
         proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
@@ -172,6 +175,7 @@ def main() -> int:
         "--sim", default=str(Path(__file__).resolve().parents[2] / "images/vllm-sim/vllm_sim.py")
     )
     running.add_argument("--ready-seconds", type=float, default=300)
+    running.add_argument("--port", type=int, default=8321)
     running.add_argument("out")
     args = parser.parse_args()
     return run(args)

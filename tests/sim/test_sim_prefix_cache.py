@@ -79,25 +79,34 @@ def test_block_hashes_chain_their_parents() -> None:
     assert block_hashes(pieces("x", 32), BLOCK, "salt")[0] != a[0]
 
 
-def test_eviction_is_least_recently_used_and_a_chain_loses_its_tail_first() -> None:
-    """vLLM frees a request's blocks in reverse, so its last block is evicted before its first."""
-    pool = BlockPool(num_blocks=10, block_size=BLOCK, caching=True)
-    a = pieces("a", 4 * BLOCK + 1)  # 4 full blocks cached, 5 held while running
+def test_eviction_takes_the_queues_head_and_a_chain_loses_its_tail_first() -> None:
+    """vLLM's free queue: block 0 is the null block; never-used blocks first, then a finished
+    request's blocks in reverse (its unhashed last block, then its chain tail first)."""
+    pool = BlockPool(num_blocks=10, block_size=BLOCK, caching=True)  # 9 usable
+    a = pieces("a", 4 * BLOCK + 1)  # 5 blocks: 4 full (cached) and 1 partial
     run_once(pool, a)
     assert pool.cached_blocks == 4
-    b = pieces("b", 6 * BLOCK + 1)  # needs 7 blocks: 6 never-used ones, then 1 evicted from a
+    b = pieces("b", 6 * BLOCK + 1)  # 7 blocks: the 4 never used, a's partial, then 2 of a's chain
     run_once(pool, b)
-    assert pool.evictions == 1
-    assert run_once(pool, a) == 3 * BLOCK  # a's first three blocks are still there
+    assert pool.evictions == 2
+    assert run_once(pool, a) == 2 * BLOCK  # a's first two blocks are still there
+
+
+def test_the_last_sampled_token_takes_no_block() -> None:
+    """A 16-token prompt with max_tokens 1 computes 16 tokens' KV: one block, not two."""
+    pool = BlockPool(num_blocks=2, block_size=BLOCK, caching=True)  # 1 usable
+    prompt = pieces("k", BLOCK)
+    assert pool.fits(block_hashes(prompt, BLOCK), BLOCK, BLOCK + 1)
+    assert not pool.fits(block_hashes(prompt, BLOCK), BLOCK, BLOCK + 2)
 
 
 def test_blocks_of_running_requests_are_never_evicted() -> None:
-    pool = BlockPool(num_blocks=8, block_size=BLOCK, caching=True)
+    pool = BlockPool(num_blocks=8, block_size=BLOCK, caching=True)  # 7 usable
     a = pieces("a", 4 * BLOCK + 1)
     hashes = block_hashes(a, BLOCK)
     holding, _ = pool.admit(hashes, len(a), len(a) + 1)
     pool.commit(holding, hashes)
-    b = pieces("b", 3 * BLOCK)  # 3 blocks + 1 for its output: 4 > the 3 free
+    b = pieces("b", 3 * BLOCK)  # 3 blocks > the 2 free
     assert not pool.fits(block_hashes(b, BLOCK), len(b), len(b) + 1)
     pool.release(holding)
     assert pool.fits(block_hashes(b, BLOCK), len(b), len(b) + 1)

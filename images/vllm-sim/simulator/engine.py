@@ -91,7 +91,7 @@ class Engine:
 
     def snapshot(self) -> tuple:
         with self.cond:
-            blocks = self.pool.num_blocks
+            blocks = self.pool.usable
             usage = min(1.0, self.pool.used / blocks) if blocks else 0.0
             return len(self.running), len(self.waiting), self.waiting_reasons(), usage
 

@@ -14,16 +14,20 @@ Modelled on vLLM's own accounting (read in ``vllm/v1/core/kv_cache_utils.py``,
   searched only up to ``prompt tokens - 1`` (``get_computed_blocks``: the last token is always
   computed, to get logits). So ``cached_tokens`` is a multiple of the block size:
   ``floor((P - 1) / block_size) * block_size`` for a prompt whose every block is cached.
-* The pool has ``num_gpu_blocks`` blocks. Running requests hold theirs (shared blocks once, by
-  reference count). A finished request's hashed blocks stay cached in the free queue, its last
-  block first in line for eviction (``free`` appends them in reverse), and a block is evicted
-  (least recently used first) only when a new allocation needs it. A cache hit takes its blocks
-  out of the free queue.
+* The pool has ``num_gpu_blocks`` blocks, one of them vLLM's null block (never used). Free blocks
+  wait in one queue, in eviction order: at first by block id; a finished request's blocks join its
+  tail in reverse (its last block first in line, so a chain loses its tail before its head), and a
+  new allocation takes the queue's head, evicting the hash of a cached block it takes. A cache hit
+  takes its blocks out of the queue (``touch``); blocks of running requests are shared by reference
+  count and never evicted. A block computed again while an equal one is cached is cached too (vLLM
+  does not de-duplicate); a lookup takes the first.
+* A request holds blocks for every token whose KV it computes: the prompt and all but the last of
+  its ``max_tokens`` (the last token sampled is never fed back).
 
-What differs, on purpose: the simulator reserves a request's blocks for prompt + ``max_tokens``
-at admission (vLLM allocates as it goes), caches a prompt's blocks when its prefill ends (vLLM when
-the chunk is scheduled) and never caches the blocks of generated tokens (vLLM does, so a next turn
-that repeats an answer verbatim hits a little further on vLLM).
+What differs, on purpose: the simulator takes a request's blocks for prompt + ``max_tokens`` at
+admission (vLLM allocates as it goes, and may preempt), caches a prompt's blocks when its prefill
+ends (vLLM when the chunk is scheduled) and never caches the blocks of generated tokens (vLLM does,
+so a next turn that repeats an answer verbatim hits a little further on vLLM).
 """
 
 from __future__ import annotations
@@ -54,100 +58,110 @@ def block_hashes(pieces: list, block_size: int, cache_salt: str | None = None) -
 
 @dataclass(eq=False)
 class Holding:
-    """The blocks one running request holds: shared cached ones (by hash) and plain ones."""
+    """The blocks one running request holds, by id in the order of its tokens, and how many of the
+    first are its cached prefix."""
 
-    hashed: list = field(default_factory=list)
-    plain: int = 0
+    blocks: list = field(default_factory=list)
+    hits: int = 0
 
 
 class BlockPool:
-    """``num_blocks`` KV blocks of ``block_size`` tokens; cached blocks by hash, in use or free.
-
-    Not thread-safe: the engine calls it under its own lock."""
+    """``num_blocks`` KV blocks of ``block_size`` tokens, as vLLM's ``BlockPool``: a free queue in
+    eviction order, the cached blocks by hash. Not thread-safe: the engine calls it under its lock."""
 
     def __init__(self, num_blocks: int, block_size: int, caching: bool):
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.caching = caching
-        self.in_use: dict = {}  # hash -> reference count (blocks running requests hold)
-        self.evictable: OrderedDict = OrderedDict()  # hash -> None, least recently used first
-        self.used = 0  # blocks held by running requests, shared ones once
+        # Block 0 is vLLM's null block: never allocated, never free.
+        self.queue: OrderedDict = OrderedDict((i, None) for i in range(1, num_blocks))
+        self.ref: dict = {}  # block id -> requests holding it (absent: 0)
+        self.hash_of: dict = {}  # block id -> its hash, while cached
+        self.cached: dict = {}  # hash -> {block id: None}, the first the one a lookup takes
         self.evictions = 0
+
+    @property
+    def usable(self) -> int:
+        return max(0, self.num_blocks - 1)
 
     @property
     def free(self) -> int:
         """Free blocks, cached-but-evictable ones included (vLLM's ``get_num_free_blocks``)."""
-        return self.num_blocks - self.used
+        return len(self.queue)
+
+    @property
+    def used(self) -> int:
+        return self.usable - len(self.queue)
 
     @property
     def cached_blocks(self) -> int:
-        return len(self.in_use) + len(self.evictable)
+        return len(self.hash_of)
 
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 
-    def hit_blocks(self, hashes: list, prompt_tokens: int) -> int:
-        """How many leading blocks are cached, up to ``prompt_tokens - 1`` tokens."""
+    def _hits(self, hashes: list, prompt_tokens: int) -> list:
+        """The block ids of the longest cached prefix, up to ``prompt_tokens - 1`` tokens."""
         if not self.caching:
-            return 0
-        limit = max(0, prompt_tokens - 1) // self.block_size
-        hits = 0
-        for h in hashes[:limit]:
-            if h not in self.in_use and h not in self.evictable:
+            return []
+        found = []
+        for h in hashes[: max(0, prompt_tokens - 1) // self.block_size]:
+            ids = self.cached.get(h)
+            if not ids:
                 break
-            hits += 1
-        return hits
+            found.append(next(iter(ids)))
+        return found
+
+    def _needed(self, hits: list, reserve_tokens: int) -> int:
+        """New blocks to take, and the hit blocks that leave the free queue, together."""
+        kv_tokens = max(1, reserve_tokens - 1)  # the last token sampled is never computed
+        return self.blocks_for(kv_tokens) - len(hits) + sum(1 for b in hits if b in self.queue)
 
     def fits(self, hashes: list, prompt_tokens: int, reserve_tokens: int) -> bool:
-        """Whether a request reserving ``reserve_tokens`` can be admitted now."""
-        hits = hashes[: self.hit_blocks(hashes, prompt_tokens)]
-        from_free = sum(1 for h in hits if h not in self.in_use)
-        return self.blocks_for(reserve_tokens) - len(hits) + from_free <= self.free
+        """Whether a request of ``prompt_tokens`` that may reach ``reserve_tokens`` fits now."""
+        return self._needed(self._hits(hashes, prompt_tokens), reserve_tokens) <= self.free
 
     def admit(self, hashes: list, prompt_tokens: int, reserve_tokens: int) -> tuple[Holding, int]:
         """Take the cached prefix and new blocks for the rest; returns the holding and the number
         of cached tokens. The caller checked :meth:`fits`."""
-        hits = hashes[: self.hit_blocks(hashes, prompt_tokens)]
-        for h in hits:
-            if h in self.in_use:
-                self.in_use[h] += 1
-            else:
-                del self.evictable[h]
-                self.in_use[h] = 1
-                self.used += 1
-        plain = self.blocks_for(reserve_tokens) - len(hits)
-        self._take(plain)
-        return Holding(list(hits), plain), len(hits) * self.block_size
+        hits = self._hits(hashes, prompt_tokens)
+        for block in hits:  # vLLM's touch
+            self.queue.pop(block, None)
+            self.ref[block] = self.ref.get(block, 0) + 1
+        fresh = self.blocks_for(max(1, reserve_tokens - 1)) - len(hits)
+        taken = []
+        for _ in range(fresh):
+            block, _ = self.queue.popitem(last=False)
+            if block in self.hash_of:  # the head was cached: evicted
+                self._uncache(block)
+                self.evictions += 1
+            self.ref[block] = 1
+            taken.append(block)
+        return Holding(hits + taken, len(hits)), len(hits) * self.block_size
 
-    def _take(self, count: int) -> None:
-        """``count`` new blocks: never-cached ones first, then the least recently used cached."""
-        self.used += count
-        while self.used + len(self.evictable) > self.num_blocks:
-            self.evictable.popitem(last=False)
-            self.evictions += 1
+    def _uncache(self, block: int) -> None:
+        h = self.hash_of.pop(block)
+        ids = self.cached[h]
+        del ids[block]
+        if not ids:
+            del self.cached[h]
 
     def commit(self, holding: Holding, hashes: list) -> None:
-        """The prefill ended: the prompt's computed full blocks become cached (a hash another
-        request cached meanwhile stays a plain block of this one)."""
+        """The prefill ended: the prompt's computed full blocks are cached."""
         if not self.caching:
             return
-        for h in hashes[len(holding.hashed) :]:
-            if holding.plain == 0:
-                break
-            if h in self.in_use or h in self.evictable:
-                continue
-            self.in_use[h] = 1
-            holding.hashed.append(h)
-            holding.plain -= 1
+        for index in range(holding.hits, min(len(hashes), len(holding.blocks))):
+            block, h = holding.blocks[index], hashes[index]
+            if block not in self.hash_of:
+                self.hash_of[block] = h
+                self.cached.setdefault(h, {})[block] = None
 
     def release(self, holding: Holding) -> None:
-        """The request ended: plain blocks are free at once; cached ones join the free queue's
-        tail, the last block of the chain first (so it is evicted before its parents)."""
-        self.used -= holding.plain
-        for h in reversed(holding.hashed):
-            self.in_use[h] -= 1
-            if self.in_use[h] == 0:
-                del self.in_use[h]
-                self.used -= 1
-                self.evictable[h] = None
-        holding.hashed, holding.plain = [], 0
+        """The request ended: each block it was the last to hold joins the free queue's tail, its
+        last block first; cached ones stay cached until a new allocation takes them."""
+        for block in reversed(holding.blocks):
+            self.ref[block] -= 1
+            if self.ref[block] == 0:
+                del self.ref[block]
+                self.queue[block] = None
+        holding.blocks, holding.hits = [], 0
