@@ -15,9 +15,10 @@ Modelled on vLLM's own accounting (read in ``vllm/v1/core/kv_cache_utils.py``,
   computed, to get logits). So ``cached_tokens`` is a multiple of the block size:
   ``floor((P - 1) / block_size) * block_size`` for a prompt whose every block is cached.
 * The pool has ``num_gpu_blocks`` blocks, one of them vLLM's null block (never used). Free blocks
-  wait in one queue, in eviction order: at first by block id; a finished request's blocks join its
-  tail in reverse (its last block first in line, so a chain loses its tail before its head), and a
-  new allocation takes the queue's head, evicting the hash of a cached block it takes. A cache hit
+  wait in one queue, in eviction order: at first by block id; a finished request's cached blocks
+  join its tail in reverse (its last block first in line, so a chain loses its tail before its
+  head), its blocks with no hash its head; a new allocation takes the queue's head, evicting the
+  hash of a cached block it takes. A cache hit
   takes its blocks out of the queue (``touch``); blocks of running requests are shared by reference
   count and never evicted. A block computed again while an equal one is cached is cached too (vLLM
   does not de-duplicate); a lookup takes the first.
@@ -157,11 +158,17 @@ class BlockPool:
                 self.cached.setdefault(h, {})[block] = None
 
     def release(self, holding: Holding) -> None:
-        """The request ended: each block it was the last to hold joins the free queue's tail, its
-        last block first; cached ones stay cached until a new allocation takes them."""
+        """The request ended: each block it was the last to hold is free again. A cached one joins
+        the queue's tail (its last block first), to be evicted last; one with no hash goes to the
+        head, to be taken first (vLLM's ``free_blocks``: ``prepend_n`` / ``append_n``)."""
+        plain = []
         for block in reversed(holding.blocks):
             self.ref[block] -= 1
             if self.ref[block] == 0:
                 del self.ref[block]
                 self.queue[block] = None
+                if block not in self.hash_of:
+                    plain.append(block)
+        for block in reversed(plain):
+            self.queue.move_to_end(block, last=False)
         holding.blocks, holding.hits = [], 0
