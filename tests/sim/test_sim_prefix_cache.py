@@ -13,6 +13,7 @@ block size), and the real vLLM 0.25.0 answered a repeated 84-token prompt with
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -250,3 +251,32 @@ def test_time_to_first_token_falls_with_the_cached_tokens(start_sim) -> None:
     assert warm < cold / 4
     ttft = dict((lbl["le"], v) for lbl, v in s.metrics()["vllm:time_to_first_token_seconds_bucket"])
     assert ttft["0.06"] >= 1  # the warm turn's first token within 60 ms
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["each-at-the-rate", "shared-rate"])
+def test_shared_prefill_splits_the_rate_among_the_prefills_in_progress(start_sim, shared: bool) -> None:
+    """VLLM_SIM_PREFILL_SHARED=1: two ~1,500-token prefills at once take about twice as long as one
+    (one engine's compute); without it each runs at the whole rate."""
+    rate = 5000.0
+    env = {"VLLM_SIM_PREFILL_TOKENS_PER_S": str(rate), "VLLM_SIM_DECODE_TOKEN_SECONDS": "0",
+           "VLLM_SIM_PREFILL_SHARED": "1" if shared else "0"}  # fmt: skip
+    s = start_sim(args=CACHED_ARGS, env=env)
+    prompts = [[{"role": "user", "content": unique(tag, 1500)}] for tag in ("x", "y")]
+    alone = len(token_ids(s, prompts[0])) / rate
+    elapsed: list[float] = []
+
+    def one(messages: list) -> None:
+        start = time.monotonic()
+        chat(s, messages, max_tokens=1)
+        elapsed.append(time.monotonic() - start)
+
+    threads = [threading.Thread(target=one, args=(m,)) for m in prompts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert len(elapsed) == 2
+    if shared:
+        assert min(elapsed) >= 1.8 * alone
+    else:
+        assert max(elapsed) < 1.5 * alone

@@ -32,6 +32,7 @@ Modules, from the command line to the wire:
 - :mod:`simulator.plan` -- what to answer: tokens on the reasoning, content and tool channels;
 - :mod:`simulator.metrics` -- ``/metrics`` with vLLM's names;
 - :mod:`simulator.kv_blocks` -- the KV pool in blocks with vLLM's prefix cache (chained block hashes, LRU);
+- :mod:`simulator.prefill` -- prefills sharing one engine's rate (``VLLM_SIM_PREFILL_SHARED``);
 - :mod:`simulator.engine` -- FCFS admission into the KV pool, prefill of the uncached tokens, decode;
 - :mod:`simulator.server` -- the HTTP server and its request handler (reading, sending, dispatch);
 - :mod:`simulator.errors` -- error replies in vLLM's shape;

@@ -81,6 +81,7 @@ class Config:
     prefill_tokens_per_s: float = 200000.0
     decode_token_seconds: float = 0.01
     hol_blocking: bool = False
+    prefill_shared: bool = False
     spec_acceptance: float = 0.7
     default_max_tokens: int = 16
     reject_fields: frozenset = frozenset({"thinking_budget"})
@@ -363,6 +364,7 @@ def _apply_env(cfg: Config, env: dict) -> None:
         raise UsageError("VLLM_SIM_PREFILL_TOKENS_PER_S must be > 0")
     cfg.decode_token_seconds = _env_float(env, "VLLM_SIM_DECODE_TOKEN_SECONDS", 0.01)
     cfg.hol_blocking = env_bool(env, "VLLM_SIM_HOL_BLOCKING")
+    cfg.prefill_shared = env_bool(env, "VLLM_SIM_PREFILL_SHARED")
     cfg.spec_acceptance = _env_float(env, "VLLM_SIM_SPEC_ACCEPTANCE", 0.7)
     if cfg.spec_acceptance > 1:
         raise UsageError("VLLM_SIM_SPEC_ACCEPTANCE must be in [0, 1]")

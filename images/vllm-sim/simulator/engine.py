@@ -14,6 +14,7 @@ from simulator.config import Config
 from simulator.kv_blocks import BlockPool, Holding, block_hashes
 from simulator.metrics import Metrics
 from simulator.plan import Plan
+from simulator.prefill import SharedPrefill
 
 
 class Aborted(Exception):
@@ -59,6 +60,7 @@ class Engine:
         self.pool = BlockPool(cfg.num_gpu_blocks, cfg.block_size, cfg.prefix_caching)
         self.metrics = Metrics(cfg)
         self.hol = threading.Lock()
+        self.shared_prefill = SharedPrefill(cfg.prefill_tokens_per_s)
 
     # ---- scheduler -------------------------------------------------------------------
     def _fits(self, req: SimRequest) -> bool:
@@ -164,10 +166,14 @@ class Engine:
             self._release(req, reason)
 
     def _prefill(self, req: SimRequest, alive: Callable[[], bool]) -> None:
-        """The prompt's uncached tokens at the prefill rate (holding the engine with HOL blocking)."""
+        """The prompt's uncached tokens at the prefill rate (holding the engine with HOL blocking,
+        sharing it with the other prefills with ``VLLM_SIM_PREFILL_SHARED``)."""
         cfg = self.cfg
-        prefill_s = (req.prompt_tokens - req.cached_tokens) / cfg.prefill_tokens_per_s
-        if cfg.hol_blocking:
+        uncached = req.prompt_tokens - req.cached_tokens
+        prefill_s = uncached / cfg.prefill_tokens_per_s
+        if cfg.prefill_shared and not cfg.hol_blocking:
+            self.shared_prefill.run(uncached, lambda s: self._sleep_until(time.monotonic() + s, alive))
+        elif cfg.hol_blocking:
             self._acquire_engine(alive)
             try:
                 self._sleep_until(time.monotonic() + prefill_s, alive)
