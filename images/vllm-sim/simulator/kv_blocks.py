@@ -4,12 +4,11 @@ Modelled on vLLM's own accounting (read in ``vllm/v1/core/kv_cache_utils.py``,
 ``kv_cache_manager.py`` and ``block_pool.py``; no code taken):
 
 * A prompt is cut into blocks of ``block_size`` tokens (``--block-size``, vLLM's default 16). Only
-  full blocks get a hash. A block's hash chains its parent's hash and its own token ids
+  full blocks get a hash. A block's hash chains its parent's hash and its own tokens
   (``hash_block_tokens``: ``(parent or NONE_HASH, token ids, extra keys)``; here the tokens'
-  pieces, which the ids are a function of), so equal hashes mean
-  equal prefixes. The first block's parent is a per-process random seed (vLLM's ``NONE_HASH``
-  without ``PYTHONHASHSEED``); ``cache_salt``, an extra key of the first block only, keeps
-  requests with different salts apart.
+  pieces, which the ids are a function of), so equal hashes mean equal prefixes. The first
+  block's parent is a per-process random seed (vLLM's ``NONE_HASH`` without ``PYTHONHASHSEED``);
+  ``cache_salt``, an extra key of the first block only, keeps requests with different salts apart.
 * A request's cached prefix is the longest run of its leading block hashes found in the cache,
   searched only up to ``prompt tokens - 1`` (``get_computed_blocks``: the last token is always
   computed, to get logits). So ``cached_tokens`` is a multiple of the block size:
@@ -18,10 +17,10 @@ Modelled on vLLM's own accounting (read in ``vllm/v1/core/kv_cache_utils.py``,
   wait in one queue, in eviction order: at first by block id; a finished request's cached blocks
   join its tail in reverse (its last block first in line, so a chain loses its tail before its
   head), its blocks with no hash its head; a new allocation takes the queue's head, evicting the
-  hash of a cached block it takes. A cache hit
-  takes its blocks out of the queue (``touch``); blocks of running requests are shared by reference
-  count and never evicted. A block computed again while an equal one is cached is cached too (vLLM
-  does not de-duplicate); a lookup takes the first.
+  hash of a cached block it takes. A cache hit takes its blocks out of the queue (``touch``);
+  blocks of running requests are shared by reference count and never evicted. A block computed
+  again while an equal one is cached is cached too (vLLM does not de-duplicate); a lookup takes
+  the first.
 * A request holds blocks for every token whose KV it computes: the prompt and all but the last of
   its ``max_tokens`` (the last token sampled is never fed back).
 
