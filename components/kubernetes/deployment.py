@@ -36,6 +36,8 @@ from components.kubernetes.front import KubernetesFront, KubernetesFrontArgs, up
 from components.kubernetes.guard import PodGuard, PodGuardArgs, pod_serving
 from components.kubernetes.images import ClusterImages, ClusterImagesArgs
 from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs, alert_look_at
+from components.kubernetes.pod_events import config_keys
+from components.kubernetes.preflight import check_cluster, container_keys
 from components.kubernetes.probe import KubernetesSemanticProbe, KubernetesSemanticProbeArgs
 from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
 from components.kubernetes.workload import PodConfig
@@ -62,6 +64,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     """Create the stack's objects on the cluster and return the stack outputs."""
     k8s_target = config.target.kubernetes
     assert k8s_target is not None
+    check_cluster(config)  # what the API server knows would stall `up`: refused before anything is created
     unbound = render_serving(config)
     serving = pod_serving(unbound)  # vLLM on the pod's loopback, behind its guard
     images = _cluster_images(config, k8s_target, stack)
@@ -69,8 +72,9 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     cache = JitCache(f"{stack}-jit-cache", k8s_target, stack, opts=in_ns)
     guard = PodGuard(stack, PodGuardArgs(config.front, serving.port, k8s_target, stack), opts=in_ns)
     pod = PodConfig.of(config)
+    named = config_keys(config, container_keys(config))  # what the roll's failures name
     pods = ServingPods(
-        f"{stack}-vllm", _pods_args(pod, serving, k8s_target, stack, images, guard, cache), opts=in_ns
+        f"{stack}-vllm", _pods_args(pod, serving, k8s_target, stack, images, guard, cache, named), opts=in_ns
     )
     probe = config.semantic_probe if semantic_probe_runs(config) else None
     scrape = _scrape_args(config, k8s_target, stack, images, guard, probe, pods)
@@ -113,6 +117,7 @@ def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, sta
             front_image=config.front.image,
             prometheus_image=config.monitoring.image,
             load_command=k8s_target.image_load_template,
+            build_platform=builder.build_platform,
         ),
         opts=pulumi.ResourceOptions(providers=[build_engine]),
     )
@@ -142,6 +147,7 @@ def _pods_args(
     images: ClusterImages,
     guard: PodGuard,
     cache: JitCache,
+    keys: dict[str, str],
 ) -> ServingPodsArgs:
     return ServingPodsArgs(
         stack=stack,
@@ -153,6 +159,7 @@ def _pods_args(
         guard=guard,
         cache=cache,
         after=images.loaded,
+        keys=keys,
     )
 
 
