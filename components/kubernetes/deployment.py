@@ -45,7 +45,7 @@ from components.promotion import fingerprint, served_model
 from components.render.prometheus_config import ScrapeSpec
 from components.secrets import Secrets, StackKeys
 from components.semantic_probe_spec import SemanticProbeSpec
-from components.serving.spec import ServingSpec, command_line, render_serving
+from components.serving.spec import ServingSpec, command_line, curl_command, render_serving
 from components.smoke_gate import SmokeTest, SmokeTestArgs
 
 
@@ -285,6 +285,9 @@ def _outputs(
 ) -> dict[str, Any]:
     return {
         "endpoint": k8s_target.front_url,
+        "servedModelName": serving.served_name,
+        # What `make up` ends with, as on Docker hosts: a chat to paste, the key from $GLM_API_KEY.
+        "curl": curl_command(k8s_target.front_url, serving.served_name),
         "target": "kubernetes",
         "namespace": k8s_target.namespace,
         "replicas": k8s_target.replicas,
