@@ -43,7 +43,7 @@ k8s-start: ## a one-node Kubernetes in its own namespaces (~13 s); prints its ku
 k8s-stop:  ## stop it, leaving nothing behind (the PKI stays in the cache)
 	scripts/k8s/cluster.sh stop
 test-k8s:  ## the Kubernetes target: mock tests, then the e2e lifecycle on a one-node cluster
-	scripts/test.sh -rs tests/test_k8s_target.py tests/test_k8s_engine.py tests/test_k8s_rehearsal_engine.py
+	scripts/test.sh -rs tests/test_k8s_target.py tests/test_k8s_first_hour.py tests/test_k8s_engine.py tests/test_k8s_first_hour_engine.py tests/test_k8s_rehearsal_engine.py
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
 	shellcheck -S warning components/host/templates/*.sh components/host/preflight.sh
