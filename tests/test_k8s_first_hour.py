@@ -254,7 +254,7 @@ def test_a_missing_weights_folder_is_named_as_glm_model_host_dir() -> None:
     assert said.startswith(
         'cannot mount volume weights: FailedMount: MountVolume.SetUp failed for volume "weights"'
     )
-    assert "hostPath type check failed: /var/lib/glm53-local/missing-models is not a directory" in said
+    assert "hostPath type check failed, /var/lib/glm53-local/missing-models is not a directory" in said
     assert said.endswith("That is glm:model.hostDir='/var/lib/glm53-local/missing-models'.")
 
 
