@@ -190,18 +190,26 @@ def test_an_image_no_node_holds_under_pull_policy_never_is_refused() -> None:
     assert "'glm:target.kubernetes.imageLoadCommand' 'scripts/k8s/cluster.sh import {{image}}'" in problem
 
 
+FORBIDDEN = "forbidden"
+
+
 def fake_kubectl(folder: Path, answers: dict[str, Any]) -> None:
-    """A ``kubectl`` on PATH answering ``get <what>`` from ``answers`` (None: NotFound, empty), and
-    ``auth can-i`` with ``no``; every argv into ``calls``."""
+    """A ``kubectl`` on PATH answering ``get <what>`` from ``answers`` (None: NotFound, empty;
+    ``FORBIDDEN``: the API server's refusal as kubectl prints it), and ``auth can-i`` with ``no``;
+    every argv into ``calls``."""
+    cases = []
     for what, answer in answers.items():
+        if answer == FORBIDDEN:
+            refusal = f'Error from server (Forbidden): {what} is forbidden: User "dev" cannot list resource'
+            cases.append(f"  *\" get {what} \"*) echo '{refusal}' >&2; exit 1 ;;\n")
+            continue
         (folder / f"{what}.json").write_text("" if answer is None else json.dumps(answer))
+        cases.append(f'  *" get {what} "*) cat {folder}/{what}.json ;;\n')
     script = folder / "kubectl"
     script.write_text(
         "#!/bin/sh\n"
         f'echo "$*" >> {folder}/calls\n'
-        'case " $* " in\n'
-        + "".join(f'  *" get {what} "*) cat {folder}/{what}.json ;;\n' for what in answers)
-        + '  *" auth can-i "*) echo no; exit 1 ;;\n'
+        'case " $* " in\n' + "".join(cases) + '  *" auth can-i "*) echo no; exit 1 ;;\n'
         "  *) echo unexpected >&2; exit 1 ;;\n"
         "esac\n"
     )
@@ -226,6 +234,22 @@ def test_the_preflight_reads_the_cluster_with_the_stacks_kubeconfig(
         "--kubeconfig /home/ops/.kube/one-node --context glm53 auth can-i create namespaces",
     ]
     assert len(cluster_problems(needs(), facts)) == 2  # the namespace and the cache, at once
+
+
+def test_what_a_namespaced_user_may_not_read_is_not_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kubeconfig with rights in its namespace only may not list nodes, StorageClasses or
+    namespaces: those checks stand aside (the roll's events still speak); its claims still count."""
+    answers = {"nodes": FORBIDDEN, "storageclasses": FORBIDDEN, "namespace": FORBIDDEN,
+               "persistentvolumeclaims": {"items": []}}  # fmt: skip
+    fake_kubectl(tmp_path, answers)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    facts = read_cluster(needs(cards={"nvidia.com/gpu": 8}, load_command=None))
+    assert (facts.nodes, facts.storage_classes, facts.claims) == (None, None, [])
+    assert cluster_problems(needs(cards={"nvidia.com/gpu": 8}, load_command=None), facts) == []
+    [problem] = cluster_problems(needs(weights_claim="glm-weights"), facts)
+    assert problem.startswith("glm:target.kubernetes.weightsClaim='glm-weights' is not a claim")
 
 
 # ---- the pods' events, recorded on the one-node cluster -------------------------------------------

@@ -127,14 +127,16 @@ def container_keys(config: StackConfig) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ClusterFacts:
-    """What the API server said (``kubectl get … -o json``'s items)."""
+    """What the API server said (``kubectl get … -o json``'s items). None: this kubeconfig may not
+    read them (a user with rights in one namespace may not list nodes): their checks stand aside."""
 
-    nodes: list[dict[str, Any]]
-    storage_classes: list[dict[str, Any]] = field(default_factory=list)
+    nodes: list[dict[str, Any]] | None
+    storage_classes: list[dict[str, Any]] | None = field(default_factory=list)
     namespace: dict[str, Any] | None = None
-    """The stack's namespace, None where it does not exist yet."""
+    """The stack's namespace, None where it does not exist yet (or may not be read)."""
     may_create_namespace: bool = True
-    claims: list[dict[str, Any]] = field(default_factory=list)
+    """Where the namespace does not exist (or may not be read): whether it may be created."""
+    claims: list[dict[str, Any]] | None = field(default_factory=list)
     """The namespace's PersistentVolumeClaims."""
 
 
@@ -175,6 +177,8 @@ def normalised_image(ref: str) -> str:
 
 
 def _cache_problem(needs: ClusterNeeds, facts: ClusterFacts) -> str | None:
+    if facts.storage_classes is None or facts.claims is None:
+        return None
     if needs.cache_host_path is not None or any(_name(c) == needs.cache_claim for c in facts.claims):
         return None
     if _default_class(facts.storage_classes) is not None:
@@ -211,7 +215,7 @@ def _namespace_problem(needs: ClusterNeeds, facts: ClusterFacts) -> str | None:
 
 def _weights_claim_problem(needs: ClusterNeeds, facts: ClusterFacts) -> str | None:
     claim = needs.weights_claim
-    if claim is None or any(_name(c) == claim for c in facts.claims):
+    if claim is None or facts.claims is None or any(_name(c) == claim for c in facts.claims):
         return None
     return (
         f"{K8S}.weightsClaim={claim!r} is not a claim of namespace {needs.namespace}: the serving pods "
@@ -222,6 +226,8 @@ def _weights_claim_problem(needs: ClusterNeeds, facts: ClusterFacts) -> str | No
 
 
 def _cards_problem(needs: ClusterNeeds, facts: ClusterFacts) -> str | None:
+    if facts.nodes is None:
+        return None
     for resource, wanted in needs.cards.items():
         offered = {
             _name(n): _quantity(((n.get("status") or {}).get("allocatable") or {}).get(resource, 0))
@@ -246,7 +252,7 @@ def _cards_problem(needs: ClusterNeeds, facts: ClusterFacts) -> str | None:
 
 
 def _image_problems(needs: ClusterNeeds, facts: ClusterFacts) -> list[str]:
-    if needs.pull_policy != "Never" or needs.load_command is not None or not facts.nodes:
+    if needs.pull_policy != "Never" or needs.load_command is not None or not facts.nodes:  # None or none
         return []
     listed = [(n.get("status") or {}).get("images") or [] for n in facts.nodes]
     if any(len(images) >= NODE_IMAGES_LISTED for images in listed):
@@ -293,29 +299,33 @@ def _kubectl(needs: ClusterNeeds, *args: str, namespaced: bool = False) -> subpr
     )
 
 
-def _items(needs: ClusterNeeds, *args: str, namespaced: bool = False) -> list[dict[str, Any]]:
+def _read(needs: ClusterNeeds, *args: str, namespaced: bool = False) -> Any:
+    """``kubectl get ARGS -o json``'s object; None where this kubeconfig may not read it (Forbidden)."""
     done = _kubectl(needs, "get", *args, "--output", "json", namespaced=namespaced)
+    if done.returncode != 0 and "Forbidden" in done.stderr:
+        return None
     if done.returncode != 0:
         raise Unreachable(f"kubectl get {' '.join(args)}: {done.stderr.strip()[-400:]}")
-    return list(json.loads(done.stdout).get("items") or [])
+    return json.loads(done.stdout) if done.stdout.strip() else {}
+
+
+def _items(needs: ClusterNeeds, *args: str, namespaced: bool = False) -> list[dict[str, Any]] | None:
+    found = _read(needs, *args, namespaced=namespaced)
+    return None if found is None else list(found.get("items") or [])
 
 
 def read_cluster(needs: ClusterNeeds) -> ClusterFacts:
     """What :func:`cluster_problems` reads, from the API server (four or five short kubectl calls)."""
     nodes = _items(needs, "nodes")
     classes = _items(needs, "storageclasses") if needs.cache_host_path is None else []
-    found = _kubectl(needs, "get", "namespace", needs.namespace, "--ignore-not-found", "--output", "json")
-    if found.returncode != 0:
-        raise Unreachable(f"kubectl get namespace {needs.namespace}: {found.stderr.strip()[-400:]}")
-    namespace = json.loads(found.stdout) if found.stdout.strip() else None
+    namespace = _read(needs, "namespace", needs.namespace, "--ignore-not-found")
     may_create = True
-    claims: list[dict[str, Any]] = []
-    if namespace is None:
-        # `auth can-i` answers "yes" (exit 0) or "no" (exit 1).
+    if namespace == {}:  # absent: `auth can-i` answers "yes" (exit 0) or "no" (exit 1)
         may_create = _kubectl(needs, "auth", "can-i", "create", "namespaces").stdout.strip() == "yes"
-    else:
+        claims: list[dict[str, Any]] | None = []
+    else:  # there, or not readable by this kubeconfig (its claims may still be)
         claims = _items(needs, "persistentvolumeclaims", namespaced=True)
-    return ClusterFacts(nodes, classes, namespace, may_create, claims)
+    return ClusterFacts(nodes, classes, namespace or None, may_create, claims)
 
 
 def _under_mocks() -> bool:
