@@ -327,4 +327,22 @@ def test_the_roll_fails_on_the_new_pods_events_only_while_it_has_not_started() -
     )
     # Another template's pod: its events are not this roll's.
     assert roll_verdict(deployment, [pod], "0000000000000000", events("failed-mount"), KEYS).state != FAILED
-    assert pods_failure(events("failed-mount"), set(), KEYS, old_pods_left=False) is None
+    assert pods_failure(events("failed-mount"), [], KEYS, old_pods_left=False) is None
+
+
+def test_an_event_whose_cause_is_gone_fails_nothing() -> None:
+    """Events outlive their cause: the kubelet retried and the pod moved on. The recorded pods as
+    they were when their events were read, then with what moving on changes."""
+    for name in ("failed-mount", "image-pull", "never-pull", "insufficient-gpu", "missing-claim"):
+        assert pods_failure(events(name), [recorded(f"pod-{name}")], KEYS, old_pods_left=False), name
+    placed = recorded("pod-insufficient-gpu")
+    placed["spec"]["nodeName"] = "glm53-node"  # what the scheduler writes when it places the pod
+    assert pods_failure(events("insufficient-gpu"), [placed], KEYS, old_pods_left=False) is None
+    pulled = recorded("pod-image-pull")
+    pulled["status"]["containerStatuses"][0]["state"] = recorded("pod-started")["status"][
+        "containerStatuses"
+    ][0]["state"]
+    assert pods_failure(events("image-pull"), [pulled], KEYS, old_pods_left=False) is None
+    mounted = recorded("pod-failed-mount")
+    mounted["status"]["containerStatuses"] = recorded("pod-started")["status"]["containerStatuses"]
+    assert pods_failure(events("failed-mount"), [mounted], KEYS, old_pods_left=False) is None

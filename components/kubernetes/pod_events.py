@@ -132,18 +132,46 @@ def event_failure(event: dict[str, Any], keys: dict[str, str], *, old_pods_left:
     return None
 
 
+def still_stands(event: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """Whether what ``event`` says still holds for ``pod`` as it is now (events outlive their cause:
+    the kubelet retries a pull or a mount, the scheduler a placement): a pod not scheduled yet, for a
+    ``FailedScheduling``; its container still waiting on its image, for an image failure; no
+    container of the pod started yet, for anything else."""
+    status = pod.get("status") or {}
+    containers = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    reason = event.get("reason")
+    if reason == "FailedScheduling":
+        return not (pod.get("spec") or {}).get("nodeName")
+    container = _CONTAINER.search(str(_involved(event).get("fieldPath") or ""))
+    if container is not None:
+        waiting = next(
+            (
+                (c.get("state") or {}).get("waiting") or {}
+                for c in containers
+                if c.get("name") == container.group(1)
+            ),
+            {},
+        )
+        return waiting.get("reason") in IMAGE_REASONS
+    return not any(
+        (c.get("state") or {}).get("running") or (c.get("state") or {}).get("terminated") for c in containers
+    )
+
+
 def pods_failure(
-    events: list[dict[str, Any]], pods: set[str], keys: dict[str, str], *, old_pods_left: bool
+    events: list[dict[str, Any]], pods: list[dict[str, Any]], keys: dict[str, str], *, old_pods_left: bool
 ) -> tuple[str, bool] | None:
-    """The newest of ``pods``' events (their names) that says one cannot come up, as
-    ``pod NAME <how>``, and whether it must last a while to count (a pod no node takes: the
+    """The newest event of ``pods`` that says one cannot come up and still holds (:func:`still_stands`),
+    as ``pod NAME <how>``, and whether it must last a while to count (a pod no node takes: the
     scheduler tries again a moment after an old pod is gone)."""
+    by_name = {p.get("metadata", {}).get("name"): p for p in pods}
     ordered = sorted(
         events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""), reverse=True
     )
     for event in ordered:
         involved = _involved(event)
-        if involved.get("kind") != "Pod" or involved.get("name") not in pods:
+        pod = by_name.get(involved.get("name"))
+        if involved.get("kind") != "Pod" or pod is None or not still_stands(event, pod):
             continue
         failure = event_failure(event, keys, old_pods_left=old_pods_left)
         if failure is not None:

@@ -139,11 +139,9 @@ def _of_template(pod: dict[str, Any], template: str) -> bool:
     return (pod.get("metadata", {}).get("annotations") or {}).get(TEMPLATE_ANNOTATION) == template
 
 
-def pending(pods: list[dict[str, Any]]) -> set[str]:
+def pending(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The pods not started yet (phase ``Pending``): what their events may say that they cannot."""
-    return {
-        p["metadata"]["name"] for p in pods if (p.get("status") or {}).get("phase", "Pending") == "Pending"
-    }
+    return [p for p in pods if (p.get("status") or {}).get("phase", "Pending") == "Pending"]
 
 
 def roll_verdict(
