@@ -29,7 +29,7 @@ from typing import Any
 import pulumi
 
 from components.config import StackConfig
-from components.config.values import fix_command
+from components.config.values import fix_command, named
 from components.kubernetes.guard import GUARD_CONTAINER
 from components.kubernetes.workload import (
     GATE_CONTAINER,
@@ -362,7 +362,8 @@ def check_cluster(config: StackConfig) -> None:
             pulumi.log.warn(f"{problems[0]} The preview goes on without the cluster's preflight.")
             return
     if problems:
-        pulumi.log.error(
-            "the cluster's preflight refuses the stack, before anything is created:\n" + "\n".join(problems)
+        said = "the cluster's preflight refuses the stack, before anything is created:\n" + "\n".join(
+            problems
         )
+        pulumi.log.error(named(said, pulumi.get_stack()))
         raise SystemExit(32)
