@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 from components.config import StackConfig
+from policy.glm_policies import CARD_RESOURCES
 
 IMAGE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"})
 """Image failures: an event's reason (``ErrImageNeverPull``) or, under the kubelet's ``Failed`` and
@@ -115,7 +116,8 @@ def event_failure(event: dict[str, Any], keys: dict[str, str], *, old_pods_left:
             return _named(f"is never scheduled: {said}", _key(keys, f"claim:{claim.group(1)}"))
         if old_pods_left or "unbound immediate PersistentVolumeClaims" in message:
             return None  # the old pods' cards, or a claim a provisioner is binding: still coming
-        return _named(f"no node takes it: {said}", _key(keys, "cards") if "Insufficient" in message else "")
+        short_of_cards = any(f"Insufficient {r}" in message for r in CARD_RESOURCES.values())
+        return _named(f"no node takes it: {said}", _key(keys, "cards") if short_of_cards else "")
     image_failure = reason in IMAGE_REASONS or (
         reason in ("Failed", "BackOff")
         and any(r in message for r in (*IMAGE_REASONS, "pulling image", "pull image"))
