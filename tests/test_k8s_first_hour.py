@@ -346,3 +346,41 @@ def test_an_event_whose_cause_is_gone_fails_nothing() -> None:
     mounted = recorded("pod-failed-mount")
     mounted["status"]["containerStatuses"] = recorded("pod-started")["status"]["containerStatuses"]
     assert pods_failure(events("failed-mount"), [mounted], KEYS, old_pods_left=False) is None
+
+
+def test_a_cluster_that_cannot_be_read_refuses_an_up_and_warns_a_preview(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server does not answer (kubectl's own words, as the one-node cluster's stopped
+    forward answers): ``up`` is refused naming the kubeconfig and the start command; a preview (a
+    review without cluster access) is warned and goes on."""
+    import pulumi
+
+    from components.kubernetes.preflight import check_cluster
+
+    refused = (
+        "The connection to the server 127.0.0.1:16443 was refused - did you specify the right host or port?"
+    )
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text(f"#!/bin/sh\necho '{refused}' >&2\nexit 1\n")
+    kubectl.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("GLM_DESTROY_DRAIN", raising=False)
+    # The mocks this module's other tests set stay the runtime's: this one is a real run.
+    monkeypatch.setattr("components.kubernetes.preflight._under_mocks", lambda: False)
+    said: dict[str, list[str]] = {"error": [], "warn": []}
+    monkeypatch.setattr(pulumi.log, "error", lambda m, *_, **__: said["error"].append(m))
+    monkeypatch.setattr(pulumi.log, "warn", lambda m, *_, **__: said["warn"].append(m))
+    config = build_stack_config(
+        {key.removeprefix("glm:"): value for key, value in stack_config("local-k8s").items()}
+    )
+    monkeypatch.setattr(pulumi.runtime, "is_dry_run", lambda: False)
+    with pytest.raises(SystemExit) as exited:
+        check_cluster(config)
+    assert exited.value.code == 32
+    [error] = said["error"]
+    assert "could not be read: kubectl get nodes: " + refused in error
+    assert "glm:target.kubernetes.kubeconfig=" in error and "make k8s-start" in error
+    monkeypatch.setattr(pulumi.runtime, "is_dry_run", lambda: True)
+    check_cluster(config)
+    assert said["warn"][0].endswith("The preview goes on without the cluster's preflight.")
