@@ -7,8 +7,7 @@
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
 cd "$GLM_ROOT"
-bin=$(scripts/k8s/build.sh --check) || { say "the one-node cluster is not built (make k8s-build)"; exit 3; }
-export PATH="$bin:$PATH"
+scripts/k8s/build.sh --check >/dev/null || { say "the one-node cluster is not built (make k8s-build)"; exit 3; }
 started=
 if ! scripts/k8s/cluster.sh status >/dev/null 2>&1; then
   scripts/k8s/cluster.sh start >/dev/null

@@ -16,7 +16,10 @@ if ! bin=$(scripts/k8s/build.sh --check 2>/dev/null); then
   exit 3
 fi
 scripts/k8s/build.sh >/dev/null # the Kubernetes provider into Pulumi's plugin cache (a second once done)
-export PATH="$bin:$PATH"        # kubectl: the cluster's preflight and the roll's watch read with it
+# kubectl alone on PATH (the cluster's preflight and the roll's watch read with it): the whole bin
+# folder would also put its pulumi-resource-kubernetes there, and the engine warns on every run.
+mkdir -p "$GLM_STATE_DIR/k8s-bin" && ln -sfn "$bin/kubectl" "$GLM_STATE_DIR/k8s-bin/kubectl"
+export PATH="$GLM_STATE_DIR/k8s-bin:$PATH"
 if ! scripts/k8s/cluster.sh status >/dev/null 2>&1; then
   say "starting the one-node cluster (scripts/k8s/cluster.sh start, ~15 s; make k8s-stop stops it)"
   scripts/k8s/cluster.sh start >/dev/null
