@@ -268,7 +268,7 @@ SECONDS = {
     "test_container_watch.py": 29, "test_nginx_front.py": 27, "test_probe.py": 27,
     "test_preflight_refusal_engine.py": 45, "test_status_page_containers.py": 53,
     "test_status_page_browser.py": 42,
-    "test_k8s_engine.py": 625,  # with test_k8s_rehearsal_engine.py (ONE_CLUSTER), 2026-12-03
+    "test_k8s_engine.py": 750,  # ONE_CLUSTER: 625 (2026-12-03) + the first hour's 162, one cluster start/stop (~35) less
 }  # fmt: skip
 """What each group of tests took, one after another on the 2-core machine (``--durations``, the
 run of 2026-12-02: 53 min in all). The suite's workers take groups in collection order
