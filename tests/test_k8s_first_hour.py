@@ -311,6 +311,17 @@ def test_a_claim_that_does_not_exist_is_named() -> None:
     assert said.endswith("That is glm:target.kubernetes.weightsClaim='glm53-absent-claim'.")
 
 
+def test_a_sandbox_the_runtime_cannot_make_fails_once_repeated() -> None:
+    """Recorded with a RuntimeClass whose handler the node's containerd lacks: the kubelet retries,
+    and the event's count says it lasts."""
+    said = first_failure("sandbox")
+    assert said.startswith("its sandbox cannot be made (the node's container runtime or network plugin): ")
+    assert "FailedCreatePodSandBox: " in said
+    [event] = [e for e in events("sandbox") if e["reason"] == "FailedCreatePodSandBox"]
+    assert event["count"] >= 2
+    assert event_failure({**event, "count": 1}, KEYS, old_pods_left=False) is None
+
+
 def test_a_loading_pods_events_are_no_failure() -> None:
     """A pod that started as it should (scheduled, pulled, started): nothing in its events fails it."""
     assert [e for e in events("started") if event_failure(e, KEYS, old_pods_left=False)] == []
