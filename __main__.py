@@ -12,7 +12,6 @@ import pulumi
 
 from components.config import ConfigError, load_stack_config
 from components.deployment import deploy
-from components.docker.drain_hook import drain_for_destroy
 from components.secrets import Secrets
 
 
@@ -31,6 +30,9 @@ signal.signal(signal.SIGINT, _interrupted)
 try:
     config = load_stack_config()
 except ConfigError as err:
+    # Imported here: a stack whose config loads, a Kubernetes one say, never loads the Docker target.
+    from components.docker.drain_hook import drain_for_destroy
+
     # `make destroy` removes the stack whatever its file says; anything else is refused, the
     # message alone: logged here, and exit 32, which the language host reads as "the program said
     # why" (a RunError exits 1 and adds "an unhandled error occurred …").

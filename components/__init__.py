@@ -14,7 +14,9 @@ MOVED = {
     "components.k8s_roll": "components.kubernetes.roll",
     "components.nginx_reload": "components.docker.nginx_reload",
     "components.replica_gate": "components.docker.replica_gate",
-    "components.replica_tls": "components.docker.replica_tls",
+    "components.replica_tls": "components.serving.replica_credentials",
+    # issue 49: the certificate both targets' guards serve
+    "components.docker.replica_tls": "components.serving.replica_credentials",
 }
 """Where a dynamic provider lived before: Pulumi keeps a dynamic resource's provider in the state
 pickled by reference to its class's module (nothing else: the providers hold no state of their own,

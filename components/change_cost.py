@@ -6,7 +6,8 @@ put the profile's seed-measured start time (``HardwareFacts.time_to_serve``) bes
 text depends only on config, so they never make a preview differ from an up.
 
 Front-only changes (keys, TLS, limits, timeouts) are delivered by ``NginxReload`` as a reload; its
-``effect`` input, shown in every diff of it, says that they drop nothing.
+``effect`` input, shown in every diff of it, says that they drop nothing. Prometheus' files
+(``PrometheusRelease``) reload in place too, and its diff line says so.
 """
 
 from __future__ import annotations
@@ -75,14 +76,13 @@ def front_replacement_notice(stop_grace_seconds: int) -> str:
 
 
 def monitoring_replacement_notice() -> str:
-    """The warning for a created or replaced Prometheus container: its files are uploaded into it, so
-    any change of them (prometheus.yml, the alert rules, the status page) replaces it, and its series
-    live in the container's own volume."""
+    """The warning for a created or replaced Prometheus container: its image, port or network
+    changed (its files never replace it: they reload in place, components/docker/prometheus_release.py),
+    and its series live in the container's own volume."""
     return (
-        "Prometheus is created or replaced: its prometheus.yml, alert rules or status page files "
-        "(or its image, port, network) changed, and they are uploaded into the container. Its series "
-        "start again: the status page's charts begin empty and each alert's `for` timer from zero. "
-        "The API is not affected."
+        "Prometheus is created or replaced: its image, port or network changed (its prometheus.yml, "
+        "alert rules and status page reload in place, without this). Its series start again: the "
+        "status page's charts begin empty and each alert's `for` timer from zero. The API is not affected."
     )
 
 

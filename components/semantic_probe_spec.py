@@ -96,7 +96,7 @@ def probe_settings(
     limits. ``front_host`` is the front's container name, ``upstream`` vLLM's ``host:port``,
     ``replicas`` those asked directly besides the front path; ``replica_tls`` how a guarded one is
     verified, when the guards serve TLS (on a Docker host: their pinned certificate,
-    components/docker/replica_tls.py)."""
+    components/serving/replica_credentials.py)."""
     probe = spec.probe
     front_scheme = "https" if spec.front_tls else "http"
     smoke = {

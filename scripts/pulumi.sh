@@ -52,6 +52,14 @@ if [ "${1:-}" = up ] && [[ " ${args[*]} " != *" --json "* ]]; then
   args+=(--suppress-outputs --event-log "$events")
   export PULUMI_DEBUG_COMMANDS=true
 fi
+# `preview --diff` shows what changes, not what stays: the unchanged inputs of a changed dynamic
+# resource and the unchanged elements of a changed list or map are left out (ops/preview_display.py).
+# GLM_FULL_DIFF=1: the engine's own display. The engine's stderr goes through it too: the gates' and Prometheus' lines
+# come there, each followed by a blank line.
+compact=
+if [ "${1:-}" = preview ] && [[ " ${args[*]} " == *" --diff "* && " ${args[*]} " != *" --json "* ]] && [ -z "${GLM_FULL_DIFF:-}" ]; then
+  compact=1
+fi
 # The SSH commands (preflight, downloads) sign with an SSH agent, never with a key in the state
 # (components/docker/target.py). Without an agent of the user's, one lives for this run only, and the
 # program adds the stack's identityFile to it.
@@ -62,9 +70,13 @@ if [ -z "${SSH_AUTH_SOCK:-}" ] && command -v ssh-agent >/dev/null; then
   agent=1
 fi
 # Nothing to do after the engine: it takes this process's place, as it always did.
-[ -n "$events$agent" ] || exec pulumi "${args[@]}"
+[ -n "$events$agent$compact" ] || exec pulumi "${args[@]}"
 status=0
-pulumi "${args[@]}" || status=$?
+if [ -n "$compact" ]; then
+  pulumi "${args[@]}" 2>&1 | python -m ops.preview_display || status=$?
+else
+  pulumi "${args[@]}" || status=$?
+fi
 [ -z "$agent" ] || ssh-agent -k >/dev/null
 if [ -n "$events" ]; then
   python -m ops.ending "${stack:-$(pulumi stack --show-name)}" "$status" "$events" || true

@@ -21,6 +21,7 @@ import httpx
 import pytest
 import yaml
 
+from components.kubernetes.pod_security import RUN_AS_USER
 from tests.engine import PROJECT, PulumiProject, engine_missing
 
 CLUSTER = PROJECT / "scripts" / "k8s" / "cluster.sh"
@@ -107,7 +108,12 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     weights.mkdir(parents=True)
     (weights / "config.json").write_text('{"model_type": "glm-sim"}\n')
     (weights / "model.safetensors.index.json").write_text('{"weight_map": {}}\n')
-    return {"models": root / "models", "weights": weights, "cache": root / "jit-cache"}
+    # The serving pods run as UID 10001 (components/kubernetes/pod_security.py): a hostPath cache
+    # must be theirs, as docs/scaling.md tells an operator (fsGroup does not reach a hostPath).
+    cache = root / "jit-cache"
+    cache.mkdir()
+    os.chown(cache, RUN_AS_USER, RUN_AS_USER)
+    return {"models": root / "models", "weights": weights, "cache": cache}
 
 
 def set_stack_config(project: PulumiProject, values: dict[str, Any], stack: str = "local") -> None:

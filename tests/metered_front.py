@@ -21,7 +21,7 @@ import openai
 
 from components.config import StackConfig
 from components.render.nginx_conf import render_nginx_conf
-from components.render.nginx_meter import METER_DIR, METRICS_PATH, MeterRoute
+from components.render.nginx_meter import METER_DIR, METRICS_PATH, MeterPeers, MeterRoute
 from tests.engine import free_port
 from tests.test_nginx_front import NGINX, SERVED, SIM, running, runtime_dir, wait_for_port
 
@@ -99,19 +99,26 @@ def metered_front(
     replicas: int = 1,
     state_file: bool = True,
     minute_seconds: int = 60,
+    status_port: int | None = None,
+    peers: MeterPeers | None = None,
+    engines: Sequence[str] | None = None,
 ) -> Iterator[MeteredFront]:
     """``meter`` False: the front without the meter (nginx straight to the simulator). ``upstream``:
     the engine's address instead of a simulator's. ``replicas``: that many simulators, the front's
     replicas, each at its own address (the meter shares their slots). ``state_file``: keep the counters in the run's directory.
     ``queue_seconds``: ``glm:front.usageMeter.queueSeconds`` instead of the config's.
-    ``minute_seconds``: a budget's "minute", shortened for a test's clock."""
+    ``minute_seconds``: a budget's "minute", shortened for a test's clock. ``status_port``, ``peers``:
+    one of several front pods sharing one account (meter_peers.lua); ``engines``: the simulators of
+    another front (host:port each), started by it."""
     front = config.front
     if queue_seconds is not None:
         meter_config = front.usage_meter.model_copy(update={"queue_seconds": queue_seconds})
         front = front.model_copy(update={"usage_meter": meter_config})
     directory = nginx_prefix()
-    sim_ports = [free_port() for _ in range(replicas)]
-    sim_port, status_port, port = sim_ports[0], free_port(), free_port()
+    sim_ports = [free_port() for _ in range(replicas)] if engines is None else []
+    port = free_port()
+    status_port = status_port or free_port()
+    engine_addresses = list(engines) if engines is not None else [f"127.0.0.1:{p}" for p in sim_ports]
     env = {**os.environ, "VLLM_SIM_QUIET": "1", **(sim_env or {})}
     with contextlib.ExitStack() as stack:
         for index, each in enumerate(sim_ports if upstream is None else []):
@@ -130,9 +137,10 @@ def metered_front(
             own_clients=("smoke-gate", "semantic-probe"),
             unshared=("smoke-gate",),
             minute_seconds=minute_seconds,
+            peers=peers,
         )
         conf = render_nginx_conf(
-            front, upstream or [f"127.0.0.1:{p}" for p in sim_ports], dict(keys), listen=f"127.0.0.1:{port}",
+            front, upstream or engine_addresses, dict(keys), listen=f"127.0.0.1:{port}",
             runtime_dir=str(directory), meter=route if meter else None, status_listen=f"127.0.0.1:{status_port}",
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)
@@ -175,7 +183,7 @@ def metered_front(
             f"http://127.0.0.1:{port}",
             status_port if meter else None,
             directory,
-            f"http://127.0.0.1:{sim_port}",
+            f"http://{engine_addresses[0]}",
             restart,
         )
     shutil.rmtree(directory, ignore_errors=True)

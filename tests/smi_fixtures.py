@@ -164,7 +164,7 @@ def render_h200_scripts() -> dict[str, str]:
 def render_h200_pod_scripts() -> dict[str, str]:
     """The pod's preflight (``CARDS_FROM=device-plugin``) the real H200 ran (``pod-2026-12-03/``):
     the H200 profile given 1 card and asking for 8, weights mounted at /tmp/w."""
-    from components.docker.preflight import pod_preflight_script
+    from components.render.preflight import pod_preflight_script
 
     scripts = {}
     for cards in (1, 8):

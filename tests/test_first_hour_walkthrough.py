@@ -342,28 +342,65 @@ def test_5_3_a_running_stack_is_asked_not_assumed_and_up_ends_with_four_outputs(
 
 def test_5_4_a_new_key_and_a_weight_read_by_name_in_the_preview(user: User) -> None:
     """Issue 47, 4: adding a key read as renames of a sorted list (`"local" => "bob"`), and a weight
-    change only as `fingerprint` and `secrets_digest`, as if a key had changed."""
+    change only as `fingerprint` and `secrets_digest`, as if a key had changed; a limit that changes
+    an alert rule replaced Prometheus and printed its five files compared by position (1,183 lines).
+    Each preview now reads as a review, under 60 lines."""
     bob = f"sk-{os.urandom(24).hex()}"
     assert user.pulumi("config", "set", "--secret", "--path", "glm:apiKeys.bob", bob).returncode == 0
     assert user.pulumi("config", "set", "--path", "glm:front.usageMeter.weights.bob", "2").returncode == 0
     added = user.make("preview")
     assert added.returncode == 0, added.stdout[-3000:]
-    front = added.stdout[added.stdout.index("api_key_names") :].split("container ")[0]
-    assert "+ bob " in front and " => " not in front, front
+    front = added.stdout[added.stdout.index("api_key_names") :].split("--outputs:--")[0]
+    assert "+ bob " in front and " => " not in front.split("fingerprint")[0], front
     up = user.pulumi("up", "--yes", "--skip-preview")
     assert up.returncode == 0, up.stdout[-3000:]
     assert user.pulumi("config", "set", "--path", "glm:front.usageMeter.weights.bob", "3").returncode == 0
     weighed = user.make("preview")
+    said = weighed.stdout + weighed.stderr
+    print(f"preview of the usage meter's weight bob 2 -> 3: {len(said.splitlines())} lines")
     assert re.search(r"~ bob +: 2 => 3", weighed.stdout), weighed.stdout[-3000:]
-    # A limit that changes an alert rule replaces Prometheus: the preview says so, and what it costs.
-    limit = user.sh("make", "--no-print-directory", "preview", "STACK=local", "SET=serving.maxModelLen=16384")
+    assert len(said.splitlines()) < 60, said
+    up = user.pulumi("up", "--yes", "--skip-preview")
+    assert up.returncode == 0, up.stdout[-3000:]
+    # A limit that changes an alert rule: Prometheus' files reload in place, said one line a file.
+    limit = user.sh(
+        "make", "--no-print-directory", "preview", "STACK=local",
+        "SET=serving.maxModelLen=16384 serving.enforceEager=true",
+    )  # fmt: skip
     said = limit.stdout + limit.stderr
-    print(f"preview of serving.maxModelLen=16384: {len(said.splitlines())} lines")
-    assert limit.returncode == 0 and "warning: Prometheus is created or replaced" in said, said[-3000:]
-    assert "the status page's charts begin empty" in said
+    print(f"preview of serving.maxModelLen=16384 serving.enforceEager=true: {len(said.splitlines())} lines")
+    assert limit.returncode == 0 and len(said.splitlines()) < 60, said
+    assert "Prometheus is created or replaced" not in said and "monitoring-prometheus" not in said, said
+    [rules] = [line for line in said.splitlines() if line.startswith("[prometheus] rules.yml: ")]
+    assert "VllmKvPoolBelowMaxModelLen: expr" in rules and " bytes; " in rules, rules
+    assert "[prometheus] Prometheus files only: checked with `promtool check config`" in said
+    assert '~ --max-model-len          : "32768" => "16384"' in said and "--port " not in said, said
+    # Applied: the running Prometheus has the new rule, in the same container, and nothing is left to do.
+    container = f"{user.name}-prometheus"
+    started = docker_inspect(container, "{{.Id}} {{.State.StartedAt}}")
+    assert user.pulumi("config", "set", "--path", "glm:serving.maxModelLen", "16384").returncode == 0
+    up = user.pulumi("up", "--yes", "--skip-preview")
+    assert up.returncode == 0, up.stdout[-3000:]
+    assert docker_inspect(container, "{{.Id}} {{.State.StartedAt}}") == started
+    url = json.loads(user.pulumi("stack", "output", "--json").stdout)["prometheusUrl"]
+    with urllib.request.urlopen(f"{url}/api/v1/rules", timeout=10) as got:
+        loaded = json.loads(got.read())
+    [pool] = [
+        r for g in loaded["data"]["groups"] for r in g["rules"] if r["name"] == "VllmKvPoolBelowMaxModelLen"
+    ]
+    assert "max_model_len 16384" in pool["annotations"]["summary"], pool
+    again = user.pulumi("preview", "--expect-no-changes")
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert user.pulumi("config", "rm", "--path", "glm:serving.maxModelLen").returncode == 0
     assert user.pulumi("config", "rm", "--path", "glm:front.usageMeter.weights.bob").returncode == 0
     assert user.pulumi("config", "rm", "--path", "glm:apiKeys.bob").returncode == 0
     assert user.pulumi("up", "--yes", "--skip-preview").returncode == 0
+
+
+def docker_inspect(container: str, template: str) -> str:
+    return subprocess.run(
+        ["docker", "inspect", "-f", template, container], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_6_ctrl_c_on_logs_is_one_line(user: User) -> None:

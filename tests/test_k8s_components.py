@@ -23,6 +23,7 @@ COMPONENTS = {
     "glm:k8s_monitoring:KubernetesScrape",
     "glm:k8s_front:KubernetesFront",
     "glm:k8s_probe:KubernetesSemanticProbe",
+    "glm:k8s_teardown:PodsGone",  # issue 49: destroy waits for the pods
 }
 
 

@@ -290,11 +290,11 @@ def test_on_the_cluster_a_public_prometheus_is_its_node_port_never_its_bind_addr
 def test_a_client_gets_its_answer_over_tls_through_the_tls_guard(tls_stack: dict[str, Any]) -> None:
     """Both releases as the mocks recorded them in two real nginx: the client verifies the front's
     name against the test CA, the front verifies the guard's pinned certificate (a real pair from
-    components/docker/replica_tls.self_signed in place of the mocks' placeholder); plain HTTP to the
+    components/serving/replica_credentials.self_signed in place of the mocks' placeholder); plain HTTP to the
     front's port reaches nothing."""
     import httpx
 
-    from components.docker.replica_tls import self_signed
+    from components.serving.replica_credentials import self_signed
     from tests.test_k8s_guard import front_and_guard
     from tests.test_nginx_front import _RecordingUpstream
 

@@ -35,7 +35,6 @@ from tests.test_nginx_front import (
     _RecordingUpstream,
     recording_upstream,
     running,
-    runtime_dir,
     wait_for_port,
 )
 from tests.test_replica_guard import nginx, request
@@ -138,13 +137,17 @@ def front_and_guard(
             for name, text in guard_release.items()
         }
         with nginx(local_guard) as (guard, _):
-            directory, front = runtime_dir(), free_port()
+            from components.render.nginx_meter import METER_STATE_DIR
+            from tests.metered_front import nginx_prefix
+
+            directory, front = nginx_prefix(), free_port()  # the meter's Lua module, as in the image
             (directory / "rotation").mkdir()
             (directory / "rotation" / "upstream.conf").write_text(upstream_conf("127.0.0.1", guard))
             (directory / "rotation" / "reason.map").write_text(front_config["reason.map"])
             for name, text in front_release.items():
                 (directory / name).write_text(
                     text.replace("/tmp", str(directory))  # first: the directory is under /tmp
+                    .replace(METER_STATE_DIR, f"{directory}/usage")
                     .replace(f"{FRONT_DIR}/rotation", f"{directory}/rotation")
                     .replace("listen 8080", f"listen 127.0.0.1:{front}")
                     .replace("listen 9146;", f"listen 127.0.0.1:{free_port()};")

@@ -11,7 +11,6 @@ Kubernetes", and the command that fixes it.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pulumi
@@ -19,7 +18,6 @@ import pytest
 
 from components.config import ConfigError, build_stack_config, usage_meter_runs
 from components.config.secret_inputs import SecretInputs
-from components.profiles import PROFILES
 from components.render.prometheus_config import ScrapeSpec
 from tests.conftest import Deployment, run_program, stack_config, unwrap
 from tests.k8s_urns import KINDS
@@ -40,21 +38,6 @@ def refused(raw: dict[str, Any], secrets: SecretInputs | None = None) -> str:
 # ---- refused: what the cluster would lose -------------------------------------------------------
 
 REFUSED = {
-    "the usage meter (issue 36)": (
-        {"front": {"usageMeter": {"enabled": True}}},
-        "glm:front.usageMeter.enabled=true is not read on Kubernetes: no usage meter runs",
-        "Fix: `scripts/pulumi.sh config rm --path 'glm:front.usageMeter.enabled'",
-    ),
-    "the fair share's weights, the meter left at its default": (
-        {"front": {"usageMeter": {"weights": {"ops": 2}}}},
-        "glm:front.usageMeter.weights (ops) is not read on Kubernetes: no usage meter shares",
-        "Fix: `scripts/pulumi.sh config rm --path 'glm:front.usageMeter.weights'",
-    ),
-    "the meter's wait for a slot, the meter left at its default": (
-        {"front": {"usageMeter": {"queueSeconds": 30}}},
-        "glm:front.usageMeter.queueSeconds=30 is not read on Kubernetes: no usage meter holds a request",
-        "Fix: `scripts/pulumi.sh config rm --path 'glm:front.usageMeter.queueSeconds'",
-    ),
     "the weights' download": (
         {"model": {"download": {"enabled": True, "repo": "zai-org/GLM-5.3-Flash"}}},
         "glm:model.download.enabled=true is not read on Kubernetes: no pod downloads zai-org/GLM-5.3-Flash",
@@ -108,68 +91,32 @@ def test_the_secret_env_is_refused_naming_the_variables_never_their_values() -> 
 
 def test_every_lost_key_is_reported_at_once() -> None:
     keys: dict[str, Any] = {}
-    for case in ("the usage meter (issue 36)", "a promotion", "the host's IPC namespace"):
+    for case in ("a promotion", "the host's IPC namespace"):
         keys |= REFUSED[case][0]
     message = refused({"hardware": "local", "target": ON_K8S, **keys})
     assert [line.split("=")[0].strip() for line in message.splitlines()[1:]] == [
-        "glm:front.usageMeter.enabled",
         "glm:promoteFrom",
         "glm:container.ipcMode",
     ]
 
 
-def test_every_meter_key_the_stack_asks_for_is_refused_at_once_each_with_its_fix() -> None:
-    meter = {"enabled": True, "weights": {"ops": 2, "batch": 0.5}, "queueSeconds": 2.5}
-    message = refused({"hardware": "local", "target": ON_K8S, "front": {"usageMeter": meter}})
-    lines = message.splitlines()[1:]
-    assert [line.split(f" {NOT_READ}")[0].strip() for line in lines] == [
-        "glm:front.usageMeter.enabled=true",
-        "glm:front.usageMeter.weights (batch, ops)",
-        "glm:front.usageMeter.queueSeconds=2.5",
-    ]
-    for line, key in zip(lines, ("enabled", "weights", "queueSeconds"), strict=True):
-        assert f"Fix: `scripts/pulumi.sh config rm --path 'glm:front.usageMeter.{key}'" in line
-
-
 @pytest.mark.parametrize(
     "meter",
     [
-        {},  # the default: on where it runs
-        {"fairShare": False},  # a setting that changes nothing where no meter runs
-        {"enabled": False, "weights": {"ops": 2}, "queueSeconds": 3},  # off: they weigh nothing anywhere
-        {"queueSeconds": 10, "weights": {}},  # what the stack gets without them: nothing is lost
+        {},  # the default: on
+        {"enabled": True, "weights": {"ops": 2, "batch": 0.5}, "queueSeconds": 2.5},
+        {"limits": {"ops": {"tokensPerMinute": 9000}}, "defaultLimits": {"tokensPerDay": 500000}},
+        {"enabled": False, "weights": {"ops": 2}},  # off: nginx straight to the Service, anywhere
     ],
 )
-def test_the_cluster_runs_without_a_meter_the_stack_did_not_ask_for(meter: dict[str, Any]) -> None:
-    """On by default on Docker hosts; the cluster runs no meter, so left at its default it is
-    simply not there, and nothing is refused or warned about, nor scraped."""
+def test_the_meter_runs_on_the_cluster_as_on_docker_hosts(meter: dict[str, Any]) -> None:
+    """Issue 49: the meter, its fair share and its budgets are the cluster's too, with the same keys:
+    nothing refused or warned about that works on Docker hosts."""
     config = build_stack_config({"hardware": "local", "target": ON_K8S, "front": {"usageMeter": meter}})
-    assert not [a for a in config.advisories() if "usageMeter" in a]
-    assert not usage_meter_runs(config) and ScrapeSpec.of(config).usage_meter is None
     on_docker = build_stack_config({"hardware": "local", "target": ON_DOCKER, "front": {"usageMeter": meter}})
-    assert usage_meter_runs(on_docker) == on_docker.front.usage_meter.enabled
-
-
-def test_the_meter_is_on_by_default_on_docker_hosts_and_off_on_the_cluster() -> None:
-    assert usage_meter_runs(build_stack_config({"hardware": "local", "target": ON_DOCKER}))
-    assert not usage_meter_runs(build_stack_config({"hardware": "local", "target": ON_K8S}))
-
-
-def test_a_stack_that_asks_for_the_meter_by_its_default_value_is_still_refused_on_the_cluster() -> None:
-    """``enabled: true`` equals the default: what is refused is the stack writing it (a Docker
-    stack's file, or GLM_SET), not its value."""
-    message = refused({"hardware": "local", "target": ON_K8S, "front": {"usageMeter": {"enabled": True}}})
-    assert "glm:front.usageMeter.enabled=true is not read on Kubernetes" in message
-
-
-def test_a_profiles_own_meter_switch_is_not_the_stacks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No profile sets it today; one that did would be the seeds' value, like any other key's."""
-    front = PROFILES["local"].defaults["front"]
-    monkeypatch.setitem(PROFILES["local"].defaults, "front", {**front, "usageMeter": {"enabled": True}})
-    assert not usage_meter_runs(build_stack_config({"hardware": "local", "target": ON_K8S}))
-    monkeypatch.setitem(PROFILES["local"].defaults, "front", {**front, "usageMeter": {"enabled": False}})
-    message = refused({"hardware": "local", "target": ON_K8S, "front": {"usageMeter": {"enabled": True}}})
-    assert "glm:front.usageMeter.enabled=true is not read on Kubernetes" in message
+    assert not [a for a in config.advisories() if "usageMeter" in a]
+    assert usage_meter_runs(config) == usage_meter_runs(on_docker) == meter.get("enabled", True)
+    assert (ScrapeSpec.of(config).usage_meter is None) == (not meter.get("enabled", True))
 
 
 # ---- warned: a Docker host's setting the cluster does for itself ---------------------------------
@@ -233,11 +180,10 @@ def test_the_committed_kubernetes_kinds_build_and_warn_of_no_lost_key(
     deployment = KINDS[kind]()
     assert deployment.outputs["target"] == "kubernetes"
     assert [line for line in said if NOT_READ in line] == []
-    # The usage meter, on by default on Docker hosts, is not on the cluster: nothing of it is built,
-    # and neither the front's config nor Prometheus' names it.
-    assert [r.name for r in deployment.resources if "meter" in r.name] == []
-    rendered = json.dumps([r.inputs for r in deployment.resources], default=str)
-    assert "usage-meter" not in rendered and "usage_meter" not in rendered and "X-Glm-Shares" not in rendered
+    # The usage meter runs in every front pod; Prometheus reads each pod's counters.
+    front = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"]
+    assert 'require("meter").access()' in front["nginx.conf"]
+    assert "/meter/peers" in front["nginx.conf"]
 
 
 # ---- honoured: the pods' readiness asks the stack's own questions --------------------------------

@@ -24,7 +24,6 @@ import yaml
 
 from components.gate.__main__ import main as gate_main
 from components.gate.checks import GateFailure, run_gate
-from components.render.prometheus_config import RULES_PATH
 from tests.conftest import CONTAINER, Deployment, run_program, unwrap
 from tests.engine import free_port
 from tests.test_k8s_target import DEPLOYMENT, SERVICE, k8s_target
@@ -329,8 +328,9 @@ DOCKER_ALERTS_SAY = {
 
 
 def test_a_docker_hosts_alerts_name_docker_as_before(stacks: dict[str, Deployment]) -> None:
-    uploads = unwrap(stacks["docker"].one(CONTAINER, "-prometheus").inputs)["uploads"]
-    rules = next(u["content"] for u in uploads if u["file"] == RULES_PATH)
+    rules = unwrap(stacks["docker"].one("pulumi-python:dynamic:Resource", "-monitoring-files").inputs)[
+        "contents"
+    ]["rules.yml"]
     probe = unwrap(stacks["docker"].one(CONTAINER, "-semantic-probe-container").inputs)["name"]
     texts = descriptions(rules)
     for alert, said in DOCKER_ALERTS_SAY.items():

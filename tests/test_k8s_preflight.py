@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from components.docker.preflight import PREFLIGHT_SH, pod_preflight_script
+from components.render.preflight import PREFLIGHT_SH, pod_preflight_script
 from tests.conftest import Deployment, run_program, unwrap
 from tests.host_scripts import a800, weights
 from tests.smi_fixtures import H200_FACTS, eight_gpus, render_h200_pod_scripts
@@ -62,7 +62,9 @@ def test_the_preflight_runs_first_with_vllms_cards_weights_and_shm(a800_pod: dic
     assert {"name": "weights", "mountPath": "/models", "readOnly": True} in preflight["volumeMounts"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in preflight["volumeMounts"]
     assert preflight["env"] == [
-        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "HOME", "value": "/home/glm53"},
+        {"name": "USER", "value": "glm53"},
     ]
     assert preflight["terminationMessagePolicy"] == "FallbackToLogsOnError"
 

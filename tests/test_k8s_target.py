@@ -88,7 +88,9 @@ def test_the_pods_run_the_argv_the_docker_host_runs(
         "ASCEND_RT_VISIBLE_DEVICES",
     }
     pod_env = {e["name"]: e["value"] for e in vllm["env"]}
-    assert pod_env == {k: v for k, v in docker_env.items() if k not in pinning}
+    # Plus a HOME it may write and a user name for a UID with no passwd entry (least privilege).
+    own = {"HOME": "/home/glm53", "USER": "glm53"}
+    assert pod_env == {k: v for k, v in docker_env.items() if k not in pinning} | own
     assert not pinning & set(pod_env)
 
 
@@ -263,6 +265,8 @@ def test_prometheus_config_and_rules_pass_promtool(on_k8s: dict[str, Deployment]
         "app.kubernetes.io/name=glm53-vllm,app.kubernetes.io/instance=a800",
         str(int(container(on_k8s["a800"], "guard")["ports"][0]["containerPort"])),  # the pods' guard
         "/var/lib/glm53-targets/vllm.json",
+        "5",
+        "9147",  # the pods' rotation, for the front-rotation job
     ]
     # The several-hosts rules: each alert names the pod (label host) it fired for.
     rules = yaml.safe_load(files["rules.yml"])["groups"][0]["rules"]
@@ -271,7 +275,8 @@ def test_prometheus_config_and_rules_pass_promtool(on_k8s: dict[str, Deployment]
 
 def test_prometheus_may_only_list_the_namespace_pods(on_k8s: dict[str, Deployment]) -> None:
     role = unwrap(on_k8s["local"].one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs)
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    # components/host/k8s_targets.py lists them, once per period: no get, no watch (issue 49).
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     assert role["metadata"]["namespace"] == "glm53-test"
 
 
@@ -287,6 +292,34 @@ def test_the_operator_gets_the_same_rules_as_a_prometheus_rule() -> None:
     monitor = next(r for r in deployment.resources if r.name.endswith("-pod-monitor"))
     assert unwrap(monitor.inputs)["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == "glm53-vllm"
     assert not [r for r in deployment.of_type(DEPLOYMENT) if r.name.endswith("-prometheus")]
+
+
+def test_the_pods_rotation_reads_as_a_docker_fronts() -> None:
+    """The targets lister's rotation (the front-rotation job on the cluster): in while Ready, a
+    gate_passed when a pod becomes Ready, gate_failed when it stops, drained when it is deleted;
+    the series and labels the page's panels ask for (templates/rotation.sh's)."""
+    from components.host.k8s_targets import Rotation
+
+    def pod(name: str, is_ready: bool, deleting: bool = False) -> dict:
+        meta: dict = {"name": name, **({"deletionTimestamp": "2026-12-06T00:00:00Z"} if deleting else {})}
+        return {"metadata": meta, "status": {"conditions": [{"type": "Ready", "status": str(is_ready)}]}}
+
+    rotation = Rotation()
+    rotation.look([pod("a", False), pod("b", True)], 100.0)
+    rotation.look([pod("a", True), pod("b", True)], 105.0)
+    rotation.look([pod("a", True), pod("b", False)], 110.0)
+    rotation.look([pod("a", True, deleting=True), pod("b", True)], 115.0)
+    text = rotation.text()
+    for line in (
+        'glm_rotation_in{host="a"} 0',
+        'glm_rotation_in{host="b"} 1',
+        'glm_rotation_events_total{host="a",event="gate_passed"} 1',
+        'glm_rotation_events_total{host="a",event="drained"} 1',
+        'glm_rotation_events_total{host="b",event="gate_passed"} 2',
+        'glm_rotation_events_total{host="b",event="gate_failed"} 1',
+        'glm_rotation_last_event_timestamp_seconds{host="b",event="gate_failed"} 110.000',
+    ):
+        assert line in text.splitlines(), text
 
 
 def test_the_target_file_lists_running_pods_by_name() -> None:
@@ -317,7 +350,12 @@ def test_the_semantic_probe_asks_through_the_front_with_its_own_key(on_k8s: dict
     assert "semantic-probe" in keys_map  # the front admits the probe's key under its client name
     files = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-prometheus-config").inputs)["data"]
     jobs = [j["job_name"] for j in yaml.safe_load(files["prometheus.yml"])["scrape_configs"]]
-    assert jobs == ["vllm", "semantic-probe"]
+    assert jobs == [
+        "vllm",
+        "semantic-probe",
+        "front-rotation",
+        "usage-meter",
+    ]  # the meter runs on the cluster too (issue 49)
     assert "semantic-probe" in files["rules.yml"]
     # The probe starts after the gate passed.
     gate = next(r.name for r in deployment.of_type("glm:smoke:SmokeTest"))

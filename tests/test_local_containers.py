@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import pytest
 
-from components.docker import rotation
+from components.docker import prometheus_release, rotation
 from components.docker.nginx_reload import apply_release
 from components.gate import GateFailure, run_gate
 from components.render.status_page import render_page
@@ -163,6 +163,10 @@ def local_stack() -> Iterator[tuple[Deployment, dict[str, Any]]]:
         started.append(
             start(containers["prometheus"], network["name"], {pulled: "glm53-local/prometheus:bookworm"})
         )
+        # Its files arrive as `pulumi up` delivers them: a release, promtool-checked, then loaded.
+        prometheus_release.apply_release(
+            unwrap(deployment.one("pulumi-python:dynamic:Resource", "-monitoring-files").inputs)
+        )
         yield deployment, {"front_port": front_port, "prometheus_port": prometheus_port, "name": name}
     finally:
         for container in started:
@@ -245,6 +249,53 @@ def test_the_probe_measures_through_the_real_front(
     assert report["kv_pool"]["tokens"] == 4 * 32768
     assert (tmp_path / "probe-report.md").exists()
     assert TEST_API_KEYS["ci"] not in (tmp_path / "probe-report.md").read_text() + result.stderr
+
+
+def test_a_rule_change_reloads_prometheus_in_place_and_a_refused_one_changes_nothing(
+    local_stack: tuple[Deployment, dict[str, Any]],
+) -> None:
+    """Issue 47, 4: Prometheus' files are a release (components/docker/prometheus_release.py). A rule
+    change is loaded by the running Prometheus (its rules API says the new threshold) without a new
+    container; a release promtool refuses is never current, and the loaded rules stay."""
+    deployment, ports = local_stack
+    release = unwrap(deployment.one("pulumi-python:dynamic:Resource", "-monitoring-files").inputs)
+    container = f"{ports['name']}-prometheus"
+    started = docker("inspect", "-f", "{{.Id}} {{.State.StartedAt}}", container)
+
+    def kv_rule() -> dict[str, Any]:
+        rules = httpx.get(f"http://127.0.0.1:{ports['prometheus_port']}/api/v1/rules", timeout=10).json()
+        [rule] = [
+            r for g in rules["data"]["groups"] for r in g["rules"] if r["name"] == "VllmKvCacheNearlyFull"
+        ]
+        return rule
+
+    assert kv_rule()["query"].endswith("> 0.9")  # glm:monitoring.thresholds.kvCacheUsage's default
+    rules = release["contents"]["rules.yml"]
+    assert rules.count(" > 0.9\n") == 1
+    lowered = {
+        **release,
+        "contents": {**release["contents"], "rules.yml": rules.replace(" > 0.9\n", " > 0.85\n")},
+    }
+    said = prometheus_release.apply_release(lowered)
+    assert said.startswith("Prometheus release ") and said.endswith(" is live"), said
+    assert kv_rule()["query"].endswith("> 0.85")
+    assert docker("inspect", "-f", "{{.Id}} {{.State.StartedAt}}", container) == started
+    broken = {**release, "contents": {**release["contents"], "rules.yml": rules.replace("expr:", "exp:", 1)}}
+    with pytest.raises(RuntimeError, match="promtool refused the new Prometheus config") as refused:
+        prometheus_release.apply_release(broken)
+    assert "rules.yml" in str(refused.value)  # promtool's own words name the file
+    assert kv_rule()["query"].endswith("> 0.85")
+    live = docker(
+        "exec",
+        container,
+        "sh",
+        "-c",
+        "ls /etc/prometheus/glm53/releases; readlink /etc/prometheus/glm53/current",
+    )
+    assert live.split() == [prometheus_release.release_id(lowered["contents"], lowered["secrets_digest"]),
+                            f"releases/{prometheus_release.release_id(lowered['contents'], lowered['secrets_digest'])}"]  # fmt: skip
+    prometheus_release.apply_release(release)  # as the stack had it, for the tests that follow
+    assert kv_rule()["query"].endswith("> 0.9")
 
 
 def test_the_status_page_reads_the_stacks_prometheus_through_the_front(

@@ -246,14 +246,3 @@ def test_a_limit_for_no_key_or_for_the_stacks_own_is_refused_at_preview() -> Non
         overrides = {"glm:front": {"usageMeter": {"limits": {name: {"tokensPerMinute": 5}}}}}
         with pytest.raises(Exception, match=rf"glm:front.usageMeter.limits.{name} .*{reason}"):
             run_program("local", overrides=overrides)
-
-
-def test_budgets_on_kubernetes_are_refused_naming_the_key() -> None:
-    """The cluster runs no meter yet (issue 49): a budget there would hold nothing, so it is refused."""
-    from tests.test_k8s_keys import NOT_READ, ON_K8S, refused
-
-    meter = {"limits": {"ops": {"tokensPerMinute": 9}}, "defaultLimits": {"tokensPerDay": 5}}
-    message = refused({"hardware": "local", "target": ON_K8S, "front": {"usageMeter": meter}})
-    assert f"glm:front.usageMeter.limits (ops) {NOT_READ}" in message
-    assert f"glm:front.usageMeter.defaultLimits {NOT_READ}" in message
-    assert "no token or request budget holds" in message

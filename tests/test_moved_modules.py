@@ -17,7 +17,13 @@ STORED = [
     ("components.k8s_roll", "RollWatchProvider", "components.kubernetes.roll"),
     ("components.nginx_reload", "NginxReloadProvider", "components.docker.nginx_reload"),
     ("components.replica_gate", "ReplicaGateProvider", "components.docker.replica_gate"),
-    ("components.replica_tls", "_ReplicaCertificateProvider", "components.docker.replica_tls"),
+    ("components.replica_tls", "_ReplicaCertificateProvider", "components.serving.replica_credentials"),
+    # issue 49: the Kubernetes target imports nothing of components/docker/
+    (
+        "components.docker.replica_tls",
+        "_ReplicaCertificateProvider",
+        "components.serving.replica_credentials",
+    ),
     # never moved: still at the path the states hold
     ("components.secrets", "_GeneratedKeyProvider", "components.secrets"),
     ("components.smoke_gate", "SmokeTestProvider", "components.smoke_gate"),

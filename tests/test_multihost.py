@@ -187,24 +187,24 @@ def test_the_front_balances_across_the_replicas_its_rotation_admitted(three: Dep
 
 
 def test_prometheus_scrapes_every_replica_with_a_host_label(three: Deployment) -> None:
-    uploads = unwrap(three.one(CONTAINER, "monitoring-prometheus").inputs)["uploads"]
-    scrape = yaml.safe_load(uploads[0]["content"])["scrape_configs"][0]["static_configs"]
+    release = unwrap(three.one(GATE, "monitoring-files").inputs)
+    uploads = release["contents"]
+    scrape = yaml.safe_load(uploads["prometheus.yml"])["scrape_configs"][0]["static_configs"]
     assert scrape == [
         {"targets": ["vllm:8000"], "labels": {"host": "gpu01"}},
         {"targets": ["10.0.0.12:8000"], "labels": {"host": "gpu02"}},
         {"targets": ["10.0.0.13:8000"], "labels": {"host": "gpu03"}},
     ]
     # The replicas answer only their guards' keys, Prometheus the scrape key; vLLM on the front's
-    # host ignores it.
-    job = yaml.safe_load(uploads[0]["content"])["scrape_configs"][0]
-    assert job["authorization"] == {"type": "Bearer", "credentials_file": "/etc/prometheus/scrape-key"}
+    # host ignores it. Relative: beside prometheus.yml in its release.
+    job = yaml.safe_load(uploads["prometheus.yml"])["scrape_configs"][0]
+    assert job["authorization"] == {"type": "Bearer", "credentials_file": "scrape-key"}
     assert "scheme" not in job  # plain HTTP on the private network without glm:front.tls
-    assert [u["file"] for u in uploads] == [
-        "/etc/prometheus/prometheus.yml", "/etc/prometheus/rules.yml", "/etc/prometheus/scrape-key",
-        "/etc/prometheus/status-page/status.css", "/etc/prometheus/status-page/status.html",
-        "/etc/prometheus/status-page/status.js",
+    assert sorted(uploads) == [
+        "prometheus.yml", "rules.yml", "status-page/status.css", "status-page/status.html", "status-page/status.js",
     ]  # fmt: skip
-    rules = yaml.safe_load(uploads[1]["content"])["groups"][0]["rules"]
+    assert sorted(release["secret_files"]) == ["scrape-key"]  # on stdin, as a secret: never in the diff
+    rules = yaml.safe_load(uploads["rules.yml"])["groups"][0]["rules"]
     vllm_rules = [r for r in rules if r["alert"].startswith("Vllm")]  # the probe's are per stack
     assert vllm_rules and all(
         r["annotations"]["description"].startswith("On host {{ $labels.host }}: ") for r in vllm_rules
@@ -216,9 +216,8 @@ def test_prometheus_holds_the_scrape_key_and_only_the_front_and_probe_the_replic
 ) -> None:
     """Issue 33 finding 3: Prometheus' file (world-readable in its container) opens no inference
     route; the inference key is the front's, and the probe's in a file of its own."""
-    prometheus = unwrap(three.one(CONTAINER, "monitoring-prometheus").inputs)
-    files = {u["file"]: u["content"] for u in prometheus["uploads"]}
-    assert files["/etc/prometheus/scrape-key"] == REPLICA_SCRAPE_TEST_KEY
+    prometheus = unwrap(three.one(GATE, "monitoring-files").inputs)
+    assert prometheus["secret_files"]["scrape-key"] == REPLICA_SCRAPE_TEST_KEY
     assert REPLICA_TEST_KEY not in str(prometheus)
     front = unwrap(three.one(GATE, "front-config").inputs)["secret_files"]["replica-guard-auth.conf"]
     assert f'proxy_set_header Authorization "Bearer {REPLICA_TEST_KEY}";' in front

@@ -133,8 +133,8 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
         )
         assert "error:" not in out, out[-3000:]
 
-        # Adding a host is one list entry: only its resources, Prometheus' config (its files are
-        # uploads: the container is replaced) and the front's gate; the front's config reloads only
+        # Adding a host is one list entry: only its resources, Prometheus' files (a release: it
+        # reloads in place) and the front's gate; the front's config reloads only
         # for the usage meter's count of replicas (the new replica joins its rotation once its gate
         # passed).
         set_hosts(project, stack, hosts)
@@ -144,7 +144,7 @@ def test_hosts_join_roll_and_leave(hosts: list[StandinHost], tmp_path: Path) -> 
         # The probe asks every replica directly (issue 23): it learns of the new one too.
         assert others == {
             "local-front-config": "update",
-            "local-monitoring-prometheus": "replace",
+            "local-monitoring-files": "update",
             "local-semantic-probe-container": "replace",
             "local-smoke-gate": "update",
         }, plan

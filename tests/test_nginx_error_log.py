@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from components.docker.replica_guard import render_guard_files
+from components.render.replica_guard import render_guard_files
 from tests.engine import free_port
 from tests.test_nginx_front import KEYS, nginx_front, stack
 from tests.test_replica_guard import FRONT, KEY, SCRAPE_KEY, nginx

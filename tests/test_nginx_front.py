@@ -37,7 +37,6 @@ from pulumi.runtime import rpc
 from components.config import ConfigError, StackConfig, build_stack_config
 from components.docker.nginx_front import NginxFront, NginxFrontArgs, public_url
 from components.docker.nginx_reload import START_COMMAND
-from components.docker.rotation import no_replica_body
 from components.profiles import PROFILES
 from components.render.nginx_conf import (
     API_KEYS_FILE,
@@ -50,6 +49,7 @@ from components.render.nginx_conf import (
     render_release_conf,
 )
 from components.render.nginx_meter import MeterRoute
+from components.render.openai_errors import no_replica_body
 from components.template import render_template
 from tests.conftest import PROJECT, TEST_HOST_KEY, construct, redacted
 from tests.engine import free_port

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import pytest
 
 from components.config import build_stack_config
-from components.docker.rotation import no_replica_body
+from components.render.openai_errors import no_replica_body
 from ops import __main__ as ops
 from tests.engine import free_port
 

@@ -539,6 +539,7 @@ def test_the_pack_serves_exactly_the_twelve_policies(monkeypatch, capfd) -> None
         "k8s-node-port-opted-in",
         "k8s-pod-not-privileged",
         "k8s-gpu-requests",
+        "k8s-pod-least-privilege",
     ]
     assert {p.enforcementLevel for p in info.policies} == {sdk.proto.MANDATORY}
 
@@ -562,7 +563,7 @@ def test_the_pack_answers_the_engine_over_grpc(tmp_path: Path) -> None:
         with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = analyzer_pb2_grpc.AnalyzerStub(channel)
             info = stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
-            assert (info.name, len(info.policies)) == ("glm-serving", 12)
+            assert (info.name, len(info.policies)) == ("glm-serving", 13)
             properties = struct_pb2.Struct()
             properties.update({"ports": [{"internal": 8000, "external": 8000, "ip": "127.0.0.1"}]})
             request = analyzer_pb2.AnalyzeRequest(

@@ -190,6 +190,79 @@ def test_vllm_without_the_accelerator_annotation_is_refused() -> None:
     assert gp.k8s_gpu_requests(other, {}) == []  # no vLLM, nothing to request
 
 
+# --- 13. k8s-pod-least-privilege ----------------------------------------------------------------
+
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 10001.0, "runAsGroup": 10001.0, "fsGroup": 10001.0}
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+}
+
+
+def restricted_pod(container: dict[str, Any] | None = None, **pod: Any) -> Any:
+    """A Deployment whose pod follows the rule; ``container`` replaces its one container's
+    ``securityContext``, ``pod`` its own keys."""
+    c = {**vllm_container(), "securityContext": RESTRICTED if container is None else container}
+    spec = {
+        "automountServiceAccountToken": False,
+        "securityContext": RESTRICTED_POD,
+        "containers": [c],
+        **pod,
+    }
+    return deployment(spec)
+
+
+def test_a_restricted_pod_passes() -> None:
+    assert gp.k8s_pod_least_privilege(restricted_pod(), {}) == []
+    # The container's own user, the one capability it may add back.
+    own = {
+        **RESTRICTED,
+        "runAsNonRoot": True,
+        "runAsUser": 2000.0,
+        "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+    }
+    assert gp.k8s_pod_least_privilege(restricted_pod(own, securityContext={}), {}) == []
+
+
+def test_a_pod_that_mounts_the_token_by_default_is_refused() -> None:
+    for pod in ({"automountServiceAccountToken": True}, {"automountServiceAccountToken": None}):
+        [message] = gp.k8s_pod_least_privilege(restricted_pod(**pod), {})
+        assert "a800-vllm mounts the service-account token in every container" in message
+        assert "Fix: automountServiceAccountToken: false" in message
+
+
+@pytest.mark.parametrize(
+    ("container", "pod", "found"),
+    [
+        ({**RESTRICTED, "runAsNonRoot": False}, {}, "runAsNonRoot is not true"),
+        (RESTRICTED, {"securityContext": {"runAsUser": 10001.0}}, "runAsNonRoot is not true"),
+        (RESTRICTED, {"securityContext": {"runAsNonRoot": True}}, "no fixed non-root runAsUser"),
+        ({**RESTRICTED, "runAsUser": 0.0}, {}, "runAsUser 0.0"),
+        ({**RESTRICTED, "allowPrivilegeEscalation": True}, {}, "allowPrivilegeEscalation is not false"),
+        ({k: v for k, v in RESTRICTED.items() if k != "allowPrivilegeEscalation"}, {}, "allowPrivilegeEscalation is not false"),
+        ({**RESTRICTED, "capabilities": {"drop": ["NET_RAW"]}}, {}, "capabilities.drop lacks ALL"),
+        ({**RESTRICTED, "capabilities": {"drop": ["ALL"], "add": ["SYS_ADMIN"]}}, {}, "capabilities.add SYS_ADMIN"),
+        ({**RESTRICTED, "readOnlyRootFilesystem": False}, {}, "readOnlyRootFilesystem is not true"),
+        (None, {"initContainers": [{"name": "setup"}]}, "allowPrivilegeEscalation is not false"),
+    ],
+    ids=["root-allowed", "no-run-as-non-root", "no-uid", "uid-0", "escalation", "escalation-unset",
+         "capabilities-kept", "capability-added", "writable-root", "init-container"],
+)  # fmt: skip
+def test_each_broken_rule_is_refused(
+    container: dict[str, Any] | None, pod: dict[str, Any], found: str
+) -> None:
+    [message] = gp.k8s_pod_least_privilege(restricted_pod(container, **pod), {})
+    assert found in message and "Fix: securityContext runAsNonRoot: true" in message
+
+
+def test_a_pod_without_any_security_context_names_every_problem() -> None:
+    [token, container] = gp.k8s_pod_least_privilege(deployment({"containers": [vllm_container()]}), {})
+    assert "mounts the service-account token" in token
+    assert "(container vllm): runAsNonRoot is not true, no fixed non-root runAsUser, " in container
+    assert "capabilities.drop lacks ALL, readOnlyRootFilesystem is not true" in container
+
+
 # --- through the analyzer, and the committed stacks ---------------------------------------------
 
 
@@ -226,5 +299,17 @@ def test_every_stack_on_kubernetes_passes_the_pack(stack: str) -> None:
             vllm.type, vllm.name, {**vllm.props, "spec": {**vllm.props["spec"], "template": template}}
         )
         assert gp.k8s_gpu_requests(stripped, {})
+    # Least privilege is checked on each rendered pod: without its security context it is refused.
+    for workload in (r for r in resources if r.type == DEPLOYMENT):
+        pod = workload.props["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False, workload.name
+        loose = {**pod, "containers": [{**c, "securityContext": {}} for c in pod["containers"]]}
+        template = {**workload.props["spec"]["template"], "spec": loose}
+        bare_pod = gp.Resource(
+            workload.type,
+            workload.name,
+            {**workload.props, "spec": {**workload.props["spec"], "template": template}},
+        )
+        assert gp.k8s_pod_least_privilege(bare_pod, {}), workload.name
     front = next(r for r in resources if r.type == SERVICE and r.name.endswith("-front-service"))
     assert front.props["spec"]["type"] == "NodePort" and front.props["metadata"]["annotations"]

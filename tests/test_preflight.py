@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from components.config import StackConfig, build_stack_config
-from components.docker.preflight import CONTEXT_MIB
+from components.render.preflight import CONTEXT_MIB
 from tests.conftest import Deployment, unwrap
 from tests.host_scripts import HOST, a800, fake_tool, preflight_of, run, weights
 from tests.smi_fixtures import H200, H200_FACTS, eight_gpus, npu_smi_info, render_h200_scripts

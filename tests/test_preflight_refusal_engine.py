@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from components.docker.model_volume import WEIGHTS_CHECK
-from components.docker.preflight import PREFLIGHT_SH
+from components.render.preflight import PREFLIGHT_SH, WEIGHTS_CHECK
 from tests.engine import PulumiProject, engine_missing
 from tests.multihost import host_entry, set_config
 from tests.standin_host import StandinHost, unavailable_reason

@@ -752,23 +752,40 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
         "metrics": "glm:monitoring:PrometheusScrape",
         "metrics-image": "docker:index/remoteImage:RemoteImage",
         "metrics-prometheus": "docker:index/container:Container",
+        "metrics-files": "pulumi-python:dynamic:Resource",
     }
     assert mocks.registered["metrics-image"][1] == {"name": "prom/prometheus:v2.53.0", "keepLocally": True}
     inputs = mocks.registered["metrics-prometheus"][1]
     assert inputs["name"] == f"{config.container.name}-prometheus"
-    # The status page's files, served at /user/ for the front's /status/ (components/render/status_page.py).
-    assert inputs["command"] == [*PROMETHEUS_FLAGS, "--web.user-assets=/etc/prometheus/status-page"]
+    # The container depends on no file: it waits for the first release, then runs Prometheus on it,
+    # the status page's files served at /user/ for the front's /status/ (components/render/status_page.py).
+    assert inputs["entrypoints"] == ["/bin/sh", "-c"]
+    assert inputs["command"] == [
+        "while [ ! -e /etc/prometheus/glm53/current/prometheus.yml ]; do sleep 0.1; done; exec /bin/prometheus "
+        "--config.file=/etc/prometheus/glm53/current/prometheus.yml --storage.tsdb.path=/prometheus "
+        "--web.listen-address=:9090 --web.user-assets=/etc/prometheus/glm53/current/status-page"
+    ]
+    assert "uploads" not in inputs
     assert inputs["image"] == f"sha256:{'ab' * 32}"
     assert inputs["networksAdvanced"] == [{"name": "glm-net"}]
     assert [{k: p[k] for k in ("internal", "external", "ip")} for p in inputs["ports"]] == [
         {"internal": 9090, "external": 9090, "ip": "127.0.0.1"}
     ]
     assert "volumes" not in inputs and "mounts" not in inputs  # TSDB: the image's own volume
-    uploads = {u["file"]: u["content"] for u in inputs["uploads"]}
-    assert uploads[RULES_PATH] == render_alert_rules(ScrapeSpec.of(config))
+    # The files: a release the container reloads (components/docker/prometheus_release.py).
+    release = mocks.registered["metrics-files"][1]
+    assert release["container"] == f"{config.container.name}-prometheus"
+    # On the stack's Docker host: through ssh with the provider's options on a GPU box's stack.
+    assert release["docker_host"] == config.target.host.docker_host
+    assert (release.get("ssh") is None) == (hardware == "local"), release.get("ssh")
+    uploads = release["contents"]
+    assert sorted(uploads) == [
+        "prometheus.yml", "rules.yml", "status-page/status.css", "status-page/status.html", "status-page/status.js"
+    ]  # fmt: skip
+    assert uploads["rules.yml"] == render_alert_rules(ScrapeSpec.of(config))
     for name, content in page_files().items():
-        assert uploads[f"/etc/prometheus/status-page/{name}"] == content
-    scraped = yaml.safe_load(uploads[CONFIG_PATH])
+        assert uploads[f"status-page/{name}"] == content
+    scraped = yaml.safe_load(uploads["prometheus.yml"])
     assert scraped["scrape_configs"][0]["static_configs"] == [{"targets": [f"vllm:{config.serving.port}"]}]
     assert scraped["scrape_configs"][1]["static_configs"] == [
         {"targets": [f"{config.container.name}-semantic-probe:9101"]}
@@ -788,7 +805,8 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
             "static_configs": [{"targets": [f"{config.container.name}-nginx:9146"]}],
         }
     ]
-    assert scraped["rule_files"] == [RULES_PATH]
+    # Relative: read beside prometheus.yml, in the release promtool checks before it is current.
+    assert scraped["rule_files"] == ["rules.yml"]
     assert inputs["restart"] == "unless-stopped" and inputs["logDriver"] == "json-file"
     assert seen == {"url": "http://127.0.0.1:9090", "container_name": f"{config.container.name}-prometheus"}
     json.dumps(inputs, default=str)  # plain data: nothing secret in Prometheus' inputs
@@ -797,6 +815,6 @@ def test_prometheus_scrape_under_mocks(hardware: str) -> None:
 def test_prometheus_scrapes_no_meter_where_the_stack_turns_it_off() -> None:
     config = stack("local", front={"usageMeter": {"enabled": False}})
     mocks, _ = construct(lambda: PrometheusScrape("metrics", ScrapeSpec.of(config), "glm-net", "vllm:8000"))
-    uploads = {u["file"]: u["content"] for u in mocks.registered["metrics-prometheus"][1]["uploads"]}
-    jobs = [job["job_name"] for job in yaml.safe_load(uploads[CONFIG_PATH])["scrape_configs"]]
+    uploads = mocks.registered["metrics-files"][1]["contents"]
+    jobs = [job["job_name"] for job in yaml.safe_load(uploads["prometheus.yml"])["scrape_configs"]]
     assert jobs == ["vllm", "semantic-probe", "front-rotation"]

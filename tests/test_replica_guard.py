@@ -29,19 +29,17 @@ from pulumi.runtime import rpc
 
 from components.config import ConfigError, build_stack_config
 from components.docker.nginx_reload import START_COMMAND
-from components.docker.replica_guard import (
-    FRONT_SNIPPET,
-    FRONT_TRUST,
+from components.docker.replica_guard import ReplicaGuard, ReplicaGuardArgs
+from components.render.nginx_conf import FRONT_SNIPPET, FRONT_TRUST
+from components.render.replica_guard import (
     KEY_FILE,
     SCRAPE_KEY_FILE,
-    GuardCredentials,
-    ReplicaGuard,
-    ReplicaGuardArgs,
+    TLS_NAME,
     render_front_snippet,
     render_guard_files,
 )
-from components.docker.replica_tls import (
-    TLS_NAME,
+from components.serving.replica_credentials import (
+    GuardCredentials,
     ReplicaCertificate,
     _ReplicaCertificateProvider,
     self_signed,

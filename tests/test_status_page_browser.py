@@ -30,9 +30,9 @@ import openai
 import pytest
 
 from components.config import build_stack_config
-from components.docker.rotation import no_replica_body
 from components.render.nginx_conf import render_nginx_conf
 from components.render.nginx_meter import METRICS_PATH, MeterRoute
+from components.render.openai_errors import no_replica_body
 from components.render.prometheus_config import DEFAULT_JOB, METER_JOB, ROTATION_JOB
 from components.render.status_page import PANELS
 from components.semantic_probe import SCRAPE_JOB

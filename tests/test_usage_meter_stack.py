@@ -39,8 +39,9 @@ def meter_settings(conf: str) -> dict[str, Any]:
 
 
 def scrape_jobs(deployment: Deployment) -> dict[str, dict[str, Any]]:
-    uploads = {u["file"]: u["content"] for u in deployment.one(CONTAINER, "-prometheus").inputs["uploads"]}
-    scraped = yaml.safe_load(uploads["/etc/prometheus/prometheus.yml"])
+    scraped = yaml.safe_load(
+        unwrap(deployment.one(GATE, "-monitoring-files").inputs)["contents"]["prometheus.yml"]
+    )
     return {job["job_name"]: job for job in scraped["scrape_configs"]}
 
 

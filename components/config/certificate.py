@@ -3,7 +3,7 @@
 clients (the gate and the semantic probe verify the front by one of those names; components/front_tls.py).
 
 The names are read with the ``openssl`` CLI (no new Python dependency in the program, like
-components/docker/replica_tls.py), once, when the config is loaded.
+components/serving/replica_credentials.py), once, when the config is loaded.
 """
 
 from __future__ import annotations

@@ -74,9 +74,9 @@ class UsageMeterConfig(Model):
     enabled: bool = Field(
         True,
         description="Put the usage meter in the front's path: usage per API key name in Prometheus and "
-        "`make status`, and the fair share below. On by default on Docker hosts; `false`: nginx straight "
-        "to the replicas. Kubernetes runs no meter: left unset there it is off and nothing is said, and "
-        "`true`, `weights` or `queueSeconds` written by the stack are refused.",
+        "`make status`, the fair share and the budgets below. On by default, on Docker hosts and on "
+        "Kubernetes (where the front pods share one account: docs/scaling.md); `false`: nginx straight "
+        "to the replicas.",
     )
     fair_share: bool = Field(
         True,

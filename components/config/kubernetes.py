@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.config.edge import UsageMeterConfig
 from components.config.sections import StackSections
 from components.config.target import OLD_IMAGE_PLACEHOLDER
 from components.config.values import fix_command
@@ -154,68 +153,6 @@ def set_on_kubernetes(c: StackSections, path: str) -> bool:
     (True, False)
     """
     return c.target.kubernetes is not None and _value(c, path) != _unset_value(c, path)
-
-
-METER = "glm:front.usageMeter"
-METER_KEYS = {
-    "enabled": "no usage meter runs in the front's path there, so there is no usage per API key name "
-    "(Prometheus, `make status`) and no fair share of the engine's slots (fairShare, weights)",
-    "weights": "no usage meter shares the engine's slots there, so no key gets its weight",
-    "queueSeconds": "no usage meter holds a request beyond its key's share there: requests wait in vLLM's "
-    "own queue",
-    "limits": "no usage meter keeps a key's budget there: no token or request budget holds",
-    "defaultLimits": "no usage meter keeps a key's budget there: no token or request budget holds",
-}
-"""The meter's keys that only a running meter reads, with what the cluster does without one. Its
-``baseImage``, ``port`` and ``fairShare: false`` ask nothing of it: a Docker stack's file that sets
-them (the local stack's ``baseImage``) deploys on the cluster as it is."""
-
-
-def _meter_profile(c: StackSections) -> dict[str, Any]:
-    """The profile's ``front.usageMeter`` values (none sets any today)."""
-    return (PROFILES[c.hardware].defaults.get("front") or {}).get("usageMeter") or {}
-
-
-def _meter_asked(c: StackSections) -> dict[str, str]:
-    """The meter's keys the stack sets where they ask for a meter, each as the stack wrote it.
-
-    ``enabled`` by its being written, not by its value: its default is on (for Docker hosts), so a
-    stack's ``true`` equals it. The others by value, against the profile's or the model's default,
-    as :func:`set_on_kubernetes` tells. With ``enabled: false`` none asks for anything, on either
-    target."""
-    meter, profile = c.front.usage_meter, _meter_profile(c)
-    if not meter.enabled:
-        return {}
-    unset = UsageMeterConfig.model_validate(profile)  # what the stack gets without writing a key
-    asked = {}
-    if "enabled" in meter.model_fields_set and profile.get("enabled") is not True:
-        asked["enabled"] = f"{METER}.enabled=true"
-    if meter.weights != unset.weights:
-        asked["weights"] = f"{METER}.weights ({', '.join(sorted(meter.weights))})"
-    if meter.queue_seconds != unset.queue_seconds:
-        asked["queueSeconds"] = f"{METER}.queueSeconds={meter.queue_seconds:g}"
-    if meter.limits != unset.limits:
-        asked["limits"] = f"{METER}.limits ({', '.join(sorted(meter.limits))})"
-    if meter.default_limits != unset.default_limits:
-        asked["defaultLimits"] = f"{METER}.defaultLimits"
-    return asked
-
-
-def _check_usage_meter(c: StackSections) -> str | None:
-    """What asks the cluster for the meter it does not run (``METER_KEYS``), each key with its fix.
-    Left at its default the meter is simply not there (``usage_meter_runs``) and nothing is said."""
-    if c.target.kubernetes is None:
-        return None
-    found = [
-        f"{written} {NOT_READ}: {METER_KEYS[key]}; a key's flood is held only by glm:front.rateLimit's "
-        "per-key caps. Fix: "
-        + fix_command(f"config rm --path '{METER}.{key}'")
-        + " (the per-key rate and in-flight "
-        "limits still hold), or run the stack on Docker hosts (glm:target.hosts without kubernetes) "
-        "to have the meter."
-        for key, written in _meter_asked(c).items()
-    ]
-    return "\n".join(found) or None
 
 
 def _check_weights_download(c: StackSections) -> str | None:
@@ -366,7 +303,6 @@ KUBERNETES_CHECKS = [
     _check_front_tls,
     _check_front_node_port,
     _check_prometheus_node_port,
-    _check_usage_meter,
     _check_weights_download,
     _check_promote_from,
     _check_devices,

@@ -136,7 +136,6 @@ def semantic_probe_runs(c: StackSections) -> bool:
 
 
 def usage_meter_runs(c: StackSections) -> bool:
-    """Whether the front's path goes through the usage meter: on Docker hosts, unless
-    ``glm:front.usageMeter.enabled`` is false. Kubernetes runs none (a stack that asks for it there
-    is refused: components/config/kubernetes.py)."""
-    return c.front.usage_meter.enabled and c.target.kubernetes is None
+    """Whether the front's path goes through the usage meter: unless ``glm:front.usageMeter.enabled``
+    is false, on Docker hosts and on Kubernetes alike."""
+    return c.front.usage_meter.enabled

@@ -214,6 +214,11 @@ class KubernetesTargetConfig(Model):
     )
     context: str | None = Field(None, description="Kubeconfig context; default: the file's current one.")
     replicas: Positive = Field(1, description="Serving pods; each takes the listed cards on its node.")
+    front_replicas: Positive = Field(
+        2,
+        description="Front pods: nginx with the usage meter, spread over the nodes, a disruption budget "
+        "keeping all but one; every pod shares one account per key (docs/scaling.md). 1: a single door.",
+    )
     front_node_port: int | None = Field(
         None, ge=30000, le=32767, description="The front Service's NodePort; unset: a ClusterIP Service."
     )
@@ -229,7 +234,8 @@ class KubernetesTargetConfig(Model):
     cache_host_path: str | None = Field(
         None,
         description="One-node clusters without a provisioner: a hostPath PersistentVolume (Retain) bound "
-        "to the cache claim; unset: the cluster's default StorageClass provides it.",
+        "to the cache claim, writable by the pods' UID 10001 (`install -d -o 10001 -g 10001 DIR`); unset: "
+        "the cluster's default StorageClass provides it.",
     )
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = Field(
         "IfNotPresent", description="The pods' imagePullPolicy (`Never` for images loaded into the nodes)."

@@ -118,6 +118,18 @@ def _prometheus_duration(value: str) -> str:
     return value
 
 
+_UNIT_SECONDS = {"y": 365 * 86400, "w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1, "ms": 0.001}
+
+
+def duration_seconds(value: str) -> float:
+    """A Prometheus duration in seconds.
+
+    >>> duration_seconds("15s"), duration_seconds("1m30s"), duration_seconds("500ms")
+    (15.0, 90.0, 0.5)
+    """
+    return float(sum(int(n) * _UNIT_SECONDS[unit] for n, unit in re.findall(r"([0-9]+)(ms|[ywdhms])", value)))
+
+
 def _nonzero_duration(value: str) -> str:
     if not re.search(r"[1-9]", _prometheus_duration(value)):
         raise ValueError(f"{value!r} is zero. Fix: a positive duration, e.g. 15s")

@@ -25,7 +25,6 @@ from components.docker.drain_hook import drain_hook
 from components.docker.nginx_front import STOP_GRACE_SECONDS, NginxFront, NginxFrontArgs, front_container_name
 from components.docker.preflight import Preflight
 from components.docker.prometheus_scrape import PrometheusScrape, ScrapeSpec
-from components.docker.replica_guard import GuardCredentials, guard_credentials
 from components.docker.replicas import Replica, Roll, guarded_scrape, host_base, roll, serving_container
 from components.docker.semantic_probe import SemanticProbe, SemanticProbeArgs
 from components.docker.target import exec_ssh
@@ -36,6 +35,7 @@ from components.promotion import fingerprint, promoted_image, served_model
 from components.render.nginx_meter import meter_route
 from components.secrets import Secrets, StackKeys
 from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec
+from components.serving.replica_credentials import GuardCredentials, guard_credentials
 from components.serving.spec import ServingSpec, command_line, curl_command, render_serving
 from components.smoke_gate import SmokeTest, SmokeTestArgs
 

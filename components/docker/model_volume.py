@@ -9,7 +9,6 @@ it survives container replacement and ``pulumi destroy`` and restarts skip minut
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 
 import pulumi
 import pulumi_docker as docker
@@ -17,20 +16,8 @@ import pulumi_docker as docker
 from components.config import CACHE_MOUNT_PATH, HostConfig, ModelConfig
 from components.docker.target import host_command
 from components.hardware import ServedArchitecture
+from components.render.preflight import weights_check_values
 from components.template import host_script
-
-WEIGHTS_CHECK = Path(__file__).parents[1] / "host" / "weights_check.py"
-
-
-def weights_check_values(model: ModelConfig, served: ServedArchitecture | None = None) -> dict[str, str]:
-    """``templates/weights-verify.sh``'s values, and preflight's check_weights': the program
-    ``components/host/weights_check.py`` (its docstring says what it checks) and its arguments, with
-    ``config.json``'s identity checked against ``served``."""
-    args = [model.host_path, f"{model.weights_gib:g}"]
-    if served is not None:
-        args += [served.model_type, served.architecture]
-    # The heredoc's last line is the template's: the program without its final newline.
-    return {"ARGS": shlex.join(args), "PROGRAM": WEIGHTS_CHECK.read_text().removesuffix("\n")}
 
 
 def verify_script(model: ModelConfig, served: ServedArchitecture | None = None) -> str:

@@ -16,11 +16,12 @@ from components.docker.nginx_front import NginxFront
 from components.docker.preflight import Preflight, PreflightArgs
 from components.docker.prometheus_scrape import GuardedScrape
 from components.docker.replica_gate import Admission, ReplicaGate, ReplicaGateArgs
-from components.docker.replica_guard import GuardCredentials, ReplicaGuard, ReplicaGuardArgs
-from components.docker.replica_tls import TLS_NAME
+from components.docker.replica_guard import ReplicaGuard, ReplicaGuardArgs
 from components.docker.vllm_server import VllmServer, VllmServerArgs
+from components.render.replica_guard import TLS_NAME
 from components.secrets import Secrets
 from components.serving.image import ServingImage
+from components.serving.replica_credentials import GuardCredentials
 from components.serving.spec import ServingSpec
 
 

@@ -38,7 +38,7 @@ from components.render.nginx_conf import (
     replica_server,
     upstream_server,
 )
-from components.render.openai_errors import openai_error
+from components.render.openai_errors import no_replica_body
 from components.template import shell_program
 
 _ADDRESS = '$(cat "$f")'
@@ -70,17 +70,6 @@ class RotationError(RuntimeError):
 def front_access(docker_host: str, ssh: Mapping[str, Any] | None, container: str) -> dict[str, Any]:
     """How to reach the front container: its Docker host, the ssh options for it, its name."""
     return {"docker_host": docker_host, "ssh": dict(ssh) if ssh else None, "container": container}
-
-
-def no_replica_body(reason: str) -> str:
-    """The JSON 503 the front answers while no replica is in rotation, naming why.
-
-    >>> no_replica_body("box1 failed its gate (arithmetic): got 222")
-    '{"error":{"message":"No model replica is serving: box1 failed its gate (arithmetic): got 222","type":"server_error","param":null,"code":"no_replica_in_rotation"}}'
-    """
-    # The body sits in a single-quoted nginx string: no quote, backslash or `$` may reach it.
-    text = reason.replace("'", "\u2019").replace("\\", "/").replace("$", "＄").replace("\n", " ")
-    return openai_error(f"No model replica is serving: {text}", "no_replica_in_rotation", "server_error")
 
 
 def run(front: Mapping[str, Any], command: str, *args: str, timeout: float = EXEC_TIMEOUT_SECONDS) -> str:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_docker as docker
 
-from components.docker.replica_tls import guard_tls
 from components.docker.rotation_requests import PROBE_REQUESTS_DIR
 from components.docker.vllm_server import upstream_hosts
 from components.semantic_probe import container_name
@@ -34,6 +33,7 @@ from components.semantic_probe_spec import (
     probe_settings,
     render_params,
 )
+from components.serving.replica_credentials import guard_tls
 
 
 @dataclass(frozen=True)

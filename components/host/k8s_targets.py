@@ -8,15 +8,24 @@ image) is built without Kubernetes discovery, and file discovery is in every bui
 
 Standard library only: it is mounted from a ConfigMap and run by any python3.
 
-    python3 k8s_targets.py NAMESPACE LABEL_SELECTOR PORT OUT_FILE [PERIOD_SECONDS]
+    python3 k8s_targets.py NAMESPACE LABEL_SELECTOR PORT OUT_FILE [PERIOD_SECONDS] [ROTATION_PORT]
+
+With ROTATION_PORT, the serving pods' rotation too, as a Docker front's rotation publishes it
+(templates/rotation.sh: ``glm_rotation_in``, ``glm_rotation_events_total``,
+``glm_rotation_last_event_timestamp_seconds``), served on 127.0.0.1:ROTATION_PORT for the
+``front-rotation`` job: a pod is in rotation while Ready (its gate's checks pass: the Service sends
+it requests), ``gate_passed`` when it becomes Ready, ``gate_failed`` when it stops being Ready,
+``drained`` when it is being deleted. The status page and the dashboard read them as on Docker hosts.
 """
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import ssl
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -33,6 +42,79 @@ def targets(pods: list[dict[str, Any]], port: int) -> list[dict[str, Any]]:
         if p.get("status", {}).get("podIP") and p["status"].get("phase") == "Running"
     ]
     return sorted(found, key=lambda t: t["labels"]["host"])
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+class Rotation:
+    """The serving pods' rotation, from the pods as listed, one look at a time."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, bool] = {}
+        self.events: dict[tuple[str, str], tuple[int, float]] = {}
+        self.lock = threading.Lock()
+
+    def _event(self, host: str, event: str, now: float) -> None:
+        count, _when = self.events.get((host, event), (0, 0.0))
+        self.events[(host, event)] = (count + 1, now)
+
+    def look(self, pods: list[dict[str, Any]], now: float) -> None:
+        with self.lock:
+            seen = set()
+            for pod in pods:
+                host = pod["metadata"]["name"]
+                seen.add(host)
+                leaving = bool(pod["metadata"].get("deletionTimestamp"))
+                is_in = ready(pod) and not leaving
+                was_in = self.state.get(host)
+                if leaving and (host, "drained") not in self.events:
+                    self._event(host, "drained", now)
+                elif is_in and not was_in:
+                    self._event(host, "gate_passed", now)
+                elif was_in and not is_in:
+                    self._event(host, "gate_failed", now)
+                self.state[host] = is_in
+            for host in list(self.state):
+                if host not in seen:
+                    del self.state[host]  # gone: its events stay, as a Docker front keeps a host's
+
+    def text(self) -> str:
+        with self.lock:
+            lines = [
+                "# HELP glm_rotation_in 1 while the pod is in the Service (Ready: its gate's checks pass), 0 while out.",
+                "# TYPE glm_rotation_in gauge",
+                *(f'glm_rotation_in{{host="{h}"}} {int(v)}' for h, v in sorted(self.state.items())),
+                "# HELP glm_rotation_events_total Rotation changes of each pod: gate_passed (Ready), "
+                "gate_failed (no longer Ready), drained (being deleted).",
+                "# TYPE glm_rotation_events_total counter",
+                *(f'glm_rotation_events_total{{host="{h}",event="{e}"}} {c}'
+                  for (h, e), (c, _w) in sorted(self.events.items())),
+                "# HELP glm_rotation_last_event_timestamp_seconds When each pod's event last happened.",
+                "# TYPE glm_rotation_last_event_timestamp_seconds gauge",
+                *(f'glm_rotation_last_event_timestamp_seconds{{host="{h}",event="{e}"}} {w:.3f}'
+                  for (h, e), (_c, w) in sorted(self.events.items())),
+            ]  # fmt: skip
+        return "\n".join(lines) + "\n"
+
+
+def serve_rotation(rotation: Rotation, port: int) -> None:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = rotation.text().encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
 def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
@@ -57,9 +139,15 @@ def write(path: str, content: list[dict[str, Any]]) -> None:
 def main(argv: list[str]) -> None:
     namespace, selector, port, out = argv[0], argv[1], int(argv[2]), argv[3]
     period = float(argv[4]) if len(argv) > 4 else 5.0
+    rotation = Rotation() if len(argv) > 5 else None
+    if rotation is not None:
+        serve_rotation(rotation, int(argv[5]))
     while True:
         try:
-            write(out, targets(list_pods(namespace, selector), port))
+            listed = list_pods(namespace, selector)
+            write(out, targets(listed, port))
+            if rotation is not None:
+                rotation.look(listed, time.time())
         except (OSError, ValueError, KeyError) as err:
             print(f"k8s_targets: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
         time.sleep(period)

@@ -13,11 +13,11 @@ them (server-side apply).
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
 import pulumi
-import pulumi_docker as docker
 import pulumi_kubernetes as k8s
 
 from components.config import (
@@ -28,21 +28,25 @@ from components.config import (
     SmokeConfig,
     StackConfig,
     semantic_probe_runs,
+    usage_meter_runs,
 )
-from components.docker.replica_guard import SCRAPER
+from components.config.values import duration_seconds
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
 from components.kubernetes.front import KubernetesFront, KubernetesFrontArgs, upstream_conf
 from components.kubernetes.guard import PodGuard, PodGuardArgs, pod_serving
-from components.kubernetes.images import ClusterImages, ClusterImagesArgs
+from components.kubernetes.images import ClusterImages, ClusterImagesArgs, build_engine
 from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs, alert_look_at
 from components.kubernetes.pod_events import config_keys
 from components.kubernetes.preflight import check_cluster, container_keys
 from components.kubernetes.probe import KubernetesSemanticProbe, KubernetesSemanticProbeArgs
 from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
-from components.kubernetes.workload import PodConfig
+from components.kubernetes.teardown import PodsGone
+from components.kubernetes.workload import PodConfig, grace_seconds
 from components.promotion import fingerprint, served_model
+from components.render.nginx_meter import MeterRoute, meter_route
 from components.render.prometheus_config import ScrapeSpec
+from components.render.replica_guard import SCRAPER
 from components.secrets import Secrets, StackKeys
 from components.semantic_probe_spec import SemanticProbeSpec
 from components.serving.spec import ServingSpec, command_line, curl_command, render_serving
@@ -68,10 +72,10 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     unbound = render_serving(config)
     serving = pod_serving(unbound)  # vLLM on the pod's loopback, behind its guard
     images = _cluster_images(config, k8s_target, stack)
-    in_ns = _in_namespace(k8s_target, stack)
+    pod = PodConfig.of(config)
+    in_ns = _in_namespace(k8s_target, stack, grace_seconds(pod, k8s_target))
     cache = JitCache(f"{stack}-jit-cache", k8s_target, stack, opts=in_ns)
     guard = PodGuard(stack, PodGuardArgs(config.front, serving.port, k8s_target, stack), opts=in_ns)
-    pod = PodConfig.of(config)
     named = config_keys(config, container_keys(config))  # what the roll's failures name
     pods = ServingPods(
         f"{stack}-vllm", _pods_args(pod, serving, k8s_target, stack, images, guard, cache, named), opts=in_ns
@@ -82,7 +86,20 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     keys = StackKeys.create(probe, config.smoke, stack, after=[])
     front = KubernetesFront(
         f"{stack}-front",
-        _front_args(config.front, k8s_target, stack, serving, pods, secrets, keys, guard, images),
+        _front_args(
+            config.front,
+            k8s_target,
+            stack,
+            serving,
+            pods,
+            secrets,
+            keys,
+            guard,
+            images,
+            meter_route(config, k8s_target.replicas) if usage_meter_runs(config) else None,
+            config.monitoring.scrape_interval,
+            monitoring.address,
+        ),
         opts=in_ns,
     )
     front_trust = front_tls(config.front, stack)
@@ -103,12 +120,6 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
 
 def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, stack: str) -> ClusterImages:
     """The images, built by the first host's Docker engine (as on Docker hosts), loaded onto the nodes."""
-    builder = config.target.hosts[0]
-    build_engine = docker.Provider(
-        f"{stack}-build-docker",
-        host=builder.docker_host,
-        ssh_opts=builder.ssh_options if builder.docker_host.startswith("ssh://") else None,
-    )
     return ClusterImages(
         stack,
         ClusterImagesArgs(
@@ -117,14 +128,15 @@ def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, sta
             front_image=config.front.image,
             prometheus_image=config.monitoring.image,
             load_command=k8s_target.image_load_template,
-            build_platform=builder.build_platform,
+            build_platform=config.target.hosts[0].build_platform,
         ),
-        opts=pulumi.ResourceOptions(providers=[build_engine]),
+        opts=pulumi.ResourceOptions(providers=[build_engine(config.target.hosts[0], stack)]),
     )
 
 
-def _in_namespace(k8s_target: KubernetesTargetConfig, stack: str) -> pulumi.ResourceOptions:
-    """The cluster's provider and the stack's namespace: what every object of the stack is created in."""
+def _in_namespace(k8s_target: KubernetesTargetConfig, stack: str, grace: int) -> pulumi.ResourceOptions:
+    """The cluster's provider and the stack's namespace: what every object of the stack is created in;
+    and ``PodsGone``, which ``destroy`` deletes after them all: it waits for the pods to stop."""
     cluster = k8s.Provider(
         f"{stack}-k8s",
         kubeconfig=os.path.expanduser(k8s_target.kubeconfig) if k8s_target.kubeconfig else None,
@@ -136,7 +148,8 @@ def _in_namespace(k8s_target: KubernetesTargetConfig, stack: str) -> pulumi.Reso
         # Kept on destroy with the cache claim in it (deleting a namespace deletes its claims).
         opts=pulumi.ResourceOptions(provider=cluster, retain_on_delete=True),
     )
-    return pulumi.ResourceOptions(providers=[cluster], depends_on=[namespace])
+    gone = PodsGone(f"{stack}-pods-gone", k8s_target, stack, grace)
+    return pulumi.ResourceOptions(providers=[cluster], depends_on=[namespace, gone])
 
 
 def _pods_args(
@@ -175,7 +188,7 @@ def _scrape_args(
     """Prometheus' args: its alerts name kubectl's commands in the namespace, the serving pods' as
     their gates' failures do (``pods.look_at``), and the probe's log."""
     return KubernetesScrapeArgs(
-        spec=ScrapeSpec.of(config, alert_look_at(pods.look_at, k8s_target.namespace)),
+        spec=ScrapeSpec.of(config, alert_look_at(pods.look_at, k8s_target.namespace, stack)),
         monitoring=config.monitoring,
         tls=config.front.tls,
         k8s_target=k8s_target,
@@ -197,6 +210,9 @@ def _front_args(
     keys: StackKeys,
     guard: PodGuard,
     images: ClusterImages,
+    meter: MeterRoute | None,
+    scrape_interval: str,
+    prometheus: pulumi.Output[str] | None,
 ) -> KubernetesFrontArgs:
     """The front before the pods' Service, taking the users' keys and the stack's own clients'."""
     return KubernetesFrontArgs(
@@ -219,6 +235,9 @@ def _front_args(
         guard_files=guard.credentials.front_files(),
         tls_files=secrets.tls_files,
         after=images.loaded,
+        meter=meter,
+        prometheus=prometheus,
+        scrape_seconds=math.ceil(duration_seconds(scrape_interval)) + 1,
     )
 
 

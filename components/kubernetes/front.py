@@ -7,6 +7,7 @@ and protocols), and the front speaks TLS to the pods' guards, pinning their cert
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
@@ -16,16 +17,19 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
-from components.docker.rotation import no_replica_body
 from components.kubernetes import workload
+from components.kubernetes.pod_security import FRONT_SCRATCH, restricted
 from components.kubernetes.state import moved_from_root
 from components.render.nginx_conf import (
     CONF_FILE,
     CONTAINER_PORT,
     NEXT_UPSTREAM_TRIES,
+    STATUS_PORT,
     render_front_files,
     upstream_server,
 )
+from components.render.nginx_meter import DRAIN_FILE, METER_STATE_DIR, MeterPeers, MeterRoute
+from components.render.openai_errors import no_replica_body
 from components.template import one_line_script
 
 TlsFiles = tuple[pulumi.Output[str], pulumi.Output[str]]
@@ -39,6 +43,19 @@ FRONT_QUIT = one_line_script(
     "nginx-quit.sh", values={"PAUSE_SECONDS": str(FRONT_DRAIN_SECONDS), "CONF": f"{FRONT_DIR}/{CONF_FILE}"}
 )
 """The front's preStop: out of its Service first, then nginx's graceful quit (SIGTERM is a fast one)."""
+METER_DRAIN_SECONDS = 40
+"""How long a metered front pod's preStop waits for its last request before the final scrape."""
+
+
+def metered_quit(scrape_seconds: int) -> str:
+    """The preStop of a front pod with the meter: as ``FRONT_QUIT``, with the last requests finished
+    and their counts scraped (``scrape_seconds``: the stack's scrape interval and one) before nginx quits."""
+    return one_line_script("nginx-quit-metered.sh", values={
+        "PAUSE_SECONDS": str(FRONT_DRAIN_SECONDS), "DRAIN_FILE": DRAIN_FILE,
+        "DRAIN_SECONDS": str(METER_DRAIN_SECONDS), "SCRAPE_SECONDS": str(scrape_seconds),
+        "CONF": f"{FRONT_DIR}/{CONF_FILE}",
+    })  # fmt: skip
+
 
 NO_POD_PASSED = (
     "no serving pod has passed its checks just now (each is starting, or failing them). Retry later."
@@ -73,6 +90,8 @@ def _front_files(
     metrics_keys: pulumi.Output[dict[str, str]],
     guard_files: pulumi.Output[dict[str, str]],
     tls_files: TlsFiles | None,
+    meter: pulumi.Output[MeterRoute] | None = None,
+    prometheus: pulumi.Output[str] | None = None,
 ) -> pulumi.Output[dict[str, str]]:
     """The release, with the replica key the pods' guards ask for (components/kubernetes/guard.py) and,
     with ``glm:front.tls``, the stack's TLS pair."""
@@ -87,9 +106,12 @@ def _front_files(
             tls_pair,
             rotation_dir=FRONT_ROTATION_DIR,
             replica_files=args[2],
+            meter=args[4],
+            prometheus=args[5],
         )
 
-    return pulumi.Output.secret(pulumi.Output.all(keys, metrics_keys, guard_files, pair).apply(render))
+    every = pulumi.Output.all(keys, metrics_keys, guard_files, pair, meter, prometheus)
+    return pulumi.Output.secret(every.apply(render))
 
 
 def _digest(files: dict[str, str]) -> str:
@@ -118,6 +140,13 @@ class KubernetesFrontArgs:
     """``glm:tlsCertificate``/``glm:tlsKey``, with ``glm:front.tls``."""
     after: list[pulumi.Resource]
     """What the front's pods wait for: the images' loads onto the nodes."""
+    meter: MeterRoute | None = None
+    """The usage meter in the inference routes (``meter_route``); the pods share one account
+    (``MeterPeers``, found here through their own Service). None: nginx straight to the Service."""
+    prometheus: pulumi.Output[str] | None = None
+    """host:port of the stack's Prometheus: the front serves the status page from it (/status/)."""
+    scrape_seconds: int = 16
+    """The stack's scrape interval and one: how long a leaving pod keeps its final counts to be read."""
 
 
 class KubernetesFront(pulumi.ComponentResource):
@@ -137,7 +166,23 @@ class KubernetesFront(pulumi.ComponentResource):
         if front.tls and args.tls_files is None:
             raise ValueError(f"{name}: glm:front.tls is on but glm:tlsCertificate/glm:tlsKey are not set")
         child = moved_from_root(self)
-        files = _front_files(front, args.api_keys, args.metrics_keys, args.guard_files, args.tls_files)
+        selector = workload.labels(args.stack, "front")
+        meter: pulumi.Output[MeterRoute] | None = None
+        if args.meter is not None:
+            # How each pod finds the others (meter_peers.lua): their status ports behind one Service.
+            peers = k8s.core.v1.Service(
+                f"{name}-peers",
+                metadata={"namespace": ns, "name": "glm53-front-peers"},
+                spec={"selector": selector, "ports": [{"name": "status", "port": STATUS_PORT, "targetPort": "status"}]},
+                opts=child,
+            )  # fmt: skip
+            route = args.meter
+            meter = peers.spec.cluster_ip.apply(
+                lambda ip: dataclasses.replace(route, peers=MeterPeers(f"{ip}:{STATUS_PORT}", STATUS_PORT))
+            )
+        files = _front_files(
+            front, args.api_keys, args.metrics_keys, args.guard_files, args.tls_files, meter, args.prometheus
+        )
         conf = files.apply(lambda f: {CONF_FILE: f[CONF_FILE], "reason.map": REASON_MAP})
         secret_files = files.apply(lambda f: {k: v for k, v in f.items() if k != CONF_FILE})
         config_map = k8s.core.v1.ConfigMap(
@@ -159,7 +204,6 @@ class KubernetesFront(pulumi.ComponentResource):
                 lambda a: _digest({**a[0], "u": a[1], "r": REASON_MAP})
             )
         )
-        selector = workload.labels(args.stack, "front")
         projected = {
             "sources": [
                 {"configMap": {"name": "glm53-front", "items": [
@@ -169,35 +213,59 @@ class KubernetesFront(pulumi.ComponentResource):
                 {"secret": {"name": "glm53-front-keys"}},
             ]
         }  # fmt: skip
+        metered = args.meter is not None
+        container: dict[str, Any] = {
+            "name": "nginx",
+            "image": front.image,
+            "imagePullPolicy": k8s_target.image_pull_policy,
+            "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
+            "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
+            "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}, FRONT_SCRATCH[1]],
+            "readinessProbe": workload.listening_probe("http"),
+            "lifecycle": {"preStop": {"exec": {"command": [
+                "/bin/sh", "-c", metered_quit(args.scrape_seconds) if metered else FRONT_QUIT,
+            ]}}},
+        }  # fmt: skip
+        volumes: list[dict[str, Any]] = [{"name": "release", "projected": projected}, FRONT_SCRATCH[0]]
+        if metered:
+            # The counters of a container the kubelet restarts (the pod's own volume outlives it).
+            container["ports"].append({"name": "status", "containerPort": STATUS_PORT})
+            container["volumeMounts"].append({"name": "usage", "mountPath": METER_STATE_DIR})
+            volumes.append({"name": "usage", "emptyDir": {}})
+        grace = FRONT_DRAIN_SECONDS + METER_DRAIN_SECONDS + args.scrape_seconds + 20 if metered else 60
         self.deployment = k8s.apps.v1.Deployment(
             name,
             metadata={"namespace": ns, "name": "glm53-front"},
             spec={
-                "replicas": 1,
+                "replicas": k8s_target.front_replicas,
                 "selector": {"matchLabels": selector},
                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                 "template": {
                     "metadata": {"labels": selector, "annotations": {"glm53/release": digest}},
-                    "spec": {
-                        "terminationGracePeriodSeconds": 60,
-                        "containers": [{
-                            "name": "nginx",
-                            "image": front.image,
-                            "imagePullPolicy": k8s_target.image_pull_policy,
-                            "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
-                            "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
-                            "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}],
-                            "readinessProbe": workload.listening_probe("http"),
-                            "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", FRONT_QUIT]}}},
+                    "spec": restricted({
+                        "terminationGracePeriodSeconds": grace,
+                        # One pod per node where there are several: a node lost takes one door, not all.
+                        "topologySpreadConstraints": [{
+                            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                            "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector},
                         }],
-                        "volumes": [{"name": "release", "projected": projected}],
-                    },
+                        "containers": [container],
+                        "volumes": volumes,
+                    }),
                 },
             },
             opts=pulumi.ResourceOptions.merge(
                 child, pulumi.ResourceOptions(depends_on=[config_map, secret, *args.after])
             ),
         )  # fmt: skip
+        if k8s_target.front_replicas > 1:
+            # A drain or an eviction takes one front pod at a time; the others keep the door open.
+            k8s.policy.v1.PodDisruptionBudget(
+                f"{name}-disruption-budget",
+                metadata={"namespace": ns, "name": "glm53-front"},
+                spec={"maxUnavailable": 1, "selector": {"matchLabels": selector}},
+                opts=child,
+            )
         port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
         if k8s_target.front_node_port is not None:
             port["nodePort"] = k8s_target.front_node_port

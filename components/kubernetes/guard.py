@@ -2,7 +2,7 @@
 
 A Service's address is reachable from every pod of the cluster, and a NetworkPolicy is enforced
 only where the CNI does it (the project's one-node cluster runs the bridge CNI, which ignores them).
-So the credential is the barrier, as on Docker hosts (components/docker/replica_guard.py, the same nginx
+So the credential is the barrier, as on Docker hosts (components/render/replica_guard.py, the same nginx
 config): in each serving pod vLLM listens on ``127.0.0.1`` only, and a guard sidecar, nginx from
 the front's image, publishes the pod's one port and forwards to vLLM only requests that carry one
 of the stack's two guard keys:
@@ -12,7 +12,7 @@ of the stack's two guard keys:
 - the scrape key (Prometheus', the semantic probe's ``/metrics`` reads) on those three only.
 
 With ``glm:front.tls`` the guard serves TLS with the stack's replica certificate
-(components/docker/replica_tls.py), which the front and Prometheus pin, as on several Docker hosts: keys
+(components/serving/replica_credentials.py), which the front and Prometheus pin, as on several Docker hosts: keys
 and prompts never cross the pod network in clear.
 
 What stays inside the pod needs no key: the gate sidecar asks vLLM over the pod's loopback, and
@@ -38,16 +38,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
-from components.docker.replica_guard import (
-    CONTAINER_PORT,
-    GuardCredentials,
-    guard_credentials,
-    render_guard_files,
-)
+from components.kubernetes.pod_security import GUARD_SCRATCH
 from components.kubernetes.readiness import VERDICT_DIR, VERDICT_FILE, VERDICT_VOLUME
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import GUARD_PORT_NAME, ON_ERROR_LOGS, labels, listening_probe
 from components.render.nginx_conf import CONF_FILE
+from components.render.replica_guard import CONTAINER_PORT, render_guard_files
+from components.serving.replica_credentials import GuardCredentials, guard_credentials
 from components.serving.spec import ServingSpec
 from components.template import one_line_script
 from components.vllm_flags.render import FlagValue
@@ -101,6 +98,7 @@ def guard_container(k8s_target: KubernetesTargetConfig, image: str) -> dict[str,
             {"name": "guard", "mountPath": GUARD_DIR, "readOnly": True},
             # The gate sidecar's verdict: no inference while its check has not passed.
             {"name": VERDICT_VOLUME, "mountPath": VERDICT_DIR, "readOnly": True},
+            GUARD_SCRATCH[1],
         ],
         "readinessProbe": listening_probe(GUARD_PORT_NAME),
         "lifecycle": {"preStop": {"exec": {"command": ["/bin/sh", "-c", guard_quit(k8s_target.pre_stop_seconds)]}}},

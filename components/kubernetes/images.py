@@ -16,7 +16,7 @@ import pulumi
 import pulumi_command as command
 import pulumi_docker as docker
 
-from components.config import ImageConfig
+from components.config import HostConfig, ImageConfig
 from components.kubernetes.state import moved_from_root
 from components.semantic_probe_image import build_context
 from components.serving.image import ServingImage
@@ -41,6 +41,16 @@ class ClusterImagesArgs:
     build_platform: str | None = None
     """What the builds are for, where known (``HostConfig.build_platform`` of the building host), as
     on Docker hosts: unset, the Docker provider warns that it assumes one, once per image."""
+
+
+def build_engine(builder: HostConfig, stack: str) -> docker.Provider:
+    """``builder``'s Docker engine, which builds the images (the one place a Kubernetes stack
+    uses the Docker provider: tests/test_k8s_own.py)."""
+    return docker.Provider(
+        f"{stack}-build-docker",
+        host=builder.docker_host,
+        ssh_opts=builder.ssh_options if builder.docker_host.startswith("ssh://") else None,
+    )
 
 
 def _load(template: str, image: pulumi.Input[str]) -> pulumi.Output[str]:

@@ -20,9 +20,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig, MonitoringConfig
-from components.docker.replica_tls import TLS_NAME
 from components.gate.messages import LookAt
 from components.kubernetes.guard import GUARD_CA_KEY, GUARD_PORT, SCRAPE_SECRET, SCRAPE_SECRET_KEY, PodGuard
+from components.kubernetes.pod_security import api_token_volume, restricted
 from components.kubernetes.probe import PROBE_NAME, probe_log
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import (
@@ -32,13 +32,18 @@ from components.kubernetes.workload import (
     labels,
     prometheus_annotations,
 )
+from components.render import status_page
+from components.render.nginx_conf import STATUS_PORT
+from components.render.nginx_meter import METRICS_PATH
 from components.render.prometheus_config import (
     CONFIG_PATH,
     CONTAINER_PORT,
     DATA_PATH,
     DEFAULT_JOB,
+    METER_JOB,
     PROMETHEUS_FLAGS,
     REPLICA_CA_PATH,
+    ROTATION_JOB,
     RULES_PATH,
     SCRAPE_KEY_PATH,
     AlertLookAt,
@@ -46,6 +51,7 @@ from components.render.prometheus_config import (
     to_yaml,
 )
 from components.render.prometheus_rules import render_alert_rules, rule_groups
+from components.render.replica_guard import TLS_NAME
 from components.semantic_probe import SCRAPE_JOB
 
 CONFIG_DIR = CONFIG_PATH.rsplit("/", 1)[0]
@@ -53,11 +59,21 @@ CONFIG_DIR = CONFIG_PATH.rsplit("/", 1)[0]
 
 TARGETS_DIR = "/var/lib/glm53-targets"
 TARGETS_FILE = f"{TARGETS_DIR}/vllm.json"
+FRONT_TARGETS_FILE = f"{TARGETS_DIR}/front.json"
+"""The front pods' status ports: the usage meter's counters, each pod's own (Prometheus sums them)."""
+ROTATION_PORT = 9147
+"""Where the targets lister serves the serving pods' rotation, inside Prometheus' pod (loopback)."""
+TARGETS_PERIOD_SECONDS = 5
 TARGETS_SCRIPT = Path(__file__).parents[1] / "host" / "k8s_targets.py"
 SCRIPT_DIR = "/opt/glm53"
+API_TOKEN = api_token_volume()
+"""The service-account token, for ``targets`` alone: ``prometheus`` calls no API."""
+ROLE_VERBS = ["list"]
+"""What ``targets`` asks the API server (components/host/k8s_targets.py ``list_pods``: one list of
+the serving pods per period), and nothing more: no get, no watch."""
 
 
-def alert_look_at(pods: LookAt, namespace: str) -> AlertLookAt:
+def alert_look_at(pods: LookAt, namespace: str, stack: str) -> AlertLookAt:
     """What the alert texts name on the cluster, which has no ``docker``: the log of the serving pod
     the alert is about (its ``host`` label is the pod's name: ``k8s_targets.py``), the stack's pods as
     a gate's failure names them (``pods``: ``where_to_look`` in components/kubernetes/serving.py),
@@ -72,11 +88,13 @@ def alert_look_at(pods: LookAt, namespace: str) -> AlertLookAt:
         "run before a restart)",
         probe_log=probe_log(namespace),
         running=pods.running,
+        front_log=f"kubectl -n {namespace} logs -l {label_selector(stack, 'front')} -c nginx --prefix "
+        "| grep 'usage meter'",
     )
 
 
 def scrape_config(
-    monitoring_interval: str, probe_target: str | None = None, tls: bool = False
+    monitoring_interval: str, probe_target: str | None = None, tls: bool = False, meter: bool = False
 ) -> dict[str, Any]:
     """``prometheus.yml``: each serving pod of the stack (Ready or not: a pod out of the Service is
     exactly the one to see) from the target file ``k8s_targets.py`` keeps, labelled ``host``, through
@@ -106,16 +124,31 @@ def scrape_config(
                 if probe_target
                 else []
             ),
+            # The pods' rotation as a Docker front's (k8s_targets.py): the page's and dashboard's panels.
+            {"job_name": ROTATION_JOB, "static_configs": [{"targets": [f"127.0.0.1:{ROTATION_PORT}"]}]},
+            *(
+                [
+                    {
+                        "job_name": METER_JOB,
+                        "metrics_path": METRICS_PATH,
+                        "file_sd_configs": [{"files": [FRONT_TARGETS_FILE], "refresh_interval": "5s"}],
+                    }
+                ]
+                if meter
+                else []
+            ),
         ],
     }
 
 
 def targets_container(
-    image: pulumi.Input[str], pull: str, namespace: str, stack: str, port: int
+    image: pulumi.Input[str], pull: str, namespace: str, stack: str, port: int, role: str = "vllm"
 ) -> dict[str, Any]:
-    selector = label_selector(stack, "vllm")
+    """The lister of ``role``'s pods (``vllm``: the serving pods into ``TARGETS_FILE``; ``front``: the
+    front pods' status ports into ``FRONT_TARGETS_FILE``)."""
+    selector = label_selector(stack, role)
     return {
-        "name": "targets",
+        "name": "targets" if role == "vllm" else f"{role}-targets",
         "image": image,
         "imagePullPolicy": pull,
         "command": [
@@ -124,11 +157,14 @@ def targets_container(
             namespace,
             selector,
             str(port),
-            TARGETS_FILE,
+            TARGETS_FILE if role == "vllm" else FRONT_TARGETS_FILE,
+            str(TARGETS_PERIOD_SECONDS),
+            *([str(ROTATION_PORT)] if role == "vllm" else []),
         ],
         "volumeMounts": [
             {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},
             {"name": "targets", "mountPath": TARGETS_DIR},
+            API_TOKEN[1],  # the listers call the API server: the token is mounted in them only
         ],
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}},
     }
@@ -142,7 +178,7 @@ def _rbac(name: str, namespace: str, opts: pulumi.ResourceOptions) -> k8s.core.v
     role = k8s.rbac.v1.Role(
         f"{name}-role",
         metadata={"namespace": namespace, "name": "glm53-prometheus"},
-        rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}],
+        rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ROLE_VERBS}],
         opts=opts,
     )
     k8s.rbac.v1.RoleBinding(
@@ -212,6 +248,10 @@ class KubernetesScrapeArgs:
 class KubernetesScrape(pulumi.ComponentResource):
     """Prometheus (or the Operator's objects) for the stack: every serving pod, by its guard."""
 
+    address: pulumi.Output[str] | None = None
+    """host:port of the stack's own Prometheus (its Service), where the front finds the status page's
+    files and queries; None with the cluster's Prometheus Operator (no page)."""
+
     def __init__(
         self, name: str, args: KubernetesScrapeArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
@@ -252,7 +292,8 @@ class KubernetesScrape(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[scrape_key])),
             )
         else:
-            self._prometheus(name, args, probe_target, child)
+            service = self._prometheus(name, args, probe_target, child)
+            self.address = service.spec.cluster_ip.apply(lambda ip: f"{ip}:{CONTAINER_PORT}")
         self.register_outputs({})
 
     @staticmethod
@@ -261,16 +302,18 @@ class KubernetesScrape(pulumi.ComponentResource):
         args: KubernetesScrapeArgs,
         probe_target: pulumi.Output[str] | None,
         child: pulumi.ResourceOptions,
-    ) -> None:
-        """Prometheus in the namespace, its targets listed by a sidecar, and its Service."""
+    ) -> k8s.core.v1.Service:
+        """Prometheus in the namespace, its targets listed by a sidecar, and its Service; with the
+        status page's files (``--web.user-assets``), which the front serves at /status/."""
         k8s_target, monitoring = args.k8s_target, args.monitoring
         ns = k8s_target.namespace
         rules_file = render_alert_rules(args.spec, by_host=True)
+        metered = args.spec.usage_meter is not None
         interval = monitoring.scrape_interval
 
         def prometheus_files(probe: str | None) -> dict[str, str]:
             return {
-                "prometheus.yml": to_yaml(scrape_config(interval, probe, args.tls)),
+                "prometheus.yml": to_yaml(scrape_config(interval, probe, args.tls, metered)),
                 "rules.yml": rules_file,
             }
 
@@ -282,6 +325,12 @@ class KubernetesScrape(pulumi.ComponentResource):
             f"{name}-prometheus-config",
             metadata={"namespace": ns, "name": "glm53-prometheus"},
             data=files,
+            opts=child,
+        )
+        page = k8s.core.v1.ConfigMap(
+            f"{name}-status-page",
+            metadata={"namespace": ns, "name": "glm53-status-page"},
+            data=status_page.page_files(),
             opts=child,
         )
         script = k8s.core.v1.ConfigMap(
@@ -304,21 +353,25 @@ class KubernetesScrape(pulumi.ComponentResource):
                 "template": {
                     # A new config or rule file restarts Prometheus (the Docker stack replaces its container).
                     "metadata": {"labels": selector, "annotations": {"glm53/config": digest}},
-                    "spec": {
+                    "spec": restricted({
                         "serviceAccountName": "glm53-prometheus",
                         "containers": [{
                             "name": "prometheus",
                             "image": monitoring.image,
                             "imagePullPolicy": pull,
-                            "args": PROMETHEUS_FLAGS,
+                            # The status page's files are served at /user/, which the front proxies (/status/).
+                            "args": [*PROMETHEUS_FLAGS, f"--web.user-assets={status_page.ASSETS_DIR}"],
                             "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
                             "volumeMounts": [
                                 {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
                                 {"name": "data", "mountPath": DATA_PATH},
                                 {"name": "targets", "mountPath": TARGETS_DIR, "readOnly": True},
+                                {"name": "status-page", "mountPath": status_page.ASSETS_DIR, "readOnly": True},
                             ],
                             "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}, "periodSeconds": 5},
-                        }, targets_container(args.script_image, pull, ns, args.stack, GUARD_PORT)],
+                        }, targets_container(args.script_image, pull, ns, args.stack, GUARD_PORT),
+                        *([targets_container(args.script_image, pull, ns, args.stack, STATUS_PORT, "front")]
+                          if metered else [])],
                         "volumes": [
                             {"name": "config", "projected": {"sources": [
                                 {"configMap": {"name": "glm53-prometheus"}},
@@ -330,21 +383,23 @@ class KubernetesScrape(pulumi.ComponentResource):
                             {"name": "data", "emptyDir": {}},
                             {"name": "targets", "emptyDir": {}},
                             {"name": "script", "configMap": {"name": "glm53-prometheus-targets"}},
+                            {"name": "status-page", "configMap": {"name": "glm53-status-page"}},
+                            API_TOKEN[0],
                         ],
-                    },
+                    }),
                 },
             },
             opts=pulumi.ResourceOptions.merge(
                 child,
                 pulumi.ResourceOptions(
-                    depends_on=[config_map, script, account, args.guard.scrape_key, *args.after]
+                    depends_on=[config_map, page, script, account, args.guard.scrape_key, *args.after]
                 ),
             ),
         )  # fmt: skip
         service_port: dict[str, Any] = {"name": "http", "port": CONTAINER_PORT, "targetPort": "http"}
         if k8s_target.prometheus_node_port is not None:
             service_port["nodePort"] = k8s_target.prometheus_node_port
-        k8s.core.v1.Service(
+        return k8s.core.v1.Service(
             f"{name}-prometheus-service",
             metadata={
                 "namespace": ns,

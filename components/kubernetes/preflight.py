@@ -50,6 +50,9 @@ DEFAULT_CLASS_ANNOTATIONS = (
 NODE_IMAGES_LISTED = 50
 """The kubelet lists at most this many images in a node's status (``nodeStatusMaxImages``): a node
 listing as many may hold more, so an image missing from its list is not known to be missing."""
+DESTROYING = "GLM_DESTROY_DRAIN"
+"""Set by ``scripts/pulumi.sh destroy`` (components/docker/drain_hook.py's ``DESTROY_DRAIN``, which
+the Kubernetes target may not import): the program runs for a destroy, which needs no preflight."""
 ONE_NODE_CACHE = "/var/lib/glm53-local/k8s-jit-cache"
 """The project's one-node cluster sees the host's /var/lib/glm53-local (scripts/k8s/cluster.sh)."""
 
@@ -340,9 +343,7 @@ def check_cluster(config: StackConfig) -> None:
     for a cause it already knows. In a preview, a cluster that cannot be read is a warning (the
     review goes on without it); in an ``up``, a refusal. Not under mocks (no cluster) nor in
     ``make destroy`` (which must remove the stack whatever the cluster now says)."""
-    from components.docker.drain_hook import DESTROY_DRAIN
-
-    if _under_mocks() or DESTROY_DRAIN in os.environ:
+    if _under_mocks() or DESTROYING in os.environ:
         return
     needs = ClusterNeeds.of(config)
     where = f"({K8S}.kubeconfig={needs.kubeconfig or '$KUBECONFIG or ~/.kube/config'}, context {needs.context or 'its current one'})"

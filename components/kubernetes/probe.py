@@ -22,6 +22,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import KubernetesTargetConfig
 from components.kubernetes.guard import SCRAPE_SECRET, SCRAPE_SECRET_KEY
+from components.kubernetes.pod_security import PROBE_SCRATCH, restricted
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import labels
 from components.render.nginx_conf import CONTAINER_PORT as FRONT_PORT
@@ -119,14 +120,14 @@ class KubernetesSemanticProbe(pulumi.ComponentResource):
                 "template": {
                     # New params restart it (the Docker stack replaces its container).
                     "metadata": {"labels": selector, "annotations": {"glm53/params": params.apply(_digest)}},
-                    "spec": {
+                    "spec": restricted({
                         "containers": [{
                             "name": PROBE_CONTAINER,
                             "image": args.image,
                             "imagePullPolicy": k8s_target.image_pull_policy,
                             "args": ["--params", PARAMS_PATH, "--api-key-file", KEY_PATH],
                             "ports": [{"name": "metrics", "containerPort": spec.probe.port}],
-                            "volumeMounts": [{"name": "probe", "mountPath": PROBE_DIR, "readOnly": True}],
+                            "volumeMounts": [{"name": "probe", "mountPath": PROBE_DIR, "readOnly": True}, PROBE_SCRATCH[1]],
                             "resources": {"requests": {"cpu": "20m", "memory": "96Mi"}, "limits": {"memory": "256Mi"}},
                         }],
                         "volumes": [{"name": "probe", "projected": {"sources": [
@@ -135,8 +136,8 @@ class KubernetesSemanticProbe(pulumi.ComponentResource):
                             {"secret": {"name": SCRAPE_SECRET, "items": [
                                 {"key": SCRAPE_SECRET_KEY, "path": SCRAPE_KEY_PATH.rsplit("/", 1)[1]},
                             ]}},
-                        ]}}],
-                    },
+                        ]}}, PROBE_SCRATCH[0]],
+                    }),
                 },
             },
             opts=pulumi.ResourceOptions.merge(

@@ -19,7 +19,11 @@ pulumi-kubernetes unchanged. What differs from a Docker host, and why:
 - the GPU preflight (components/host/preflight.sh, the Docker hosts' file) runs in the pod, an init
   container with vLLM's cards, weights and /dev/shm: a refusal stops the pod before vLLM starts;
 - vLLM listens on the pod's loopback (``--host=127.0.0.1``): the pod's one port is its guard's
-  (components/kubernetes/guard.py), which asks for the stack's credential as a Docker replica's guard does.
+  (components/kubernetes/guard.py), which asks for the stack's credential as a Docker replica's guard does;
+- least privilege (components/kubernetes/pod_security.py): no service-account token, a fixed UID
+  that is not root, no capability, a read-only root file system; vLLM writes its caches to the
+  claim (``cache_env``) and the rest to ``/tmp`` and ``$HOME``, two ``emptyDir`` volumes
+  (``VLLM_SCRATCH``).
 """
 
 from __future__ import annotations
@@ -42,8 +46,14 @@ from components.config import (
     SmokeConfig,
     StackConfig,
 )
-from components.docker.preflight import pod_preflight_script
 from components.gate.messages import LookAt
+from components.kubernetes.pod_security import (
+    GATE_SCRATCH,
+    GUARD_SCRATCH,
+    VLLM_SCRATCH,
+    VLLM_USER_ENV,
+    restricted,
+)
 from components.kubernetes.readiness import (
     GATE_KEY_ENV,
     READINESS_REQUEST_TIMEOUT_SECONDS,
@@ -53,6 +63,7 @@ from components.kubernetes.readiness import (
     readiness_command,
 )
 from components.profiles import HardwareFacts
+from components.render.preflight import pod_preflight_script
 from components.serving.spec import ServingSpec, health_probe
 from components.template import one_line_script
 from policy.glm_policies import (
@@ -210,7 +221,7 @@ def _volumes(model: ModelConfig, serving: ServingSpec, k8s: KubernetesTargetConf
             }
         )
     volumes += [{"name": f"mount-{i}", "hostPath": {"path": m.source}} for i, m in enumerate(serving.mounts)]
-    return volumes
+    return volumes + [volume for volume, _ in VLLM_SCRATCH]
 
 
 def _mounts(model: ModelConfig, serving: ServingSpec) -> list[dict[str, Any]]:
@@ -220,6 +231,7 @@ def _mounts(model: ModelConfig, serving: ServingSpec) -> list[dict[str, Any]]:
     ]
     if serving.container.shm_size_mb is not None:
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    mounts += [mount for _, mount in VLLM_SCRATCH]
     mounts += [
         {"name": f"mount-{i}", "mountPath": m.target, "readOnly": m.read_only}
         for i, m in enumerate(serving.mounts)
@@ -242,7 +254,7 @@ def serving_container(
         "imagePullPolicy": k8s.image_pull_policy,
         "command": ["vllm", "serve"],
         "args": serving.argv,
-        "env": pod_env(serving),
+        "env": pod_env(serving) + VLLM_USER_ENV,
         "volumeMounts": _mounts(pod.model, serving),
         "startupProbe": {
             **health,
@@ -287,7 +299,7 @@ def preflight_container(
         "image": image,
         "imagePullPolicy": k8s.image_pull_policy,
         "command": ["bash", "-c", script],
-        "env": [NODE_NAME_ENV],
+        "env": [NODE_NAME_ENV, *VLLM_USER_ENV],
         "volumeMounts": _mounts(pod.model, serving),
         **ON_ERROR_LOGS,
     }
@@ -310,7 +322,7 @@ def gate_container(
         # Lays down the "not passed yet" verdict, then waits for its SIGTERM; the work is the probe below.
         "command": ["python3", "-c", one_line_script("gate-idle.py", values={}), VERDICT_FILE],
         "env": [{"name": GATE_KEY_ENV, "value": "in-pod-no-key"}],
-        "volumeMounts": [{"name": VERDICT_VOLUME, "mountPath": VERDICT_DIR}],
+        "volumeMounts": [{"name": VERDICT_VOLUME, "mountPath": VERDICT_DIR}, GATE_SCRATCH[1]],
         "readinessProbe": {
             "exec": {"command": readiness_command(serving, pod.smoke, look_at)},
             "periodSeconds": k8s.readiness_period_seconds,
@@ -345,22 +357,29 @@ def serving_deployment_spec(
             # What the policy pack's k8s-gpu-requests checks the cards against.
             "annotations": {"glm53/guard": guard_digest, ACCELERATOR_ANNOTATION: accelerator(pod)},
         },
-        "spec": {
-            "terminationGracePeriodSeconds": grace_seconds(pod, k8s),
-            "containers": [
-                serving_container(pod, serving, k8s, image),
-                gate_container(pod, serving, k8s, gate_image, look_at),
-                guard_container,
-            ],
-            "volumes": [
-                *_volumes(pod.model, serving, k8s),
-                guard_volume,
-                {"name": VERDICT_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
-            ],
-        },
+        "spec": restricted(
+            {
+                "terminationGracePeriodSeconds": grace_seconds(pod, k8s),
+                "containers": [
+                    serving_container(pod, serving, k8s, image),
+                    gate_container(pod, serving, k8s, gate_image, look_at),
+                    guard_container,
+                ],
+                "volumes": [
+                    *_volumes(pod.model, serving, k8s),
+                    guard_volume,
+                    {"name": VERDICT_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+                    GATE_SCRATCH[0],
+                    GUARD_SCRATCH[0],
+                ],
+                **(
+                    {"initContainers": [preflight_container(pod, serving, k8s, image)]}
+                    if pod.preflight.enabled
+                    else {}
+                ),
+            }
+        ),
     }
-    if pod.preflight.enabled:
-        template["spec"]["initContainers"] = [preflight_container(pod, serving, k8s, image)]
     template["metadata"]["annotations"][TEMPLATE_ANNOTATION] = digest(template)
     return {
         "replicas": k8s.replicas,

@@ -19,7 +19,15 @@ from components.config.edge import KeyLimits
 from components.template import TEMPLATES, render_file
 
 METER_DIR = TEMPLATES.parent / "meter"
-LUA_MODULES = ("meter_request", "meter_answer", "meter_shares", "meter_budget", "meter_counters", "meter")
+LUA_MODULES = (
+    "meter_request",
+    "meter_answer",
+    "meter_shares",
+    "meter_budget",
+    "meter_counters",
+    "meter_peers",
+    "meter",
+)
 """The meter's Lua modules, each ``meter/<name>.lua``; ``meter`` is the one nginx calls."""
 GENERATION_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 """The routes that take engine slots and are metered in tokens; the other API routes are counted."""
@@ -33,6 +41,26 @@ METRICS_PATH = "/metrics/usage"
 SMALL_BODY = "64k"
 """``client_body_buffer_size`` on the metered routes: bodies up to this are read in memory (and
 decoded whole); larger ones are scanned from nginx's temporary file (meter_request.lua)."""
+
+
+PEERS_PATH = "/meter/peers"
+"""Where a front pod tells the others what each key used (meter_peers.lua), on the status port."""
+DRAIN_FILE = "/tmp/glm53-front.draining"
+"""A front pod's preStop writes it; the meter answers with ``<it>.done`` once nothing is in flight."""
+
+
+@dataclass(frozen=True)
+class MeterPeers:
+    """Several front pods, one account (components/host/meter/meter_peers.lua)."""
+
+    discovery: str | None
+    """host:port of the pods' status ports behind one Service: how a pod finds the others."""
+    port: int
+    """The status port, where each pod is asked by its own address."""
+    name: str | None = None
+    """This pod's name and address: read from /etc/hostname and /etc/hosts when None (a pod); set
+    by a harness running two fronts on one machine."""
+    address: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +84,8 @@ class MeterRoute:
     admitted as they come, no slot kept free for them."""
     minute_seconds: int = 60
     """A budget's "minute": a harness's test clock may shorten it; a stack never does."""
+    peers: MeterPeers | None = None
+    """The other front pods that share the account (Kubernetes); None: this front is the only one."""
 
 
 def meter_route(config: StackConfig, replicas: int) -> MeterRoute:
@@ -94,7 +124,7 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
     """
     limits = {name: _limits(value) for name, value in sorted(front.usage_meter.limits.items())}
     default = front.usage_meter.default_limits
-    settings = {
+    settings: dict[str, object] = {
         "default_limits": _limits(default) if default is not None else None,
         "exempt": sorted(meter.own_clients),
         "fair_share": front.usage_meter.fair_share,
@@ -107,6 +137,10 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
         "unshared": sorted(meter.unshared),
         "weights": dict(sorted(front.usage_meter.weights.items())),
     }
+    if meter.peers is not None:
+        peers = {"discovery": meter.peers.discovery, "port": meter.peers.port, "drain_file": DRAIN_FILE,
+                 "name": meter.peers.name, "address": meter.peers.address}  # fmt: skip
+        settings["peers"] = {field: value for field, value in peers.items() if value is not None}
     return json.dumps(settings, sort_keys=True)
 
 
@@ -149,4 +183,6 @@ def meter_conf(
         for route in routes
     )
     metrics = render_file("nginx-meter-metrics.conf", {"path": METRICS_PATH})
+    if meter.peers is not None:
+        metrics += render_file("nginx-meter-peers.conf", {"path": PEERS_PATH})
     return MeterConf(http, located, metrics)

@@ -1,5 +1,5 @@
 """OpenAI's error shape for the answers nginx gives itself: the front's (components/render/nginx_conf.py),
-its rotation's (components/docker/rotation.py) and the replica guards' (components/docker/replica_guard.py)."""
+its rotation's on either target (``no_replica_body``) and the replica guards' (components/render/replica_guard.py)."""
 
 from __future__ import annotations
 
@@ -21,3 +21,14 @@ def openai_error(message: str, code: str, error_type: str = "invalid_request_err
     if any(ch in body for ch in "'\\$"):
         raise ValueError(f"error body cannot be written into nginx.conf: {body}")
     return body
+
+
+def no_replica_body(reason: str) -> str:
+    """The JSON 503 the front answers while no replica is in rotation, naming why.
+
+    >>> no_replica_body("box1 failed its gate (arithmetic): got 222")
+    '{"error":{"message":"No model replica is serving: box1 failed its gate (arithmetic): got 222","type":"server_error","param":null,"code":"no_replica_in_rotation"}}'
+    """
+    # The body sits in a single-quoted nginx string: no quote, backslash or `$` may reach it.
+    text = reason.replace("'", "\u2019").replace("\\", "/").replace("$", "＄").replace("\n", " ")
+    return openai_error(f"No model replica is serving: {text}", "no_replica_in_rotation", "server_error")

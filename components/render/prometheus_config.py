@@ -44,8 +44,9 @@ REPLICA_CA_PATH = "/etc/prometheus/replica-ca.crt"
 key reads /metrics, /version and /health; the guards refuse it on every inference route."""
 CONTAINER_PORT = 9090
 DATA_PATH = "/prometheus"
-"""The image's TSDB ``VOLUME``: an anonymous volume that goes with the container. Series restart
-when the container is replaced (any rule or config change); the alerts need only minutes of data."""
+"""The image's TSDB ``VOLUME``: an anonymous volume that goes with the container. On Docker hosts
+series restart only when the container is replaced (its image, port or network): its files reload
+in place (components/docker/prometheus_release.py). The alerts need only minutes of data."""
 
 # The official image's ENTRYPOINT is /bin/prometheus and its CMD the flags, so `command` holds
 # flags only. Replacing CMD drops the image's console-template flags, which the UI does not need.
@@ -173,6 +174,8 @@ def render_prometheus_config(
     guard_tls_name: str | None = None,
     rotation_target: str | None = None,
     meter_target: str | None = None,
+    key_file: str = SCRAPE_KEY_PATH,
+    ca_file: str = REPLICA_CA_PATH,
 ) -> str:
     """``prometheus.yml``: scrape vLLM's ``/metrics`` at ``target`` (host:port), the semantic
     probe's at ``probe_target`` when there is one, the front's rotation at ``rotation_target``, and
@@ -181,7 +184,9 @@ def render_prometheus_config(
     Several replicas: ``target`` maps each host's name to its ``host:port``; its series carry
     the label ``host``. ``guarded``: the replicas answer only their guards' keys; Prometheus holds
     the scrape key, and with ``guard_tls_name`` speaks TLS to the guards, pinning the certificate
-    that carries that name. ``meter_target``: the usage meter's counters per key name (the front's status port, components/render/nginx_meter.py)."""
+    that carries that name. ``meter_target``: the usage meter's counters per key name (the front's status port, components/render/nginx_meter.py).
+    ``rules_path``, ``key_file``, ``ca_file``: where the rules, the scrape key and the certificate
+    are; a relative path is read in the config file's directory (Prometheus and promtool alike)."""
     vllm: dict[str, Any] = {
         "job_name": job,
         "metrics_path": "/metrics",
@@ -190,10 +195,10 @@ def render_prometheus_config(
         else [{"targets": [address], "labels": {"host": name}} for name, address in target.items()],
     }
     if guarded:
-        vllm["authorization"] = {"type": "Bearer", "credentials_file": SCRAPE_KEY_PATH}
+        vllm["authorization"] = {"type": "Bearer", "credentials_file": key_file}
         if guard_tls_name is not None:
             vllm["scheme"] = "https"
-            vllm["tls_config"] = {"ca_file": REPLICA_CA_PATH, "server_name": guard_tls_name}
+            vllm["tls_config"] = {"ca_file": ca_file, "server_name": guard_tls_name}
     scrape_configs = [vllm]
     if probe_target is not None:
         scrape_configs.append(

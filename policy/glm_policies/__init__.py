@@ -55,6 +55,7 @@ from .kubernetes import (
     NO_CARDS,
     k8s_gpu_requests,
     k8s_node_port_opted_in,
+    k8s_pod_least_privilege,
     k8s_pod_not_privileged,
     k8s_serving_service_private,
 )
@@ -129,6 +130,7 @@ __all__ = [
     "is_serving",
     "k8s_gpu_requests",
     "k8s_node_port_opted_in",
+    "k8s_pod_least_privilege",
     "k8s_pod_not_privileged",
     "k8s_serving_service_private",
     "labels",
@@ -221,6 +223,12 @@ RULES: tuple[Rule, ...] = (
         "k8s-gpu-requests",
         "The vLLM pods of a hardware profile request and limit one card per tensor-parallel rank.",
         k8s_gpu_requests,
+    ),
+    Rule(
+        "k8s-pod-least-privilege",
+        "No pod mounts the service-account token by default; every container runs as a fixed non-root "
+        "UID, cannot gain privileges, drops every capability and has a read-only root file system.",
+        k8s_pod_least_privilege,
     ),
 )
 """The pack's rules, in the order of docs/policy.md."""

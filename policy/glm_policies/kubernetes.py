@@ -1,6 +1,7 @@
-"""Rules 9 to 12: the Kubernetes objects (``glm:target.kubernetes``). vLLM's Service stays inside
+"""Rules 9 to 13: the Kubernetes objects (``glm:target.kubernetes``). vLLM's Service stays inside
 the cluster; a NodePort or load balancer is a public bind and carries the stack's opt-in; no pod
-is privileged or on the node's network; the serving pods of a hardware profile request its cards.
+is privileged or on the node's network; the serving pods of a hardware profile request its cards;
+every pod runs with least privilege (no token it does not use, not root, no capability).
 
 The program marks what the rules need on the objects, as it labels Docker containers: the opt-ins
 as Service annotations (the Docker labels' keys), the accelerator as a pod-template annotation.
@@ -210,5 +211,67 @@ def k8s_gpu_requests(resource: Resource, config: Mapping[str, Any]) -> list[str]
                 f"needs {tp} {card}, but it requests {have['requests'] or 0} and limits {have['limits'] or 0}: "
                 "the scheduler may place it where the cards are not, and vLLM fails at start. Fix: "
                 f'resources.requests and limits {card}: "{tp}" (glm:container.accelerators lists the cards).'
+            )
+    return violations
+
+
+# --- 13. k8s-pod-least-privilege ----------------------------------------------------------------
+
+ALLOWED_CAPABILITIES = ("NET_BIND_SERVICE",)
+"""The one capability a container may add back (a port below 1024; the stack's pods use none)."""
+
+
+def _effective(resource: Resource, pod: Mapping[str, Any], container: Mapping[str, Any], key: str) -> Any:
+    """``securityContext.key`` of ``container``, else the pod's (what the kubelet applies)."""
+    own = _at(resource, container, "securityContext", key)
+    return own if own is not None else _at(resource, pod, "securityContext", key)
+
+
+def _container_problems(resource: Resource, pod: Mapping[str, Any], c: Mapping[str, Any]) -> list[str]:
+    found = []
+    if _effective(resource, pod, c, "runAsNonRoot") is not True:
+        found.append("runAsNonRoot is not true")
+    uid = _effective(resource, pod, c, "runAsUser")
+    if uid is None or _count(uid) in (None, 0):
+        found.append("no fixed non-root runAsUser" if uid is None else f"runAsUser {uid}")
+    if _at(resource, c, "securityContext", "allowPrivilegeEscalation") is not False:
+        found.append("allowPrivilegeEscalation is not false")
+    capabilities = _at(resource, c, "securityContext", "capabilities") or {}
+    if "ALL" not in [str(d).upper() for d in capabilities.get("drop") or []]:
+        found.append("capabilities.drop lacks ALL")
+    added = [str(a) for a in capabilities.get("add") or [] if str(a).upper() not in ALLOWED_CAPABILITIES]
+    if added:
+        found.append(f"capabilities.add {', '.join(added)}")
+    if _at(resource, c, "securityContext", "readOnlyRootFilesystem") is not True:
+        found.append("readOnlyRootFilesystem is not true")
+    return found
+
+
+def k8s_pod_least_privilege(resource: Resource, config: Mapping[str, Any]) -> list[str]:
+    """No service-account token mounted by default (``automountServiceAccountToken: false``; a
+    container that calls the API server mounts a projected token itself); every container runs as a
+    fixed non-root UID, cannot gain privileges, drops every capability and has a read-only root file
+    system."""
+    pod = _pod(resource)
+    if pod is None:
+        return []
+    violations = []
+    if _at(resource, pod, "automountServiceAccountToken") is not False:
+        violations.append(
+            f"{resource.name} mounts the service-account token in every container "
+            "(automountServiceAccountToken is not false): a process that never calls the API server "
+            "holds a credential for it. Fix: automountServiceAccountToken: false on the pod, and a "
+            "projected serviceAccountToken volume in the one container that calls the API "
+            "(components/kubernetes/pod_security.py restricted, api_token_volume)."
+        )
+    for c in _containers(resource, pod):
+        problems = _container_problems(resource, pod, c)
+        if problems:
+            violations.append(
+                f"{resource.name} (container {c.get('name')}): {', '.join(problems)}: a compromised "
+                "process there would have more than it needs. Fix: securityContext runAsNonRoot: true "
+                "and a fixed runAsUser other than 0, allowPrivilegeEscalation: false, capabilities.drop "
+                "[ALL], readOnlyRootFilesystem: true with an emptyDir where the process writes "
+                "(components/kubernetes/pod_security.py)."
             )
     return violations

@@ -7,7 +7,10 @@
 set -euo pipefail
 source "$(dirname "$0")/../env.sh"
 cd "$GLM_ROOT"
-scripts/k8s/build.sh --check >/dev/null || { say "the one-node cluster is not built (make k8s-build)"; exit 3; }
+bin=$(scripts/k8s/build.sh --check) || { say "the one-node cluster is not built (make k8s-build)"; exit 3; }
+# kubectl alone on PATH: destroy waits for the stack's pods with it (components/kubernetes/teardown.py).
+mkdir -p "$GLM_STATE_DIR/k8s-bin" && ln -sfn "$bin/kubectl" "$GLM_STATE_DIR/k8s-bin/kubectl"
+export PATH="$GLM_STATE_DIR/k8s-bin:$PATH"
 started=
 if ! scripts/k8s/cluster.sh status >/dev/null 2>&1; then
   scripts/k8s/cluster.sh start >/dev/null

@@ -12,8 +12,8 @@ import pulumi
 import pytest
 
 from components.config import ConfigError, SecretInputs, build_stack_config, check_api_keys
-from components.docker.replica_tls import TLS_NAME
 from components.docker.semantic_probe import SemanticProbeArgs
+from components.render.replica_guard import TLS_NAME
 from components.secrets import _GeneratedKeyProvider
 from components.semantic_probe_image import PROJECT_DIR, build_context, context_files
 from components.semantic_probe_spec import KEY_PATH, PARAMS_PATH, ProbeReplica, SemanticProbeSpec

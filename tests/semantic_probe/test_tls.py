@@ -10,13 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from components.config import SecretInputs, build_stack_config
-from components.docker.replica_tls import TLS_NAME, guard_tls, self_signed
 from components.front_tls import front_tls
+from components.render.replica_guard import TLS_NAME
 from components.semantic_probe import PROBE_STEPS
 from components.semantic_probe.saturation import saturation
 from components.semantic_probe.service import ProbeMetrics, run_once
 from components.semantic_probe.settings import ProbeSettings, ReplicaKeys
 from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
+from components.serving.replica_credentials import guard_tls, self_signed
 from tests.gate.support import KEY, Sim, needs_nginx, start_front, stop
 from tests.test_nginx_front import SERVED, vllm_sim
 from tests.test_replica_guard import KEY as REPLICA_KEY

@@ -16,6 +16,7 @@ local answer = require("meter_answer")
 local shares = require("meter_shares")
 local budgets = require("meter_budget")
 local counters = require("meter_counters")
+local peers = require("meter_peers")
 
 local M = {}
 
@@ -34,6 +35,16 @@ end
 
 local function budget()
   return budgets.new(dict, config)
+end
+
+-- The engine's slots: maxNumSeqs x the replicas in rotation. `pods`: this front's part of them,
+-- where several front pods share them (meter_peers: an equal part for each pod alive).
+local function slots_now(pods)
+  local whole = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
+  if not pods or not config.peers then
+    return whole
+  end
+  return math.max(1, math.floor(whole / peers.alive(dict)))
 end
 
 -- Per-sequence tokens of a request that names no max_tokens: what the engine allows it.
@@ -73,6 +84,13 @@ function M.configure(settings)
     counters.load(dict, config.state_file)
     dict:set("loaded", true)
   end
+  if config.peers then
+    local me = peers.self(config.peers.port)
+    config.me = {
+      name = config.peers.name or (me and me.name) or "front",
+      address = config.peers.address or (me and me.address),
+    }
+  end
 end
 
 -- Slots held by a worker that died (a crash, an OOM kill) are given back when its successor starts.
@@ -90,6 +108,27 @@ local function reclaim_dead_workers()
   unlock()
 end
 
+-- Draining (the pod's preStop wrote config.peers.drain_file): once no request is in flight, say so
+-- (drain_file .. ".done"), so the preStop lets the stack's Prometheus read the final counts before
+-- nginx quits (components/kubernetes/front.py).
+local function drain_done()
+  local marker = config.peers.drain_file
+  local asked = marker and io.open(marker, "r")
+  if not asked then
+    return
+  end
+  asked:close()
+  for _, key in ipairs(dict:get_keys(0)) do
+    if key:find("^flight:") then
+      return
+    end
+  end
+  local done = io.open(marker .. ".done", "w")
+  if done then
+    done:close()
+  end
+end
+
 function M.init_worker()
   dict = ngx.shared.glm_meter
   -- In a timer, not here: the lock may wait (ngx.sleep), which a worker's start-up may not.
@@ -101,6 +140,21 @@ function M.init_worker()
   if ngx.worker.id() == 0 and config.state_file then
     ngx.timer.every(FLUSH_SECONDS, function(premature)
       counters.save(dict, config.state_file)
+    end)
+  end
+  if ngx.worker.id() == 0 and config.peers then
+    local summed = {}
+    ngx.timer.every(peers.INTERVAL, function(premature)
+      if premature then
+        return
+      end
+      local ok, result = pcall(peers.pull, dict, config.me, config.peers.discovery, summed, config.minute_seconds)
+      if ok then
+        summed = result
+      else
+        ngx.log(ngx.ERR, "usage meter: reading the other front pods failed: ", tostring(result))
+      end
+      drain_done()
     end)
   end
 end
@@ -126,8 +180,12 @@ end
 -- What a request holds (its slots, its budget's reservation), kept where an internal redirect (an
 -- error_page: the 502/503 while no replica is in rotation, a 504, a 413) cannot lose it: ngx.ctx does
 -- not survive one, and the final location's log phase must still give them back.
+local function request_id()
+  return ngx.worker.pid() .. ":" .. ngx.var.connection .. ":" .. ngx.var.connection_requests
+end
+
 local function held_key()
-  return "req:" .. ngx.worker.pid() .. ":" .. ngx.var.connection .. ":" .. ngx.var.connection_requests
+  return "req:" .. request_id()
 end
 
 local function remember(ctx)
@@ -299,7 +357,7 @@ end
 
 local function admit(ctx)
   local route = ngx.var.uri
-  local capacity = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
+  local capacity = slots_now()
   local fields, body, path, size = read_fields(capacity)
   local shape = request.shape(fields, route)
   ctx.shape = shape
@@ -315,6 +373,8 @@ local function admit(ctx)
       shape.more and "more than " or "", shape.more and capacity or shape.weight, capacity),
       "too_many_sequences", "invalid_request_error"
   end
+  -- Several front pods: this pod shares its part (a request larger than the part still fits alone).
+  capacity = math.max(slots_now(true), shape.weight)
   -- First come, first served within a key, as vLLM's own queue would order them: each request takes
   -- a ticket, and only the key's oldest waiting one may take a slot.
   local ticket = dict:incr("ticket:" .. ctx.name, 1, 0)
@@ -376,6 +436,9 @@ function M.access()
   end
   local ctx = { name = name, prompt = 0, completion = 0, held = 0 }
   ngx.ctx.meter = ctx
+  if config.peers then
+    dict:set("flight:" .. request_id(), true, 3600) -- a draining pod waits for these (drain_done)
+  end
   dict:set("seen:" .. name, ngx.time())
   if ngx.req.get_method() ~= "POST" or not GENERATION[ngx.var.uri] then
     return -- counted (log), takes no slot
@@ -510,6 +573,9 @@ end
 
 function M.log()
   local ctx = ngx.ctx.meter
+  if config.peers then
+    dict:delete("flight:" .. request_id())
+  end
   if ctx and (ctx.held > 0 or ctx.budget) then
     dict:delete(held_key())
   elseif not ctx then
@@ -523,8 +589,14 @@ function M.log()
   end
 end
 
+--- What this pod tells the other front pods (meter_peers), on the status port.
+function M.peers()
+  ngx.header["Content-Type"] = "application/json"
+  ngx.print(peers.report(dict, config.me, ngx.now()))
+end
+
 function M.metrics()
-  local capacity = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
+  local capacity = slots_now(true)
   ngx.header["Content-Type"] = "text/plain; version=0.0.4"
   ngx.print(counters.exposition(dict, sharing(), budget(), capacity, ngx.now()))
 end

@@ -3,7 +3,9 @@
 -- admitted when its estimate (an upper bound of what the engine will count for it) fits what is
 -- left in every window, and reserves it; its real usage settles the account when it ends. So the
 -- request that would cross a limit is the one refused, before any byte, and no stream is ever cut.
--- One front sees every replica's tokens: the limits are the key's, whatever the replicas.
+-- One front sees every replica's tokens: the limits are the key's, whatever the replicas. Where
+-- several front pods share the stack (Kubernetes), each window's use on the other pods is read
+-- beside this pod's own (meter_peers.lua keeps it at "peers:<window>").
 --
 -- Pure Lua over a store with ngx.shared.DICT's get/incr (tests/test_meter_budget.py passes a
 -- table): admissions run under the meter's lock. The day windows outlive a restart (meter.lua keeps
@@ -63,12 +65,17 @@ local function need(window, tokens)
   return window.kind == "tokens" and tokens or 1
 end
 
+--- What the key used of `window`: here, and on the other front pods as of their last report.
+function Budget:used(window)
+  return (self.store:get(window.key) or 0) + (self.store:get("peers:" .. window.key) or 0)
+end
+
 --- Whether `tokens` (the estimate) fit every window of `name` now. nil: they fit; else the
 --- window that refuses, with `used`, `needed`, `retry_after` (seconds until it frees), `never`
 --- (the request alone is more than the limit: no wait helps).
 function Budget:refusal(name, tokens, now)
   for _, window in ipairs(self:windows(name, now)) do
-    local used = self.store:get(window.key) or 0
+    local used = self:used(window)
     local needed = need(window, tokens)
     if used + needed > window.limit then
       window.used, window.needed = used, needed
@@ -105,7 +112,7 @@ end
 function Budget:state(name, now)
   local states = {}
   for _, window in ipairs(self:windows(name, now)) do
-    local used = self.store:get(window.key) or 0
+    local used = self:used(window)
     states[#states + 1] = {
       field = window.field, kind = window.kind, limit = window.limit, used = used,
       remaining = math.max(0, window.limit - used), reset_in = window.reset - now,

@@ -1,15 +1,18 @@
-"""ReplicaCertificate: the TLS pair every replica guard of a stack serves and the front pins.
+"""What every replica guard of a stack accepts and serves, on either target: the replica key, the
+scrape key and, with ``glm:front.tls``, ``ReplicaCertificate``, the TLS pair every guard serves and
+the front pins.
 
-Generated once with the ``openssl`` CLI (no new Python dependency in the program) and kept in the
-state, the private key as a secret output, like ``GeneratedKey``: a certificate made in the program
-would differ on every preview. Rotation is ``pulumi up --replace <urn>``; new replica addresses
-replace it too (the subjectAltName lists them).
+The pair is generated once with the ``openssl`` CLI (no new Python dependency in the program) and
+kept in the state, the private key as a secret output, like ``GeneratedKey``: a certificate made in
+the program would differ on every preview. Rotation is ``pulumi up --replace <urn>``; new replica
+addresses replace it too (the subjectAltName lists them).
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +20,9 @@ import pulumi
 import pulumi.dynamic
 
 from components.gate.tls import EndpointTls
+from components.render.replica_guard import KEY_PREFIX, SCRAPE_KEY_PREFIX, TLS_NAME, render_front_snippet
+from components.secrets import GeneratedKey
 
-TLS_NAME = "glm-replica-guard.invalid"
-"""The name the front verifies (``proxy_ssl_name``): one name for every replica, in the certificate
-beside the replica addresses. ``.invalid`` never resolves (RFC 6761), so it names nothing else."""
 CERT_DAYS = 3650
 """The certificate is pinned, not issued by a CA: it lives until ``pulumi up --replace`` rotates it."""
 
@@ -122,3 +124,36 @@ class ReplicaCertificate(pulumi.dynamic.Resource):
             },
             pulumi.ResourceOptions.merge(opts, secret),
         )
+
+
+@dataclass(frozen=True)
+class GuardCredentials:
+    """What every guard of a stack accepts and serves, and what the front sends and trusts."""
+
+    key: pulumi.Output[str]
+    """The replica key (secret): ``Authorization: Bearer <key>`` on every route. The front sends
+    it; the probe asks replicas directly with it."""
+    scrape_key: pulumi.Output[str]
+    """The scrape key (secret): ``/metrics``, ``/version``, ``/health`` only. Prometheus scrapes
+    with it, the probe reads ``/metrics`` with it."""
+    certificate: ReplicaCertificate | None
+    """The TLS pair with ``glm:front.tls``; None without."""
+
+    def front_files(self) -> pulumi.Output[dict[str, str]]:
+        """:func:`render_front_snippet`'s files as one secret, for the front's ``secret_files``."""
+        cert = self.certificate.certificate if self.certificate is not None else None
+        files = pulumi.Output.all(self.key, cert).apply(lambda a: render_front_snippet(str(a[0]), a[1]))
+        return pulumi.Output.secret(files)
+
+
+def guard_credentials(
+    name: str, addresses: Sequence[str], tls: bool, opts: pulumi.ResourceOptions | None = None
+) -> GuardCredentials:
+    """The stack's replica key, its scrape key and, with ``tls``, one certificate for every replica
+    address."""
+    key = GeneratedKey(f"{name}-replica-key", client_name="replica-guard", prefix=KEY_PREFIX, opts=opts)
+    scrape = GeneratedKey(
+        f"{name}-replica-scrape-key", client_name="replica-scrape", prefix=SCRAPE_KEY_PREFIX, opts=opts
+    )
+    cert = ReplicaCertificate(f"{name}-replica-tls", addresses, opts=opts) if tls else None
+    return GuardCredentials(key.key, scrape.key, cert)

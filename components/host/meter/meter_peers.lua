@@ -1,0 +1,178 @@
+-- The front's pods, one account (Kubernetes: glm:target.kubernetes.frontReplicas; docs/scaling.md
+-- "The meter on Kubernetes"). Each pod meters what it serves; what a key may still spend is the
+-- whole stack's, so every pod tells the others what each key used of its budget windows, and the
+-- pods share the engine's slots among those that are alive.
+--
+-- Pull, every INTERVAL seconds, in one worker: from the pods already known (their own address) and
+-- from the pods' Service (any pod: how a new pod finds the others, with no API access and no DNS).
+-- A report carries every pod the reporter knows, each with its own version (its clock in ms), so
+-- what a pod used reaches every other even after it is gone: a deleted pod's day still counts.
+-- Admissions read their own windows (exact) plus the others' sums ("peers:<window>"), as of the
+-- last pull: across pods, a key can pass its limit by what it was admitted on other pods within
+-- one pull (INTERVAL plus a round trip), never by a factor of the pods.
+local cjson = require("cjson.safe")
+
+local M = {}
+
+M.INTERVAL = 0.25
+local LIVE_SECONDS = 2
+-- A pod that answered within this long is alive: its share of the engine's slots is its own.
+local FORGET_SECONDS = 30
+-- A pod unreachable this long is no longer asked (its windows stay until they end).
+local KEPT_SECONDS = 2 * 86400
+local TIMEOUT_MS = 300
+local WINDOW = "^budget_[a-z]+:"
+
+local function read_file(path)
+  local file = io.open(path, "r")
+  if not file then
+    return nil
+  end
+  local text = file:read("*a")
+  file:close()
+  return text
+end
+
+--- This pod: its name (the hostname Kubernetes sets) and its address (the pod's IP, which the
+--- kubelet writes into /etc/hosts beside the hostname), with the status `port`.
+function M.self(port, root)
+  root = root or ""
+  local name = (read_file(root .. "/etc/hostname") or ""):match("^%s*(%S+)")
+  if not name then
+    return nil
+  end
+  for line in (read_file(root .. "/etc/hosts") or ""):gmatch("[^\n]+") do
+    local address, names = line:match("^%s*([%d%.]+)%s+(.+)$")
+    if address and address ~= "127.0.0.1" and (" " .. names .. " "):find(" " .. name .. " ", 1, true) then
+      return { name = name, address = address .. ":" .. port }
+    end
+  end
+  return { name = name, address = nil }
+end
+
+local function origins(dict)
+  return cjson.decode(dict:get("peer_origins") or "[]") or {}
+end
+
+--- What this pod tells the others: itself (version, address, its windows) and every pod it knows.
+function M.report(dict, me, now)
+  local windows = {}
+  for _, key in ipairs(dict:get_keys(0)) do
+    if key:find(WINDOW) then
+      windows[key] = dict:get(key)
+    end
+  end
+  local fronts = {}
+  for _, origin in ipairs(origins(dict)) do
+    fronts[origin] = cjson.decode(dict:get("peer:" .. origin) or "null") or nil
+  end
+  fronts[me.name] = { v = math.floor(now * 1000), address = me.address, windows = windows }
+  return cjson.encode({ origin = me.name, fronts = fronts })
+end
+
+--- A report read into the dict: newer versions of the pods it names, and its sender alive.
+function M.merge(dict, me, report)
+  if type(report) ~= "table" or type(report.fronts) ~= "table" then
+    return false
+  end
+  local known, changed = {}, false
+  for _, origin in ipairs(origins(dict)) do
+    known[origin] = true
+  end
+  for origin, entry in pairs(report.fronts) do
+    if origin ~= me.name and type(entry) == "table" and tonumber(entry.v)
+        and entry.v > (dict:get("peer_v:" .. origin) or 0) then
+      dict:set("peer:" .. origin, cjson.encode(entry), KEPT_SECONDS)
+      dict:set("peer_v:" .. origin, entry.v, KEPT_SECONDS)
+      if not known[origin] then
+        known[origin], changed = true, true
+      end
+    end
+  end
+  local sender = report.origin
+  if type(sender) == "string" and sender ~= me.name and type(report.fronts[sender]) == "table" then
+    dict:set("peer_live:" .. sender, true, LIVE_SECONDS)
+    if type(report.fronts[sender].address) == "string" then
+      dict:set("peer_addr:" .. sender, report.fronts[sender].address, FORGET_SECONDS)
+    end
+  end
+  if changed then
+    local list = {}
+    for origin in pairs(known) do
+      list[#list + 1] = origin
+    end
+    table.sort(list)
+    dict:set("peer_origins", cjson.encode(list))
+  end
+  return true
+end
+
+--- The other pods' use of each window, summed where admissions read it. `previous`: the windows
+--- summed last time (a pod's window that ended is set to 0, not left at its last sum).
+function M.sum(dict, previous, minute_seconds)
+  local sums = {}
+  for _, origin in ipairs(origins(dict)) do
+    local entry = cjson.decode(dict:get("peer:" .. origin) or "null")
+    if type(entry) == "table" and type(entry.windows) == "table" then
+      for key, used in pairs(entry.windows) do
+        if tonumber(used) then
+          sums[key] = (sums[key] or 0) + used
+        end
+      end
+    end
+  end
+  for key in pairs(previous or {}) do
+    sums[key] = sums[key] or 0
+  end
+  for key, used in pairs(sums) do
+    local span = key:find("^budget_day:") and 86400 or minute_seconds
+    dict:set("peers:" .. key, used, 2 * span)
+  end
+  return sums
+end
+
+--- How many front pods share the engine's slots now: this one and those alive.
+function M.alive(dict)
+  local count = 1
+  for _, origin in ipairs(origins(dict)) do
+    if dict:get("peer_live:" .. origin) then
+      count = count + 1
+    end
+  end
+  return count
+end
+
+local function fetch(address)
+  local host, port = address:match("^(.+):(%d+)$")
+  if not host then
+    return nil
+  end
+  local socket = ngx.socket.tcp()
+  socket:settimeout(TIMEOUT_MS)
+  local ok = socket:connect(host, tonumber(port))
+  if not ok then
+    return nil
+  end
+  socket:send("GET /meter/peers HTTP/1.0\r\nHost: glm53-front-peers\r\n\r\n")
+  local response = socket:receive("*a")
+  socket:close()
+  return cjson.decode((response or ""):match("\r\n\r\n(.*)$") or "")
+end
+
+--- One pull: the pods' Service, then every pod known by its address; then the sums.
+function M.pull(dict, me, discovery, previous, minute_seconds)
+  local asked = {}
+  for _, origin in ipairs(origins(dict)) do
+    local address = dict:get("peer_addr:" .. origin)
+    if address and not asked[address] then
+      asked[address] = true
+      M.merge(dict, me, fetch(address))
+    end
+  end
+  if discovery then
+    M.merge(dict, me, fetch(discovery))
+  end
+  return M.sum(dict, previous, minute_seconds)
+end
+
+return M

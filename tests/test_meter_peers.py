@@ -1,0 +1,132 @@
+"""Several front pods, one account (issue 49; components/host/meter/meter_peers.lua): two real
+nginx fronts on loopback, each told the other's status port as its discovery address, over the same
+simulator. A key's budget is the stack's whatever front its requests reach; a front that is gone
+still counts for the rest of the window; the engine's slots are shared among the fronts alive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from components.config import build_stack_config
+from components.render.nginx_meter import MeterPeers
+from tests.engine import free_port
+from tests.metered_front import MeteredFront, metered_front
+
+KEYS = {
+    "alice": "sk-alice-5f2b8e1c9a4d7f3b6e0c2a8d5f1b9e4c7a3d6f0b",
+    "bob": "sk-bob-8d3f6a1c4e9b2d7f0a5c8e3b6d1f4a9c2e7b0d5f",
+}
+SERVED = "glm-5.3-flash"
+MINUTE = 30
+"""The harness's budget minute: long enough that none ends while a test runs (they run in seconds)."""
+PULL_SECONDS = 0.25
+"""meter_peers.INTERVAL: how often a front reads the others."""
+SLOTS = 8
+
+
+@contextlib.contextmanager
+def two_fronts(limits: dict) -> Iterator[tuple[MeteredFront, MeteredFront]]:
+    config = build_stack_config(
+        {"hardware": "local", "front": {"rateLimit": {"enabled": False}, "usageMeter": {"limits": limits}}}
+    )
+    port_a, port_b = free_port(), free_port()
+
+    def peers(me: int, other: int, name: str) -> MeterPeers:
+        return MeterPeers(discovery=f"127.0.0.1:{other}", port=me, name=name, address=f"127.0.0.1:{me}")
+
+    with metered_front(
+        config, KEYS, max_num_seqs=SLOTS, minute_seconds=MINUTE, status_port=port_a,
+        peers=peers(port_a, port_b, "front-a"),
+    ) as a:  # fmt: skip
+        engine = a.engine.removeprefix("http://")
+        with metered_front(
+            config, KEYS, max_num_seqs=SLOTS, minute_seconds=MINUTE, status_port=port_b,
+            peers=peers(port_b, port_a, "front-b"), engines=[engine],
+        ) as b:  # fmt: skip
+            yield a, b
+
+
+def ask(front: MeteredFront, key: str = "alice") -> int:
+    try:
+        front.client(KEYS[key]).chat.completions.create(
+            model=SERVED, messages=[{"role": "user", "content": "What is 13*17?"}], max_tokens=20
+        )
+        return 200
+    except openai.RateLimitError:
+        return 429
+
+
+def capacity(front: MeteredFront) -> int:
+    found = re.search(r"^glm_fair_share_capacity (\d+)$", front.meter_metrics(), re.M)
+    assert found, front.meter_metrics()
+    return int(found.group(1))
+
+
+def wait_for(condition, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+@pytest.fixture(scope="module")
+def fronts() -> Iterator[tuple[MeteredFront, MeteredFront]]:
+    with two_fronts({"alice": {"requestsPerMinute": 10}}) as pair:
+        yield pair
+
+
+def test_a_keys_budget_is_the_stacks_whichever_front_its_requests_reach(
+    fronts: tuple[MeteredFront, MeteredFront],
+) -> None:
+    """6 requests through one front, then through the other: 4 more fit the 10 per minute, not 10."""
+    a, b = fronts
+    time.sleep(MINUTE - time.time() % MINUTE + 0.05)  # a fresh window
+    assert [ask(a) for _ in range(6)] == [200] * 6
+    time.sleep(4 * PULL_SECONDS)
+    assert [ask(b) for _ in range(6)] == [200] * 4 + [429] * 2
+    # Bob has no budget: both fronts pass him.
+    assert ask(a, "bob") == ask(b, "bob") == 200
+    used = re.search(r'^glm_key_budget_used\{client="alice",window="requests_per_minute"\} (\d+)$',
+                     b.meter_metrics(), re.M)  # fmt: skip
+    assert used and int(used.group(1)) == 10
+
+
+def test_the_fronts_alive_share_the_engines_slots() -> None:
+    with two_fronts({}) as (a, b):
+        assert wait_for(lambda: capacity(a) == capacity(b) == SLOTS // 2), (capacity(a), capacity(b))
+    # Each front alone again: the other's part is its own within a few pulls.
+
+
+def test_a_gone_front_still_counts_for_the_rest_of_its_window_and_the_survivor_takes_its_slots() -> None:
+    config = build_stack_config(
+        {"hardware": "local", "front": {"rateLimit": {"enabled": False},
+         "usageMeter": {"limits": {"alice": {"requestsPerMinute": 10}}}}}
+    )  # fmt: skip
+    port_a, port_b = free_port(), free_port()
+    time.sleep(MINUTE - time.time() % MINUTE + 0.05)
+    with metered_front(
+        config, KEYS, max_num_seqs=SLOTS, minute_seconds=MINUTE, status_port=port_b,
+        peers=MeterPeers(discovery=f"127.0.0.1:{port_a}", port=port_b, name="front-b", address=f"127.0.0.1:{port_b}"),
+    ) as b:  # fmt: skip
+        engine = b.engine.removeprefix("http://")
+        with metered_front(
+            config, KEYS, max_num_seqs=SLOTS, minute_seconds=MINUTE, status_port=port_a, engines=[engine],
+            peers=MeterPeers(discovery=f"127.0.0.1:{port_b}", port=port_a, name="front-a",
+                             address=f"127.0.0.1:{port_a}"),
+        ) as a:  # fmt: skip
+            assert wait_for(lambda: capacity(b) == SLOTS // 2)
+            assert [ask(a) for _ in range(7)] == [200] * 7
+            time.sleep(4 * PULL_SECONDS)
+        # Front a is gone (its process stopped): b shares the slots with no one within a few pulls,
+        # and a's 7 requests still count in alice's minute.
+        assert wait_for(lambda: capacity(b) == SLOTS), capacity(b)
+        assert [ask(b) for _ in range(5)] == [200] * 3 + [429] * 2
