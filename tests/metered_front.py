@@ -20,6 +20,7 @@ import httpx
 import openai
 
 from components.config import StackConfig
+from components.docker.rotation import rotation_script
 from components.render.nginx_conf import render_nginx_conf
 from components.render.nginx_meter import METER_DIR, METRICS_PATH, MeterRoute
 from tests.engine import free_port
@@ -57,6 +58,20 @@ class MeteredFront:
     restart: Callable[[int], None] = lambda _signal: None
     """Stop nginx with ``signal`` (SIGQUIT: graceful, as ``docker stop``; SIGKILL: the master and its
     workers at once, as an OOM kill of the container), then start it again on the same config."""
+    engines: tuple[str, ...] = ()
+    """Every simulator's base URL, ``replica1``'s first (the rotation's names, with ``rotation``)."""
+
+    def rotate(self, *argv: str) -> str:
+        """Run the rotation (templates/rotation.sh: ``drain replica2 REASON 0``, ``admit replica2
+        ADDRESS``...) on this front's rotation directory, then reload nginx as the container's
+        rotation does, and wait until only new workers serve. Returns what the rotation printed."""
+        done = _rotation(self.directory, *argv)
+        old = set(self.workers())
+        os.kill(self.nginx_pid(), signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while (not self.workers() or old & set(self.workers())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return done
 
     def nginx_pid(self) -> int:
         return int((self.directory / "nginx.pid").read_text())
@@ -65,6 +80,17 @@ class MeteredFront:
         """The nginx master's worker processes now."""
         children = Path(f"/proc/{self.nginx_pid()}/task/{self.nginx_pid()}/children").read_text()
         return [int(pid) for pid in children.split()]
+
+
+def _rotation(directory: Path, *argv: str) -> str:
+    """templates/rotation.sh on ``directory/rotation``; nginx is not PID 1 here, so it only writes
+    the files (the caller reloads nginx)."""
+    script = rotation_script(
+        str(directory / "rotation"), str(directory / "status"), str(directory / "no-container-conf")
+    )
+    done = subprocess.run(["sh", "-c", script, "sh", *argv], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _alive(pid: int) -> bool:
@@ -99,12 +125,15 @@ def metered_front(
     replicas: int = 1,
     state_file: bool = True,
     minute_seconds: int = 60,
+    rotation: bool = False,
 ) -> Iterator[MeteredFront]:
     """``meter`` False: the front without the meter (nginx straight to the simulator). ``upstream``:
     the engine's address instead of a simulator's. ``replicas``: that many simulators, the front's
     replicas, each at its own address (the meter shares their slots). ``state_file``: keep the counters in the run's directory.
     ``queue_seconds``: ``glm:front.usageMeter.queueSeconds`` instead of the config's.
-    ``minute_seconds``: a budget's "minute", shortened for a test's clock."""
+    ``minute_seconds``: a budget's "minute", shortened for a test's clock. ``rotation``: the replicas
+    are the rotation's (templates/rotation.sh, ``replica1``...), all admitted at the start; change
+    them with ``MeteredFront.rotate``."""
     front = config.front
     if queue_seconds is not None:
         meter_config = front.usage_meter.model_copy(update={"queue_seconds": queue_seconds})
@@ -131,9 +160,13 @@ def metered_front(
             unshared=("smoke-gate",),
             minute_seconds=minute_seconds,
         )
+        addresses = [upstream] if upstream else [f"127.0.0.1:{p}" for p in sim_ports]
+        for index, address in enumerate(addresses if rotation else [], 1):
+            _rotation(directory, "admit", f"replica{index}", address)
         conf = render_nginx_conf(
-            front, upstream or [f"127.0.0.1:{p}" for p in sim_ports], dict(keys), listen=f"127.0.0.1:{port}",
+            front, addresses, dict(keys), listen=f"127.0.0.1:{port}",
             runtime_dir=str(directory), meter=route if meter else None, status_listen=f"127.0.0.1:{status_port}",
+            rotation_dir=str(directory / "rotation") if rotation else None,
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)
         argv = [
@@ -177,6 +210,7 @@ def metered_front(
             directory,
             f"http://127.0.0.1:{sim_port}",
             restart,
+            tuple(f"http://127.0.0.1:{p}" for p in sim_ports),
         )
     shutil.rmtree(directory, ignore_errors=True)
 
