@@ -126,6 +126,8 @@ def metered_front(
     state_file: bool = True,
     minute_seconds: int = 60,
     rotation: bool = False,
+    max_model_len: int = 32768,
+    sim_args: Sequence[str] = (),
 ) -> Iterator[MeteredFront]:
     """``meter`` False: the front without the meter (nginx straight to the simulator). ``upstream``:
     the engine's address instead of a simulator's. ``replicas``: that many simulators, the front's
@@ -146,7 +148,7 @@ def metered_front(
         for index, each in enumerate(sim_ports if upstream is None else []):
             sim_argv = [
                 sys.executable, str(SIM), "serve", "/models/x", "--host", "127.0.0.1", "--port", str(each),
-                "--served-model-name", SERVED, "--max-model-len", "32768", "--max-num-seqs", str(max_num_seqs),
+                "--served-model-name", SERVED, "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs), *sim_args,
             ]  # fmt: skip
             log = directory / ("sim.log" if index == 0 else f"sim{index}.log")
             sim = stack.enter_context(running(sim_argv, log, env))
@@ -155,7 +157,7 @@ def metered_front(
             max_num_seqs,
             replicas,
             str(directory / "usage" / "counters.json") if state_file else None,
-            max_model_len=32768,
+            max_model_len=max_model_len,
             own_clients=("smoke-gate", "semantic-probe"),
             unshared=("smoke-gate",),
             minute_seconds=minute_seconds,
