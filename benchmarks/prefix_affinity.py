@@ -49,7 +49,7 @@ from tests.metered_front import MeteredFront, metered_front
 from tests.test_nginx_front import SERVED
 
 KEY = {"agents": "sk-agents-1403f1510d19d5295321"}
-WORDS = "the parser reads each file then the test runner reports which case failed and why".split()
+WORDS = ["the", "parser", "reads", "each", "file", "then", "the", "test", "runner", "reports", "which", "case", "failed", "and", "why"]
 TOOLS = [
     {
         "type": "function",
@@ -180,7 +180,8 @@ def sample_running(front: MeteredFront, stop: threading.Event, samples: list[lis
 
 
 def run(policy: str, replicas: int, args: argparse.Namespace, eject: bool = False) -> dict:
-    config = build_stack_config({"hardware": "local", "front": {"routing": {"policy": policy}}})
+    front = {"routing": {"policy": policy}, "rateLimit": {"enabled": False}}  # agents: a burst of turns at once
+    config = build_stack_config({"hardware": "local", "front": front})
     env = {
         "VLLM_SIM_PREFILL_TOKENS_PER_S": str(args.prefill_rate),
         "VLLM_SIM_DECODE_TOKEN_SECONDS": str(args.decode_seconds),

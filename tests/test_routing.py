@@ -239,3 +239,26 @@ def test_one_conversations_burst_is_spread_within_the_load_bound(front: MeteredF
     assert sum(share) == 12, share
     assert max(share) <= math.ceil(1.25 * 12 / 3), share  # ceil(1.25 x (11 + 1) / 3) = 5 at most
     assert min(share) >= 1, share
+
+
+def test_a_replica_refusing_connections_hands_its_conversations_to_a_backup(front: MeteredFront) -> None:
+    """A replica in rotation whose port is closed (a crash between two probes): the conversations
+    keyed to it are still answered, by the other replicas (its upstream's backups)."""
+    front.rotate("admit", "replica4", "127.0.0.1:9")
+    try:
+        names = (front.directory / "rotation" / "routes.map").read_text()
+        assert "replica4" in names, names
+        before = sum(served(front))
+        for c in range(12):
+            resp = httpx.post(
+                f"{front.base}/v1/chat/completions",
+                headers={"Authorization": f"Bearer {KEY}"},
+                json=chat(200 + c, 0),
+                timeout=30,
+            )
+            assert resp.status_code == 200, resp.text
+        assert sum(served(front)) == before + 12
+        log = (front.directory / "nginx.log").read_text()
+        assert "127.0.0.1:9" in log  # some were keyed to replica4 and went on past its refusal
+    finally:
+        front.rotate("forget", "replica4", "0")
