@@ -13,7 +13,8 @@ every ``--tool-every`` turns the history holds a tool call and its result in Ope
 Between turns an agent "runs its tool" for a seeded 0.2-0.6 s. Every request streams.
 
 Runs, each on a fresh front and fresh replicas (empty caches):
-- ``ideal``: one replica whose cache holds everything: the prefix hits no routing can beat;
+- ``ideal``: one replica that sees every request and whose cache holds everything: the prefix
+  hits no routing can beat (its times mean nothing: it prefills fast);
 - ``round-robin`` and ``prefix-affinity`` over three replicas;
 - ``affinity + ejection``: prefix affinity, one replica ejected (rotation.sh ``eject``) once a third
   of the requests are answered and readmitted (``readmit``) at two thirds: what that costs.
@@ -183,11 +184,13 @@ def run(policy: str, replicas: int, args: argparse.Namespace, eject: bool = Fals
     front = {"routing": {"policy": policy}, "rateLimit": {"enabled": False}}  # agents: a burst of turns at once
     config = build_stack_config({"hardware": "local", "front": front})
     env = {
-        "VLLM_SIM_PREFILL_TOKENS_PER_S": str(args.prefill_rate),
+        "VLLM_SIM_PROFILE": args.profile,
         "VLLM_SIM_DECODE_TOKEN_SECONDS": str(args.decode_seconds),
-        "VLLM_SIM_KV_POOL_TOKENS": str(args.kv_pool_tokens * (3 if replicas == 1 else 1)),
         "VLLM_SIM_HOL_BLOCKING": "1",
+        **({"VLLM_SIM_KV_POOL_TOKENS": str(args.kv_pool_tokens)} if args.kv_pool_tokens else {}),
     }
+    if replicas == 1:  # the ideal: only its hits count, so it prefills fast, and holds everything
+        env |= {"VLLM_SIM_PREFILL_TOKENS_PER_S": "200000", "VLLM_SIM_KV_POOL_TOKENS": str(10_000_000)}
     with metered_front(
         config, KEY, replicas=replicas, rotation=True, max_num_seqs=args.max_num_seqs, sim_env=env,
         max_model_len=args.max_model_len, sim_args=("--enable-auto-tool-choice", "--tool-call-parser", "glm47"),
@@ -269,24 +272,25 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=24)
     parser.add_argument("--turns", type=int, default=8)
     parser.add_argument("--tool-every", type=int, default=3)
-    parser.add_argument("--tool-output-tokens", type=int, default=4000)
+    parser.add_argument("--tool-output-tokens", type=int, default=5400)
     parser.add_argument("--answer-tokens", type=int, default=60)
-    parser.add_argument("--prefill-rate", type=float, default=20000)
+    parser.add_argument("--profile", default="a800", help="VLLM_SIM_PROFILE: the seeds' prefill rate and KV pool")
     parser.add_argument("--decode-seconds", type=float, default=0.01)
     parser.add_argument("--max-num-seqs", type=int, default=32)
     parser.add_argument("--max-model-len", type=int, default=40960)
-    parser.add_argument("--kv-pool-tokens", type=int, default=400000)
+    parser.add_argument("--kv-pool-tokens", type=int, default=0, help="instead of the profile's KV pool")
     parser.add_argument("--only", choices=["round-robin", "prefix-affinity", "ejection"])
     args = parser.parse_args()
     print(
         f"{args.conversations} conversations x {args.turns} turns, a tool call every {args.tool_every} turns, "
-        f"{args.tool_output_tokens}-token tool outputs, {args.answer_tokens}-token answers; each replica: prefill "
-        f"{args.prefill_rate:.0f} tokens/s (one prefill at a time), {1 / args.decode_seconds:.0f} tokens/s per sequence, "
-        f"--max-num-seqs {args.max_num_seqs}, a KV pool of {args.kv_pool_tokens} tokens; "
+        f"{args.tool_output_tokens}-token tool outputs, {args.answer_tokens}-token answers; each replica: the "
+        f"simulator's {args.profile} profile (its prefill rate, one prefill at a time; a KV pool of "
+        f"{args.kv_pool_tokens or 'the profile'}'s tokens), {1 / args.decode_seconds:.0f} tokens/s per sequence, "
+        f"--max-num-seqs {args.max_num_seqs}; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     ideal = run("round-robin", 1, args)
-    report("ideal (one replica, a cache three times as large, every request)", ideal, None)
+    report("ideal (one replica that sees every request and holds everything: its hits only)", ideal, None)
     runs = [("round-robin", "round-robin", False), ("prefix-affinity", "prefix-affinity", False),
             ("ejection", "prefix-affinity", True)]  # fmt: skip
     for name, policy, eject in runs:

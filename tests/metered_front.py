@@ -148,7 +148,9 @@ def metered_front(
         for index, each in enumerate(sim_ports if upstream is None else []):
             sim_argv = [
                 sys.executable, str(SIM), "serve", "/models/x", "--host", "127.0.0.1", "--port", str(each),
-                "--served-model-name", SERVED, "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs), *sim_args,
+                "--served-model-name", SERVED, "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
+                "--enable-prompt-tokens-details",  # as every stack renders it (glm:serving.enablePromptTokensDetails)
+                *sim_args,
             ]  # fmt: skip
             log = directory / ("sim.log" if index == 0 else f"sim{index}.log")
             sim = stack.enter_context(running(sim_argv, log, env))
