@@ -50,7 +50,23 @@ from tests.metered_front import MeteredFront, metered_front
 from tests.test_nginx_front import SERVED
 
 KEY = {"agents": "sk-agents-1403f1510d19d5295321"}
-WORDS = ["the", "parser", "reads", "each", "file", "then", "the", "test", "runner", "reports", "which", "case", "failed", "and", "why"]
+WORDS = [
+    "the",
+    "parser",
+    "reads",
+    "each",
+    "file",
+    "then",
+    "the",
+    "test",
+    "runner",
+    "reports",
+    "which",
+    "case",
+    "failed",
+    "and",
+    "why",
+]
 TOOLS = [
     {
         "type": "function",
@@ -180,8 +196,18 @@ def sample_running(front: MeteredFront, stop: threading.Event, samples: list[lis
         samples.append([metric(e, "vllm:num_requests_running") for e in front.engines])
 
 
+def answered(progress: threading.Semaphore, count: int, agents: list[threading.Thread]) -> None:
+    """Wait until ``count`` more turns are answered, or every agent has stopped (one failed)."""
+    while count > 0 and any(agent.is_alive() for agent in agents):
+        if progress.acquire(timeout=1):
+            count -= 1
+
+
 def run(policy: str, replicas: int, args: argparse.Namespace, eject: bool = False) -> dict:
-    front = {"routing": {"policy": policy}, "rateLimit": {"enabled": False}}  # agents: a burst of turns at once
+    front = {
+        "routing": {"policy": policy},
+        "rateLimit": {"enabled": False},
+    }  # agents: a burst of turns at once
     config = build_stack_config({"hardware": "local", "front": front})
     env = {
         "VLLM_SIM_PROFILE": args.profile,
@@ -207,13 +233,11 @@ def run(policy: str, replicas: int, args: argparse.Namespace, eject: bool = Fals
             agent.start()
         ejection = {}
         if eject:
-            total = args.conversations * args.turns
-            for _ in range(total // 3):
-                progress.acquire()
+            third = args.conversations * args.turns // 3
+            answered(progress, third, agents)
             ejection["ejected_at"] = time.monotonic() - started
             front.rotate("eject", "replica2", str(int(time.time()) + 1), "benchmark ejection")
-            for _ in range(total // 3):
-                progress.acquire()
+            answered(progress, third, agents)
             ejection["readmitted_at"] = time.monotonic() - started
             front.rotate("readmit", "replica2")
         for agent in agents:
@@ -274,7 +298,9 @@ def main() -> None:
     parser.add_argument("--tool-every", type=int, default=3)
     parser.add_argument("--tool-output-tokens", type=int, default=5400)
     parser.add_argument("--answer-tokens", type=int, default=60)
-    parser.add_argument("--profile", default="a800", help="VLLM_SIM_PROFILE: the seeds' prefill rate and KV pool")
+    parser.add_argument(
+        "--profile", default="a800", help="VLLM_SIM_PROFILE: the seeds' prefill rate and KV pool"
+    )
     parser.add_argument("--decode-seconds", type=float, default=0.01)
     parser.add_argument("--max-num-seqs", type=int, default=32)
     parser.add_argument("--max-model-len", type=int, default=40960)
