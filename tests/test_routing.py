@@ -241,6 +241,19 @@ def test_one_conversations_burst_is_spread_within_the_load_bound(front: MeteredF
     assert min(share) >= 1, share
 
 
+def test_the_meter_counts_each_replicas_requests_and_gives_every_one_back(front: MeteredFront) -> None:
+    """After the tests above (bursts, a refused connect, a drain): the front's count of each replica's
+    requests equals what the replica itself answered, and nothing is left in flight."""
+    page = front.meter_metrics()
+    routed = {
+        int(m[1]): float(m[2])
+        for m in re.finditer(r'^glm_front_routed_total\{replica="replica(\d)",by="key"\} (\S+)$', page, re.M)
+    }
+    assert routed == dict(enumerate(served(front), 1)), (routed, page)
+    in_flight = re.findall(r'^glm_front_replica_in_flight\{replica="[^"]+"\} (\S+)$', page, re.M)
+    assert in_flight and all(float(v) == 0 for v in in_flight), page
+
+
 def test_a_replica_refusing_connections_hands_its_conversations_to_a_backup(front: MeteredFront) -> None:
     """A replica in rotation whose port is closed (a crash between two probes): the conversations
     keyed to it are still answered, by the other replicas (its upstream's backups)."""
