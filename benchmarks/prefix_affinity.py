@@ -10,7 +10,11 @@ The workload: ``--conversations`` agents at once, each ``--turns`` turns. Every 
 whole history (a shared system prompt with the tools' descriptions, the task, then each turn's
 answer and a tool's output of ``--tool-output-tokens``), so the last turns carry past 30K tokens;
 every ``--tool-every`` turns the history holds a tool call and its result in OpenAI's shape.
-Between turns an agent "runs its tool" for a seeded 0.2-0.6 s. Every request streams.
+Between turns an agent "runs its tool" for a seeded ``--tool-seconds`` (4-12 s: tests, a build):
+below what round-robin's replicas can prefill at the profile's rate, so a time to first token is
+the request's own prefill and the queue the other agents make, not a saturated engine's backlog
+(with 0.2-0.6 s both policies saturate and their p50s meet; prefix affinity then shows in
+throughput and p99). Every request streams.
 
 Runs, each on a fresh front and fresh replicas (empty caches):
 - ``ideal``: one replica that sees every request and whose cache holds everything: the prefix
@@ -183,7 +187,7 @@ def converse(
                     tally.prompt_tokens += usage["prompt_tokens"]
                     tally.completion_tokens += usage["completion_tokens"]
             progress.release()
-            time.sleep(rng.uniform(0.2, 0.6))  # the agent runs its tool
+            time.sleep(rng.uniform(*args.tool_seconds))  # the agent runs its tool
 
 
 def metric(engine: str, name: str) -> float:
@@ -215,8 +219,9 @@ def run(policy: str, replicas: int, args: argparse.Namespace, eject: bool = Fals
         "VLLM_SIM_HOL_BLOCKING": "1",
         **({"VLLM_SIM_KV_POOL_TOKENS": str(args.kv_pool_tokens)} if args.kv_pool_tokens else {}),
     }
-    if replicas == 1:  # the ideal: only its hits count, so it prefills fast, and holds everything
+    if replicas == 1:  # the ideal: only its hits count, so it prefills fast, holds everything, never waits
         env |= {"VLLM_SIM_PREFILL_TOKENS_PER_S": "200000", "VLLM_SIM_KV_POOL_TOKENS": str(10_000_000)}
+        args = argparse.Namespace(**{**vars(args), "tool_seconds": (0.0, 0.0)})
     with metered_front(
         config, KEY, replicas=replicas, rotation=True, max_num_seqs=args.max_num_seqs, sim_env=env,
         max_model_len=args.max_model_len, sim_args=("--enable-auto-tool-choice", "--tool-call-parser", "glm47"),
@@ -298,6 +303,7 @@ def main() -> None:
     parser.add_argument("--tool-every", type=int, default=3)
     parser.add_argument("--tool-output-tokens", type=int, default=5400)
     parser.add_argument("--answer-tokens", type=int, default=60)
+    parser.add_argument("--tool-seconds", type=float, nargs=2, default=(4.0, 12.0), metavar=("MIN", "MAX"))
     parser.add_argument(
         "--profile", default="a800", help="VLLM_SIM_PROFILE: the seeds' prefill rate and KV pool"
     )
@@ -311,7 +317,7 @@ def main() -> None:
         f"{args.conversations} conversations x {args.turns} turns, a tool call every {args.tool_every} turns, "
         f"{args.tool_output_tokens}-token tool outputs, {args.answer_tokens}-token answers; each replica: the "
         f"simulator's {args.profile} profile (its prefill rate, one prefill at a time; a KV pool of "
-        f"{args.kv_pool_tokens or 'the profile'}'s tokens), {1 / args.decode_seconds:.0f} tokens/s per sequence, "
+        f"{args.kv_pool_tokens or 'the profile'} tokens), tools {args.tool_seconds[0]:g}-{args.tool_seconds[1]:g} s, {1 / args.decode_seconds:.0f} tokens/s per sequence, "
         f"--max-num-seqs {args.max_num_seqs}; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
