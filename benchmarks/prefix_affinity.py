@@ -99,6 +99,7 @@ class Tally:
     ttft: list[float] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    largest_prompt: int = 0
     failed: list[str] = field(default_factory=list)
     answered: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -185,6 +186,7 @@ def converse(
                     tally.ttft.append(first)
                 if usage:
                     tally.prompt_tokens += usage["prompt_tokens"]
+                    tally.largest_prompt = max(tally.largest_prompt, usage["prompt_tokens"])
                     tally.completion_tokens += usage["completion_tokens"]
             progress.release()
             time.sleep(rng.uniform(*args.tool_seconds))  # the agent runs its tool
@@ -282,7 +284,8 @@ def report(name: str, result: dict, ideal_hits: float | None) -> None:
     )
     print(
         f"  {result['seconds']:.1f} s: {t.prompt_tokens / result['seconds']:.0f} prompt tokens/s, "
-        f"{t.completion_tokens / result['seconds']:.0f} completion tokens/s; {t.answered} answered, {len(t.failed)} failed"
+        f"{t.completion_tokens / result['seconds']:.0f} completion tokens/s; {t.answered} answered, {len(t.failed)} failed; "
+        f"the largest prompt {t.largest_prompt} tokens"
     )
     print(
         f"  requests per replica {' / '.join(f'{v:.0f}' for v in result['served'])} (x mean: {shares(result['served'])})"
