@@ -10,11 +10,11 @@ The workload: ``--conversations`` agents at once, each ``--turns`` turns. Every 
 whole history (a shared system prompt with the tools' descriptions, the task, then each turn's
 answer and a tool's output of ``--tool-output-tokens``), so the last turns carry past 30K tokens;
 every ``--tool-every`` turns the history holds a tool call and its result in OpenAI's shape.
-Between turns an agent "runs its tool" for a seeded ``--tool-seconds`` (4-12 s: tests, a build):
+Between turns an agent "runs its tool" for a seeded ``--tool-seconds`` (8-16 s: tests, a build):
 below what round-robin's replicas can prefill at the profile's rate, so a time to first token is
 the request's own prefill and the queue the other agents make, not a saturated engine's backlog
-(with 0.2-0.6 s both policies saturate and their p50s meet; prefix affinity then shows in
-throughput and p99). Every request streams.
+(with 0.2-0.6 s or 4-12 s both policies saturate the replicas and their p50s come close; prefix
+affinity then shows in throughput). Every request streams.
 
 Runs, each on a fresh front and fresh replicas (empty caches):
 - ``ideal``: one replica that sees every request and whose cache holds everything: the prefix
@@ -211,7 +211,7 @@ def answered(progress: threading.Semaphore, count: int, agents: list[threading.T
 
 def run(policy: str, replicas: int, args: argparse.Namespace, eject: bool = False) -> dict:
     front = {
-        "routing": {"policy": policy},
+        "routing": {"policy": policy, "loadFactor": args.load_factor},
         "rateLimit": {"enabled": False},
     }  # agents: a burst of turns at once
     config = build_stack_config({"hardware": "local", "front": front})
@@ -306,7 +306,7 @@ def main() -> None:
     parser.add_argument("--tool-every", type=int, default=3)
     parser.add_argument("--tool-output-tokens", type=int, default=5400)
     parser.add_argument("--answer-tokens", type=int, default=60)
-    parser.add_argument("--tool-seconds", type=float, nargs=2, default=(4.0, 12.0), metavar=("MIN", "MAX"))
+    parser.add_argument("--tool-seconds", type=float, nargs=2, default=(8.0, 16.0), metavar=("MIN", "MAX"))
     parser.add_argument(
         "--profile", default="a800", help="VLLM_SIM_PROFILE: the seeds' prefill rate and KV pool"
     )
@@ -314,6 +314,7 @@ def main() -> None:
     parser.add_argument("--max-num-seqs", type=int, default=32)
     parser.add_argument("--max-model-len", type=int, default=40960)
     parser.add_argument("--kv-pool-tokens", type=int, default=0, help="instead of the profile's KV pool")
+    parser.add_argument("--load-factor", type=float, default=1.25, help="glm:front.routing.loadFactor")
     parser.add_argument("--only", choices=["round-robin", "prefix-affinity", "ejection"])
     args = parser.parse_args()
     print(
@@ -321,7 +322,7 @@ def main() -> None:
         f"{args.tool_output_tokens}-token tool outputs, {args.answer_tokens}-token answers; each replica: the "
         f"simulator's {args.profile} profile (its prefill rate, one prefill at a time; a KV pool of "
         f"{args.kv_pool_tokens or 'the profile'} tokens), tools {args.tool_seconds[0]:g}-{args.tool_seconds[1]:g} s, {1 / args.decode_seconds:.0f} tokens/s per sequence, "
-        f"--max-num-seqs {args.max_num_seqs}; "
+        f"--max-num-seqs {args.max_num_seqs}; loadFactor {args.load_factor:g}; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     ideal = run("round-robin", 1, args)
