@@ -403,5 +403,5 @@ def render_nginx_conf(
         meter=meter,
         status_listen=status_listen,
         prometheus=prometheus,
-        **({"rotation_dir": rotation_dir} if rotation_dir is not None else {}),
+        rotation_dir=rotation_dir or ROTATION_DIR,
     )
