@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from components.config import build_stack_config
+from components.config import ConfigError, build_stack_config
 from tests.metered_front import MeteredFront, metered_front, run_in_nginx_lua
 from tests.test_nginx_front import SERVED
 
@@ -63,6 +63,21 @@ def chat(conversation: int, turns: int, system: str = "You are a careful coding 
             {"role": "user", "content": f"Tool output {turn}: " + "x" * 200},
         ]
     return {"model": SERVED, "messages": messages, "max_tokens": 4}
+
+
+@pytest.mark.parametrize("factor", [1, 0.5, 5, float("nan")])
+def test_a_load_factor_that_bounds_nothing_or_everything_is_refused_naming_the_key(factor: float) -> None:
+    with pytest.raises(ConfigError, match=r"glm:front.routing.loadFactor.*Fix: a factor above 1"):
+        build_stack_config({"hardware": "local", "front": {"routing": {"loadFactor": factor}}})
+
+
+def test_prefix_affinity_asked_for_without_the_meter_is_refused_and_left_unset_is_round_robin() -> None:
+    off = {"usageMeter": {"enabled": False}}
+    with pytest.raises(
+        ConfigError, match=r"policy=prefix-affinity needs the usage meter.*usageMeter.enabled is false"
+    ):
+        build_stack_config({"hardware": "local", "front": {**off, "routing": {"policy": "prefix-affinity"}}})
+    assert build_stack_config({"hardware": "local", "front": off}).front.routing.policy == "prefix-affinity"
 
 
 def test_the_lead_is_the_system_prompt_and_first_user_message_whatever_follows() -> None:
