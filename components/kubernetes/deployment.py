@@ -13,6 +13,7 @@ them (server-side apply).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any
@@ -96,7 +97,10 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             keys,
             guard,
             images,
-            meter_route(config, k8s_target.replicas) if usage_meter_runs(config) else None,
+            # The Service picks the pod: no prefix affinity at the front (docs/scaling.md).
+            dataclasses.replace(meter_route(config, k8s_target.replicas), routes_replicas=False)
+            if usage_meter_runs(config)
+            else None,
             config.monitoring.scrape_interval,
             monitoring.address,
         ),
