@@ -160,6 +160,21 @@ def still_stands(event: dict[str, Any], pod: dict[str, Any]) -> bool:
     )
 
 
+DETERMINISTIC_MOUNT = ("hostPath type check failed",)
+"""A mount failure that no retry of the kubelet's changes (a folder that is not there): at once."""
+
+
+def _settles(event: dict[str, Any]) -> bool:
+    """Whether the event must last a while to count: a pod no node takes (the scheduler tries again
+    a moment after an old pod is gone), and a mount failure other than a missing hostPath (CI,
+    2026-12-06: ``error processing PVC …: no relationship found between node and this object`` at a
+    pod's first second, while the node's authorizer caught up with the new pod; gone at the retry)."""
+    reason, message = event.get("reason"), str(event.get("message") or event.get("note") or "")
+    if reason == "FailedScheduling":
+        return True
+    return reason == "FailedMount" and not any(text in message for text in DETERMINISTIC_MOUNT)
+
+
 def pods_failure(
     events: list[dict[str, Any]], pods: list[dict[str, Any]], keys: dict[str, str], *, old_pods_left: bool
 ) -> tuple[str, bool] | None:
@@ -177,5 +192,5 @@ def pods_failure(
             continue
         failure = event_failure(event, keys, old_pods_left=old_pods_left)
         if failure is not None:
-            return f"pod {involved['name']} {failure}", event.get("reason") == "FailedScheduling"
+            return f"pod {involved['name']} {failure}", _settles(event)
     return None
