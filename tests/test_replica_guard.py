@@ -293,7 +293,7 @@ def test_a_front_trusting_another_certificate_refuses_the_guard(pair: tuple[str,
 
 def test_the_plain_snippet_sends_only_the_key() -> None:
     assert render_front_snippet(KEY) == {
-        FRONT_SNIPPET: "# Rendered by components/replica_guard.py: the front's credential for its "
+        FRONT_SNIPPET: "# Rendered by components/render/replica_guard.py: the front's credential for its "
         f'replicas\' guards.\nproxy_set_header Authorization "Bearer {KEY}";\n'
     }
     assert FRONT_TRUST in render_front_snippet(KEY, "PEM")
