@@ -22,8 +22,8 @@ import pytest
 from components.render.preflight import PREFLIGHT_SH, pod_preflight_script
 from tests.conftest import Deployment, run_program, unwrap
 from tests.host_scripts import a800, weights
+from tests.k8s_rendered import DEPLOYMENT, k8s_target, plain_http_accepted
 from tests.smi_fixtures import H200_FACTS, eight_gpus, render_h200_pod_scripts, without_comments
-from tests.test_k8s_target import DEPLOYMENT, k8s_target, plain_http_accepted
 
 NODE = "gpu-node-3"
 WHERE = f"preflight on glm:target.kubernetes node {NODE}: "
