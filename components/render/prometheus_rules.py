@@ -112,6 +112,19 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
 
     ``by_host``: several replicas, each scraped with a ``host`` label; every alert names its host.
     """
+    rules = _kv_pool_rules(spec, job) + _load_rules(spec, job) + [_target_down_rule(spec, job)]
+    if by_host:
+        rules = [_on_host(rule) for rule in rules]
+    if spec.semantic_probe is not None:
+        rules += semantic_probe_rules(spec.semantic_probe, spec.look_at, spec.smoke, job, by_host=by_host)
+    if spec.usage_meter is not None:
+        rules += usage_meter_rules(spec.look_at)
+    return rules
+
+
+def _kv_pool_rules(spec: ScrapeSpec, job: str) -> list[dict[str, Any]]:
+    """The KV pool against ``--max-model-len``: a pool too small for one long request (the Ascend
+    hang), a pool the rule cannot judge, and the hang itself (requests waiting, none running)."""
     serving = spec.serving
     thresholds = spec.monitoring.thresholds
     max_len = serving.max_model_len
@@ -124,7 +137,7 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
         "(glm:serving.numSpeculativeTokens, --speculative-config), or lower "
         f"glm:serving.maxModelLen (--max-model-len, now {max_len}) to what the pool holds."
     )
-    rules = [
+    return [
         alert_rule(
             "VllmKvPoolBelowMaxModelLen",
             kv_pool_below_expr(max_len, sizes, job),
@@ -160,6 +173,16 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
             f"make the pool at least max_model_len {max_len}. {levers}",
             thresholds.capacity_wait_for,
         ),
+    ]
+
+
+def _load_rules(spec: ScrapeSpec, job: str) -> list[dict[str, Any]]:
+    """Load the engine carries badly: a nearly full KV cache, a slow first token, and (with MTP)
+    drafts the target model mostly rejects."""
+    serving = spec.serving
+    thresholds = spec.monitoring.thresholds
+    sel = f'job="{job}"'
+    rules = [
         alert_rule(
             "VllmKvCacheNearlyFull",
             f"vllm:kv_cache_usage_perc{{{sel}}} > {thresholds.kv_cache_usage:g}",
@@ -205,27 +228,23 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
                 "15m",
             )
         )
-    down_for = _for_target_down(spec.monitoring, spec.engine_start_seconds)
-    rules.append(
-        alert_rule(
-            "VllmTargetDown",
-            f"up{{{sel}}} == 0",
-            "critical",
-            "vLLM /metrics is unreachable: the engine is down or still loading",
-            "Prometheus cannot scrape {{ $labels.instance }}. vLLM refuses connections while the "
-            f"weights load; on {spec.hardware} a start is allowed {down_for} "
-            f"before this fires. Check {spec.look_at.serving_log} (OOM, engine-ready timeout, "
-            f"NCCL/HCCL errors) and {spec.look_at.restarts}.",
-            down_for,
-        )
-    )
-    if by_host:
-        rules = [_on_host(rule) for rule in rules]
-    if spec.semantic_probe is not None:
-        rules += semantic_probe_rules(spec.semantic_probe, spec.look_at, spec.smoke, job, by_host=by_host)
-    if spec.usage_meter is not None:
-        rules += usage_meter_rules(spec.look_at)
     return rules
+
+
+def _target_down_rule(spec: ScrapeSpec, job: str) -> dict[str, Any]:
+    """The engine unreachable for longer than a start takes (``_for_target_down``)."""
+    down_for = _for_target_down(spec.monitoring, spec.engine_start_seconds)
+    return alert_rule(
+        "VllmTargetDown",
+        f'up{{job="{job}"}} == 0',
+        "critical",
+        "vLLM /metrics is unreachable: the engine is down or still loading",
+        "Prometheus cannot scrape {{ $labels.instance }}. vLLM refuses connections while the "
+        f"weights load; on {spec.hardware} a start is allowed {down_for} "
+        f"before this fires. Check {spec.look_at.serving_log} (OOM, engine-ready timeout, "
+        f"NCCL/HCCL errors) and {spec.look_at.restarts}.",
+        down_for,
+    )
 
 
 def semantic_probe_rules(
