@@ -267,6 +267,23 @@ def semantic_probe_rules(
     time): the step alerts hold back, so a restart or a deploy does not page twice; with several
     hosts a replica's own alerts hold back only while its own engine is down (``by_host``).
     """
+    where = (
+        f"The probe's log says what came back and what to look at: {look_at.probe_log}. The probe "
+        f"runs every {probe.interval_seconds} s (glm:semanticProbe.intervalSeconds); K = {probe.failures_before_alert} "
+        "(glm:semanticProbe.failuresBeforeAlert)."
+    )
+    return _probe_failure_rules(probe, smoke, vllm_job, where, by_host) + _probe_silence_rules(probe, look_at)
+
+
+_ON_HOST = "On host {{ $labels.host }} ({{ $labels.path }} path): "
+"""How a probe alert's summary names its target (issue 23)."""
+
+
+def _probe_failure_rules(
+    probe: SemanticProbeConfig, smoke: SmokeConfig, vllm_job: str, where: str, by_host: bool
+) -> list[dict[str, Any]]:
+    """Wrong answers, broken tool calls, a readiness or KV-pool step: each failing K runs in a row
+    while the engine the probe reached is up."""
     k = probe.failures_before_alert
     sel = f'job="{semantic_probe.SCRAPE_JOB}"'
     failures = f"{semantic_probe.METRIC_PREFIX}_step_consecutive_failures"
@@ -281,21 +298,7 @@ def semantic_probe_rules(
             f'or\n({failures}{{{sel},path="front",{steps}}} >= {k}\n  unless on () {up})'
         )
 
-    on = "On host {{ $labels.host }} ({{ $labels.path }} path): "
-    # The probe starts once the gate passed, and Prometheus before it: a probe never scraped yet is
-    # a deploy under way (the gate's business), not a silent probe.
-    last_run = f"{semantic_probe.METRIC_PREFIX}_last_run_timestamp_seconds"
-
-    def skipping(seconds: int) -> str:
-        return (
-            f'increase({semantic_probe.METRIC_PREFIX}_runs_total{{{sel},result="skipped"}}[{seconds}s]) > 0'
-        )
-
-    where = (
-        f"The probe's log says what came back and what to look at: {look_at.probe_log}. The probe "
-        f"runs every {probe.interval_seconds} s (glm:semanticProbe.intervalSeconds); K = {k} "
-        "(glm:semanticProbe.failuresBeforeAlert)."
-    )
+    on = _ON_HOST
     return [
         alert_rule(
             "GlmModelAnswersWrong",
@@ -328,6 +331,24 @@ def semantic_probe_rules(
             "row. " + where,
             None,
         ),
+    ]
+
+
+def _probe_silence_rules(probe: SemanticProbeConfig, look_at: AlertLookAt) -> list[dict[str, Any]]:
+    """The probe itself: silent (nobody checks the answers), or a replica it skipped, saturated, at
+    every run."""
+    sel = f'job="{semantic_probe.SCRAPE_JOB}"'
+    # The probe starts once the gate passed, and Prometheus before it: a probe never scraped yet is
+    # a deploy under way (the gate's business), not a silent probe.
+    last_run = f"{semantic_probe.METRIC_PREFIX}_last_run_timestamp_seconds"
+
+    def skipping(seconds: int) -> str:
+        return (
+            f'increase({semantic_probe.METRIC_PREFIX}_runs_total{{{sel},result="skipped"}}[{seconds}s]) > 0'
+        )
+
+    on = _ON_HOST
+    return [
         alert_rule(
             "GlmSemanticProbeSilent",
             f"(up{{{sel}}} == 0 and max_over_time(up{{{sel}}}[{PROBE_SEEN_WINDOW}]) == 1)\n  or\n"
