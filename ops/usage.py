@@ -68,8 +68,8 @@ def usage_table(rows: dict[str, dict[str, float]], now: float | None = None) -> 
     """The table ``make status`` prints (counts since the meter started; latency over ``usage_queries.WINDOW``).
 
     >>> print(usage_table({"alice": {"requests": 3, "tokens in": 40, "ttft p50": 0.1234, "last seen": 95.0}}, 100))
-    key    requests  errors  tokens in  tokens out  ttft p50  ttft p99  total p50  total p99  last seen  tokens left
-    alice         3       -         40           -    0.12 s         -          -          -    5 s ago            -
+    key    requests  errors  tokens in  cached in  tokens out  ttft p50  ttft p99  total p50  total p99  last seen  tokens left
+    alice         3       -         40          -           -    0.12 s         -          -          -    5 s ago            -
     """
     now = time.time() if now is None else now
     if not rows:

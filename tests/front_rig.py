@@ -98,6 +98,7 @@ def vllm_sim_process(
         sys.executable, str(SIM), "serve", "/models/x", "--host", "127.0.0.1", "--port", str(port),
         "--served-model-name", SERVED, "--max-model-len", "32768", "--enable-auto-tool-choice",
         "--tool-call-parser", "glm47", "--reasoning-parser", "glm45",
+        "--enable-prompt-tokens-details",  # as every stack renders it (glm:serving.enablePromptTokensDetails)
     ]  # fmt: skip
     env = {**os.environ, "VLLM_SIM_DECODE_TOKEN_SECONDS": "0.05", **(extra_env or {})}
     log_dir = runtime_dir()

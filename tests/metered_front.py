@@ -125,6 +125,7 @@ def metered_front(
             sim_argv = [
                 sys.executable, str(SIM), "serve", "/models/x", "--host", "127.0.0.1", "--port", str(each),
                 "--served-model-name", SERVED, "--max-model-len", "32768", "--max-num-seqs", str(max_num_seqs),
+                "--enable-prompt-tokens-details",  # as every stack renders it (glm:serving.enablePromptTokensDetails)
             ]  # fmt: skip
             log = directory / ("sim.log" if index == 0 else f"sim{index}.log")
             sim = stack.enter_context(running(sim_argv, log, env))

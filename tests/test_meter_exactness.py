@@ -35,23 +35,31 @@ def front() -> Iterator[MeteredFront]:
         yield running
 
 
-def engine_counters(front: MeteredFront) -> tuple[float, float]:
+ENGINE = ("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:prefix_cache_hits_total")
+METER = (
+    "glm_key_prompt_tokens_total",
+    "glm_key_completion_tokens_total",
+    "glm_key_cached_prompt_tokens_total",
+)
+
+
+def engine_counters(front: MeteredFront) -> tuple[float, ...]:
+    """Prompt, generated and prefix-cache-hit tokens, as the engine counted them."""
     text = httpx.get(f"{front.engine}/metrics", timeout=5).text
-    values = []
-    for name in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total"):
-        values.append(
-            sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
-        )
-    return values[0], values[1]
+    return tuple(
+        sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+        for name in ENGINE
+    )
 
 
-def meter_counters(front: MeteredFront, key: str) -> tuple[float, float]:
+def meter_counters(front: MeteredFront, key: str) -> tuple[float, ...]:
+    """Prompt, completion and cached prompt tokens, as the meter counted them for ``key``."""
     text = front.meter_metrics()
     values = []
-    for name in ("glm_key_prompt_tokens_total", "glm_key_completion_tokens_total"):
+    for name in METER:
         found = re.search(rf'^{name}{{client="{key}"}} (\S+)$', text, re.M)
         values.append(float(found[1]) if found else 0.0)
-    return values[0], values[1]
+    return tuple(values)
 
 
 def send(front: MeteredFront, key: str, route: str, body: dict, *, events: int | None = None) -> int:
@@ -70,7 +78,7 @@ def send(front: MeteredFront, key: str, route: str, body: dict, *, events: int |
         return 499
 
 
-def settled(read: Callable[[], tuple[float, float]]) -> tuple[float, float]:
+def settled(read: Callable[[], tuple[float, ...]]) -> tuple[float, ...]:
     """A counter pair once it stops moving (a hang-up's last tokens land after the client left)."""
     last, stable_since = read(), time.monotonic()
     deadline = time.monotonic() + 10
@@ -139,17 +147,67 @@ def test_each_shape_is_counted_as_the_engine_counted_it_to_the_key_that_sent_it(
     status = send(front, key, route, {"model": SERVED, **body}, events=events)
     engine = settled(lambda: engine_counters(front))
     mine = settled(lambda: meter_counters(front, key))
-    engine_delta = (engine[0] - engine_before[0], engine[1] - engine_before[1])
-    mine_delta = (mine[0] - mine_before[0], mine[1] - mine_before[1])
+    engine_delta = tuple(a - b for a, b in zip(engine, engine_before, strict=True))
+    mine_delta = tuple(a - b for a, b in zip(mine, mine_before, strict=True))
     table = json.dumps({"shape": shape, "status": status, "engine": engine_delta, "meter": mine_delta})
     if shape == "refused by the engine":
-        assert status == 400 and engine_delta == (0, 0) and mine_delta == (0, 0), table
+        assert status == 400 and engine_delta == (0, 0, 0) and mine_delta == (0, 0, 0), table
     elif events is not None:
         # The client left after 10 events: charged what it was sent, never zero, never more than the
-        # engine made (which stops at its next token once it sees the client gone).
+        # engine made (which stops at its next token once it sees the client gone). The cached
+        # tokens come with the final usage only: none.
         assert engine_delta[0] == mine_delta[0], table
         assert 0 < mine_delta[1] <= engine_delta[1], table
+        assert mine_delta[2] == 0, table
+    elif shape.startswith("four prompts"):
+        # vLLM's usage gives one prompt's cached tokens (the last's), the engine counts every prompt's.
+        assert status == 200 and mine_delta[:2] == engine_delta[:2], table
+        assert mine_delta[2] <= engine_delta[2], table
     else:
         assert status == 200 and engine_delta[1] > 0, table
         assert mine_delta == engine_delta, table
     assert meter_counters(front, other) == theirs_before, f"{other} was charged for {key}'s {shape}"
+
+
+def test_a_conversations_next_turn_is_counted_cached_and_the_client_that_asked_sees_it(
+    front: MeteredFront,
+) -> None:
+    """Three turns of one conversation (vLLM's prefix cache: the shared prefix in whole blocks of 16):
+    each later turn's cached tokens reach the client that asked for usage (a JSON body, a stream
+    with include_usage), not one that did not, and the meter counts what the engine hit."""
+    history = [{"role": "user", "content": " ".join(f"w{i}" for i in range(400))}]
+    turns = [
+        ({"stream": False}, "body"),
+        ({"stream": True, "stream_options": {"include_usage": True}}, "usage event"),
+        ({"stream": True}, "none"),
+    ]
+    for index, (extra, sees) in enumerate(turns):
+        engine_before, mine_before = settled(lambda: engine_counters(front)), meter_counters(front, "alice")
+        body = {"model": SERVED, "messages": history, "max_tokens": 8, **extra}
+        headers = {"Authorization": f"Bearer {KEYS['alice']}"}
+        with httpx.stream("POST", f"{front.base}/v1/chat/completions", json=body, headers=headers) as answer:
+            text = answer.read().decode()
+        if sees == "body":
+            got = json.loads(text)
+            usage, reply = got["usage"], got["choices"][0]["message"]["content"]
+        else:
+            events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+            usages = [e["usage"] for e in events if e.get("usage")]
+            usage = usages[-1] if usages else None
+            reply = "".join(e["choices"][0]["delta"].get("content") or "" for e in events if e["choices"])
+        hits = settled(lambda: engine_counters(front))[2] - engine_before[2]
+        counted = settled(lambda: meter_counters(front, "alice"))[2] - mine_before[2]
+        assert counted == hits, (index, hits, counted)
+        if index == 0:
+            assert hits == 0 and usage["prompt_tokens_details"] is None
+        else:
+            assert hits > 0 and hits % 16 == 0
+        if sees == "none":
+            assert usage is None, "the client did not ask for usage"
+        elif index:
+            assert usage["prompt_tokens_details"] == {"cached_tokens": hits}
+        history = [
+            *history,
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": f"turn {index}"},
+        ]

@@ -47,10 +47,14 @@ for i, case in ipairs(cases.streams) do
   end
   sent[#sent + 1] = stream:feed(case.text:sub(from), true)
   streams[i] = { sent = table.concat(sent), prompt = stream.prompt, completion = stream.completion,
-                 finished = stream.finished, first_token = stream.first_token }
+                 cached = stream.cached, finished = stream.finished, first_token = stream.first_token }
+end
+local usages = {}
+for i, text in ipairs(cases.answers or {}) do
+  usages[i] = answer.usage_of(text) or cjson.null
 end
 local file = io.open(OUT, "w")
-file:write(cjson.encode({ bodies = out, streams = streams }))
+file:write(cjson.encode({ bodies = out, streams = streams, usages = usages }))
 file:close()
 os.exit(0)
 """
@@ -258,3 +262,57 @@ def test_a_real_vllm_0_25_stream_passes_through_unchanged() -> None:
             "slices": [7, 300, 1, 1, 1000]}  # fmt: skip
     [result] = run_lua({"bodies": [], "streams": [case]})["streams"]
     assert result["sent"] == text and result["first_token"] is True and result["finished"] is True
+
+
+def with_cached(events: list[dict[str, Any]], cached: int) -> list[dict[str, Any]]:
+    """The stream as vLLM sends it with --enable-prompt-tokens-details and a prefix-cache hit: the
+    final usage event alone has the details (continuous usage chunks do not)."""
+    final = dict(
+        events[-1], usage={**events[-1]["usage"], "prompt_tokens_details": {"cached_tokens": cached}}
+    )
+    return [*events[:-1], final]
+
+
+@pytest.mark.parametrize("asked", ["nothing", "include_usage", "continuous"])
+def test_the_cached_tokens_reach_the_meter_and_the_clients_that_asked_for_usage(asked: str) -> None:
+    _, events = continuous_stream(n=1, tokens=4, prompt=84)
+    events = with_cached(events, 80)
+    shape = {"asked_usage": asked != "nothing", "asked_continuous": asked == "continuous", "n": 1}
+    case = {"text": sse(*events), "shape": shape, "responses": False, "slices": [13] * 80}
+    [result] = run_lua({"bodies": [], "streams": [case]})["streams"]
+    received = [json.loads(line[6:]) for line in result["sent"].split("\n\n") if line.startswith("data: {")]
+    details = [
+        e["usage"]["prompt_tokens_details"] for e in received if "prompt_tokens_details" in e.get("usage", {})
+    ]
+    assert details == ([] if asked == "nothing" else [{"cached_tokens": 80}])
+    assert (result["prompt"], result["completion"], result["cached"]) == (84, 4, 80)
+
+
+def test_a_stream_without_details_counts_nothing_cached() -> None:
+    _, events = continuous_stream(n=2, tokens=3, prompt=50)
+    case = {"text": sse(*events), "shape": {"asked_usage": True, "asked_continuous": False, "n": 2},
+            "responses": False, "slices": [40] * 40}  # fmt: skip
+    [result] = run_lua({"bodies": [], "streams": [case]})["streams"]
+    assert result["cached"] == 0
+
+
+def recorded_answers() -> list[str]:
+    """The real vLLM 0.25.0's answers (tests/fixtures/h200-meter-2026-12-05/h100): a chat body
+    without the flag (``"prompt_tokens_details": null``) and a /v1/responses body, whose
+    ``input_tokens_details.cached_tokens`` vLLM always fills (80 of a repeated 84-token prompt)."""
+    rows = json.loads(
+        (
+            Path(__file__).parent / "fixtures" / "h200-meter-2026-12-05" / "h100" / "meter-exactness.json"
+        ).read_text()
+    )["rows"]
+    bodies = {row["shape"]: row["raw"] for row in rows if row["key"] == "alice"}
+    return [bodies["chat"], bodies["responses"]]
+
+
+def test_json_answers_give_their_cached_tokens() -> None:
+    chat_null, responses = recorded_answers()
+    hit = json.dumps({"usage": {"prompt_tokens": 84, "total_tokens": 108, "completion_tokens": 24,
+                                "prompt_tokens_details": {"cached_tokens": 80}}})  # fmt: skip
+    usages = run_lua({"bodies": [], "streams": [], "answers": [chat_null, responses, hit]})["usages"]
+    assert [u["cached"] for u in usages] == [0, 80, 80]
+    assert [(u["prompt"], u["completion"]) for u in usages] == [(84, 24), (84, 22), (84, 24)]

@@ -192,14 +192,18 @@ def test_the_counters_survive_a_restart_of_the_front_graceful_or_killed() -> Non
             post(front, "alice", "/v1/chat/completions", {"model": SERVED, "messages": [
                 {"role": "user", "content": "What is 13*17?"}], "max_tokens": 40}).raise_for_status()  # fmt: skip
         counted = series(front.meter_metrics(), "glm_key_completion_tokens_total", "alice")
-        assert counted > 0
+        # The repeats found the prompt's first block in the engine's prefix cache.
+        cached = series(front.meter_metrics(), "glm_key_cached_prompt_tokens_total", "alice")
+        assert counted > 0 and cached > 0
         front.restart(signal.SIGQUIT)  # docker stop
         after = front.meter_metrics()
         assert series(after, "glm_key_completion_tokens_total", "alice") == counted
+        assert series(after, "glm_key_cached_prompt_tokens_total", "alice") == cached
         assert series(after, "glm_key_requests_total", "alice", ',status="200"') == 3
         time.sleep(2.5)  # the counters reach their file every 2 s
         front.restart(signal.SIGKILL)  # an OOM kill of the container: master and workers at once
         assert series(front.meter_metrics(), "glm_key_completion_tokens_total", "alice") == counted
+        assert series(front.meter_metrics(), "glm_key_cached_prompt_tokens_total", "alice") == cached
 
 
 def test_a_worker_killed_under_load_fails_nothing_a_second_later_and_gives_back_its_slots() -> None:

@@ -2,7 +2,8 @@
 
 The committed stack files are rendered twice, with and without ``glm:rehearsal``; the rehearsal must
 differ only in the serving image (the simulator, built on the host), the accelerator requests
-(``gpus``, ``/dev/davinci*`` and control devices, driver mounts) and ``VLLM_SIM_VERSION``.
+(``gpus``, ``/dev/davinci*`` and control devices, driver mounts), ``VLLM_SIM_VERSION`` and
+``VLLM_SIM_PROFILE`` (the simulator's prefill rate and KV pool for the hardware).
 """
 
 from __future__ import annotations
@@ -108,7 +109,8 @@ def test_only_what_the_hardware_forces_is_replaced(
     before, after = real[f"{stack}-serving-vllm"], rehearsal[f"{stack}-serving-vllm"]
     assert after["command"] == before["command"], "the profile's own argv"
     assert after["entrypoints"] == ["vllm", "serve"]
-    assert sorted(after["envs"]) == sorted([*before["envs"], f"VLLM_SIM_VERSION={VERSIONS[stack]}"])
+    sim_env = [f"VLLM_SIM_VERSION={VERSIONS[stack]}", f"VLLM_SIM_PROFILE={stack}"]
+    assert sorted(after["envs"]) == sorted([*before["envs"], *sim_env])
     assert after.get("gpus") is None and not after.get("devices")
     kept = [m for m in before["mounts"] if m.get("source") not in DRIVER_MOUNTS]
     assert after["mounts"] == kept

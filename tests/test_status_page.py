@@ -47,12 +47,13 @@ def test_the_page_shows_what_the_issue_asks_for() -> None:
         "running / waiting",
         "p50 / p99",
         "tokens/s",
+        "prefix cache hit rate",
         "usage per api key",
     ):
         assert wanted in titles, wanted
     [usage] = [p for p in PANELS if p.name == "usage"]
     assert [name for name, _unit, _expr in usage.series] == [
-        "requests", "errors", "tokens in", "tokens out",
+        "requests", "errors", "tokens in", "cached in", "tokens out",
         "ttft p50", "ttft p99", "total p50", "total p99", "last seen", "tokens left",
     ]  # fmt: skip
 

@@ -180,14 +180,19 @@ def _headless_dump(url: str, profile: Path, *flags: str) -> str:
     return done.stdout
 
 
-def _traffic(base: str) -> dict[str, int]:
-    """A few plain and streamed chats from each key; the completion tokens each key received."""
-    received = {}
+SYSTEM = " ".join(f"rule{i}" for i in range(60))
+"""A system prompt every chat shares (four blocks of 16 tokens): the engines' prefix caches hit it."""
+
+
+def _traffic(base: str) -> tuple[dict[str, int], int]:
+    """A few plain and streamed chats from each key; the completion tokens each key received, and the
+    cached prompt tokens the answers reported (usage.prompt_tokens_details)."""
+    received, cached = {}, 0
     for name, key in KEYS.items():
         client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=30)
         received[name] = 0
         for i in range(TRAFFIC):
-            messages = [{"role": "user", "content": f"Count to {i}."}]
+            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Count to {i}."}]
             if i % 2:
                 stream = client.chat.completions.create(
                     model=SERVED, messages=messages, max_tokens=8, stream=True,
@@ -198,7 +203,9 @@ def _traffic(base: str) -> dict[str, int]:
                 usage = client.chat.completions.create(model=SERVED, messages=messages, max_tokens=8).usage
             assert usage is not None
             received[name] += usage.completion_tokens
-    return received
+            details = usage.prompt_tokens_details
+            cached += (details.cached_tokens or 0) if details else 0
+    return received, cached
 
 
 def test_every_panel_shows_data_in_a_real_browser_with_no_console_error(tmp_path: Path) -> None:
@@ -227,8 +234,11 @@ def test_every_panel_shows_data_in_a_real_browser_with_no_console_error(tmp_path
         ]  # fmt: skip
         stack.enter_context(page_prometheus(tmp_path / "prometheus", scrape, port=prometheus_port))
         _wait_for(prometheus_port, "count(up == 1)", 5)  # every target scraped once before the traffic
-        received = _traffic(base)
+        received, cached = _traffic(base)
         _wait_for(prometheus_port, "sum(glm_key_requests_total)", 2 * TRAFFIC)
+        # The meter counted the cached tokens the answers reported: the page's hit rate comes from it.
+        assert cached > 0
+        _wait_for(prometheus_port, "sum(glm_key_cached_prompt_tokens_total)", cached)
         # A chart's point is its query at a multiple of 15 s (the subquery's step): one past now.
         time.sleep(15 - time.time() % 15 + 1)
 

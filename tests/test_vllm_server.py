@@ -158,7 +158,13 @@ def test_argv_is_the_seeds(deployed: dict[str, Deployment], stack: str) -> None:
     assert command[0] == SEED_MODEL_PATH[stack]
     # Besides the hardening: vLLM's graceful stop (v0.18+), 5 s inside Docker's stop grace
     # (glm:container.stopGraceSeconds, 30): defence in depth behind the front's drain.
-    rendered = [*seed_flags(SEED_ARGS[stack]), *HARDENING_ARGS.get(stack, []), "--shutdown-timeout=25"]
+    # And the cached-token counts the meter reads (issue 50): off by default in vLLM.
+    rendered = [
+        *seed_flags(SEED_ARGS[stack]),
+        *HARDENING_ARGS.get(stack, []),
+        "--shutdown-timeout=25",
+        "--enable-prompt-tokens-details",
+    ]
     assert sorted(command[1:]) == sorted(rendered)
     assert len(set(command)) == len(command), "a flag is rendered twice"
 

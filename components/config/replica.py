@@ -193,6 +193,11 @@ class ServingConfig(Model):
     reasoning_parser: str | None = Field(None, description="`--reasoning-parser`.")
     enable_auto_tool_choice: bool = Field(False, description="`--enable-auto-tool-choice`.")
     enable_prefix_caching: bool | None = Field(None, description="`--[no-]enable-prefix-caching`.")
+    enable_prompt_tokens_details: bool = Field(
+        True,
+        description="`--enable-prompt-tokens-details`: answers that hit vLLM's prefix cache carry "
+        "`usage.prompt_tokens_details.cached_tokens` (vLLM's default is off), which the meter counts per key.",
+    )
     async_scheduling: bool = Field(False, description="`--async-scheduling`.")
     enforce_eager: bool = Field(False, description="`--enforce-eager`.")
     limit_mm_per_prompt: dict[str, int] | None = Field(None, description="`--limit-mm-per-prompt`.")

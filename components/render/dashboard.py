@@ -111,6 +111,18 @@ PANELS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
         "short",
         ((f"sum by (host) (rate(vllm:generation_tokens_total{{{_VLLM}}}[{RATE}]))", "{{host}}"),),
     ),
+    (
+        "Prefix cache hit rate per host (the engine's cached / prompt tokens; the fleet's, from the keys' "
+        "answers, is on the status page)",
+        "percentunit",
+        (
+            (
+                f"sum by (host) (rate(vllm:prefix_cache_hits_total{{{_VLLM}}}[{RATE}])) / sum by (host) "
+                f"(rate(vllm:prefix_cache_queries_total{{{_VLLM}}}[{RATE}]))",
+                "{{host}}",
+            ),
+        ),
+    ),
 )
 """(title, unit, ((PromQL, legend), ...)) per panel, in the dashboard's order."""
 

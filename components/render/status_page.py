@@ -1,7 +1,8 @@
 """The front's status page (issue 36): one self-contained page over the stack's own Prometheus.
 
 Hosts in rotation and the probe's ejections, the gate history, the semantic probe's steps, KV cache
-use, requests running and waiting, time to first token p50/p99, tokens/s and usage per API key name.
+use, requests running and waiting, time to first token p50/p99, tokens/s, the prefix cache's hit
+rate and usage per API key name.
 Nothing is fetched from outside: the page is three files (HTML, a few lines of JS that draw SVG,
 CSS) served by Prometheus itself (``--web.user-assets``) and proxied by the front, whose
 Content-Security-Policy allows nothing but the page's own origin.
@@ -26,6 +27,7 @@ from components.render.dashboard import RATE
 from components.render.openai_errors import openai_error
 from components.render.prometheus_config import ROTATION_JOB
 from components.render.usage_queries import QUERIES as USAGE_QUERIES
+from components.render.usage_queries import fleet_cache_hit_rate
 from components.template import render_file, template
 
 HISTORY_MINUTES = 30
@@ -36,7 +38,7 @@ STEP = "15s"
 RATE_WINDOW = "1m"
 """The rate window of tokens/s and the TTFT quantiles (the dashboard's ``$__rate_interval``)."""
 REFRESH_SECONDS = 15
-"""How often the page asks again: 8 queries each time, well under the front's per-address limit
+"""How often the page asks again: 9 queries each time, well under the front's per-address limit
 (``glm:front.rateLimit.unauthenticatedRequestsPerSecond``, 5 r/s, burst 20)."""
 ASSETS_DIR = "/etc/prometheus/status-page"
 """Where the page's files are in the Prometheus container (``--web.user-assets``, served at /user/)."""
@@ -168,6 +170,12 @@ PANELS: tuple[Panel, ...] = (
         (("generated", "per_second", _single("Generation tokens/s")),),
     ),
     Panel(
+        "prefix_cache",
+        "Prefix cache hit rate: the share of the keys' prompt tokens the engines had cached (the fleet)",
+        "chart",
+        (("fleet", "ratio", fleet_cache_hit_rate(RATE_WINDOW)),),
+    ),
+    Panel(
         "probe_steps",
         "Semantic probe: each step's last run",
         "table",
@@ -190,6 +198,7 @@ PANELS: tuple[Panel, ...] = (
             _usage("requests", "count"),
             _usage("errors", "count"),
             _usage("tokens in", "count"),
+            _usage("cached in", "count"),
             _usage("tokens out", "count"),
             _usage("ttft p50", "seconds"),
             _usage("ttft p99", "seconds"),

@@ -11,6 +11,8 @@ QUERIES = {
     "requests": "sum by (client) (glm_key_requests_total)",
     "errors": 'sum by (client) (glm_key_requests_total{status=~"[45]..|0"})',
     "tokens in": "sum by (client) (glm_key_prompt_tokens_total)",
+    # Of the tokens in, those the engine found in its prefix cache (usage's cached_tokens).
+    "cached in": "sum by (client) (glm_key_cached_prompt_tokens_total)",
     "tokens out": "sum by (client) (glm_key_completion_tokens_total)",
     **{
         f"{what} p{q}": f"histogram_quantile(0.{q}, sum by (client, le) (rate(glm_key_{series}_bucket[{WINDOW}])))"
@@ -22,3 +24,9 @@ QUERIES = {
     "tokens left": 'min by (client) (glm_key_budget_limit{window=~"tokens_.*"} - glm_key_budget_used{window=~"tokens_.*"})',
 }
 """Column -> PromQL, one series per key name (``client``)."""
+
+
+def fleet_cache_hit_rate(window: str) -> str:
+    """Of the prompt tokens of every key's answers over ``window``, the share the engines found in
+    their prefix caches: the fleet's hit rate as the clients were told it (usage's cached_tokens)."""
+    return f"sum(rate(glm_key_cached_prompt_tokens_total[{window}])) / sum(rate(glm_key_prompt_tokens_total[{window}]))"

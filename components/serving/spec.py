@@ -55,8 +55,10 @@ def render_env(config: StackConfig) -> dict[str, str]:
         env["VLLM_MEDIA_URL_ALLOW_REDIRECTS"] = "0"
     env.update(config.serving.extra_env)
     if config.rehearsing:
-        # The simulator speaks the wire format of the profile's vLLM (e.g. 0.23.0 on ascend).
+        # The simulator speaks the wire format of the profile's vLLM (e.g. 0.23.0 on ascend), and
+        # prefills and holds KV as the seeds measured the hardware (images/vllm-sim/simulator/hardware.py).
         env["VLLM_SIM_VERSION"] = config.image.vllm_version
+        env["VLLM_SIM_PROFILE"] = config.hardware
     return dict(sorted(env.items()))
 
 

@@ -81,6 +81,7 @@ OWNED: tuple[OwnedFlag, ...] = (
     OwnedFlag("--enable-auto-tool-choice", "glm:serving.enableAutoToolChoice", "switch"),
     OwnedFlag("--async-scheduling", "glm:serving.asyncScheduling", "switch"),
     OwnedFlag("--enforce-eager", "glm:serving.enforceEager", "switch"),
+    OwnedFlag("--enable-prompt-tokens-details", "glm:serving.enablePromptTokensDetails", "switch"),
     OwnedFlag("--enable-prefix-caching", "glm:serving.enablePrefixCaching", "toggle"),
     OwnedFlag("--enable-flashinfer-autotune", "glm:serving.enableFlashinferAutotune", "toggle"),
 )

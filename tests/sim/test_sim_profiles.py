@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 from simulator.config import parse_config
+from simulator.hardware import HARDWARE
 
 from components.config import build_stack_config
+from components.profiles import PROFILES
 from components.serving.spec import render_argv, render_env
 from tests.conftest import TEST_HOST_KEY
 
@@ -37,3 +39,13 @@ def test_the_simulator_honours_a_rehearsed_profiles_argv(hardware: str) -> None:
     # What is not modelled is tolerated and logged, never a start-up failure.
     assert "--tensor-parallel-size=8" in cfg.ignored
     assert cfg.pool_tokens >= max_len, "the gate's KV-pool step must pass on a rehearsal"
+    # The hardware's prefill and KV pool (SPEC §2; the ascend KV figure is not in tokens).
+    assert cfg.prefill_tokens_per_s == 5000.0
+    pool = {"a800": 2_004_983, "ascend": 4 * max_len, "rtx5090": 149_796}[hardware]
+    assert pool - block < cfg.pool_tokens <= pool
+    assert cfg.prompt_tokens_details, "usage carries cached_tokens for the meter"
+
+
+def test_every_hardware_profile_has_the_simulators_figures() -> None:
+    """A rehearsal starts the simulator with VLLM_SIM_PROFILE=<hardware>: an unknown name exits 2."""
+    assert set(PROFILES) <= set(HARDWARE)

@@ -164,12 +164,19 @@ end
 -- What the answer told so far, counted now (a worker killed mid-stream loses nothing counted). The
 -- engine runs each of a request's `n` choices as a request of its own, prefill included, and counts
 -- the prompt that many times (vllm:prompt_tokens_total); `usage` says it once: the meter counts what
--- the engine did.
-local function count_tokens(ctx, prompt, completion)
-  prompt = prompt * ((ctx.shape and ctx.shape.n) or 1)
+-- the engine did. `cached`: of the prompt, the tokens the engine found in its prefix cache, as
+-- `usage` reports them (one engine request's), taken n times like the prompt.
+local function count_tokens(ctx, prompt, completion, cached)
+  local n = (ctx.shape and ctx.shape.n) or 1
+  prompt = prompt * n
   if prompt ~= ctx.prompt then
     dict:incr("prompt:" .. ctx.name, prompt - ctx.prompt, 0)
     ctx.prompt = prompt
+  end
+  cached = math.min((cached or 0) * n, prompt)
+  if cached ~= ctx.cached then
+    dict:incr("cached:" .. ctx.name, cached - ctx.cached, 0)
+    ctx.cached = cached
   end
   if completion ~= ctx.completion then
     dict:incr("completion:" .. ctx.name, completion - ctx.completion, 0)
@@ -204,7 +211,7 @@ local function recalled()
     return nil
   end
   return { name = state.name, held = state.held or 0, budget = state.budget, prompt = 0, completion = 0,
-    redirected = true }
+    cached = 0, redirected = true }
 end
 
 -- ---- the request's way in -------------------------------------------------------------------------
@@ -434,7 +441,7 @@ function M.access()
   if not name or name == "" then
     return
   end
-  local ctx = { name = name, prompt = 0, completion = 0, held = 0 }
+  local ctx = { name = name, prompt = 0, completion = 0, cached = 0, held = 0 }
   ngx.ctx.meter = ctx
   if config.peers then
     dict:set("flight:" .. request_id(), true, 3600) -- a draining pod waits for these (drain_done)
@@ -513,7 +520,7 @@ local function body_filter(ctx)
     if not ctx.first_token and ctx.stream.first_token then
       ctx.first_token = ngx.now() - ngx.req.start_time()
     end
-    count_tokens(ctx, ctx.stream.prompt, ctx.stream.completion)
+    count_tokens(ctx, ctx.stream.prompt, ctx.stream.completion, ctx.stream.cached)
   elseif ctx.parts then
     if piece and piece ~= "" then
       ctx.parts[#ctx.parts + 1] = piece
@@ -527,7 +534,7 @@ local function body_filter(ctx)
       -- Counted before the answer's last byte leaves: a worker that dies after it loses nothing.
       local usage = answer.usage_of(table.concat(ctx.parts))
       if usage then
-        count_tokens(ctx, usage.prompt, usage.completion)
+        count_tokens(ctx, usage.prompt, usage.completion, usage.cached)
       end
       ctx.parts = nil
     end
@@ -553,7 +560,7 @@ local function log_request(ctx)
   if ctx.parts then -- an answer whose last piece never passed (the client left): what came
     local usage = answer.usage_of(table.concat(ctx.parts))
     if usage then
-      count_tokens(ctx, usage.prompt, usage.completion)
+      count_tokens(ctx, usage.prompt, usage.completion, usage.cached)
     end
   end
   if ctx.budget then

@@ -7,9 +7,11 @@ local cjson = require("cjson.safe")
 
 local M = {}
 
---- The last `"usage":{...}` object in `text`, as {prompt, completion}; nil if there is none.
+--- The last `"usage":{...}` object in `text`, as {prompt, completion, cached}; nil if there is none.
 --- Chat and completions name them prompt_tokens/completion_tokens, /v1/responses
---- input_tokens/output_tokens (in `response.usage` of its `response.completed` event).
+--- input_tokens/output_tokens (in `response.usage` of its `response.completed` event). `cached`: the
+--- prompt tokens found in the engine's prefix cache, `prompt_tokens_details.cached_tokens` (vLLM with
+--- --enable-prompt-tokens-details, on a hit; null otherwise) or `input_tokens_details.cached_tokens`.
 function M.usage_of(text)
   local found
   for object in text:gmatch('"usage"%s*:%s*(%b{})') do
@@ -24,7 +26,9 @@ function M.usage_of(text)
   if not prompt and not completion then
     return nil
   end
-  return { prompt = prompt or 0, completion = completion or 0 }
+  local details = usage.prompt_tokens_details or usage.input_tokens_details
+  local cached = type(details) == "table" and tonumber(details.cached_tokens) or 0
+  return { prompt = prompt or 0, completion = completion or 0, cached = cached }
 end
 
 local TOKEN_PATTERNS = {
@@ -46,12 +50,13 @@ Stream.__index = Stream
 
 --- A stream's reader. `shape`: meter_request.shape's (asked_usage, asked_continuous, n: the
 --- choices per prompt); `responses`: a /v1/responses stream (its own events, no stream_options).
---- Its `prompt` and `completion` are the tokens known so far.
+--- Its `prompt` and `completion` are the tokens known so far; `cached`: the prompt tokens the engine
+--- found cached, once the last usage (vLLM's final usage event, the only one that has them) came.
 function M.Stream(shape, responses)
   return setmetatable({
     asked_usage = shape.asked_usage, asked_continuous = shape.asked_continuous, n = shape.n or 1,
     responses = responses,
-    pending = "", prompt = 0, completion = 0, first_token = false, finished = false, final = false,
+    pending = "", prompt = 0, completion = 0, cached = 0, first_token = false, finished = false, final = false,
     per_choice = {}, per_prompt = {}, deltas = 0,
   }, Stream)
 end
@@ -60,7 +65,7 @@ end
 -- usage counts each choice's own tokens), the totals on the last (`"choices":[]`).
 function Stream:_note_usage(event, usage)
   if event:find('"choices"%s*:%s*%[%s*%]') then
-    self.prompt, self.completion, self.final = usage.prompt, usage.completion, true
+    self.prompt, self.completion, self.cached, self.final = usage.prompt, usage.completion, usage.cached, true
     return
   end
   if self.final then
@@ -79,7 +84,8 @@ function Stream:_note_usage(event, usage)
   self.prompt, self.completion = prompt, completion
 end
 
--- The usage object of an event, found without decoding the event: its bounds and its two counts.
+-- The usage object of an event, found without decoding the event: its bounds and its counts (the
+-- cached tokens of its `prompt_tokens_details`, the only object nested in it, if any).
 -- vLLM writes compact JSON (`"usage":{"prompt_tokens":12,...}`); spaces are tolerated.
 local function usage_span(event)
   local key, after = event:find('"usage"%s*:%s*{')
@@ -98,7 +104,8 @@ local function usage_span(event)
   if not prompt and not completion then
     return nil
   end
-  return key, last, { prompt = prompt or 0, completion = completion or 0 }
+  local cached = tonumber(object:match('"cached_tokens"%s*:%s*(%d+)')) or 0
+  return key, last, { prompt = prompt or 0, completion = completion or 0, cached = cached }
 end
 
 -- One complete event: what the client gets of it ("" drops it). The common one, a token with the
@@ -149,7 +156,7 @@ function Stream:_responses_event(event)
     self.finished = true
     local usage = M.usage_of(event)
     if usage then
-      self.prompt, self.completion, self.final = usage.prompt, usage.completion, true
+      self.prompt, self.completion, self.cached, self.final = usage.prompt, usage.completion, usage.cached, true
     end
   end
   return event

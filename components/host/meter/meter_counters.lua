@@ -8,7 +8,7 @@ local M = {}
 M.TTFT_BUCKETS = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0 }
 M.DURATION_BUCKETS = { 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 240.0, 480.0, 960.0 }
 local KEPT = {
-  "requests", "prompt", "completion", "refused", "seen", "ttft", "duration", "unmetered", "budget_day",
+  "requests", "prompt", "completion", "cached", "refused", "seen", "ttft", "duration", "unmetered", "budget_day",
   "budget_refused",
 }
 -- The counters a restart keeps (slots held, recent activity and the minute budgets start again).
@@ -88,6 +88,8 @@ local FAMILIES = {
   { "glm_key_requests_total", "counter", "Requests through the front by API key name and HTTP status." },
   { "glm_key_prompt_tokens_total", "counter", "Prompt tokens the engine processed, by API key name." },
   { "glm_key_completion_tokens_total", "counter", "Completion tokens the engine made, by API key name." },
+  { "glm_key_cached_prompt_tokens_total", "counter",
+    "Of the prompt tokens, those the engine found in its prefix cache (usage's cached_tokens), by API key name." },
   { "glm_key_fair_share_refused_total", "counter",
     "Requests refused with 429 beyond the key's share of the engine's slots." },
   { "glm_key_unmetered_total", "counter",
@@ -158,6 +160,7 @@ function M.exposition(dict, share, budget, capacity, now)
         local value = ({
           glm_key_prompt_tokens_total = dict:get("prompt:" .. name) or 0,
           glm_key_completion_tokens_total = dict:get("completion:" .. name) or 0,
+          glm_key_cached_prompt_tokens_total = dict:get("cached:" .. name) or 0,
           glm_key_fair_share_refused_total = dict:get("refused:" .. name) or 0,
           glm_key_unmetered_total = dict:get("unmetered:" .. name) or 0,
           glm_key_in_flight = share:held(name),

@@ -23,6 +23,7 @@ nothing else.  See README.md beside this package for the CLI and every ``VLLM_SI
 Modules, from the command line to the wire:
 
 - :mod:`simulator.config` -- vLLM's argv and the ``VLLM_SIM_*`` environment as a ``Config``;
+- :mod:`simulator.hardware` -- the hardware profiles' prefill rates and KV pools (``VLLM_SIM_PROFILE``);
 - :mod:`simulator.strict_flags` -- the real parser's refusals (``VLLM_SIM_STRICT_FLAGS``);
 - :mod:`simulator.startup` -- start-up milestones, start-up failures, the crash timer, the log;
 - :mod:`simulator.tokenizer` -- pieces of text as tokens, the chat template;
@@ -30,7 +31,9 @@ Modules, from the command line to the wire:
 - :mod:`simulator.tools` -- tool-call arguments from the request's JSON schema;
 - :mod:`simulator.plan` -- what to answer: tokens on the reasoning, content and tool channels;
 - :mod:`simulator.metrics` -- ``/metrics`` with vLLM's names;
-- :mod:`simulator.engine` -- FCFS admission into a KV pool, prefix cache, prefill, decode;
+- :mod:`simulator.kv_blocks` -- the KV pool in blocks with vLLM's prefix cache (chained block hashes, LRU);
+- :mod:`simulator.prefill` -- prefills sharing one engine's rate (``VLLM_SIM_PREFILL_SHARED``);
+- :mod:`simulator.engine` -- FCFS admission into the KV pool, prefill of the uncached tokens, decode;
 - :mod:`simulator.server` -- the HTTP server and its request handler (reading, sending, dispatch);
 - :mod:`simulator.errors` -- error replies in vLLM's shape;
 - :mod:`simulator.routes` -- one function per endpoint;

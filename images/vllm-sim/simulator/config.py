@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from simulator.hardware import HARDWARE
 from simulator.startup import START_FAILURES
 
 DEFAULT_VERSION = "0.33.0"
@@ -57,6 +58,7 @@ class Config:
     max_model_len: int = DEFAULT_MAX_MODEL_LEN
     max_num_seqs: int = 256
     block_size: int = 16
+    num_gpu_blocks_override: int | None = None
     gpu_memory_utilization: float = 0.9
     kv_cache_dtype: str = "auto"
     speculative: dict | None = None
@@ -65,6 +67,7 @@ class Config:
     tool_call_parser: str | None = None
     auto_tool_choice: bool = False
     force_include_usage: bool = False
+    prompt_tokens_details: bool = False
     api_key: str | None = None
     shutdown_timeout: float = 0.0
     ignored: list = field(default_factory=list)
@@ -78,10 +81,11 @@ class Config:
     prefill_tokens_per_s: float = 200000.0
     decode_token_seconds: float = 0.01
     hol_blocking: bool = False
+    prefill_shared: bool = False
     spec_acceptance: float = 0.7
     default_max_tokens: int = 16
     reject_fields: frozenset = frozenset({"thinking_budget"})
-    prefix_block_tokens: int = 0
+    profile: str | None = None
     quiet: bool = False
     shards: int = 0
     start_failure: str | None = None
@@ -132,6 +136,7 @@ _VALUE_FLAGS = {
     "--max-model-len": "max_model_len",
     "--max-num-seqs": "max_num_seqs",
     "--block-size": "block_size",
+    "--num-gpu-blocks-override": "num_gpu_blocks_override",
     "--gpu-memory-utilization": "gpu_memory_utilization",
     "--kv-cache-dtype": "kv_cache_dtype",
     "--speculative-config": "speculative",
@@ -148,6 +153,9 @@ _BOOL_FLAGS = {
     "--no-enable-auto-tool-choice": ("auto_tool_choice", False),
     "--enable-force-include-usage": ("force_include_usage", True),
     "--no-enable-force-include-usage": ("force_include_usage", False),
+    "--enable-prompt-tokens-details": ("prompt_tokens_details", True),
+    "--no-enable-prompt-tokens-details": ("prompt_tokens_details", False),  # vLLM < 0.33
+    "--disable-prompt-tokens-details": ("prompt_tokens_details", False),  # vLLM 0.33
 }
 # vLLM store_true flags that do not start with --enable-/--disable-/--no-: an unknown flag
 # in this set never eats the next token as its value.
@@ -300,6 +308,8 @@ def _apply_flags(cfg: Config, raw: dict, positionals: list, env: dict) -> None:
         cfg.max_model_len = DEFAULT_MAX_MODEL_LEN if mml <= 0 else mml
         cfg.max_num_seqs = int(raw.get("max_num_seqs", cfg.max_num_seqs))
         cfg.block_size = int(raw.get("block_size", cfg.block_size))
+        if "num_gpu_blocks_override" in raw:
+            cfg.num_gpu_blocks_override = int(raw["num_gpu_blocks_override"])
         cfg.gpu_memory_utilization = float(raw.get("gpu_memory_utilization", cfg.gpu_memory_utilization))
     except ValueError as exc:
         raise UsageError(f"invalid numeric argument: {exc}") from None
@@ -319,6 +329,7 @@ def _apply_flags(cfg: Config, raw: dict, positionals: list, env: dict) -> None:
     cfg.tool_call_parser = raw.get("tool_call_parser") or None
     cfg.auto_tool_choice = raw.get("auto_tool_choice", False)
     cfg.force_include_usage = raw.get("force_include_usage", False)
+    cfg.prompt_tokens_details = raw.get("prompt_tokens_details", False)
     if cfg.auto_tool_choice and not cfg.tool_call_parser:
         raise UsageError("--enable-auto-tool-choice requires --tool-call-parser")
     cfg.api_key = raw.get("api_key") or env.get("VLLM_API_KEY") or None
@@ -332,7 +343,15 @@ def _apply_env(cfg: Config, env: dict) -> None:
     """Set the simulator's own knobs (``VLLM_SIM_*``)."""
     cfg.loading_seconds = _env_float(env, "VLLM_SIM_LOADING_SECONDS", 0.0)
     cfg.never_ready = env_bool(env, "VLLM_SIM_NEVER_READY")
-    cfg.kv_pool_tokens = _env_int(env, "VLLM_SIM_KV_POOL_TOKENS", 4 * cfg.max_model_len)
+    cfg.profile = env.get("VLLM_SIM_PROFILE", "").strip() or None
+    if cfg.profile and cfg.profile not in HARDWARE:
+        raise UsageError(f"VLLM_SIM_PROFILE={cfg.profile!r}: unknown; known: {sorted(HARDWARE)}")
+    hardware = HARDWARE[cfg.profile or "local"]
+    cfg.kv_pool_tokens = _env_int(
+        env, "VLLM_SIM_KV_POOL_TOKENS", hardware.kv_pool_tokens or 4 * cfg.max_model_len
+    )
+    if cfg.num_gpu_blocks_override is not None:  # vLLM's override replaces the pool it measured
+        cfg.kv_pool_tokens = cfg.num_gpu_blocks_override * cfg.block_size
     faults = {f.strip() for f in env.get("VLLM_SIM_FAULT", "").split(",") if f.strip()}
     unknown = faults - FAULTS
     if unknown:
@@ -340,11 +359,12 @@ def _apply_env(cfg: Config, env: dict) -> None:
     cfg.faults = frozenset(faults)
     cfg.runtime_faults = env_bool(env, "VLLM_SIM_RUNTIME_FAULTS")
     cfg.version = env.get("VLLM_SIM_VERSION", "").strip() or DEFAULT_VERSION
-    cfg.prefill_tokens_per_s = _env_float(env, "VLLM_SIM_PREFILL_TOKENS_PER_S", 200000.0)
+    cfg.prefill_tokens_per_s = _env_float(env, "VLLM_SIM_PREFILL_TOKENS_PER_S", hardware.prefill_tokens_per_s)
     if cfg.prefill_tokens_per_s <= 0:
         raise UsageError("VLLM_SIM_PREFILL_TOKENS_PER_S must be > 0")
     cfg.decode_token_seconds = _env_float(env, "VLLM_SIM_DECODE_TOKEN_SECONDS", 0.01)
     cfg.hol_blocking = env_bool(env, "VLLM_SIM_HOL_BLOCKING")
+    cfg.prefill_shared = env_bool(env, "VLLM_SIM_PREFILL_SHARED")
     cfg.spec_acceptance = _env_float(env, "VLLM_SIM_SPEC_ACCEPTANCE", 0.7)
     if cfg.spec_acceptance > 1:
         raise UsageError("VLLM_SIM_SPEC_ACCEPTANCE must be in [0, 1]")
@@ -353,7 +373,6 @@ def _apply_env(cfg: Config, env: dict) -> None:
         cfg.reject_fields = frozenset(
             f.strip() for f in env["VLLM_SIM_REJECT_FIELDS"].split(",") if f.strip()
         )
-    cfg.prefix_block_tokens = _env_int(env, "VLLM_SIM_PREFIX_BLOCK_TOKENS", cfg.block_size, minimum=1)
     cfg.quiet = env_bool(env, "VLLM_SIM_QUIET")
     cfg.shards = _env_int(env, "VLLM_SIM_SHARDS", 0)
     cfg.start_failure = env.get("VLLM_SIM_START_FAILURE", "").strip() or None

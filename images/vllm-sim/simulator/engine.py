@@ -1,17 +1,20 @@
-"""The engine: FCFS admission into a KV pool, a prefix cache, prefill and decode at modelled rates."""
+"""The engine: FCFS admission into a KV pool of blocks with vLLM's prefix cache (``kv_blocks``),
+prefill of the uncached tokens and decode at modelled rates."""
 
 from __future__ import annotations
 
 import math
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from simulator.config import Config
+from simulator.kv_blocks import BlockPool, Holding, block_hashes
 from simulator.metrics import Metrics
 from simulator.plan import Plan
+from simulator.prefill import SharedPrefill
 
 
 class Aborted(Exception):
@@ -35,6 +38,9 @@ class SimRequest:
     first_token_at: float = 0.0
     generated: int = 0
     cached_tokens: int = 0
+    cache_salt: str | None = None
+    hashes: list = field(default_factory=list)
+    holding: Holding | None = None
 
     @property
     def prompt_tokens(self) -> int:
@@ -51,27 +57,27 @@ class Engine:
         self.cond = threading.Condition()
         self.waiting: deque = deque()
         self.running: set = set()
-        self.reserved = 0
+        self.pool = BlockPool(cfg.num_gpu_blocks, cfg.block_size, cfg.prefix_caching)
         self.metrics = Metrics(cfg)
         self.hol = threading.Lock()
-        self.prefix: OrderedDict = OrderedDict()
-        self.prefix_capacity = max(1, cfg.pool_tokens // cfg.prefix_block_tokens)
-        self.prefix_lock = threading.Lock()
+        self.shared_prefill = SharedPrefill(cfg.prefill_tokens_per_s)
 
     # ---- scheduler -------------------------------------------------------------------
+    def _fits(self, req: SimRequest) -> bool:
+        return self.pool.fits(req.hashes, req.prompt_tokens, req.reserve)
+
     def _schedule(self) -> None:
-        """Admit from the head of the queue, in order (FCFS), while the head fits."""
+        """Admit from the head of the queue, in order (FCFS), while the head fits: its cached
+        prefix is looked up now, as vLLM's scheduler does when it takes a waiting request."""
         while self.waiting:
             head = self.waiting[0]
-            if len(self.running) >= self.cfg.max_num_seqs:
-                break
-            if head.reserve > self.cfg.pool_tokens - self.reserved:
+            if len(self.running) >= self.cfg.max_num_seqs or not self._fits(head):
                 break
             self.waiting.popleft()
             head.state = RUNNING
             head.admitted_at = time.monotonic()
+            head.holding, head.cached_tokens = self.pool.admit(head.hashes, head.prompt_tokens, head.reserve)
             self.running.add(head)
-            self.reserved += head.reserve
         self.cond.notify_all()
 
     def waiting_reasons(self) -> dict:
@@ -79,7 +85,7 @@ class Engine:
         deferred: everyone else (held by --max-num-seqs or queued behind the head)."""
         counts = {"capacity": 0, "deferred": 0}
         for i, req in enumerate(self.waiting):
-            if i == 0 and req.reserve > self.cfg.pool_tokens - self.reserved:
+            if i == 0 and not self._fits(req):
                 counts["capacity"] += 1
             else:
                 counts["deferred"] += 1
@@ -87,8 +93,8 @@ class Engine:
 
     def snapshot(self) -> tuple:
         with self.cond:
-            pool = self.cfg.pool_tokens
-            usage = min(1.0, self.reserved / pool) if pool else 0.0
+            blocks = self.pool.usable
+            usage = min(1.0, self.pool.used / blocks) if blocks else 0.0
             return len(self.running), len(self.waiting), self.waiting_reasons(), usage
 
     def render_metrics(self) -> str:
@@ -97,6 +103,7 @@ class Engine:
             return self.metrics.render(running, waiting, reasons, usage)
 
     def _wait_admitted(self, req: SimRequest, alive: Callable[[], bool]) -> None:
+        req.hashes = block_hashes(req.prompt_pieces, self.cfg.block_size, req.cache_salt)
         with self.cond:
             self.waiting.append(req)
             self._schedule()
@@ -112,7 +119,8 @@ class Engine:
         with self.cond:
             if req.state == RUNNING:
                 self.running.discard(req)
-                self.reserved -= req.reserve
+                if req.holding is not None:
+                    self.pool.release(req.holding)
             req.state = DONE
             self.metrics.success[reason] = self.metrics.success.get(reason, 0) + 1
             self._schedule()
@@ -136,37 +144,6 @@ class Engine:
             if self.stop.is_set() or not alive():
                 raise Aborted
 
-    # ---- prefix cache ----------------------------------------------------------------
-    def _block_hashes(self, pieces: list) -> list:
-        bs = self.cfg.prefix_block_tokens
-        out, h = [], None
-        for b in range(len(pieces) // bs):
-            h = hash((h, tuple(pieces[b * bs : (b + 1) * bs])))
-            out.append(h)
-        return out
-
-    def _prefix_lookup(self, hashes: list, n_prompt: int) -> int:
-        if not self.cfg.prefix_caching:
-            return 0
-        hits = 0
-        with self.prefix_lock:
-            for h in hashes:
-                if h not in self.prefix:
-                    break
-                self.prefix.move_to_end(h)
-                hits += self.cfg.prefix_block_tokens
-        return max(0, min(hits, n_prompt - 1))
-
-    def _prefix_insert(self, hashes: list) -> None:
-        if not self.cfg.prefix_caching:
-            return
-        with self.prefix_lock:
-            for h in hashes:
-                self.prefix[h] = None
-                self.prefix.move_to_end(h)
-            while len(self.prefix) > self.prefix_capacity:
-                self.prefix.popitem(last=False)
-
     # ---- a request's life ------------------------------------------------------------
     def execute(
         self,
@@ -189,12 +166,14 @@ class Engine:
             self._release(req, reason)
 
     def _prefill(self, req: SimRequest, alive: Callable[[], bool]) -> None:
-        """The prompt's uncached tokens at the prefill rate (holding the engine with HOL blocking)."""
+        """The prompt's uncached tokens at the prefill rate (holding the engine with HOL blocking,
+        sharing it with the other prefills with ``VLLM_SIM_PREFILL_SHARED``)."""
         cfg = self.cfg
-        hashes = self._block_hashes(req.prompt_pieces)
-        req.cached_tokens = self._prefix_lookup(hashes, req.prompt_tokens)
-        prefill_s = (req.prompt_tokens - req.cached_tokens) / cfg.prefill_tokens_per_s
-        if cfg.hol_blocking:
+        uncached = req.prompt_tokens - req.cached_tokens
+        prefill_s = uncached / cfg.prefill_tokens_per_s
+        if cfg.prefill_shared and not cfg.hol_blocking:
+            self.shared_prefill.run(uncached, lambda s: self._sleep_until(time.monotonic() + s, alive))
+        elif cfg.hol_blocking:
             self._acquire_engine(alive)
             try:
                 self._sleep_until(time.monotonic() + prefill_s, alive)
@@ -202,10 +181,11 @@ class Engine:
                 self.hol.release()
         else:
             self._sleep_until(time.monotonic() + prefill_s, alive)
-        self._prefix_insert(hashes)
         now = time.monotonic()
         req.first_token_at = now
         with self.cond:
+            if req.holding is not None:
+                self.pool.commit(req.holding, req.hashes)
             m = self.metrics
             m.prompt_tokens += req.prompt_tokens
             m.prefix_queries += req.prompt_tokens if cfg.prefix_caching else 0

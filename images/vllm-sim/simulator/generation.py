@@ -37,6 +37,8 @@ class Prompt:
     pieces: list
     plan: Plan
     max_tokens: int | None
+    cache_salt: str | None = None
+    """vLLM's ``cache_salt`` request field: an extra key of the first block's hash."""
 
 
 def sequences(prompts: list, n: int) -> list:
@@ -50,6 +52,7 @@ def sequences(prompts: list, n: int) -> list:
                 prompt_pieces=prompt.pieces,
                 plan=prompt.plan,
                 reserve=len(prompt.pieces) + planned,
+                cache_salt=prompt.cache_salt,
             )
             seqs.append(Sequence(req, p * n + c, c == 0))
     return seqs

@@ -90,12 +90,23 @@ class Reply:
             "completion_tokens": completion,
             "prompt_tokens_details": None,
         }
+        cached = self.cached_tokens()
+        if self.cfg.prompt_tokens_details and cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
         plan = self.seqs[0].req.plan
         parsed = self.chat and self.cfg.reasoning_parser and not plan.inline_reasoning
         if parsed and self.cfg.version_tuple >= (0, 30, 0):
             reasoning = sum(s.reasoning_tokens for s in self.seqs)
             usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
         return usage
+
+    def cached_tokens(self) -> int:
+        """The prefix-cache hit vLLM reports: a chat's first engine request's (``final_res``, one per
+        choice), a text completion's last prompt's (``last_final_res``; 0.25.0
+        ``completion/serving.py``). With ``--enable-prompt-tokens-details`` and a hit (0 is a miss
+        and leaves ``prompt_tokens_details`` null), ``usage.prompt_tokens_details.cached_tokens``."""
+        firsts = [s for s in self.seqs if s.first_choice]
+        return (firsts[0] if self.chat else firsts[-1]).req.cached_tokens if firsts else 0
 
     def chunk_usage(self, seq: Sequence, completion: int | None = None) -> dict:
         """``continuous_usage_stats``: the chunk's prompt and its choice's tokens so far

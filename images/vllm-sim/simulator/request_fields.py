@@ -246,3 +246,9 @@ def _refused(message: str, param: str) -> HTTPError:
     """A ``VLLMValidationError`` from the renderer: ``create_error_response`` makes it a 400
     ``BadRequestError`` with the error's parameter (0.25.0 ``serve/utils/error_response.py:16-39``)."""
     return HTTPError(400, message, "BadRequestError", param)
+
+
+def cache_salt(body: dict) -> str | None:
+    """vLLM's ``cache_salt``: a string keeps the request's prefix apart from other salts'."""
+    salt = body.get("cache_salt")
+    return salt if isinstance(salt, str) and salt else None

@@ -24,7 +24,7 @@ from simulator.errors import bad_request
 from simulator.generation import Prompt, run_sequences, sequences
 from simulator.plan import make_plan
 from simulator.replies import Sequence
-from simulator.request_fields import FieldError, lax_bool, output_budget, validation_error
+from simulator.request_fields import FieldError, cache_salt, lax_bool, output_budget, validation_error
 from simulator.server import Handler
 
 
@@ -44,7 +44,7 @@ def answer(http: Handler, body: dict) -> None:
         raise bad_request(f"max_output_tokens must be at least 1, got {requested}.", "max_output_tokens")
     budget = output_budget(cfg, len(pieces), requested, "max_output_tokens")
     plan_body = {k: v for k, v in body.items() if k not in ("tools", "tool_choice")}
-    prompt = Prompt(pieces, make_plan(cfg, plan_body, messages, budget), budget)
+    prompt = Prompt(pieces, make_plan(cfg, plan_body, messages, budget), budget, cache_salt(body))
     (seq,) = sequences([prompt], 1)
     response = _Response(body, seq, cfg.name, cfg.max_model_len - len(pieces) if budget is None else budget)
     if not stream:

@@ -18,7 +18,7 @@ from simulator.config import FAULTS
 from simulator.errors import HTTPError, bad_request, engine_failure
 from simulator.generation import Prompt, generate
 from simulator.plan import completion_plan, make_plan
-from simulator.request_fields import choices_n, completion_prompts, output_budget, stream_shape
+from simulator.request_fields import cache_salt, choices_n, completion_prompts, output_budget, stream_shape
 from simulator.server import FAULTS_PATH, Handler
 from simulator.startup import log
 
@@ -200,7 +200,8 @@ def _chat_request(http: Handler, body: dict, max_tokens: int | None) -> list:
     param = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     max_tokens = output_budget(http.server.cfg, len(pieces), max_tokens, param)
     body = dict(body, tool_choice=tool_choice) if tools else body
-    return [Prompt(pieces, make_plan(http.server.cfg, body, messages, max_tokens), max_tokens)]
+    plan = make_plan(http.server.cfg, body, messages, max_tokens)
+    return [Prompt(pieces, plan, max_tokens, cache_salt(body))]
 
 
 def _completion_request(http: Handler, body: dict, max_tokens: int | None) -> list:
@@ -215,7 +216,7 @@ def _completion_request(http: Handler, body: dict, max_tokens: int | None) -> li
         else:
             pieces, text = [f"<{t}>" for t in prompt], ""
         budget = output_budget(cfg, len(pieces), max_tokens, "max_tokens")
-        prompts.append(Prompt(pieces, completion_plan(cfg, text, budget), budget))
+        prompts.append(Prompt(pieces, completion_plan(cfg, text, budget), budget, cache_salt(body)))
     return prompts
 
 
