@@ -848,7 +848,7 @@ def test_tls_on_kubernetes_is_tls(project: PulumiProject, k8s_cluster: Path, tmp
     for the name against the stack's CA only, and plain HTTP gets no answer there."""
     import ssl
 
-    from tests.probe_tls import set_pem
+    from tests.semantic_probe_tls import set_pem
     from tests.tls_certs import TestCa
 
     stack_ca = TestCa.create(tmp_path / "stack-ca", "GLM k8s e2e CA")

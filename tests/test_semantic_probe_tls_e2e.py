@@ -23,7 +23,7 @@ import pytest
 from components.semantic_probe import PROBE_STEPS
 from tests.e2e_weights import WEIGHTS
 from tests.engine import PulumiProject, engine_missing
-from tests.probe_tls import NAME, set_pem
+from tests.semantic_probe_tls import NAME, set_pem
 from tests.tls_certs import TestCa
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
