@@ -23,7 +23,7 @@ from components.config import KubernetesTargetConfig, MonitoringConfig
 from components.gate.messages import LookAt
 from components.kubernetes.guard import GUARD_CA_KEY, GUARD_PORT, SCRAPE_SECRET, SCRAPE_SECRET_KEY, PodGuard
 from components.kubernetes.pod_security import api_token_volume, restricted
-from components.kubernetes.probe import PROBE_NAME, probe_log
+from components.kubernetes.semantic_probe import PROBE_NAME, probe_log
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import (
     GUARD_PORT_NAME,
