@@ -10,8 +10,8 @@ OPS = scripts/ops.sh
 
 .PHONY: up test test-fast preview diff destroy images engine lint fmt logs status smoke restart debug rollback \
 	k8s-build k8s-start k8s-stop test-k8s
-up:        ## local stack from scratch to a passing smoke gate; STACK=a800: pulumi up of that stack
-	@if [ "$(STACK)" = local ]; then scripts/up.sh; else $(PULUMI) up -s $(STACK); fi
+up:        ## local stack from scratch to a passing smoke gate; STACK=local-k8s: the same on the one-node Kubernetes; STACK=a800: pulumi up of that stack
+	@case "$(STACK)" in local) scripts/up.sh ;; local-k8s) scripts/k8s/up.sh ;; *) $(PULUMI) up -s $(STACK) ;; esac
 test:      ## lint, type check, the whole test suite (what CI runs; 21-25 min on 2 cores, stops 41-42)
 	scripts/test.sh
 test-fast: ## lint, type check, unit, mocks, renderers on real nginx/promtool: after each change (~2 min)
@@ -19,7 +19,7 @@ test-fast: ## lint, type check, unit, mocks, renderers on real nginx/promtool: a
 preview:   ## pulumi preview --diff of STACK (e.g. make preview STACK=a800)
 	$(PULUMI) preview --diff -s $(STACK)
 destroy:   ## destroy STACK (the weights and the JIT cache volume stay)
-	$(PULUMI) destroy --yes -s $(STACK)
+	@if [ "$(STACK)" = local-k8s ]; then scripts/k8s/destroy.sh; else $(PULUMI) destroy --yes -s $(STACK); fi
 logs:      ## follow the serving container's log, start-up milestones marked ==>
 	@$(OPS) logs -s $(STACK)
 status:    ## container state and health, the last gate, endpoint, image; usage per API key
@@ -43,7 +43,7 @@ k8s-start: ## a one-node Kubernetes in its own namespaces (~13 s); prints its ku
 k8s-stop:  ## stop it, leaving nothing behind (the PKI stays in the cache)
 	scripts/k8s/cluster.sh stop
 test-k8s:  ## the Kubernetes target: mock tests, then the e2e lifecycle on a one-node cluster
-	scripts/test.sh -rs tests/test_k8s_target.py tests/test_k8s_engine.py tests/test_k8s_rehearsal_engine.py
+	scripts/test.sh -rs tests/test_k8s_target.py tests/test_k8s_first_hour.py tests/test_k8s_engine.py tests/test_k8s_first_hour_engine.py tests/test_k8s_rehearsal_engine.py
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
 	shellcheck -S warning components/host/templates/*.sh components/host/preflight.sh

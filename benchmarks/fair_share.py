@@ -19,6 +19,10 @@ a warm-up of 5 s). Printed: the answers A got alone, B's TTFT p50/p99 in each ph
 and tokens each key got, the 429s (nginx's per-key limits and the meter's fair share apart).
 
     .venv/bin/python benchmarks/fair_share.py [--max-num-seqs 8] [--flood 30]
+
+With ``--replicas 3`` the front has three replicas (the meter shares 3 x maxNumSeqs slots) and
+``--routing`` picks how it spreads them (docs/scaling.md "Prefix affinity"): the flood's figure
+with prefix affinity against round-robin, ``--only after``.
 """
 
 from __future__ import annotations
@@ -161,16 +165,20 @@ def flood(http: httpx.Client, tokens: int, stop: threading.Event, tally: Tally) 
             tally.tokens += int(usage[-1]) if usage else 0
 
 
-def sample_waiting(engine: str, stop: threading.Event, tally: Tally) -> None:
-    """How many requests wait in the engine for a slot: the meter keeps them free for B, so a B
+def sample_waiting(engines: tuple[str, ...], stop: threading.Event, tally: Tally) -> None:
+    """How many requests wait in the engines for a slot: the meter keeps them free for B, so a B
     that waits shows here (a slow TTFT without one is this machine's CPU, not a slot)."""
-    with httpx.Client(base_url=engine, timeout=5) as http:
+    with httpx.Client(timeout=5) as http:
         while not stop.wait(0.2):
-            found = re.search(
-                r"^vllm:num_requests_waiting(?:\{[^}]*\})? (\S+)$", http.get("/metrics").text, re.M
-            )
-            if found:
-                tally.waiting.append(int(float(found[1])))
+            waiting = 0
+            for engine in engines:
+                found = re.search(
+                    r"^vllm:num_requests_waiting(?:\{[^}]*\})? (\S+)$",
+                    http.get(f"{engine}/metrics").text,
+                    re.M,
+                )
+                waiting += int(float(found[1])) if found else 0
+            tally.waiting.append(waiting)
 
 
 def queue(tally: Tally) -> str:
@@ -186,7 +194,7 @@ def quantiles(values: list[float]) -> str:
 
 
 def start_flood(http: httpx.Client, args: argparse.Namespace, stop: threading.Event, tally: Tally) -> list:
-    share = max(1, args.max_num_seqs // len(KEYS))
+    share = max(1, args.max_num_seqs * args.replicas // len(KEYS))
     workers = [
         threading.Thread(target=flood, args=(http, args.a_tokens, stop, tally), daemon=True)
         for _ in range(args.flood_factor * share)
@@ -212,9 +220,9 @@ def window(tally: Tally) -> Tally:
 
 
 @contextlib.contextmanager
-def sampling(engine: str, tally: Tally) -> Iterator[None]:
+def sampling(engines: tuple[str, ...], tally: Tally) -> Iterator[None]:
     stop = threading.Event()
-    sampler = threading.Thread(target=sample_waiting, args=(engine, stop, tally), daemon=True)
+    sampler = threading.Thread(target=sample_waiting, args=(engines, stop, tally), daemon=True)
     sampler.start()
     try:
         yield
@@ -224,12 +232,15 @@ def sampling(engine: str, tally: Tally) -> Iterator[None]:
 
 
 def run(meter: bool, args: argparse.Namespace) -> dict[str, object]:
-    config = build_stack_config({"hardware": "local", "front": {"usageMeter": {"fairShare": True}}})
+    front_config = {"usageMeter": {"fairShare": True}, "routing": {"policy": args.routing}}
+    config = build_stack_config({"hardware": "local", "front": front_config})
     env = {
         "VLLM_SIM_DECODE_TOKEN_SECONDS": str(args.decode_seconds),
         "VLLM_SIM_PREFILL_TOKENS_PER_S": str(args.prefill_rate),
     }
-    with metered_front(config, KEYS, max_num_seqs=args.max_num_seqs, sim_env=env, meter=meter) as front:
+    with metered_front(
+        config, KEYS, max_num_seqs=args.max_num_seqs, sim_env=env, meter=meter, replicas=args.replicas
+    ) as front:
         a_http = httpx.Client(
             base_url=front.base, headers={"Authorization": f"Bearer {KEYS['key-a']}"}, timeout=600
         )
@@ -241,13 +252,13 @@ def run(meter: bool, args: argparse.Namespace) -> dict[str, object]:
         stop_flood(workers, stop, args)
         alone = Tally()
         now = time.monotonic()
-        with sampling(front.engine, alone):
+        with sampling(front.engines, alone):
             steady(b_client, args, now + args.alone, alone, now + 1)
         b, a = Tally(), Tally()  # both from the flood's start
         stop = threading.Event()
         workers = start_flood(a_http, args, stop, a)
         now = time.monotonic()
-        with sampling(front.engine, b):
+        with sampling(front.engines, b):
             steady(b_client, args, now + args.flood, b, now + WARM_UP_SECONDS)
         stop_flood(workers, stop, args)
         a_http.close()
@@ -282,12 +293,15 @@ def main() -> None:
     parser.add_argument("--alone", type=float, default=15.0)
     parser.add_argument("--flood", type=float, default=45.0)
     parser.add_argument("--only", choices=["before", "after"])
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--routing", choices=["prefix-affinity", "round-robin"], default="prefix-affinity")
     args = parser.parse_args()
     print(
         f"engine: --max-num-seqs {args.max_num_seqs}, {1 / args.decode_seconds:.0f} tokens/s per sequence "
         f"({args.max_num_seqs / args.decode_seconds:.0f} for the engine), prefill {args.prefill_rate} tokens/s; "
-        f"key A: {args.flood_factor} x its share of {args.max_num_seqs // 2} slots, {args.a_tokens}-token streams; "
+        f"key A: {args.flood_factor} x its share of {args.max_num_seqs * args.replicas // 2} slots, {args.a_tokens}-token streams; "
         f"key B: a 16-token stream of a {args.b_prompt_tokens}-token prompt every {args.b_interval} s; "
+        f"{args.replicas} replica(s), routing {args.routing}; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
     for name, meter in (

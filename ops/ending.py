@@ -134,7 +134,7 @@ def passed(stack: str, outputs: dict[str, Any]) -> str:
     rows = [("endpoint", endpoint or "(none: nothing deployed)")]
     if outputs.get("servedModelName"):
         rows.append(("model", str(outputs["servedModelName"])))
-    if endpoint.endswith("/v1"):
+    if endpoint.endswith("/v1") and outputs.get("target") != "kubernetes":  # no status page on the cluster
         rows.append(("page", f"{endpoint.removesuffix('v1')}status/ (opened with a glm:metricsKeys key)"))
     rows.append(("status", f"make status STACK={stack}"))
     lines = [f"Outputs (all of them: scripts/pulumi.sh stack output -s {stack}):"]

@@ -13,6 +13,11 @@ GLM_LOCAL_WEIGHTS=/var/lib/glm53-local/models/GLM-5.3-Flash-sim
 # key and passphrase salt never land there, the tracked file stays as committed, and what the user
 # sets with `scripts/pulumi.sh config set … -s local` stays set (sync_local_config).
 GLM_LOCAL_CONFIG=$GLM_STATE_DIR/Pulumi.local.yaml
+# The stacks whose config lives in such a copy: the local stack, and the same on the project's own
+# one-node Kubernetes (make up STACK=local-k8s, scripts/k8s/up.sh).
+LOCAL_STACKS=" local local-k8s "
+local_stack() { [[ $LOCAL_STACKS == *" $1 "* ]]; }
+user_config() { printf '%s\n' "$GLM_STATE_DIR/Pulumi.$1.yaml"; }
 
 say() { echo "glm53: $*" >&2; }
 
@@ -106,29 +111,32 @@ JSON
 # The user's copy of Pulumi.local.yaml, where the local stack's config lives: what the user set is
 # kept, the repository's later changes are merged in key by key (scripts/local_config.py).
 sync_local_config() {
-  python3 "$GLM_ROOT/scripts/local_config.py" "$GLM_ROOT/Pulumi.local.yaml" "$GLM_LOCAL_CONFIG"
+  local stack=${1:-local}
+  python3 "$GLM_ROOT/scripts/local_config.py" "$GLM_ROOT/Pulumi.$stack.yaml" "$(user_config "$stack")"
 }
 
 # ensure_stack STACK: select it, creating it on first use (a new user never needs `stack init`).
 ensure_stack() {
   local tracked
-  [ "$1" = local ] && sync_local_config
+  local_stack "$1" && sync_local_config "$1"
   pulumi stack select "$1" >/dev/null 2>&1 && return 0
   say "creating stack $1 in $PULUMI_BACKEND_URL"
-  [ "$1" = local ] || { pulumi stack init "$1" >/dev/null; return; }
+  local_stack "$1" || { pulumi stack init "$1" >/dev/null; return; }
   # `stack init` writes the passphrase salt into the tracked file: move it to the user's copy.
-  tracked=$(cat "$GLM_ROOT/Pulumi.local.yaml")
-  pulumi stack init local >/dev/null
-  sync_local_config
-  printf '%s\n' "$tracked" >"$GLM_ROOT/Pulumi.local.yaml"
+  tracked=$(cat "$GLM_ROOT/Pulumi.$1.yaml")
+  pulumi stack init "$1" >/dev/null
+  sync_local_config "$1"
+  printf '%s\n' "$tracked" >"$GLM_ROOT/Pulumi.$1.yaml"
 }
 
-# The local stack's API key: generated once into the user's copy of its config.
+# A local stack's API key (ensure_local_key [STACK], local by default): generated once into the
+# user's copy of its config.
 ensure_local_key() {
-  pulumi config get --path 'glm:apiKeys.local' -s local --config-file "$GLM_LOCAL_CONFIG" >/dev/null 2>&1 && return 0
-  say "generating the local stack's API key"
+  local stack=${1:-local}
+  pulumi config get --path 'glm:apiKeys.local' -s "$stack" --config-file "$(user_config "$stack")" >/dev/null 2>&1 && return 0
+  say "generating the $stack stack's API key"
   python3 -c 'import secrets; print("sk-local-" + secrets.token_hex(20))' |
-    pulumi config set --secret --path 'glm:apiKeys.local' -s local --config-file "$GLM_LOCAL_CONFIG" >/dev/null
+    pulumi config set --secret --path 'glm:apiKeys.local' -s "$stack" --config-file "$(user_config "$stack")" >/dev/null
 }
 
 # running_args VERB STACK [ARG…]: what `pulumi up`/`preview` of STACK must add to see what runs, one

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The pulumi CLI with this project's environment (venv, engine, file backend, passphrase):
 #   scripts/pulumi.sh preview --diff -s a800
-# The stack named by -s/--stack is created on first use. The local stack reads its config from the
-# user's copy of Pulumi.local.yaml (scripts/env.sh), so its key never lands in the repository.
+# The stack named by -s/--stack is created on first use. The local stacks (local, local-k8s) read
+# their config from the user's copy of Pulumi.<stack>.yaml (scripts/env.sh), so their key never
+# lands in the repository.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$GLM_ROOT"
@@ -20,14 +21,14 @@ for i in "${!args[@]}"; do
 done
 [ -n "$stack" ] && ensure_stack "$stack"
 # Only these subcommands read stack config (and accept --config-file).
-if [ "$stack" = local ]; then
-  case ${1:-} in up | preview | destroy | refresh | config | import | watch) args+=(--config-file "$GLM_LOCAL_CONFIG") ;; esac
+if [ -n "$stack" ] && local_stack "$stack"; then
+  case ${1:-} in up | preview | destroy | refresh | config | import | watch) args+=(--config-file "$(user_config "$stack")") ;; esac
 fi
 # `up` and `preview` see what runs: the engine compares the program with its state only, so a
 # stopped, removed or unhealthy container would look deployed (ops/running.py).
 if [ -n "$stack" ]; then
   local_config=()
-  [ "$stack" = local ] && local_config=(--config-file "$GLM_LOCAL_CONFIG")
+  local_stack "$stack" && local_config=(--config-file "$(user_config "$stack")")
   case ${1:-} in
     up | preview) mapfile -t seen < <(running_args "$1" "$stack" "${local_config[@]}") && args+=("${seen[@]}") ;;
   esac

@@ -1,9 +1,10 @@
 """A real one-node Kubernetes for the e2e tests: the cluster fixture, the stack's config on it,
 and what the tests read back (scripts/k8s/cluster.sh; docs/scaling.md).
 
-The fixtures ``k8s_cluster`` (started once per test module, stopped after it, leaving nothing
-behind) and ``k8s_folders`` reach every module through tests/conftest.py; the figures of every
-module go into one report (``GLM_K8S_REPORT=path``).
+The fixtures ``k8s_cluster`` (started once per session, for every Kubernetes module that runs in it:
+tests/conftest.py's ONE_CLUSTER puts them on one worker; stopped at the end, leaving nothing behind)
+and ``k8s_folders`` reach every module through tests/conftest.py; each module keeps to its own
+namespace and NodePorts. The figures of every module go into one report (``GLM_K8S_REPORT=path``).
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ def kubectl(kubeconfig: Path, *args: str, check: bool = True) -> str:
     return result.stdout
 
 
-@pytest.fixture(scope="module", name="k8s_cluster")
+@pytest.fixture(scope="session", name="k8s_cluster")
 def cluster() -> Iterator[Path]:
+    """One cluster for the session's Kubernetes modules: a start and a stop are ~40 s of CI each."""
     # The provider into Pulumi's plugin cache (a second or two when the cache is complete).
     subprocess.run([str(BUILD)], check=True, capture_output=True, timeout=120)
     started = time.monotonic()

@@ -10,7 +10,9 @@ import pytest
 
 from tests.engine import PROJECT
 
-SCRIPT_FILES = ["Pulumi.yaml", "Pulumi.local.yaml", "requirements.txt", "requirements-dev.txt"]
+SCRIPT_FILES = [
+    "Pulumi.yaml", "Pulumi.local.yaml", "Pulumi.local-k8s.yaml", "requirements.txt", "requirements-dev.txt",
+]  # fmt: skip
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import httpx
 import openai
 
 from components.config import StackConfig
+from components.docker.rotation import rotation_script
 from components.render.nginx_conf import render_nginx_conf
 from components.render.nginx_meter import METER_DIR, METRICS_PATH, MeterPeers, MeterRoute
 from tests.engine import free_port
@@ -57,6 +58,20 @@ class MeteredFront:
     restart: Callable[[int], None] = lambda _signal: None
     """Stop nginx with ``signal`` (SIGQUIT: graceful, as ``docker stop``; SIGKILL: the master and its
     workers at once, as an OOM kill of the container), then start it again on the same config."""
+    engines: tuple[str, ...] = ()
+    """Every simulator's base URL, ``replica1``'s first (the rotation's names, with ``rotation``)."""
+
+    def rotate(self, *argv: str) -> str:
+        """Run the rotation (templates/rotation.sh: ``drain replica2 REASON 0``, ``admit replica2
+        ADDRESS``...) on this front's rotation directory, then reload nginx as the container's
+        rotation does, and wait until only new workers serve. Returns what the rotation printed."""
+        done = _rotation(self.directory, *argv)
+        old = set(self.workers())
+        os.kill(self.nginx_pid(), signal.SIGHUP)
+        deadline = time.monotonic() + 10
+        while (not self.workers() or old & set(self.workers())) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return done
 
     def nginx_pid(self) -> int:
         return int((self.directory / "nginx.pid").read_text())
@@ -65,6 +80,17 @@ class MeteredFront:
         """The nginx master's worker processes now."""
         children = Path(f"/proc/{self.nginx_pid()}/task/{self.nginx_pid()}/children").read_text()
         return [int(pid) for pid in children.split()]
+
+
+def _rotation(directory: Path, *argv: str) -> str:
+    """templates/rotation.sh on ``directory/rotation``; nginx is not PID 1 here, so it only writes
+    the files (the caller reloads nginx)."""
+    script = rotation_script(
+        str(directory / "rotation"), str(directory / "status"), str(directory / "no-container-conf")
+    )
+    done = subprocess.run(["sh", "-c", script, "sh", *argv], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _alive(pid: int) -> bool:
@@ -102,6 +128,9 @@ def metered_front(
     status_port: int | None = None,
     peers: MeterPeers | None = None,
     engines: Sequence[str] | None = None,
+    rotation: bool = False,
+    max_model_len: int = 32768,
+    sim_args: Sequence[str] = (),
 ) -> Iterator[MeteredFront]:
     """``meter`` False: the front without the meter (nginx straight to the simulator). ``upstream``:
     the engine's address instead of a simulator's. ``replicas``: that many simulators, the front's
@@ -109,7 +138,9 @@ def metered_front(
     ``queue_seconds``: ``glm:front.usageMeter.queueSeconds`` instead of the config's.
     ``minute_seconds``: a budget's "minute", shortened for a test's clock. ``status_port``, ``peers``:
     one of several front pods sharing one account (meter_peers.lua); ``engines``: the simulators of
-    another front (host:port each), started by it."""
+    another front (host:port each), started by it. ``rotation``: the replicas
+    are the rotation's (templates/rotation.sh, ``replica1``...), all admitted at the start; change
+    them with ``MeteredFront.rotate``."""
     front = config.front
     if queue_seconds is not None:
         meter_config = front.usage_meter.model_copy(update={"queue_seconds": queue_seconds})
@@ -124,8 +155,9 @@ def metered_front(
         for index, each in enumerate(sim_ports if upstream is None else []):
             sim_argv = [
                 sys.executable, str(SIM), "serve", "/models/x", "--host", "127.0.0.1", "--port", str(each),
-                "--served-model-name", SERVED, "--max-model-len", "32768", "--max-num-seqs", str(max_num_seqs),
+                "--served-model-name", SERVED, "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
                 "--enable-prompt-tokens-details",  # as every stack renders it (glm:serving.enablePromptTokensDetails)
+                *sim_args,
             ]  # fmt: skip
             log = directory / ("sim.log" if index == 0 else f"sim{index}.log")
             sim = stack.enter_context(running(sim_argv, log, env))
@@ -134,15 +166,19 @@ def metered_front(
             max_num_seqs,
             replicas,
             str(directory / "usage" / "counters.json") if state_file else None,
-            max_model_len=32768,
+            max_model_len=max_model_len,
             own_clients=("smoke-gate", "semantic-probe"),
             unshared=("smoke-gate",),
             minute_seconds=minute_seconds,
             peers=peers,
         )
+        addresses = [upstream] if upstream else engine_addresses
+        for index, address in enumerate(addresses if rotation else [], 1):
+            _rotation(directory, "admit", f"replica{index}", address)
         conf = render_nginx_conf(
-            front, upstream or engine_addresses, dict(keys), listen=f"127.0.0.1:{port}",
+            front, addresses, dict(keys), listen=f"127.0.0.1:{port}",
             runtime_dir=str(directory), meter=route if meter else None, status_listen=f"127.0.0.1:{status_port}",
+            rotation_dir=str(directory / "rotation") if rotation else None,
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)
         argv = [
@@ -186,6 +222,7 @@ def metered_front(
             directory,
             f"http://{engine_addresses[0]}",
             restart,
+            tuple(f"http://{a}" for a in engine_addresses),
         )
     shutil.rmtree(directory, ignore_errors=True)
 

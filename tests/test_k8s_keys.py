@@ -184,6 +184,8 @@ def test_the_committed_kubernetes_kinds_build_and_warn_of_no_lost_key(
     front = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"]
     assert 'require("meter").access()' in front["nginx.conf"]
     assert "/meter/peers" in front["nginx.conf"]
+    # The Service picks the pod: no replica of its own for the front to route a prefix to.
+    assert "set $glm_upstream" not in front["nginx.conf"] and "map glm $glm_routes" not in front["nginx.conf"]
 
 
 # ---- honoured: the pods' readiness asks the stack's own questions --------------------------------

@@ -49,19 +49,23 @@ def test_the_users_settings_survive_and_new_tracked_defaults_still_arrive(clone:
 
 
 @pytest.mark.skipif(core_engine_missing() is not None, reason=str(core_engine_missing()))
-def test_config_set_on_the_local_stack_is_what_config_get_answers(clone: Path) -> None:
-    """The issue's first line, as the user typed it."""
+@pytest.mark.parametrize("stack", ["local", "local-k8s"])
+def test_config_set_on_the_local_stack_is_what_config_get_answers(clone: Path, stack: str) -> None:
+    """The issue's first line, as the user typed it; the same for the ready stack of the one-node
+    cluster (make up STACK=local-k8s), whose key must not land in the repository either."""
     pulumi_sh = [str(clone / "scripts" / "pulumi.sh")]
     key = "glm:serving.extraEnv.VLLM_SIM_FAULT"
     run = {"env": clone_env(clone), "capture_output": True, "text": True, "timeout": 120}
-    done = subprocess.run([*pulumi_sh, "config", "set", "--path", key, "wrong-answer", "-s", "local"], **run)
+    done = subprocess.run([*pulumi_sh, "config", "set", "--path", key, "wrong-answer", "-s", stack], **run)
     assert done.returncode == 0, done.stderr
-    got = subprocess.run([*pulumi_sh, "config", "get", "--path", key, "-s", "local"], **run)
+    got = subprocess.run([*pulumi_sh, "config", "get", "--path", key, "-s", stack], **run)
     assert (got.returncode, got.stdout.strip()) == (0, "wrong-answer"), got.stderr
-    assert (clone / "Pulumi.local.yaml").read_text() == (PROJECT / "Pulumi.local.yaml").read_text()
-    gone = subprocess.run([*pulumi_sh, "config", "rm", "glm:semanticProbe", "-s", "local"], **run)
+    tracked = f"Pulumi.{stack}.yaml"
+    assert (clone / tracked).read_text() == (PROJECT / tracked).read_text()
+    assert "VLLM_SIM_FAULT" in (clone.parent / "state" / tracked).read_text()
+    gone = subprocess.run([*pulumi_sh, "config", "rm", "glm:semanticProbe", "-s", stack], **run)
     assert gone.returncode == 0, gone.stderr
-    listed = subprocess.run([*pulumi_sh, "config", "--json", "-s", "local"], **run)
+    listed = subprocess.run([*pulumi_sh, "config", "--json", "-s", stack], **run)
     # Pulumi.yaml's empty default, which the program reads as "not set".
     assert json.loads(listed.stdout)["glm:semanticProbe"]["objectValue"] == {}
 

@@ -413,7 +413,9 @@ def test_a_multi_host_stack_passes_the_policy_pack(tls: bool) -> None:
     )
     conf = unwrap(deployment.one(GATE, "front-config").inputs)["nginx_conf"]
     assert "include replica-guard-auth.conf;" in conf
-    assert ("proxy_pass https://vllm/v1/chat/completions;" in conf) is tls
+    # The generation routes go to the replica prefix affinity names (docs/scaling.md), the others to vllm.
+    assert ("proxy_pass https://$glm_upstream/v1/chat/completions;" in conf) is tls
+    assert ("proxy_pass https://vllm/v1/models;" in conf) is tls
 
 
 def test_several_hosts_without_tls_need_the_plain_http_opt_in() -> None:

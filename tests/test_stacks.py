@@ -90,9 +90,9 @@ def test_glm_docker_host_points_the_provider_and_the_host_at_another_engine(
 def test_curl_output_is_shell_quoted_json() -> None:
     import shlex
 
-    from components.docker.deployment import _curl
+    from components.serving.spec import curl_command
 
-    argv = shlex.split(_curl("http://localhost:8080/v1", "m'$(id)'"))
+    argv = shlex.split(curl_command("http://localhost:8080/v1", "m'$(id)'"))
     body = json.loads(argv[argv.index("-d") + 1])
     assert body["model"] == "m'$(id)'"
     assert argv[2] == "http://localhost:8080/v1/chat/completions"

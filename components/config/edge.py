@@ -4,7 +4,7 @@ preflight, the semantic probe that runs the gate's checks on a schedule, and the
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -112,6 +112,34 @@ class UsageMeterConfig(Model):
     )
 
 
+def _load_factor(value: float) -> float:
+    if not 1 < value <= 4:  # NaN too
+        raise ValueError(
+            f"{value:g} is no load bound for prefix affinity. Fix: a factor above 1 (the default 1.25): a "
+            "replica takes new conversations until it carries that multiple of the mean requests in flight; "
+            "1 would send nearly every request past its replica, above 4 lets one replica take most of the load"
+        )
+    return value
+
+
+class RoutingConfig(Model):
+    """How the front picks a replica for a generation request (docs/scaling.md "Prefix affinity")."""
+
+    policy: Literal["prefix-affinity", "round-robin"] = Field(
+        "prefix-affinity",
+        description="`prefix-affinity`: a conversation goes to the replica that served its last turn, where "
+        "vLLM's prefix cache holds its history (keyed on `prompt_cache_key`, else its system prompt and first "
+        "user message; rendezvous hashing over the replicas in rotation, within `loadFactor`); measured "
+        "against round-robin in docs/scaling.md. `round-robin`: nginx's, regardless of content. Runs in the "
+        "usage meter: with the meter off the front is round-robin. With one replica there is nothing to choose.",
+    )
+    load_factor: Annotated[float, AfterValidator(_load_factor)] = Field(
+        1.25,
+        description="Prefix affinity's bound: no replica takes a request while it carries this multiple of "
+        "the mean requests in flight (rounded up); the request goes to the next replica in its order.",
+    )
+
+
 class FrontConfig(Model):
     image: str = Field(
         "openresty/openresty:1.27.1.2-bookworm",
@@ -126,6 +154,7 @@ class FrontConfig(Model):
     keepalive: Positive = Field(32, description="Upstream keepalive connections.")
     rate_limit: RateLimitConfig = Field(default_factory=RateLimitConfig)
     usage_meter: UsageMeterConfig = Field(default_factory=UsageMeterConfig)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
     tls: bool = Field(False, description="Serve TLS with `glm:tlsCertificate`/`glm:tlsKey`.")
     tls_name: str | None = Field(
         None,
@@ -166,6 +195,22 @@ class FrontConfig(Model):
                 f"glm:front.readTimeoutSeconds={self.read_timeout_seconds}: nginx would give up on the "
                 "waiting request (a 504) before the meter answers its 429 with Retry-After. Fix: "
                 f"queueSeconds below {self.read_timeout_seconds} (the default 10), or a longer readTimeoutSeconds."
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _affinity_needs_the_meter(self) -> FrontConfig:
+        """Prefix affinity reads the request's body in the meter's access phase: without the meter
+        nginx cannot see the conversation. Left at its default, the front is round-robin then."""
+        if (
+            "policy" in self.routing.model_fields_set
+            and self.routing.policy == "prefix-affinity"
+            and not self.usage_meter.enabled
+        ):
+            raise ValueError(
+                "glm:front.routing.policy=prefix-affinity needs the usage meter, which reads the request's "
+                "body to find its conversation, and glm:front.usageMeter.enabled is false. Fix: turn the "
+                "meter on, or set glm:front.routing.policy round-robin (or leave it unset)."
             )
         return self
 

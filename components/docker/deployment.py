@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import shlex
 from typing import Any
 
 import pulumi
@@ -38,7 +36,7 @@ from components.render.nginx_meter import meter_route
 from components.secrets import Secrets, StackKeys
 from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec
 from components.serving.replica_credentials import GuardCredentials, guard_credentials
-from components.serving.spec import ServingSpec, command_line, render_serving
+from components.serving.spec import ServingSpec, command_line, curl_command, render_serving
 from components.smoke_gate import SmokeTest, SmokeTestArgs
 
 
@@ -272,7 +270,7 @@ def _outputs(
         "vllmArgs": serving.argv,
         "vllmFlags": serving.shown_flags,
         "imageRef": home.image.ref,
-        "curl": front.url.apply(lambda url: _curl(url, serving.served_name)),
+        "curl": front.url.apply(lambda url: curl_command(url, serving.served_name)),
         "prometheusUrl": monitoring.url,
         "cacheVolume": home.volume.cache_volume_name,
         "smoke": smoke.results,
@@ -316,16 +314,3 @@ def _fleet_outputs(
     if promoted is not None:
         outputs["promotedFrom"] = promoted.apply(lambda ref: {"stack": promote_from, "imageRef": ref})
     return outputs
-
-
-def _curl(url: str, served_name: str) -> str:
-    """A command to paste: every value shell-quoted, the body built as JSON (never by hand)."""
-    body = json.dumps(
-        {"model": served_name, "messages": [{"role": "user", "content": "What is 13*17?"}]},
-        separators=(",", ":"),
-    )
-    return (
-        f"curl -s {shlex.quote(url + '/chat/completions')} "
-        '-H "Authorization: Bearer $GLM_API_KEY" '
-        f"-H 'Content-Type: application/json' -d {shlex.quote(body)}"
-    )

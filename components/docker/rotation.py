@@ -35,6 +35,7 @@ from components.docker.nginx_reload import (
 from components.render.nginx_conf import (
     ROTATION_DIR,
     STATUS_DIR,
+    replica_group,
     replica_server,
     upstream_server,
 )
@@ -43,18 +44,33 @@ from components.template import shell_program
 
 _ADDRESS = '$(cat "$f")'
 """A replica's address where rotation.sh writes its ``server`` line: its ``.address`` file."""
-SCRIPT = shell_program(
-    "rotation.sh",
-    {
-        "ROOT": ROTATION_DIR,
-        "STATUS": STATUS_DIR,
-        "CURRENT_CONF": CURRENT_CONF,
-        "SERVER_IN": replica_server(_ADDRESS),
-        "SERVER_OUT": upstream_server(_ADDRESS, down=True),
-        "TRIES": str(RELOAD_WAIT_SECONDS * 20),
-        "WAIT": str(RELOAD_WAIT_SECONDS),
-    },
-)
+_GROUP = replica_group("$name", _ADDRESS, ['$(cat "$g")'])
+"""A replica's own upstream (prefix affinity), as rotation.sh writes it: ``$g`` is each other replica in."""
+
+
+def rotation_script(
+    root: str = ROTATION_DIR, status: str = STATUS_DIR, current_conf: str = CURRENT_CONF
+) -> str:
+    """templates/rotation.sh for a front whose rotation lies in ``root`` (a harness may put it elsewhere)."""
+    return shell_program(
+        "rotation.sh",
+        {
+            "ROOT": root,
+            "STATUS": status,
+            "CURRENT_CONF": current_conf,
+            "SERVER_IN": replica_server(_ADDRESS),
+            "SERVER_OUT": upstream_server(_ADDRESS, down=True),
+            "GROUP_OPEN": _GROUP[0],
+            "GROUP_SERVER": _GROUP[1],
+            "GROUP_BACKUP": _GROUP[2],
+            "GROUP_CLOSE": "\n".join(_GROUP[3:]),
+            "TRIES": str(RELOAD_WAIT_SECONDS * 20),
+            "WAIT": str(RELOAD_WAIT_SECONDS),
+        },
+    )
+
+
+SCRIPT = rotation_script()
 EXEC_TIMEOUT_SECONDS = 90
 """A rotation change is a file write, ``nginx -t`` and a reload: seconds, plus the drain's grace."""
 

@@ -13,6 +13,7 @@ them (server-side apply).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from typing import Any
@@ -37,6 +38,8 @@ from components.kubernetes.front import KubernetesFront, KubernetesFrontArgs, up
 from components.kubernetes.guard import PodGuard, PodGuardArgs, pod_serving
 from components.kubernetes.images import ClusterImages, ClusterImagesArgs, build_engine
 from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs, alert_look_at
+from components.kubernetes.pod_events import config_keys
+from components.kubernetes.preflight import check_cluster, container_keys
 from components.kubernetes.semantic_probe import KubernetesSemanticProbe, KubernetesSemanticProbeArgs
 from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
 from components.kubernetes.teardown import PodsGone
@@ -47,7 +50,7 @@ from components.render.prometheus_config import ScrapeSpec
 from components.render.replica_guard import SCRAPER
 from components.secrets import Secrets, StackKeys
 from components.semantic_probe_spec import SemanticProbeSpec
-from components.serving.spec import ServingSpec, command_line, render_serving
+from components.serving.spec import ServingSpec, command_line, curl_command, render_serving
 from components.smoke_gate import SmokeTest, SmokeTestArgs
 
 
@@ -66,6 +69,7 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     """Create the stack's objects on the cluster and return the stack outputs."""
     k8s_target = config.target.kubernetes
     assert k8s_target is not None
+    check_cluster(config)  # what the API server knows would stall `up`: refused before anything is created
     unbound = render_serving(config)
     serving = pod_serving(unbound)  # vLLM on the pod's loopback, behind its guard
     images = _cluster_images(config, k8s_target, stack)
@@ -73,8 +77,9 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     in_ns = _in_namespace(k8s_target, stack, grace_seconds(pod, k8s_target))
     cache = JitCache(f"{stack}-jit-cache", k8s_target, stack, opts=in_ns)
     guard = PodGuard(stack, PodGuardArgs(config.front, serving.port, k8s_target, stack), opts=in_ns)
+    named = config_keys(config, container_keys(config))  # what the roll's failures name
     pods = ServingPods(
-        f"{stack}-vllm", _pods_args(pod, serving, k8s_target, stack, images, guard, cache), opts=in_ns
+        f"{stack}-vllm", _pods_args(pod, serving, k8s_target, stack, images, guard, cache, named), opts=in_ns
     )
     probe = config.semantic_probe if semantic_probe_runs(config) else None
     scrape = _scrape_args(config, k8s_target, stack, images, guard, probe, pods)
@@ -92,7 +97,10 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             keys,
             guard,
             images,
-            meter_route(config, k8s_target.replicas) if usage_meter_runs(config) else None,
+            # The Service picks the pod: no prefix affinity at the front (docs/scaling.md).
+            dataclasses.replace(meter_route(config, k8s_target.replicas), routes_replicas=False)
+            if usage_meter_runs(config)
+            else None,
             config.monitoring.scrape_interval,
             monitoring.address,
         ),
@@ -124,6 +132,7 @@ def _cluster_images(config: StackConfig, k8s_target: KubernetesTargetConfig, sta
             front_image=config.front.image,
             prometheus_image=config.monitoring.image,
             load_command=k8s_target.image_load_template,
+            build_platform=config.target.hosts[0].build_platform,
         ),
         opts=pulumi.ResourceOptions(providers=[build_engine(config.target.hosts[0], stack)]),
     )
@@ -155,6 +164,7 @@ def _pods_args(
     images: ClusterImages,
     guard: PodGuard,
     cache: JitCache,
+    keys: dict[str, str],
 ) -> ServingPodsArgs:
     return ServingPodsArgs(
         stack=stack,
@@ -166,6 +176,7 @@ def _pods_args(
         guard=guard,
         cache=cache,
         after=images.loaded,
+        keys=keys,
     )
 
 
@@ -297,6 +308,9 @@ def _outputs(
 ) -> dict[str, Any]:
     return {
         "endpoint": k8s_target.front_url,
+        "servedModelName": serving.served_name,
+        # What `make up` ends with, as on Docker hosts: a chat to paste, the key from $GLM_API_KEY.
+        "curl": curl_command(k8s_target.front_url, serving.served_name),
         "target": "kubernetes",
         "namespace": k8s_target.namespace,
         "replicas": k8s_target.replicas,

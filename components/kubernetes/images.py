@@ -38,6 +38,9 @@ class ClusterImagesArgs:
     load_command: str | None
     """``glm:target.kubernetes.imageLoadCommand`` (``{{image}}`` the reference, ``image_load_template``);
     None: the nodes pull."""
+    build_platform: str | None = None
+    """What the builds are for, where known (``HostConfig.build_platform`` of the building host), as
+    on Docker hosts: unset, the Docker provider warns that it assumes one, once per image."""
 
 
 def build_engine(builder: HostConfig, stack: str) -> docker.Provider:
@@ -74,7 +77,9 @@ class ClusterImages(pulumi.ComponentResource):
         super().__init__("glm:k8s_images:ClusterImages", name, None, opts)
         child = moved_from_root(self)
         if args.serving_image.to_build is not None:
-            self.serving = ServingImage(f"{name}-image", args.serving_image, opts=child).ref
+            self.serving = ServingImage(
+                f"{name}-image", args.serving_image, opts=child, platform=args.build_platform
+            ).ref
         else:
             assert args.serving_image.reference is not None
             self.serving = pulumi.Output.from_input(args.serving_image.reference)
@@ -87,6 +92,7 @@ class ClusterImages(pulumi.ComponentResource):
                 dockerfile=f"{context}/Dockerfile",
                 args={"BASE_IMAGE": args.gate_base_image},
                 builder_version=docker.BuilderVersion.BUILDER_BUILD_KIT,
+                platform=args.build_platform,
             ),
             skip_push=True,
             opts=child,

@@ -11,6 +11,10 @@ A pod has failed when one of its containers has, in a way the kubelet will not h
 - it cannot start (its image cannot be pulled, its config refers to a missing Secret, ...);
 - the pod itself failed (evicted).
 
+A pod that has not started reads from its events as well (components/kubernetes/pod_events.py): a
+volume that will not mount, a pod no node takes once no old pod is stopping, an image the node
+cannot get, a sandbox that cannot be made; each quoted with the config key behind it.
+
 Anything else is still coming: scheduling (maxSurge 0: the new pod waits for the old one's cards),
 pulling, a weights load of many minutes, a readiness gate not yet passed. The roll's deadline
 covers those.
@@ -21,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from components.kubernetes.pod_events import pods_failure
 from components.kubernetes.workload import TEMPLATE_ANNOTATION
 
 State = Literal["coming", "ready", "failed"]
@@ -32,6 +37,7 @@ FAILING_WAITS = frozenset(
         "CrashLoopBackOff",
         "ImagePullBackOff",
         "ErrImagePull",
+        "ErrImageNeverPull",
         "InvalidImageName",
         "CreateContainerConfigError",
         "CreateContainerError",
@@ -49,6 +55,9 @@ class Verdict:
     state: State
     detail: str
     """For a failure: which pod, which container, how, and its own message quoted."""
+    settles: bool = False
+    """A failure that counts only once it has lasted a few seconds (a pod no node takes: the
+    scheduler tries again a moment after an old pod's cards are free)."""
 
 
 def quoted(message: str) -> str:
@@ -126,16 +135,36 @@ def _progress(pod: dict[str, Any]) -> str:
     return status.get("phase", "Pending")
 
 
-def roll_verdict(deployment: dict[str, Any], pods: list[dict[str, Any]], template: str) -> Verdict:
+def _of_template(pod: dict[str, Any], template: str) -> bool:
+    return (pod.get("metadata", {}).get("annotations") or {}).get(TEMPLATE_ANNOTATION) == template
+
+
+def pending(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods not started yet (phase ``Pending``): what their events may say that they cannot."""
+    return [p for p in pods if (p.get("status") or {}).get("phase", "Pending") == "Pending"]
+
+
+def roll_verdict(
+    deployment: dict[str, Any],
+    pods: list[dict[str, Any]],
+    template: str,
+    events: list[dict[str, Any]] | None = None,
+    keys: dict[str, str] | None = None,
+) -> Verdict:
     """The roll of ``deployment`` to the pod template whose ``glm53/template`` annotation is
-    ``template``: failed when one of its pods failed or the Deployment gave up, ready when the
-    Deployment says rolled out (``kubectl rollout status``'s rule), else coming."""
+    ``template``: failed when one of its pods failed (its containers, or its events: ``events`` in
+    the namespace, ``keys`` naming the config behind a volume, an image or the cards) or the
+    Deployment gave up, ready when the Deployment says rolled out (``kubectl rollout status``'s
+    rule), else coming."""
     new = [
-        p
-        for p in pods
-        if (p.get("metadata", {}).get("annotations") or {}).get(TEMPLATE_ANNOTATION) == template
-        and not p.get("metadata", {}).get("deletionTimestamp")
+        p for p in pods if _of_template(p, template) and not p.get("metadata", {}).get("deletionTimestamp")
     ]
+    stopping = any(
+        not _of_template(p, template) and p.get("metadata", {}).get("deletionTimestamp") for p in pods
+    )
+    said = pods_failure(events or [], pending(new), keys or {}, old_pods_left=stopping)
+    if said is not None:
+        return Verdict(FAILED, said[0], settles=said[1])
     verdicts = [pod_verdict(p) for p in sorted(new, key=lambda p: p["metadata"].get("name", ""))]
     failed = [v for v in verdicts if v.state == FAILED]
     if failed:

@@ -8,7 +8,9 @@ did not become ready. So the serving Deployment is applied without that wait
 ``POLL_SECONDS`` they read the Deployment and its pods with ``kubectl`` (the user's kubeconfig and
 context; it handles every way a kubeconfig authenticates) and decide with
 components/kubernetes/pod_status.py. A failed pod fails ``up`` within seconds, naming the pod, the
-container and its own last lines; a roll that only stalls fails at the same deadline as before.
+container and its own last lines; a pod that has not started, its events too (a volume, the
+scheduler, an image, the sandbox: components/kubernetes/pod_events.py), naming the config key
+behind them. A roll that only stalls fails at the same deadline as before.
 """
 
 from __future__ import annotations
@@ -23,11 +25,14 @@ import pulumi.dynamic
 
 POLL_SECONDS = 2.0
 KUBECTL_TIMEOUT_SECONDS = 30
+SETTLE_SECONDS = 6.0
+"""How long a failure that must last (a pod no node takes) stands before it fails ``up``."""
 WATCHED = (
     "context",
     "deadline_seconds",
     "deployment",
     "generation",
+    "keys",
     "kubeconfig",
     "namespace",
     "selector",
@@ -37,7 +42,7 @@ WATCHED = (
 """The inputs that make a new roll to watch (``template``: the pod template's digest; ``generation``:
 the Deployment's, so that a change back to the template of a roll that failed is watched too)."""
 VERSION = hashlib.sha256(
-    b"".join(Path(__file__).with_name(f).read_bytes() for f in ("roll.py", "pod_status.py"))
+    b"".join(Path(__file__).with_name(f).read_bytes() for f in ("roll.py", "pod_status.py", "pod_events.py"))
 ).hexdigest()[:12]
 
 
@@ -65,13 +70,15 @@ def watch_roll(props: dict[str, Any]) -> dict[str, Any]:
     import subprocess
     import time
 
-    from components.kubernetes.pod_status import FAILED, READY, roll_verdict
+    from components.kubernetes.pod_status import FAILED, READY, pending, roll_verdict
     from components.provider_errors import OperatorError, report_plainly
 
     report_plainly()
     started = time.monotonic()
     deadline = started + float(props["deadline_seconds"])
     said, problem = "", ""
+    lasting: dict[str, float] = {}
+    """A failure that must last (``Verdict.settles``) → when it was first seen."""
 
     def get(*what: str) -> Any:
         argv = kubectl_argv(props, "get", *what, "--output", "json")
@@ -86,6 +93,10 @@ def watch_roll(props: dict[str, Any]) -> dict[str, Any]:
         try:
             deployment = get("deployment", str(props["deployment"]))
             pods = get("pods", "--selector", str(props["selector"]))["items"]
+            # Only while a pod has not started: what stops it before its containers is in its events.
+            events = (
+                get("events", "--field-selector", "involvedObject.kind=Pod")["items"] if pending(pods) else []
+            )
         except FileNotFoundError:
             raise OperatorError(
                 "the serving pods' roll is watched with kubectl, which is not on PATH. Fix: install kubectl "
@@ -98,8 +109,13 @@ def watch_roll(props: dict[str, Any]) -> dict[str, Any]:
                 say(f"kubectl failed, trying again: {problem}")
                 said = problem
         else:
-            verdict = roll_verdict(deployment, pods, str(props["template"]))
-            if verdict.state == FAILED:
+            verdict = roll_verdict(
+                deployment, pods, str(props["template"]), events, dict(props.get("keys") or {})
+            )
+            first_seen = lasting.setdefault(verdict.detail, time.monotonic()) if verdict.settles else None
+            if first_seen is not None and time.monotonic() - first_seen < SETTLE_SECONDS:
+                problem = verdict.detail  # not yet: the scheduler may place it in a moment
+            elif verdict.state == FAILED:
                 raise OperatorError(
                     f"the serving pods' roll failed after {time.monotonic() - started:.0f} s: {verdict.detail}\n"
                     "The pods of the previous template keep serving (maxUnavailable 1: one fewer while this "
@@ -173,6 +189,9 @@ class RollWatchArgs:
     the good config changed the Deployment but not the watch, and ``up`` ended before the pods had."""
     deadline_seconds: int
     """How long a roll may take before it fails (the old rollout timeout)."""
+    keys: dict[str, str]
+    """``volume:<name>``, ``container:<name>``, ``claim:<name>``, ``cards`` → the config key behind
+    it and its fix (``pod_events.config_keys``): what a failure read from the pods' events names."""
 
 
 class RollWatch(pulumi.dynamic.Resource):

@@ -101,6 +101,8 @@ class ServingPodsArgs:
     """The JIT cache's claim the pods mount."""
     after: list[pulumi.Resource]
     """What the pods wait for besides: the images' loads onto the nodes."""
+    keys: dict[str, str]
+    """What the roll's watch names when a pod's events say it cannot come up (``RollWatchArgs.keys``)."""
 
 
 class ServingPods(pulumi.ComponentResource):
@@ -158,6 +160,7 @@ class ServingPods(pulumi.ComponentResource):
                 ),
                 generation=self.deployment.metadata.apply(lambda m: m.generation if m else None),
                 deadline_seconds=serving.load_deadline_seconds * k8s_target.replicas + ROLLOUT_MARGIN_SECONDS,
+                keys=args.keys,
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.deployment]),
         )

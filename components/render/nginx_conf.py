@@ -26,7 +26,7 @@ from components.render.nginx_clients import (
     render_key_map,
     render_server_tls,
 )
-from components.render.nginx_meter import MeterRoute, meter_conf
+from components.render.nginx_meter import MeterRoute, meter_conf, routes_by_prefix
 from components.render.status_page import render_front_conf as render_status_page
 from components.template import render_file
 
@@ -92,11 +92,23 @@ WORKER_PROCESSES = 4
 OLD_WORKER_GRACE_SECONDS = 900
 """``worker_shutdown_timeout``: after a reload, requests already in flight (a removed key's streams
 included) may run this long on the old workers; longer ones are closed then."""
+REPLICA_GROUP_PREFIX = "glm_replica_"
+"""Prefix affinity: the upstream of replica ``NAME`` is ``glm_replica_NAME`` (meter_route.lua's PREFIX)."""
+REPLICA_GROUP_KEEPALIVE = 16
+"""Idle connections each replica's own upstream keeps (``glm:front.keepalive`` is the shared one's)."""
+ROUTES_CONF = "routes.conf"
+ROUTES_MAP = "routes.map"
+"""What the rotation writes for prefix affinity: each replica's upstream, and the names in rotation."""
 _UPSTREAM = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}")
 
 
 def upstream_server(
-    address: str, *, max_fails: int | None = None, fail_timeout_seconds: int | None = None, down: bool = False
+    address: str,
+    *,
+    max_fails: int | None = None,
+    fail_timeout_seconds: int | None = None,
+    down: bool = False,
+    backup: bool = False,
 ) -> str:
     """One ``server`` line of ``upstream vllm``, from every renderer: nginx.conf's inline replicas,
     the rotation's file (templates/rotation.sh: ``address`` is the shell's ``$(cat "$f")``) and the
@@ -110,17 +122,64 @@ def upstream_server(
     parameters = [f"max_fails={max_fails}"] if max_fails is not None else []
     parameters += [f"fail_timeout={fail_timeout_seconds}s"] if fail_timeout_seconds is not None else []
     parameters += ["down"] if down else []
+    parameters += ["backup"] if backup else []
     return " ".join(["server", address, *parameters]) + ";"
 
 
-def replica_server(address: str) -> str:
+def replica_server(address: str, *, backup: bool = False) -> str:
     """A replica in rotation, skipped for a while after it fails (``UPSTREAM_MAX_FAILS``).
 
     >>> replica_server("10.0.0.2:8000")
     'server 10.0.0.2:8000 max_fails=2 fail_timeout=30s;'
     """
     return upstream_server(
-        address, max_fails=UPSTREAM_MAX_FAILS, fail_timeout_seconds=UPSTREAM_FAIL_TIMEOUT_SECONDS
+        address,
+        max_fails=UPSTREAM_MAX_FAILS,
+        fail_timeout_seconds=UPSTREAM_FAIL_TIMEOUT_SECONDS,
+        backup=backup,
+    )
+
+
+def replica_group(name: str, address: str, backups: Sequence[str]) -> list[str]:
+    """Prefix affinity: the upstream the meter names for replica ``name``: its own server, and the
+    other replicas in rotation as backups, so a connect it refuses still goes on to one of them
+    (``proxy_next_upstream``). Lines of nginx.conf, or of rotation.sh (the addresses are then the
+    shell's ``$(cat ...)``; ``backups`` one line to repeat).
+
+    >>> replica_group("box1", "10.0.0.2:8000", ["10.0.0.3:8000"])  # doctest: +NORMALIZE_WHITESPACE
+    ['upstream glm_replica_box1 {', '    server 10.0.0.2:8000 max_fails=2 fail_timeout=30s;',
+     '    server 10.0.0.3:8000 max_fails=2 fail_timeout=30s backup;', '    keepalive 16;',
+     '    keepalive_timeout 4s;', '}']
+    """
+    return [
+        f"upstream {REPLICA_GROUP_PREFIX}{name} {{",
+        f"    {replica_server(address)}",
+        *(f"    {replica_server(other, backup=True)}" for other in backups),
+        f"    keepalive {REPLICA_GROUP_KEEPALIVE};",
+        f"    keepalive_timeout {UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS}s;",
+        "}",
+    ]
+
+
+def _replica_groups(upstream: Sequence[str] | None, rotation_dir: str) -> str:
+    """Prefix affinity's part of the http block: the replicas' own upstreams and the names of those in
+    rotation (``$glm_routes``), from the rotation's files, or ``upstream`` inline (named ``replica1``...)."""
+    if upstream is None:
+        names, groups = "", f"    include {rotation_dir}/{ROUTES_CONF[:-1]}[{ROUTES_CONF[-1]}];"
+        listed = f"\n        include {rotation_dir}/{ROUTES_MAP[:-1]}[{ROUTES_MAP[-1]}];"
+    else:
+        named = {f"replica{i}": address for i, address in enumerate(upstream, 1)}
+        names, listed = " ".join(named), ""
+        lines = [
+            line
+            for name, address in named.items()
+            for line in replica_group(name, address, [a for a in upstream if a != address])
+        ]
+        groups = "\n".join(f"    {line}" for line in lines)
+    return (
+        "    # Prefix affinity (components/host/meter/meter_route.lua): each replica in rotation has an\n"
+        "    # upstream of its own, which the meter names for a request; $glm_routes lists them.\n"
+        f'    map glm $glm_routes {{\n        default "{names}";{listed}\n    }}\n{groups}'
     )
 
 
@@ -205,6 +264,7 @@ def _render(
         "rate_limit_zones": zones,
         "rate_limits": limits,
         "upstream_servers": _upstream_servers(upstream, rotation_dir),
+        "replica_groups": _replica_groups(upstream, rotation_dir) if routes_by_prefix(front, meter) else "",
         "upstream_scheme": scheme,
         "proxy_settings": proxy_settings,
         "load_modules": f"include {LUA_MODULES_INCLUDE};" if meter is not None else "",
@@ -320,18 +380,21 @@ def render_nginx_conf(
     meter: MeterRoute | None = None,
     status_listen: str = str(STATUS_PORT),
     prometheus: str | None = None,
+    rotation_dir: str | None = None,
 ) -> str:
     """The same config as one self-contained file, keys inline (what nginx sees once it has read
     the includes): for harnesses that run one ``nginx -c`` file, such as the gate's tests.
 
     ``upstream`` is vLLM's ``host:port`` (``vllm:8000``); ``tls_dir`` holds ``tls.crt``/``tls.key``;
-    ``meter``: the usage meter in the inference routes, its counters on ``status_listen``.
+    ``meter``: the usage meter in the inference routes, its counters on ``status_listen``;
+    ``rotation_dir``: the replicas are the rotation's there (templates/rotation.sh), not ``upstream``.
     """
     metrics_keys = metrics_keys or {}
     check_keys(api_keys, metrics_keys)
+    listed = [upstream] if isinstance(upstream, str) else list(upstream)
     return _render(
         front,
-        [upstream] if isinstance(upstream, str) else list(upstream),
+        listed if rotation_dir is None else None,
         api_key_entries=_indented(render_key_map(api_keys)),
         metrics_key_entries=_indented(render_key_map(metrics_keys)),
         tls_paths=(f"{tls_dir}/{TLS_CERT}", f"{tls_dir}/{TLS_KEY}") if tls else None,
@@ -340,4 +403,5 @@ def render_nginx_conf(
         meter=meter,
         status_listen=status_listen,
         prometheus=prometheus,
+        rotation_dir=rotation_dir or ROTATION_DIR,
     )

@@ -26,6 +26,7 @@ LUA_MODULES = (
     "meter_budget",
     "meter_counters",
     "meter_peers",
+    "meter_route",
     "meter",
 )
 """The meter's Lua modules, each ``meter/<name>.lua``; ``meter`` is the one nginx calls."""
@@ -86,6 +87,9 @@ class MeterRoute:
     """A budget's "minute": a harness's test clock may shorten it; a stack never does."""
     peers: MeterPeers | None = None
     """The other front pods that share the account (Kubernetes); None: this front is the only one."""
+    routes_replicas: bool = True
+    """The front sees each replica (a Docker host's rotation), so prefix affinity can pick one. False
+    on Kubernetes: the front's one upstream is the serving Service, which picks the pod itself."""
 
 
 def meter_route(config: StackConfig, replicas: int) -> MeterRoute:
@@ -96,6 +100,17 @@ def meter_route(config: StackConfig, replicas: int) -> MeterRoute:
         max_model_len=config.serving.max_model_len,
         own_clients=(GATE_METRICS_CLIENT, config.semantic_probe.client_name),
         unshared=(GATE_METRICS_CLIENT,),
+    )
+
+
+def routes_by_prefix(front: FrontConfig, meter: MeterRoute | None) -> bool:
+    """Whether the front picks each generation request's replica by its prefix (meter_route.lua):
+    prefix affinity asked for, the meter on (it reads the body), and more than one replica to choose from."""
+    return (
+        meter is not None
+        and meter.routes_replicas
+        and front.routing.policy == "prefix-affinity"
+        and meter.replicas > 1
     )
 
 
@@ -119,8 +134,8 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
 
     >>> meter_settings(FrontConfig(), MeterRoute(8, state_file=None))  # doctest: +NORMALIZE_WHITESPACE
     '{"default_limits": null, "exempt": [], "fair_share": true, "limits": {}, "max_model_len": 0,
-      "minute_seconds": 60, "queue_seconds": 10.0, "slots": 8, "state_file": null, "unshared": [],
-      "weights": {}}'
+      "minute_seconds": 60, "queue_seconds": 10.0, "routing": null, "slots": 8, "state_file": null,
+      "unshared": [], "weights": {}}'
     """
     limits = {name: _limits(value) for name, value in sorted(front.usage_meter.limits.items())}
     default = front.usage_meter.default_limits
@@ -132,6 +147,7 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
         "max_model_len": meter.max_model_len,
         "minute_seconds": meter.minute_seconds,
         "queue_seconds": front.usage_meter.queue_seconds,
+        "routing": {"load_factor": front.routing.load_factor} if routes_by_prefix(front, meter) else None,
         "slots": meter.slots_per_replica,
         "state_file": meter.state_file,
         "unshared": sorted(meter.unshared),
@@ -176,8 +192,18 @@ def meter_conf(
             "rotation_count": count,
         },
     )
+    # With prefix affinity the meter names the request's replica group in $glm_upstream (nginx's
+    # upstream of that replica, the others its backups); anything it did not route goes round-robin.
+    affinity = routes_by_prefix(front, meter)
+    chosen = {
+        "set_upstream": "            set $glm_upstream vllm;" if affinity else "",
+        "upstream": "$glm_upstream" if affinity else "vllm",
+    }
     located = "".join(
-        render_file("nginx-meter-route.conf", {"route": route, "scheme": scheme, "body_buffer": SMALL_BODY})
+        render_file(
+            "nginx-meter-route.conf",
+            {"route": route, "scheme": scheme, "body_buffer": SMALL_BODY, **chosen},
+        )
         if route in GENERATION_ROUTES
         else render_file("nginx-meter-count-route.conf", {"route": route, "scheme": scheme})
         for route in routes

@@ -11,6 +11,7 @@ one changed element of ``command``. The flags themselves are rendered by ``compo
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,6 +77,20 @@ def render_devices(config: StackConfig) -> list[str]:
 def command_line(argv: Sequence[str]) -> str:
     """The full command line, for reviewers and operators (shell-quoted)."""
     return shlex.join(["vllm", "serve", *argv])
+
+
+def curl_command(url: str, served_name: str) -> str:
+    """The ``curl`` output, a chat through the front at ``url`` to paste: every value shell-quoted,
+    the body built as JSON (never by hand), the key read from ``$GLM_API_KEY``."""
+    body = json.dumps(
+        {"model": served_name, "messages": [{"role": "user", "content": "What is 13*17?"}]},
+        separators=(",", ":"),
+    )
+    return (
+        f"curl -s {shlex.quote(url + '/chat/completions')} "
+        '-H "Authorization: Bearer $GLM_API_KEY" '
+        f"-H 'Content-Type: application/json' -d {shlex.quote(body)}"
+    )
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,8 @@ mkdir -p /run/netns /run/lock
 if [ -d /var/lib/glm53-local ]; then
     mkdir -p $STATE/varlib/glm53-local && mount --bind /var/lib/glm53-local $STATE/varlib/glm53-local
 fi
-mount --bind $STATE/varlib /var/lib
+# --rbind: with the glm53-local bind inside it (a plain --bind leaves the node an empty folder there).
+mount --rbind $STATE/varlib /var/lib
 mount --bind $STATE/varlog /var/log
 # The kubelet sets these three sysctls: it gets private files, the host's settings stay.
 mount --bind $STATE/sysctl/overcommit_memory /proc/sys/vm/overcommit_memory

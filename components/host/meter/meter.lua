@@ -17,6 +17,7 @@ local shares = require("meter_shares")
 local budgets = require("meter_budget")
 local counters = require("meter_counters")
 local peers = require("meter_peers")
+local route = require("meter_route")
 
 local M = {}
 
@@ -26,7 +27,7 @@ local FLUSH_SECONDS = 2
 local WAIT_STEP_SECONDS = 0.005
 ffi.cdef("int kill(int pid, int sig);")
 
-local config = { weights = {}, fair_share = true, slots = 0, queue_seconds = 0, state_file = nil }
+local config = { weights = {}, fair_share = true, slots = 0, queue_seconds = 0, state_file = nil, routing = nil }
 local dict
 
 local function sharing()
@@ -100,8 +101,14 @@ local function reclaim_dead_workers()
   end
   for _, key in ipairs(dict:get_keys(0)) do
     local pid, name = key:match("^by_pid:(%d+):(.+)$")
+    local routed_pid, replica = key:match("^routed_pid:(%d+):(.+)$")
+    pid = pid or routed_pid
     if pid and ffi.C.kill(tonumber(pid), 0) ~= 0 and ffi.errno() == 3 then -- ESRCH: no such process
-      shares.new(dict, config):release(name, dict:get(key) or 0)
+      if replica then
+        dict:incr("inflight:" .. replica, -(dict:get(key) or 0), 0)
+      else
+        shares.new(dict, config):release(name, dict:get(key) or 0)
+      end
       dict:delete(key)
     end
   end
@@ -196,7 +203,7 @@ local function held_key()
 end
 
 local function remember(ctx)
-  dict:set(held_key(), cjson.encode({ name = ctx.name, held = ctx.held, budget = ctx.budget }), 3600)
+  dict:set(held_key(), cjson.encode({ name = ctx.name, held = ctx.held, budget = ctx.budget, replica = ctx.replica }), 3600)
 end
 
 local function recalled()
@@ -210,8 +217,8 @@ local function recalled()
   if type(state) ~= "table" then
     return nil
   end
-  return { name = state.name, held = state.held or 0, budget = state.budget, prompt = 0, completion = 0,
-    cached = 0, redirected = true }
+  return { name = state.name, held = state.held or 0, budget = state.budget, replica = state.replica,
+    prompt = 0, completion = 0, cached = 0, redirected = true }
 end
 
 -- ---- the request's way in -------------------------------------------------------------------------
@@ -233,7 +240,7 @@ local function read_fields(capacity)
   ngx.req.read_body()
   local body = ngx.req.get_body_data()
   if body then
-    return request.fields(body, function() ngx.sleep(0.001) end), body, nil, #body
+    return request.fields(body, function() ngx.sleep(0.001) end), body, nil, #body, body:sub(1, route.READ_BYTES)
   end
   local path = ngx.req.get_body_file()
   local file = path and io.open(path, "rb")
@@ -243,6 +250,8 @@ local function read_fields(capacity)
   local size = file:seek("end")
   file:seek("set")
   local scanner = request.Scanner(capacity > 0 and capacity or nil)
+  local head = config.routing and file:read(route.READ_BYTES)
+  file:seek("set")
   while not (scanner.done or scanner.broken) do
     local slice = file:read(request.SLICE)
     if not slice then
@@ -252,7 +261,7 @@ local function read_fields(capacity)
     ngx.sleep(0.001)
   end
   file:close()
-  return scanner:fields(), nil, path, size
+  return scanner:fields(), nil, path, size, head
 end
 
 -- A large stream's body with usage asked for: copied slice by slice into a new temporary file, its
@@ -362,11 +371,30 @@ local function give_up(name, ticket)
   end
 end
 
+-- Prefix affinity: the replica this request goes to (meter_route.lua), named in $glm_upstream, which
+-- the location's proxy_pass reads; counted in flight on it until the request ends.
+local function choose_replica(ctx, fields, head)
+  local names = route.names(ngx.var.glm_routes)
+  local key = route.key(fields, head)
+  local replica = route.choose(names, key, function(name)
+    return dict:get("inflight:" .. name)
+  end, config.routing.load_factor)
+  if not replica then
+    return -- no replica in rotation: upstream vllm answers the rotation's 503
+  end
+  dict:incr("inflight:" .. replica, 1, 0)
+  dict:incr("routed_pid:" .. ngx.worker.pid() .. ":" .. replica, 1, 0)
+  dict:incr("routed:" .. replica .. ":" .. (key and "key" or "none"), 1, 0)
+  ctx.replica = replica
+  ngx.var.glm_upstream = route.PREFIX .. replica
+  remember(ctx)
+end
+
 local function admit(ctx)
-  local route = ngx.var.uri
+  local uri = ngx.var.uri
   local capacity = slots_now()
-  local fields, body, path, size = read_fields(capacity)
-  local shape = request.shape(fields, route)
+  local fields, body, path, size, head = read_fields(capacity)
+  local shape = request.shape(fields, uri)
   ctx.shape = shape
   local share = sharing()
   local refusal = spend(ctx, shape, size or 0, capacity)
@@ -425,7 +453,10 @@ local function admit(ctx)
     ngx.sleep(WAIT_STEP_SECONDS)
     ngx.update_time()
   end
-  if shape.stream and route ~= "/v1/responses" then
+  if config.routing then
+    choose_replica(ctx, fields, head)
+  end
+  if shape.stream and uri ~= "/v1/responses" then
     local rewritten = body and request.with_usage(body)
     if rewritten then
       ngx.req.set_body_data(rewritten)
@@ -553,6 +584,10 @@ local function log_request(ctx)
     sharing():release(ctx.name, ctx.held)
     dict:incr("by_pid:" .. ngx.worker.pid() .. ":" .. ctx.name, -ctx.held, 0)
   end
+  if ctx.replica then
+    dict:incr("inflight:" .. ctx.replica, -1, 0)
+    dict:incr("routed_pid:" .. ngx.worker.pid() .. ":" .. ctx.replica, -1, 0)
+  end
   local status = tonumber(ngx.var.status) or 0
   if ctx.stream and not ctx.stream.finished and ngx.var.request_completion ~= "OK" then
     status = 499 -- the client left mid-stream: charged what it was sent
@@ -583,7 +618,7 @@ function M.log()
   if config.peers then
     dict:delete("flight:" .. request_id())
   end
-  if ctx and (ctx.held > 0 or ctx.budget) then
+  if ctx and (ctx.held > 0 or ctx.budget or ctx.replica) then
     dict:delete(held_key())
   elseif not ctx then
     ctx = recalled() -- the request was redirected internally after the meter admitted it

@@ -118,6 +118,39 @@ local function histogram(dict, lines, family, prefix, name, labels, buckets)
 end
 
 --- Every key's series now. `share`, `budget`: meter_shares and meter_budget over the same dict.
+-- Prefix affinity (meter_route.lua): the requests sent to each replica (`by`: key, its affinity
+-- key; none, no key found: the least loaded), and those in flight on it now.
+local function routing(dict, lines)
+  local routed, in_flight = {}, {}
+  for _, key in ipairs(dict:get_keys(0)) do
+    local replica, by = key:match("^routed:(.+):(%a+)$")
+    if replica then
+      routed[#routed + 1] = string.format('glm_front_routed_total{replica="%s",by="%s"} %d',
+        escape_label(replica), by, dict:get(key) or 0)
+    end
+    replica = key:match("^inflight:(.+)$")
+    if replica then
+      in_flight[#in_flight + 1] = string.format('glm_front_replica_in_flight{replica="%s"} %d',
+        escape_label(replica), dict:get(key) or 0)
+    end
+  end
+  if #routed == 0 then
+    return
+  end
+  table.sort(routed)
+  table.sort(in_flight)
+  lines[#lines + 1] = "# HELP glm_front_routed_total Generation requests prefix affinity sent to each replica."
+  lines[#lines + 1] = "# TYPE glm_front_routed_total counter"
+  for _, line in ipairs(routed) do
+    lines[#lines + 1] = line
+  end
+  lines[#lines + 1] = "# HELP glm_front_replica_in_flight Generation requests in flight on each replica, as the front routed them."
+  lines[#lines + 1] = "# TYPE glm_front_replica_in_flight gauge"
+  for _, line in ipairs(in_flight) do
+    lines[#lines + 1] = line
+  end
+end
+
 function M.exposition(dict, share, budget, capacity, now)
   local names = share:names()
   local statuses = {}
@@ -171,6 +204,7 @@ function M.exposition(dict, share, budget, capacity, now)
       end
     end
   end
+  routing(dict, lines)
   return table.concat(lines, "\n") .. "\n"
 end
 

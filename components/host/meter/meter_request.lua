@@ -162,7 +162,7 @@ end
 local QUOTE, BACKSLASH = 34, 92
 local OPEN_OBJECT, CLOSE_OBJECT, OPEN_ARRAY, CLOSE_ARRAY = 123, 125, 91, 93
 local COMMA, COLON = 44, 58
-local WANTED = { stream = true, stream_options = true, n = true, max_tokens = true,
+local WANTED = { stream = true, stream_options = true, n = true, max_tokens = true, prompt_cache_key = true,
   max_completion_tokens = true, max_output_tokens = true, model = true }
 local COUNTED = { prompt = true }
 

@@ -25,6 +25,8 @@
 #   {{ROOT}}/<replica>.reason    the JSON body  {{ROOT}}/upstream.conf     what nginx.conf includes
 #   {{ROOT}}/reason.map          the body of the 503 when no replica is in rotation
 #   {{ROOT}}/replicas.map        how many replicas are in (the usage meter shares their slots)
+#   {{ROOT}}/routes.conf         each replica in rotation's own upstream, the others its backups, and
+#   {{ROOT}}/routes.map          their names: prefix affinity's choice (components/host/meter/meter_route.lua)
 #   {{ROOT}}/<replica>.events.<event>   how many times, and when last (epoch seconds)
 # and, for the stack's Prometheus (the front serves it on its private status port), the state and
 # the history of every replica: {{STATUS}}/rotation.prom.
@@ -93,10 +95,13 @@ publish() {
   mv -f "$status/rotation.prom.new" "$status/rotation.prom"
 }
 
-# upstream.conf, reason.map and replicas.map from the per-replica files; nginx -t; then a graceful reload.
+# upstream.conf, reason.map, replicas.map, routes.conf and routes.map from the per-replica files; nginx -t;
+# then a graceful reload.
 # Sets $old to the workers that served before the reload (reload_nginx).
 render() {
   : > "$root/upstream.conf.new"
+  : > "$root/routes.conf.new"
+  names=""
   reason=""
   latest=""
   serving=0
@@ -107,6 +112,19 @@ render() {
     if [ "$(cat "$root/$name.state" 2>/dev/null)" = in ]; then
       echo "{{SERVER_IN}}" >> "$root/upstream.conf.new"
       serving=$((serving + 1))
+      names="$names $name"
+      {
+        echo "{{GROUP_OPEN}}"
+        echo "{{GROUP_SERVER}}"
+        for g in "$root"/*.address; do
+          other=${g##*/}
+          other=${other%.address}
+          if [ "$other" != "$name" ] && [ "$(cat "$root/$other.state" 2>/dev/null)" = in ]; then
+            echo "{{GROUP_BACKUP}}"
+          fi
+        done
+        echo "{{GROUP_CLOSE}}"
+      } >> "$root/routes.conf.new"
     else
       echo "{{SERVER_OUT}}" >> "$root/upstream.conf.new"
       # The latest reason: the replica whose failure or drain came last.
@@ -122,7 +140,8 @@ render() {
     printf "glm '%s';\n" "$reason" > "$root/reason.map.new"
   fi
   echo "glm $serving;" > "$root/replicas.map.new"
-  for f in upstream.conf reason.map replicas.map; do
+  echo "glm \"${names# }\";" > "$root/routes.map.new"
+  for f in upstream.conf reason.map replicas.map routes.conf routes.map; do
     if [ -e "$root/$f" ]; then cp "$root/$f" "$root/$f.previous"; else : > "$root/$f.previous"; fi
     mv -f "$root/$f.new" "$root/$f"
   done
@@ -133,7 +152,7 @@ render() {
     return 0
   fi
   if ! out=$(nginx -t -q -e stderr -c "$conf" 2>&1); then
-    for f in upstream.conf reason.map replicas.map; do mv -f "$root/$f.previous" "$root/$f"; done
+    for f in upstream.conf reason.map replicas.map routes.conf routes.map; do mv -f "$root/$f.previous" "$root/$f"; done
     printf 'nginx -t refused the new rotation, so it was not loaded; the front keeps its current one.\n%s\n' "$out" >&2
     exit 3
   fi
