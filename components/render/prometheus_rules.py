@@ -177,8 +177,7 @@ def _kv_pool_rules(spec: ScrapeSpec, job: str) -> list[dict[str, Any]]:
 
 
 def _load_rules(spec: ScrapeSpec, job: str) -> list[dict[str, Any]]:
-    """Load the engine carries badly: a nearly full KV cache, a slow first token, and (with MTP)
-    drafts the target model mostly rejects."""
+    """Load carried badly: a nearly full KV cache, a slow first token, (MTP) drafts mostly rejected."""
     serving = spec.serving
     thresholds = spec.monitoring.thresholds
     sel = f'job="{job}"'
@@ -282,8 +281,7 @@ _ON_HOST = "On host {{ $labels.host }} ({{ $labels.path }} path): "
 def _probe_failure_rules(
     probe: SemanticProbeConfig, smoke: SmokeConfig, vllm_job: str, where: str, by_host: bool
 ) -> list[dict[str, Any]]:
-    """Wrong answers, broken tool calls, a readiness or KV-pool step: each failing K runs in a row
-    while the engine the probe reached is up."""
+    """Answers, tool calls, readiness, the KV pool: failing K runs in a row while the engine is up."""
     k = probe.failures_before_alert
     sel = f'job="{semantic_probe.SCRAPE_JOB}"'
     failures = f"{semantic_probe.METRIC_PREFIX}_step_consecutive_failures"
@@ -298,13 +296,13 @@ def _probe_failure_rules(
             f'or\n({failures}{{{sel},path="front",{steps}}} >= {k}\n  unless on () {up})'
         )
 
-    on = _ON_HOST
     return [
         alert_rule(
             "GlmModelAnswersWrong",
             failing('step="arithmetic"'),
             "critical",
-            on + f"the model failed the arithmetic check {k} runs in a row: answers are wrong or missing",
+            _ON_HOST
+            + f"the model failed the arithmetic check {k} runs in a row: answers are wrong or missing",
             f"Asked {smoke.prompt!r} (through the front, or the replica directly), the model did not answer "
             f"{smoke.expected_answer!r} with its reasoning in its own field for "
             "{{ $value }} runs in a row (a wrong answer, a 5xx, a timeout or an inline reasoning). "
@@ -315,7 +313,7 @@ def _probe_failure_rules(
             "GlmToolCallsBroken",
             failing('step="tool_call"'),
             "critical",
-            on + f"tool calls failed {k} probe runs in a row",
+            _ON_HOST + f"tool calls failed {k} probe runs in a row",
             "Asked for the weather with a get_weather tool, the model returned no well-formed "
             "get_weather call for {{ $value }} runs in a row (no tool_calls, bad arguments, a 5xx "
             "or a timeout). Look at --tool-call-parser and --enable-auto-tool-choice. " + where,
@@ -325,7 +323,7 @@ def _probe_failure_rules(
             "GlmSemanticProbeStepFailing",
             failing('step=~"readiness|kv_pool"'),
             "warning",
-            on + "the probe's {{ $labels.step }} step failed " + f"{k} runs in a row",
+            _ON_HOST + "the probe's {{ $labels.step }} step failed " + f"{k} runs in a row",
             "readiness: the front did not list the model through the probe's key; kv_pool: vLLM's "
             "KV pool is below --max-model-len or its metrics are unreadable. {{ $value }} runs in a "
             "row. " + where,
@@ -335,8 +333,7 @@ def _probe_failure_rules(
 
 
 def _probe_silence_rules(probe: SemanticProbeConfig, look_at: AlertLookAt) -> list[dict[str, Any]]:
-    """The probe itself: silent (nobody checks the answers), or a replica it skipped, saturated, at
-    every run."""
+    """The probe itself: silent, or a replica it skipped (saturated) at every run."""
     sel = f'job="{semantic_probe.SCRAPE_JOB}"'
     # The probe starts once the gate passed, and Prometheus before it: a probe never scraped yet is
     # a deploy under way (the gate's business), not a silent probe.
@@ -347,7 +344,6 @@ def _probe_silence_rules(probe: SemanticProbeConfig, look_at: AlertLookAt) -> li
             f'increase({semantic_probe.METRIC_PREFIX}_runs_total{{{sel},result="skipped"}}[{seconds}s]) > 0'
         )
 
-    on = _ON_HOST
     return [
         alert_rule(
             "GlmSemanticProbeSilent",
@@ -366,7 +362,7 @@ def _probe_silence_rules(probe: SemanticProbeConfig, look_at: AlertLookAt) -> li
             f"time() - {last_run}{{{sel}}} > {probe.unprobed_after_seconds}\n"
             f"  and on (host, path) {skipping(probe.unprobed_after_seconds)}",
             "warning",
-            on + f"not probed for over {probe.unprobed_after_seconds} s: saturated at every run",
+            _ON_HOST + f"not probed for over {probe.unprobed_after_seconds} s: saturated at every run",
             "The probe skips a replica whose vLLM has requests waiting or runs --max-num-seqs "
             "(at most two runs in a row; the third asks all the same, and a run that only timed out "
             "while saturated counts as skipped too); every run of this one ended so for "
