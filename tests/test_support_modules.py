@@ -1,6 +1,6 @@
-"""Tests stand alone (issue 51): no module of tests/ imports a test module (``test_*.py``). What
-several test modules share lives in support modules, tests/ files not named ``test_*``; their
-fixtures reach every test module as the suite's plugins (``pytest_plugins`` in conftest.py)."""
+"""Tests stand alone (issue 51): no module of tests/, benchmarks/ or scripts/ imports a test module
+(``test_*.py``). What several share lives in support modules, tests/ files not named ``test_*``;
+their fixtures reach every test module as the suite's plugins (``pytest_plugins`` in conftest.py)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,12 @@ def imported_test_modules(source: str) -> list[str]:
 
 
 def test_no_module_of_tests_imports_a_test_module() -> None:
+    """Nor do the benchmarks and scripts that reuse the tests' rigs (a running front, a rehearsal)."""
+    root = TESTS.parent
+    readers = [*TESTS.rglob("*.py"), *(root / "benchmarks").glob("*.py"), *(root / "scripts").rglob("*.py")]
     leaning = {
-        str(path.relative_to(TESTS)): imported
-        for path in sorted(TESTS.rglob("*.py"))
+        str(path.relative_to(root)): imported
+        for path in sorted(readers)
         if (imported := imported_test_modules(path.read_text()))
     }
     assert leaning == {}, "move what they share into a support module (tests/<what it makes>.py)"
