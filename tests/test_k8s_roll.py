@@ -154,6 +154,27 @@ def test_a_roll_past_its_progress_deadline_fails_with_the_pods_state() -> None:
     assert "pod glm53-vllm-5f8b7c6d9-l1d8g: running, not Ready yet" in verdict.detail
 
 
+def test_the_previous_rolls_deadline_is_not_this_rolls() -> None:
+    """On the cluster (2026-12-06): the restore after a failed roll failed at 0 s, on the failed
+    roll's ProgressDeadlineExceeded, which the Deployment still carried because the controller had
+    not yet seen the new template. Until it has (observedGeneration), the roll is coming."""
+    stale = deployment(
+        observed=1,
+        replicas=2,
+        updatedReplicas=1,
+        availableReplicas=1,
+        conditions=[
+            {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "ProgressDeadlineExceeded",
+                "message": 'ReplicaSet "glm53-vllm-55ccf4697f" has timed out progressing.',
+            }
+        ],
+    )
+    assert roll_verdict(stale, [pod("loading")], TEMPLATE).state == COMING
+
+
 def fake_kubectl(folder: Path, deployment_json: dict[str, Any], pods: list[dict[str, Any]]) -> Path:
     """A ``kubectl`` on PATH that answers ``get deployment`` and ``get pods`` with these objects,
     and writes each argv it got to ``calls``."""

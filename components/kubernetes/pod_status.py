@@ -170,12 +170,19 @@ def roll_verdict(
     if failed:
         return failed[0]
     name = deployment.get("metadata", {}).get("name", "?")
+    status = deployment.get("status") or {}
+    observed = status.get("observedGeneration", 0) >= deployment.get("metadata", {}).get("generation", 0)
+    # The conditions speak of the template the controller last saw: until it has seen this one, a
+    # ProgressDeadlineExceeded is the previous roll's (the CI run of 2026-12-06: the restore after a
+    # wrong-answer roll failed at 0 s on the failed roll's condition).
     progressing, replica_failure = (
         _condition(deployment, "Progressing"),
         _condition(deployment, "ReplicaFailure"),
     )
     gave_up = (
-        progressing
+        None
+        if not observed
+        else progressing
         if progressing.get("reason") == "ProgressDeadlineExceeded"
         else replica_failure
         if replica_failure.get("status") == "True"
@@ -186,9 +193,7 @@ def roll_verdict(
         return Verdict(
             FAILED, f"Deployment {name}: {gave_up.get('reason')}: {gave_up.get('message', '')} ({pods_say})"
         )
-    status = deployment.get("status") or {}
     wanted = (deployment.get("spec") or {}).get("replicas", 1)
-    observed = status.get("observedGeneration", 0) >= deployment.get("metadata", {}).get("generation", 0)
     updated, available = status.get("updatedReplicas", 0), status.get("availableReplicas", 0)
     progress = f"{sum(v.state == READY for v in verdicts)} of {wanted} new pods ready"
     if observed and updated >= wanted and status.get("replicas", 0) <= updated and available >= updated:

@@ -169,6 +169,12 @@ def container(deployment: Deployment, suffix: str) -> dict[str, Any]:
     return deployment.one("docker:index/container:Container", suffix).inputs
 
 
+def prometheus_files(deployment: Deployment) -> dict[str, str]:
+    """Prometheus' files as its release delivers them (components/docker/prometheus_release.py)."""
+    release = deployment.one("pulumi-python:dynamic:Resource", "-monitoring-files").inputs
+    return dict(unwrap(release)["contents"])
+
+
 def uploads(inputs: dict[str, Any]) -> dict[str, Any]:
     return {u["file"]: u["content"] for u in unwrap(inputs["uploads"])}
 
@@ -198,7 +204,7 @@ def test_the_local_stack_runs_the_probe_through_the_front(deployed: dict[str, De
     # The gate has its own key too (issue 46: never a user's); Prometheus scrapes the probe.
     gate = local.one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs
     assert unwrap(gate["api_key"]) == GATE_API_TEST_KEY and GATE_API_TEST_KEY in key_map
-    prometheus = unwrap(uploads(container(local, "-prometheus"))["/etc/prometheus/prometheus.yml"])
+    prometheus = prometheus_files(local)["prometheus.yml"]
     assert "glm53-flash-local-semantic-probe:9101" in prometheus
     assert local.outputs["semanticProbe"] == "glm53-flash-local-semantic-probe"
     # Its container starts after the gate passed; its image is built while the gates run (only
@@ -225,7 +231,7 @@ def test_disabled_means_no_key_no_container_no_rules() -> None:
     front = unwrap(off.one("pulumi-python:dynamic:Resource", "-front-config").inputs)
     assert "semantic-probe" not in front["api_key_names"]
     assert "semantic-probe" not in front["secret_files"]["api-keys.map"]
-    rules = unwrap(uploads(container(off, "-prometheus"))["/etc/prometheus/rules.yml"])
+    rules = prometheus_files(off)["rules.yml"]
     assert "GlmModelAnswersWrong" not in rules
     assert "semanticProbe" not in off.outputs
 
@@ -260,7 +266,7 @@ def test_a_tls_front_is_probed_and_gated_by_its_certificates_name(
     assert gate["endpoint"] == "https://127.0.0.1:8080/v1"  # the gate's own way in, not the name
     assert gate["tls"] == params["tls"]
     assert tls.outputs["semanticProbe"] == "glm53-flash-local-semantic-probe"
-    rules = unwrap(uploads(container(tls, "-prometheus"))["/etc/prometheus/rules.yml"])
+    rules = prometheus_files(tls)["rules.yml"]
     assert "GlmModelAnswersWrong" in rules
 
 
