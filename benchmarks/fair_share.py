@@ -45,8 +45,8 @@ import openai
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.config import build_stack_config
+from tests.front_rig import SERVED
 from tests.metered_front import metered_front
-from tests.test_nginx_front import SERVED
 
 KEYS = {"key-a": "sk-flood-a-1403f1510d19d5295321", "key-b": "sk-steady-b-0d08fac0336e7974"}
 WARM_UP_SECONDS = 5.0

@@ -257,8 +257,8 @@ def certificate_phase() -> dict[str, object]:
     """Certificate renewal: the same load through a real TLS front container (the production
     command and image), the change applied by NginxReload's provider code (what `up` runs)."""
     from components.docker.nginx_reload import apply_release
-    from tests.test_nginx_front import vllm_sim
-    from tests.test_nginx_reload import live_front
+    from tests.front_container import live_front
+    from tests.front_rig import vllm_sim
 
     ca, old, new = ca_and_two_leaves()
     keys = {"alice": ALICE}

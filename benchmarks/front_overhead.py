@@ -72,8 +72,8 @@ sys.path.insert(0, str(ROOT))
 
 from components.config import build_stack_config  # noqa: E402
 from tests.engine import free_port  # noqa: E402
+from tests.front_rig import NGINX, SERVED, SIM, running, wait_for_port  # noqa: E402
 from tests.metered_front import metered_front  # noqa: E402
-from tests.test_nginx_front import NGINX, SERVED, SIM, running, wait_for_port  # noqa: E402
 
 KEYS = {"bench": "sk-bench-7f3a91c0d2e84b56a1"}
 LITELLM_MASTER_KEY = "sk-litellm-bench-5c1e9a7d3b"

@@ -50,8 +50,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.config import build_stack_config
+from tests.front_rig import SERVED
 from tests.metered_front import MeteredFront, metered_front
-from tests.test_nginx_front import SERVED
 
 KEY = {"agents": "sk-agents-1403f1510d19d5295321"}
 WORDS = [

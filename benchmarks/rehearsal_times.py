@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.engine import PulumiProject, engine_missing
+from tests.rehearsal_stack import API_KEY, LOCAL_IMAGES, rehearsal_config
 from tests.standin_host import StandinHost, unavailable_reason
-from tests.test_rehearsal import API_KEY, LOCAL_IMAGES, rehearsal_config
 
 LOCAL_WEIGHTS = Path("/var/lib/glm53-local/models/GLM-5.3-Flash-sim")
 

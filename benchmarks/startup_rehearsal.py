@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.engine import PulumiProject, engine_missing
 from tests.multihost import set_config
+from tests.rehearsal_stack import API_KEY, LOCAL_IMAGES, rehearsal_config
 from tests.standin_host import StandinHost, unavailable_reason
-from tests.test_rehearsal import API_KEY, LOCAL_IMAGES, rehearsal_config
 
 STACK = "a800"
 CONTAINER = "glm53-flash-a800-8008"

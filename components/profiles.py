@@ -17,6 +17,7 @@ Everything else is derived from ``PROFILES``: the values ``glm:hardware`` accept
 ``Pulumi.<name>.yaml`` per profile). README "Adding a hardware profile" walks through it.
 
 Sources are named next to each number (``../shared/SPEC.md`` §2 and ``../shared/seeds/``).
+Past 400 lines on purpose: the registry is data, one ``register`` per hardware kind.
 """
 
 from __future__ import annotations

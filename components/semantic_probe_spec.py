@@ -1,7 +1,7 @@
 """What the semantic probe is told, the same on a Docker host and on Kubernetes: its spec (the slice
 of the stack config it reads), the targets it asks, and ``params.json`` with the paths of its files
 in the container. Pure: the target's side uploads or mounts them (components/docker/semantic_probe.py,
-components/kubernetes/probe.py).
+components/kubernetes/semantic_probe.py).
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ def _masked(value: Any, key: str = "") -> Any:
 def snapshot() -> dict[str, dict[str, Any]]:
     from tests.conftest import profile_stacks, run_program
     from tests.k8s_urns import KINDS, _urn, recorded
-    from tests.test_multihost import THREE, target
+    from tests.multihost_stacks import THREE, target
 
     runs: dict[str, Callable[[], Any]] = {
         stack: functools.partial(run_program, stack) for stack in profile_stacks()

@@ -19,6 +19,9 @@ PROJECT = Path(__file__).resolve().parent.parent
 CONTAINER = "docker:index/container:Container"
 _SIG_KEY, _SECRET_SIG = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
 
+# Fixtures more than one test module uses live in these support modules (issue 51).
+pytest_plugins = ["tests.k8s_look_at_cases", "tests.local_clone", "tests.policy_pack"]
+
 
 def is_secret(value: Any) -> bool:
     """A registered input that the engine would store encrypted."""

@@ -128,6 +128,17 @@ H200_FACTS = replace(
 checks a box of the profile's own card passes can pass on that real card."""
 
 
+def without_comments(script: str) -> str:
+    """A script less its comment lines: what a run on a real host vouches for is the commands it ran.
+    A comment changed since (a path renamed after a move, issue 51) leaves that run standing; a
+    changed command does not.
+
+    >>> without_comments("#!/bin/bash\\n# a note\\nset -e  # kept\\n")
+    'set -e  # kept'
+    """
+    return "\n".join(line for line in script.splitlines() if not line.lstrip().startswith("#"))
+
+
 def _h200_run_config(hardware: str, accelerators: list[int], mount_path: str | None = None) -> StackConfig:
     """The stack the real H200 runs render: weights in /tmp/w (2 GiB), ``accelerators`` listed;
     ``mount_path``: where a pod mounts them (its own scripts read them there)."""

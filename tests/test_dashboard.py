@@ -9,7 +9,6 @@ import contextlib
 import dataclasses
 import math
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,17 +18,16 @@ import httpx
 import yaml
 
 from components.config import build_stack_config
-from components.docker import rotation
 from components.render.dashboard import PANELS, RATE, panel_queries, render_json
-from components.render.nginx_conf import ROTATION_DIR, STATUS_DIR
 from components.render.prometheus_config import ROTATION_JOB, ScrapeSpec
 from components.render.prometheus_rules import render_alert_rules
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
 from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.conftest import PROJECT
+from tests.front_rig import KEYS, SERVED, free_port, vllm_sim
 from tests.gate.support import local_config
-from tests.test_nginx_front import KEYS, SERVED, free_port, vllm_sim
+from tests.rotation_series import rotation_status
 
 PROMETHEUS = "/usr/bin/prometheus"
 
@@ -60,41 +58,6 @@ def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
         assert wanted in titles, wanted
     exprs = " ".join(expr for _title, expr in panel_queries())
     assert "gpu_cache_usage_perc" not in exprs  # removed in vLLM 0.12 (SPEC §6)
-
-
-def rotation_change(tmp: Path, *args: str) -> None:
-    """One command of the real rotation program (templates/rotation.sh) on ``tmp``'s rotation, nginx
-    not started: it rewrites what the status port serves (``tmp/status/rotation.prom``)."""
-    root, status = tmp / "rotation", tmp / "status"
-    script = rotation.SCRIPT.replace(ROTATION_DIR, str(root)).replace(STATUS_DIR, str(status))
-    subprocess.run(["sh", "-c", script, "sh", *args], check=True, capture_output=True, timeout=30)
-
-
-@contextlib.contextmanager
-def rotation_status(tmp: Path) -> Iterator[int]:
-    """The front's status port, played by a static server over what the real rotation program
-    (templates/rotation.sh, run here with nginx not started) publishes: box1 passed its gate twice and
-    failed once; box2 passed, then the probe ejected it."""
-    status = tmp / "status"
-    for args in (
-        ("admit", "box1", "127.0.0.1:1"),
-        ("fail", "box1", "{}"),
-        ("admit", "box1", "127.0.0.1:1"),
-        ("admit", "box2", "127.0.0.1:2"),
-        ("eject", "box2", "SINCE", "wrong answers"),
-    ):
-        # The probe ejects only a replica admitted before its failures began (a second from now).
-        rotation_change(tmp, *(str(int(time.time()) + 1) if a == "SINCE" else a for a in args))
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(status)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 @contextlib.contextmanager

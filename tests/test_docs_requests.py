@@ -26,7 +26,7 @@ import pytest
 from components.config import build_stack_config
 from components.render.nginx_conf import render_nginx_conf
 from tests.conftest import PROJECT
-from tests.test_nginx_front import KEYS, SERVED, UNLIMITED_ADDRESS, Front, nginx_front, stack, vllm_sim
+from tests.front_rig import KEYS, SERVED, UNLIMITED_ADDRESS, Front, nginx_front, stack, vllm_sim
 
 DOCS = [PROJECT / "README.md", *sorted((PROJECT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```[ \t]*$", re.MULTILINE | re.DOTALL)

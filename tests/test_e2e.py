@@ -11,17 +11,16 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 from openai import OpenAI
 
+from tests.e2e_weights import WEIGHTS
 from tests.engine import PulumiProject, engine_missing
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 
 API_KEY = "sk-e2e-66d14f15d7d607446fcb"
-WEIGHTS = Path("/var/lib/glm53-local/models/GLM-5.3-Flash-sim")
 
 
 def docker(*args: str) -> str:

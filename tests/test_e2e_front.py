@@ -17,8 +17,8 @@ import pytest
 
 from components.docker.nginx_reload import EFFECT
 from components.profiles import PROFILES
+from tests.e2e_weights import WEIGHTS
 from tests.engine import PulumiProject, engine_missing
-from tests.test_e2e import WEIGHTS
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 

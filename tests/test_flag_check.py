@@ -11,7 +11,7 @@ import pytest
 from components.config import ConfigError
 from components.profiles import PROFILES
 from components.vllm_flags.tables import FLAG_TABLES, flag_table
-from tests.test_config import make
+from tests.stack_configs import make
 
 PROJECT = Path(__file__).resolve().parent.parent
 

@@ -120,7 +120,7 @@ def roll(
 ) -> dict[str, Any]:
     """``up`` while the load loop runs (from 3 s before to 3 s after): its figures and the pods'."""
     from tests.multihost import LoadLoop
-    from tests.test_multihost_engine import API_KEY as LOAD_KEY
+    from tests.multihost_keys import API_KEY as LOAD_KEY
 
     assert LOAD_KEY  # the loop's own key: the stack lists it too (see test_up_…)
     started = time.monotonic()
@@ -165,7 +165,7 @@ def restored(
 
 
 def test_up_passes_the_gate_through_the_front_service(project: PulumiProject, k8s_cluster: Path) -> None:
-    from tests.test_multihost_engine import API_KEY as LOAD_KEY
+    from tests.multihost_keys import API_KEY as LOAD_KEY
 
     # The load loop's key too (tests/test_multihost_engine.py's client).
     project.run("config", "set", "--secret", "--path", "glm:apiKeys.load", LOAD_KEY, "-s", "local")
@@ -426,7 +426,7 @@ def test_a_front_pod_deleted_under_load_drops_nothing_and_the_counters_add_up(k8
     clients got."""
     from components.render.nginx_meter import METRICS_PATH
     from tests.multihost import LoadLoop
-    from tests.test_multihost_engine import API_KEY as LOAD_KEY
+    from tests.multihost_keys import API_KEY as LOAD_KEY
 
     fronts = front_pods(k8s_cluster)
     assert len(fronts) == 2, [p["metadata"]["name"] for p in fronts]
@@ -496,8 +496,8 @@ def test_the_status_page_draws_every_panel_through_the_front_service(k8s_cluster
     from components.render.status_page import PANELS
     from tests.browser import CHROMIUM, browser
     from tests.multihost import LoadLoop
-    from tests.test_multihost_engine import API_KEY as LOAD_KEY
-    from tests.test_status_page_browser import PANEL_DATA, WIDTH
+    from tests.multihost_keys import API_KEY as LOAD_KEY
+    from tests.status_page_panels import PANEL_DATA, WIDTH
 
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no headless browser at {CHROMIUM} (apt install chromium)")
@@ -663,7 +663,7 @@ def test_a_pod_that_starts_answering_wrong_leaves_the_service(k8s_cluster: Path)
     the Service no longer lists it (nothing failed either)."""
     from components.kubernetes.front import KEEPALIVE_TIME_SECONDS
     from tests.multihost import LoadLoop
-    from tests.test_multihost_engine import API_KEY as LOAD_KEY
+    from tests.multihost_keys import API_KEY as LOAD_KEY
 
     target = live_pods(k8s_cluster)[0]
     pod, address = target["metadata"]["name"], target["status"]["podIP"]
@@ -799,7 +799,7 @@ def test_a_keys_flood_leaves_another_keys_time_to_first_token_as_alone(
     import openai
 
     from benchmarks.fair_share import Tally, flood, steady
-    from tests.test_multihost_engine import API_KEY as LOAD_KEY
+    from tests.multihost_keys import API_KEY as LOAD_KEY
 
     path = project.root / "Pulumi.local.yaml"
     kept = path.read_text()
@@ -853,7 +853,7 @@ def test_tls_on_kubernetes_is_tls(project: PulumiProject, k8s_cluster: Path, tmp
     for the name against the stack's CA only, and plain HTTP gets no answer there."""
     import ssl
 
-    from tests.test_semantic_probe_tls_e2e import set_pem
+    from tests.semantic_probe_tls import set_pem
     from tests.tls_certs import TestCa
 
     stack_ca = TestCa.create(tmp_path / "stack-ca", "GLM k8s e2e CA")

@@ -24,7 +24,7 @@ from tests.conftest import (
     stack_config,
     unwrap,
 )
-from tests.test_k8s_target import DEPLOYMENT, LOCAL_DOCKER, SERVICE, k8s_target
+from tests.k8s_rendered import DEPLOYMENT, LOCAL_DOCKER, SERVICE, k8s_target
 from tests.tls_certs import TestCa
 
 SECRET = "kubernetes:core/v1:Secret"
@@ -295,8 +295,8 @@ def test_a_client_gets_its_answer_over_tls_through_the_tls_guard(tls_stack: dict
     import httpx
 
     from components.serving.replica_credentials import self_signed
-    from tests.test_k8s_guard import front_and_guard
-    from tests.test_nginx_front import _RecordingUpstream
+    from tests.front_rig import RecordingUpstream
+    from tests.k8s_guarded import front_and_guard
 
     ca = tls_stack["ca"]
     with front_and_guard(tls_stack["k8s"], guard_pair=self_signed([])) as front:
@@ -309,12 +309,12 @@ def test_a_client_gets_its_answer_over_tls_through_the_tls_guard(tls_stack: dict
             # Plain HTTP on the TLS port: nginx's refusal, never the API.
             plain = httpx.post(f"http://127.0.0.1:{front}/v1/chat/completions", headers=headers, timeout=5)
             assert plain.status_code == 400
-    assert [(m, p) for m, p, _ in _RecordingUpstream.seen] == [("POST", "/v1/chat/completions")]
+    assert [(m, p) for m, p, _ in RecordingUpstream.seen] == [("POST", "/v1/chat/completions")]
 
 
 def test_the_tls_stack_passes_the_policy_pack(tls_stack: dict[str, Any]) -> None:
     """The front's NodePort needs no plain-HTTP opt-in: its Service says TLS (rule 10)."""
-    from tests.test_policy import gp
+    from tests.policy_pack import gp
 
     resources = [gp.Resource(r.type, r.name, gp.normalize(r.inputs)) for r in tls_stack["k8s"].resources]
     rules = [r for r in gp.RULES if r.name != "volumes-retained"]

@@ -14,7 +14,7 @@ import pulumi
 
 from components.config import ConfigError
 from tests.conftest import Deployment, run_program, stack_config, unwrap
-from tests.test_k8s_target import DEPLOYMENT, SERVICE, k8s_target
+from tests.k8s_rendered import DEPLOYMENT, SERVICE, k8s_target
 from tests.tls_certs import TestCa
 
 try:  # a refused config is ProgramRefused; before 4be945b: pulumi.RunError (or ConfigError)

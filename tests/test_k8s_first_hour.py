@@ -23,7 +23,7 @@ from components.kubernetes.pod_events import event_failure, pods_failure
 from components.kubernetes.pod_status import FAILED, roll_verdict
 from components.kubernetes.preflight import ClusterFacts, ClusterNeeds, cluster_problems, read_cluster
 from tests.conftest import Deployment, run_program, stack_config, unwrap
-from tests.test_k8s_target import DEPLOYMENT
+from tests.k8s_rendered import DEPLOYMENT
 
 FIXTURES = Path(__file__).parent / "fixtures" / "k8s-first-hour"
 WATCH = "pulumi-python:dynamic:Resource"

@@ -9,10 +9,7 @@ enforces it, a NetworkPolicy admits only the stack's front, Prometheus and probe
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,33 +21,18 @@ from tests.conftest import (
     REPLICA_TEST_KEY,
     TEST_API_KEYS,
     Deployment,
-    is_secret,
     run_program,
     unwrap,
 )
-from tests.engine import free_port
-from tests.test_k8s_target import DEPLOYMENT, SERVICE, container, flag, k8s_target, pod_spec
-from tests.test_nginx_front import (
-    NGINX,
-    _RecordingUpstream,
-    recording_upstream,
-    running,
-    wait_for_port,
-)
-from tests.test_replica_guard import nginx, request
-
-SECRET = "kubernetes:core/v1:Secret"
+from tests.front_rig import RecordingUpstream, recording_upstream
+from tests.guard_rig import nginx, request
+from tests.k8s_guarded import front_and_guard, named_secret
+from tests.k8s_rendered import DEPLOYMENT, SERVICE, container, flag, k8s_target, pod_spec
 
 
 @pytest.fixture(scope="module")
 def stacks() -> dict[str, Deployment]:
     return {s: run_program(s, {"glm:target": k8s_target()}) for s in ("a800", "ascend", "local")}
-
-
-def named_secret(deployment: Deployment, name: str) -> dict[str, str]:
-    [found] = [r for r in deployment.of_type(SECRET) if unwrap(r.inputs)["metadata"]["name"] == name]
-    assert is_secret(found.inputs["stringData"]), f"{name}: keys must be stored encrypted"
-    return dict(unwrap(found.inputs["stringData"]))
 
 
 @pytest.mark.parametrize("stack", ["a800", "ascend", "local"])
@@ -102,73 +84,10 @@ def test_the_guard_release_asks_for_the_stacks_credential(stacks: dict[str, Depl
                 )[0]
                 == 200
             )
-    assert [(m, p) for m, p, _ in _RecordingUpstream.seen] == [
+    assert [(m, p) for m, p, _ in RecordingUpstream.seen] == [
         ("GET", "/metrics"),
         ("POST", "/v1/chat/completions"),
     ]
-
-
-@contextlib.contextmanager
-def front_and_guard(
-    deployment: Deployment,
-    guard_pair: tuple[str, str] | None = None,
-    verdict_file: tuple[str, str] | None = None,
-) -> Iterator[int]:
-    """The front's release and the guard's, as the mocks recorded them, in two real nginx before a
-    recording upstream, on free loopback ports; yields the front's port. ``guard_pair`` replaces
-    the mocks' placeholder replica certificate (ReplicaCertificate's openssl does not run under
-    mocks) in both the guard and the front's pin; ``verdict_file`` (rendered path, local path)
-    moves the pod's readiness verdict where the test writes it."""
-    from components.kubernetes.front import FRONT_DIR, upstream_conf
-
-    port = flag(container(deployment, "vllm")["args"], "--port")
-    guard_release = named_secret(deployment, "glm53-vllm-guard")
-    front_config = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"]
-    front_release = {**named_secret(deployment, "glm53-front-keys"), "nginx.conf": front_config["nginx.conf"]}
-    if guard_pair is not None:
-        guard_release["tls.crt"], guard_release["tls.key"] = guard_pair
-        front_release["replica-guard-ca.crt"] = guard_pair[0]
-    with recording_upstream() as upstream:
-        local_guard = {
-            name: text.replace("listen 8080", "listen 127.0.0.1:{port}")
-            .replace(f"server 127.0.0.1:{port};", f"server 127.0.0.1:{upstream};")
-            .replace("/tmp", "{dir}")
-            .replace(*(verdict_file or ("", "")))  # last: the test's path is under /tmp
-            for name, text in guard_release.items()
-        }
-        with nginx(local_guard) as (guard, _):
-            from components.render.nginx_meter import METER_STATE_DIR
-            from tests.metered_front import nginx_prefix
-
-            directory, front = nginx_prefix(), free_port()  # the meter's Lua module, as in the image
-            (directory / "rotation").mkdir()
-            (directory / "rotation" / "upstream.conf").write_text(upstream_conf("127.0.0.1", guard))
-            (directory / "rotation" / "reason.map").write_text(front_config["reason.map"])
-            for name, text in front_release.items():
-                (directory / name).write_text(
-                    text.replace("/tmp", str(directory))  # first: the directory is under /tmp
-                    .replace(METER_STATE_DIR, f"{directory}/usage")
-                    .replace(f"{FRONT_DIR}/rotation", f"{directory}/rotation")
-                    .replace("listen 8080", f"listen 127.0.0.1:{front}")
-                    .replace("listen 9146;", f"listen 127.0.0.1:{free_port()};")
-                )
-            argv = [
-                NGINX,
-                "-c",
-                str(directory / "nginx.conf"),
-                "-p",
-                str(directory),
-                "-e",
-                "stderr",
-                "-g",
-                "daemon off;",
-            ]
-            try:
-                with running(argv, directory / "nginx.log") as proc:
-                    wait_for_port(front, proc)
-                    yield front
-            finally:
-                shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_the_front_still_answers_through_the_guard(stacks: dict[str, Deployment]) -> None:
@@ -179,8 +98,8 @@ def test_the_front_still_answers_through_the_guard(stacks: dict[str, Deployment]
         key = {"Authorization": f"Bearer {TEST_API_KEYS['ci']}"}
         status, body, _ = request(front, "POST", "/v1/chat/completions", key)
         assert status == 200, body
-    assert [(m, p) for m, p, _ in _RecordingUpstream.seen] == [("POST", "/v1/chat/completions")]
-    assert all("authorization" not in headers for _, _, headers in _RecordingUpstream.seen)
+    assert [(m, p) for m, p, _ in RecordingUpstream.seen] == [("POST", "/v1/chat/completions")]
+    assert all("authorization" not in headers for _, _, headers in RecordingUpstream.seen)
 
 
 @pytest.mark.parametrize("operator", [False, True])

@@ -21,19 +21,8 @@ from components.semantic_probe.settings import ProbeSettings
 from components.semantic_probe_spec import PARAMS_PATH
 from tests.conftest import CONTAINER, Deployment, unwrap
 from tests.engine import free_port
-from tests.test_k8s_look_at import (
-    DOCKER_SAYS,
-    FAILURES,
-    KEY,
-    NAMESPACE,
-    as_argv,
-    rendered_kubectl,
-    stacks,
-    stand_in,
-)
-from tests.test_k8s_target import SERVICE
-
-__all__ = ["stacks", "stand_in"]  # the fixtures, shared with the gate's tests
+from tests.k8s_look_at_cases import DOCKER_SAYS, FAILURES, KEY, NAMESPACE, as_argv, rendered_kubectl
+from tests.k8s_rendered import SERVICE
 
 PROBE_FAILURES = {case: failure for case, failure in FAILURES.items() if failure[1] in PROBE_STEPS}
 """The gate's failures in the steps the probe runs too."""

@@ -22,7 +22,7 @@ from components.kubernetes.pod_status import COMING, FAILED, READY, pod_verdict,
 from components.kubernetes.roll import RollWatchProvider, watch_roll
 from components.provider_errors import OperatorError
 from tests.conftest import Deployment, run_program, unwrap
-from tests.test_k8s_target import DEPLOYMENT, k8s_target, plain_http_accepted
+from tests.k8s_rendered import DEPLOYMENT, k8s_target, plain_http_accepted
 
 PODS = Path(__file__).parent / "fixtures" / "k8s-pods"
 TEMPLATE = "9e0f1a2b3c4d5e6f"

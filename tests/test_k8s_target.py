@@ -17,25 +17,20 @@ import pytest
 import yaml
 
 from components.config import ConfigError, build_stack_config
-from tests.conftest import Deployment, is_secret, run_program, serving_container, stack_config, unwrap
+from tests.conftest import Deployment, is_secret, run_program, serving_container, unwrap
+from tests.k8s_rendered import (
+    DEPLOYMENT,
+    FRONT_URL,
+    LOCAL_DOCKER,
+    SERVICE,
+    container,
+    flag,
+    k8s_target,
+    plain_http_accepted,
+    pod_spec,
+)
 
-DEPLOYMENT = "kubernetes:apps/v1:Deployment"
-SERVICE = "kubernetes:core/v1:Service"
-LOCAL_DOCKER = {"name": "localhost", "dockerHost": "unix:///var/run/docker.sock"}
-FRONT_URL = "http://127.0.0.1:30080/v1"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-
-
-def k8s_target(**extra: Any) -> dict[str, Any]:
-    return {
-        "hosts": [LOCAL_DOCKER],
-        "kubernetes": {"namespace": "glm53-test", "frontUrl": FRONT_URL, "replicas": 2, **extra},
-    }
-
-
-def plain_http_accepted(stack: str) -> dict[str, Any]:
-    """The stack's glm:front with the opt-in a plain-HTTP NodePort needs (tests/test_k8s_exposure.py)."""
-    return {"glm:front": {**(stack_config(stack).get("glm:front") or {}), "allowPlainHttp": True}}
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +46,6 @@ def on_docker() -> dict[str, Deployment]:
         s: run_program(s, {"glm:target": {"hosts": [LOCAL_DOCKER]}})
         for s in ("a800", "ascend", "rtx5090", "local")
     }
-
-
-def pod_spec(deployment: Deployment) -> dict[str, Any]:
-    return unwrap(deployment.one(DEPLOYMENT, "-vllm").inputs)["spec"]["template"]["spec"]
-
-
-def container(deployment: Deployment, name: str) -> dict[str, Any]:
-    return next(c for c in pod_spec(deployment)["containers"] if c["name"] == name)
-
-
-def flag(argv: list[str], name: str) -> str:
-    return next(a.split("=", 1)[1] for a in argv if a.startswith(f"{name}="))
 
 
 @pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])

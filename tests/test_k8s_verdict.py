@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPLICA_SCRAPE_TEST_KEY, REPLICA_TEST_KEY, TEST_API_KEYS, Deployment, run_program
-from tests.test_k8s_guard import front_and_guard, named_secret
-from tests.test_k8s_target import container, flag, k8s_target, pod_spec
-from tests.test_nginx_front import _RecordingUpstream, recording_upstream
-from tests.test_replica_guard import nginx, request
+from tests.front_rig import RecordingUpstream, recording_upstream
+from tests.guard_rig import nginx, request
+from tests.k8s_guarded import front_and_guard, named_secret
+from tests.k8s_rendered import container, flag, k8s_target, pod_spec
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def mount_of(deployment: Deployment, name: str, path: str) -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def _fresh_recording() -> None:
-    _RecordingUpstream.seen.clear()
+    RecordingUpstream.seen.clear()
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_while_the_verdict_stands_inference_is_closed_unanswered_and_metrics_sti
             assert request(guard, "GET", "/metrics", scrape)[0] == 200
             verdict.unlink()
             assert request(guard, "POST", "/v1/chat/completions", replica)[0] == 200
-    assert [(m, p) for m, p, _ in _RecordingUpstream.seen] == [
+    assert [(m, p) for m, p, _ in RecordingUpstream.seen] == [
         ("GET", "/metrics"),
         ("POST", "/v1/chat/completions"),
     ]
@@ -132,7 +132,7 @@ def test_through_the_front_a_client_gets_a_503_never_the_pods_answer(
         assert error["code"] == "no_replica_in_rotation" and "passed its checks" in error["message"], body
         verdict.unlink()
         assert request(front, "POST", "/v1/chat/completions", key)[0] == 200
-    assert [(m, p) for m, p, _ in _RecordingUpstream.seen] == [("POST", "/v1/chat/completions")]
+    assert [(m, p) for m, p, _ in RecordingUpstream.seen] == [("POST", "/v1/chat/completions")]
 
 
 def test_the_check_keeps_its_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

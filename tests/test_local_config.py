@@ -5,8 +5,6 @@ committed; the repository's new defaults still reach the user's copy; `make roll
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,36 +13,12 @@ import yaml
 
 from ops.__main__ import main as ops_main
 from tests.engine import PROJECT, core_engine_missing
-
-SCRIPT_FILES = [
-    "Pulumi.yaml", "Pulumi.local.yaml", "Pulumi.local-k8s.yaml", "requirements.txt", "requirements-dev.txt",
-]  # fmt: skip
-
-
-@pytest.fixture
-def clone(tmp_path: Path) -> Path:
-    """The scripts and stack files of the repository, as a fresh clone has them; its own state."""
-    root = tmp_path / "glm"
-    shutil.copytree(PROJECT / "scripts", root / "scripts", ignore=shutil.ignore_patterns("__pycache__"))
-    (root / "policy").mkdir()
-    shutil.copy2(PROJECT / "policy" / "requirements.txt", root / "policy")
-    for name in SCRIPT_FILES:
-        shutil.copy2(PROJECT / name, root / name)
-    (root / ".venv").symlink_to(PROJECT / ".venv")
-    (tmp_path / "state").mkdir()
-    return root
-
-
-def _env(root: Path) -> dict[str, str]:
-    env = {**os.environ, "GLM_STATE_DIR": str(root.parent / "state")}
-    for var in ("PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE_FILE"):
-        env.pop(var, None)
-    return env
+from tests.local_clone import clone_env
 
 
 def _sync(root: Path) -> dict[str, object]:
     subprocess.run(
-        ["bash", "-c", f"source {root}/scripts/env.sh && sync_local_config"], env=_env(root), check=True
+        ["bash", "-c", f"source {root}/scripts/env.sh && sync_local_config"], env=clone_env(root), check=True
     )
     return yaml.safe_load((root.parent / "state" / "Pulumi.local.yaml").read_text())["config"]
 
@@ -81,7 +55,7 @@ def test_config_set_on_the_local_stack_is_what_config_get_answers(clone: Path, s
     cluster (make up STACK=local-k8s), whose key must not land in the repository either."""
     pulumi_sh = [str(clone / "scripts" / "pulumi.sh")]
     key = "glm:serving.extraEnv.VLLM_SIM_FAULT"
-    run = {"env": _env(clone), "capture_output": True, "text": True, "timeout": 120}
+    run = {"env": clone_env(clone), "capture_output": True, "text": True, "timeout": 120}
     done = subprocess.run([*pulumi_sh, "config", "set", "--path", key, "wrong-answer", "-s", stack], **run)
     assert done.returncode == 0, done.stderr
     got = subprocess.run([*pulumi_sh, "config", "get", "--path", key, "-s", stack], **run)

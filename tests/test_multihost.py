@@ -18,31 +18,13 @@ from components.config import ConfigError, build_stack_config
 from components.render.nginx_conf import render_nginx_conf
 from components.render.prometheus_config import DEFAULT_JOB, ScrapeSpec, render_prometheus_config
 from components.render.prometheus_rules import render_alert_rules
-from tests.conftest import (
-    REPLICA_SCRAPE_TEST_KEY,
-    REPLICA_TEST_KEY,
-    TEST_HOST_KEY,
-    Deployment,
-    run_program,
-    unwrap,
-)
-from tests.test_nginx_front import NGINX
-from tests.test_prometheus_scrape import PROMTOOL
+from tests.conftest import REPLICA_SCRAPE_TEST_KEY, REPLICA_TEST_KEY, Deployment, run_program, unwrap
+from tests.front_rig import NGINX
+from tests.multihost_stacks import GATE, THREE, host, target
+from tests.promtool_rules import PROMTOOL
 
 CONTAINER = "docker:index/container:Container"
-GATE = "pulumi-python:dynamic:Resource"
 PLAIN_HTTP = {"front": {"allowPlainHttp": True}}
-
-
-def host(name: str, address: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "dockerHost": f"ssh://deploy@{address}", "hostKey": TEST_HOST_KEY, **extra}
-
-
-THREE = [host("gpu01", "10.0.0.11"), host("gpu02", "10.0.0.12"), host("gpu03", "10.0.0.13")]
-
-
-def target(*hosts: dict[str, Any], front: str | None = None) -> dict[str, Any]:
-    return {"hosts": list(hosts), **({"frontHost": front} if front else {})}
 
 
 def refused(hosts: dict[str, Any], **extra: Any) -> str:
@@ -407,7 +389,7 @@ def test_a_multi_host_stack_passes_the_policy_pack(tls: bool) -> None:
     no-public-serving-port refused every multi-host stack. Now only guards publish, on one address."""
     import policy.glm_policies as gp
     from policy.glm_policies import Resource
-    from tests.test_nginx_front import self_signed
+    from tests.front_rig import self_signed
 
     secrets: dict[str, Any] = {}
     front: dict[str, Any] = {"allowPlainHttp": True}

@@ -27,22 +27,14 @@ from typing import Any
 import pytest
 
 from tests.engine import PulumiProject, engine_missing
-from tests.multihost import (
-    ContainerWatch,
-    LoadLoop,
-    init_stack,
-    set_config,
-    set_hosts,
-    standin_fleet,
-)
+from tests.multihost import ContainerWatch, LoadLoop, init_stack, set_config, set_hosts, standin_fleet
+from tests.multihost_keys import API_KEY
 from tests.standin_host import StandinHost, unavailable_reason
 
 pytestmark = pytest.mark.skipif(
     engine_missing() is not None or unavailable_reason() is not None,
     reason=str(engine_missing() or unavailable_reason()),
 )
-
-API_KEY = "sk-multihost-97b4f1e3ef97eef652"
 FRONT_PORT = 18480
 
 

@@ -20,8 +20,8 @@ import pytest
 
 from components.render.replica_guard import render_guard_files
 from tests.engine import free_port
-from tests.test_nginx_front import KEYS, nginx_front, stack
-from tests.test_replica_guard import FRONT, KEY, SCRAPE_KEY, nginx
+from tests.front_rig import KEYS, nginx_front, stack
+from tests.guard_rig import FRONT, KEY, SCRAPE_KEY, nginx
 
 SECRET = "QuErYsEcReT-5b1d7e"
 # Paths nginx refuses while it reads the request line (an encoded NUL, a bad escape, a control

@@ -14,21 +14,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import glm_policies as gp
 import pulumi
 import pytest
+from glm_policies import CONTAINER, IMAGE, REMOTE_IMAGE, VOLUME, Resource, Undecidable
 
 from tests.conftest import profile_stacks
+from tests.policy_pack import UNKNOWN_STRING, resource
 
 POLICY_DIR = Path(__file__).resolve().parent.parent / "policy"
 # The pack's modules import each other as top-level modules, as they do when the engine runs
 # policy/ as a program; the tests see them the same way.
 sys.path.insert(0, str(POLICY_DIR))
 
-import glm_policies as gp  # noqa: E402 (needs the sys.path entry above)
-from glm_policies import CONTAINER, IMAGE, REMOTE_IMAGE, VOLUME, Resource, Undecidable  # noqa: E402
-
 SECRET = {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270"}
-UNKNOWN_STRING = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
 FRONT_LABELS = [{"label": "glm53.role", "value": "front"}]
 SERVING_LABELS = [{"label": "glm53.served-model", "value": "glm-5.3-flash"}]
 KEYED_CONF = """
@@ -47,11 +46,6 @@ http {
     }
 }
 """
-
-
-def resource(type_: str, logical: str, /, stack: str = "a800", **props: Any) -> Resource:
-    urn = f"urn:pulumi:{stack}::glm::{type_}::{logical}"
-    return Resource(type_, logical, gp.normalize(props), urn=urn)
 
 
 def check(rule, res: Resource, config: dict[str, Any] | None = None) -> list[str]:
@@ -203,7 +197,7 @@ def test_an_unknown_conf_is_skipped_with_a_note() -> None:
 def test_a_front_delivered_by_nginx_reload_is_checked_on_its_nginx_conf() -> None:
     from components.docker.nginx_reload import START_COMMAND
     from components.render.nginx_conf import render_release_conf
-    from tests.test_nginx_front import stack
+    from tests.front_rig import stack
 
     container = front(uploads=[], entrypoints=["/bin/sh", "-c"], command=[START_COMMAND])
     assert check(gp.front_requires_api_key, container) == []
@@ -413,41 +407,6 @@ def test_an_unprotected_volume_is_refused() -> None:
     assert "a800-monitoring-data (Docker volume glm53-a800-monitoring-data) is neither protected" in message
     # Where retain_on_delete can be seen, it beats the declaration.
     assert check(gp.volumes_retained, volume("a800-model-jit-cache", retain_on_delete=False))
-
-
-# --- the pulumi-policy wiring -------------------------------------------------------------------
-
-
-@pytest.fixture
-def analyze():
-    """Run one resource through pulumi-policy's own analyzer servicer, as the engine's RPC would."""
-    pytest.importorskip("pulumi_policy", reason="pip install -r policy/requirements.txt")
-    from glm_analyzer import POLICIES
-    from google.protobuf import struct_pb2
-    from pulumi.runtime.proto import analyzer_pb2
-    from pulumi_policy import EnforcementLevel
-    from pulumi_policy.policy import _PolicyAnalyzerServicer  # private: pinned to 1.21.0
-
-    servicer = _PolicyAnalyzerServicer("glm-serving", "0.0.1", POLICIES, EnforcementLevel.MANDATORY)
-
-    def run(type_: str, name: str, props: dict[str, Any], stack: str = "a800", protect: bool = False):
-        properties = struct_pb2.Struct()
-        properties.update(props)
-        request = analyzer_pb2.AnalyzeRequest(
-            type=type_,
-            name=name,
-            urn=f"urn:pulumi:{stack}::glm::{type_}::{name}",
-            properties=properties,
-            options=analyzer_pb2.AnalyzerResourceOptions(protect=protect),
-        )
-        response = servicer.Analyze(request, None)
-        diagnostics = {
-            (d.policyName, analyzer_pb2.EnforcementLevel.Name(d.enforcementLevel)): d.message
-            for d in response.diagnostics
-        }
-        return diagnostics, {n.policy_name: n.reason for n in response.not_applicable}
-
-    return run
 
 
 def test_a_violation_is_reported_as_mandatory(analyze) -> None:

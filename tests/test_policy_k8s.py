@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import profile_stacks, run_program
-from tests.test_k8s_target import k8s_target, plain_http_accepted
-from tests.test_policy import UNKNOWN_STRING, analyze, gp, resource  # noqa: F401 (analyze: a fixture)
+from tests.k8s_rendered import k8s_target, plain_http_accepted
+from tests.policy_pack import UNKNOWN_STRING, gp, resource
 
 SERVICE = "kubernetes:core/v1:Service"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
@@ -266,7 +266,7 @@ def test_a_pod_without_any_security_context_names_every_problem() -> None:
 # --- through the analyzer, and the committed stacks ---------------------------------------------
 
 
-def test_a_node_port_without_the_opt_in_is_a_mandatory_violation(analyze) -> None:  # noqa: F811
+def test_a_node_port_without_the_opt_in_is_a_mandatory_violation(analyze) -> None:
     res = service("a800-prometheus-service", PROMETHEUS, **NODE_PORT)
     diagnostics, _ = analyze(SERVICE, res.name, {"metadata": res.props["metadata"], "spec": {
         "type": "NodePort", "selector": PROMETHEUS, "ports": [{"port": 9090, "nodePort": 30090}],

@@ -12,7 +12,7 @@ from components.docker.prometheus_release import describe_change, files_changes,
 from components.render.prometheus_config import ScrapeSpec
 from components.render.prometheus_rules import render_alert_rules
 from ops.preview_display import compact
-from tests.test_prometheus_scrape import stack
+from tests.promtool_rules import stack
 
 FIXTURES = Path(__file__).parent / "fixtures" / "preview"
 

@@ -24,7 +24,7 @@ from components.gate.run import CHAT_MAX_TOKENS
 from components.gate.settings import SmokeConfig
 from components.gate.steps import WEATHER_TOOL
 from tests.conftest import PROJECT, run_program
-from tests.test_nginx_front import KEYS, SERVED, UNLIMITED_ADDRESS, Front, nginx_front, stack, vllm_sim
+from tests.front_rig import KEYS, SERVED, UNLIMITED_ADDRESS, Front, nginx_front, stack, vllm_sim
 
 SECTION = "### A tool call"
 

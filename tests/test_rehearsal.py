@@ -25,16 +25,11 @@ import pytest
 from openai import OpenAI
 
 from tests.engine import PROJECT, PulumiProject, engine_missing, stack_file_without_secrets
+from tests.rehearsal_stack import API_KEY, LOCAL_IMAGES, SITE_DIR, rehearsal_config
 from tests.standin_host import StandinHost, unavailable_reason
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 
-API_KEY = "sk-rehearsal-511cf3d6a571098d6efa"
-LOCAL_IMAGES = {
-    "base": "glm53-local/python:bookworm",
-    "front": "glm53-local/nginx:bookworm",
-    "monitoring": "glm53-local/prometheus:bookworm",
-}
 # (stack, the front's port from the seed, served name, container name, the flag changed in step 3)
 PROFILES = {
     "a800": (8008, "zai-org/GLM-5.3-Flash", "glm53-flash-a800-8008", ("maxNumSeqs", "64")),
@@ -42,8 +37,6 @@ PROFILES = {
     "rtx5090": (8000, "glm-5.3-flash", "glm53-flash", ("maxNumSeqs", "8")),
 }
 WEIGHTS_DIR = {"a800": "GLM-5.3-Flash", "ascend": "GLM-5.3-Flash-w8a8", "rtx5090": "GLM-5.3-Flash-NVFP4"}
-SITE_DIR = "site"
-"""rtx5090's second mount (/site) on the stand-in host: not a driver mount, so a rehearsal keeps it."""
 
 
 @pytest.fixture(scope="module")
@@ -64,30 +57,6 @@ def host() -> Iterator[StandinHost]:
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory) -> PulumiProject:
     return PulumiProject.copy_of_repo(tmp_path_factory.mktemp("rehearsal") / "glm")
-
-
-def rehearsal_config(host: StandinHost, stack: str, **extra: str) -> dict[str, str]:
-    """The stack file's own config plus what a rehearsal on this host changes: where (host, key,
-    weights), which images are available offline, and where the gate reads vLLM's metrics."""
-    config = {
-        "glm:rehearsal.enabled": "true",
-        "glm:rehearsal.baseImage": LOCAL_IMAGES["base"],
-        "glm:target.hosts[0].dockerHost": host.docker_host,
-        "glm:target.hosts[0].hostKey": host.host_key,
-        "glm:target.hosts[0].identityFile": str(host.private_key_path),
-        "glm:model.hostDir": str(host.models_dir),
-        "glm:front.image": LOCAL_IMAGES["front"],
-        "glm:monitoring.image": LOCAL_IMAGES["monitoring"],
-        "glm:semanticProbe.baseImage": LOCAL_IMAGES["base"],
-        # Prometheus on the host's address (not loopback), so the tests read its alerts from this
-        # machine. The gate reads the KV pool through the front's metrics route, across the network.
-        "glm:monitoring.bindAddress": host.address,
-        "glm:monitoring.allowPublicBind": "true",  # a test-only address, reachable from here alone
-        "glm:monitoring.scrapeInterval": "2s",
-    }
-    if stack == "rtx5090":
-        config["glm:container.mounts[0].source"] = str(host.root / SITE_DIR)
-    return {**config, **extra}
 
 
 def inspect(host: StandinHost, name: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from components.config import ConfigError, build_stack_config
 from components.render.prometheus_config import ScrapeSpec
 from components.render.prometheus_rules import alert_rules
 from tests.conftest import Deployment, run_program, unwrap
-from tests.test_config import make
+from tests.stack_configs import make
 
 CONTAINER = "docker:index/container:Container"
 IMAGE = "docker:index/image:Image"

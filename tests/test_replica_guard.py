@@ -8,11 +8,9 @@ real nginx configured with the front snippet, as the front will be. Then the com
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import http.client
 import json
-import shutil
 import ssl
 import subprocess
 import sys
@@ -54,67 +52,30 @@ from tests.conftest import (
     redacted,
 )
 from tests.engine import free_port
-from tests.test_nginx_front import (
-    NGINX,
+from tests.front_rig import (
     SERVED,
-    _RecordingUpstream,
+    RecordingUpstream,
     assert_forward_secret_tls,
     recording_upstream,
-    running,
-    runtime_dir,
     spread_over_time,
     vllm_sim,
-    wait_for_port,
 )
+from tests.guard_rig import FRONT, KEY, SCRAPE_KEY, guard_files, nginx, request
 
-KEY = "sk-replica-7f3a9c1e5b28d4f06a9e3c71b5d2f8a4"
-SCRAPE_KEY = "sk-scrape-0b5e8d2a7c4f19e36b0a5d8c2e7f1a94"
-FRONT = build_stack_config({"hardware": "local"}).front
 AUTH = {"Authorization": f"Bearer {KEY}"}
 SCRAPE_AUTH = {"Authorization": f"Bearer {SCRAPE_KEY}"}
 
 
-@contextlib.contextmanager
-def nginx(files: dict[str, str]) -> Iterator[tuple[int, Path]]:
-    """Real nginx on a free loopback port; ``files`` is a release rendered for ``listen``
-    ``127.0.0.1:{port}`` and ``runtime_dir`` ``{dir}`` (filled in here)."""
-    directory, port = runtime_dir(), free_port()
-    for name, text in files.items():
-        (directory / name).write_text(text.replace("{port}", str(port)).replace("{dir}", str(directory)))
-    argv = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e", "stderr",
-            "-g", "daemon off;"]  # fmt: skip
-    with running(argv, directory / "nginx.log") as proc:
-        wait_for_port(port, proc)
-        yield port, directory
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-def guard_files(upstream: str, tls_pair: tuple[str, str] | None = None) -> dict[str, str]:
-    return render_guard_files(
-        FRONT, upstream, KEY, SCRAPE_KEY, tls_pair, listen="127.0.0.1:{port}", runtime_dir="{dir}"
-    )
-
-
-def request(port: int, method: str, path: str, headers: dict[str, str]) -> tuple[int, str, dict[str, str]]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    try:
-        connection.request(method, path, body=b"{}" if method == "POST" else None, headers=headers)
-        response = connection.getresponse()
-        return response.status, response.read().decode(), {k.lower(): v for k, v in response.getheaders()}
-    finally:
-        connection.close()
-
-
 @pytest.fixture(scope="module")
 def guarded() -> Iterator[int]:
-    """The guard's port, before a recording upstream (``_RecordingUpstream.seen``)."""
+    """The guard's port, before a recording upstream (``RecordingUpstream.seen``)."""
     with recording_upstream() as upstream, nginx(guard_files(f"127.0.0.1:{upstream}")) as (port, _):
         yield port
 
 
 @pytest.fixture(autouse=True)
 def _fresh_recording() -> None:
-    _RecordingUpstream.seen.clear()
+    RecordingUpstream.seen.clear()
 
 
 @pytest.mark.parametrize(
@@ -133,7 +94,7 @@ def test_without_the_key_every_path_gets_the_json_401(
     assert json.loads(body)["error"]["code"] == "invalid_api_key"
     assert response_headers["content-type"] == "application/json"
     assert response_headers["www-authenticate"] == 'Bearer realm="glm-replica"'
-    assert _RecordingUpstream.seen == []
+    assert RecordingUpstream.seen == []
 
 
 ALLOWED = [("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/v1/completions"),
@@ -143,8 +104,8 @@ ALLOWED = [("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("POST", "/v
 def test_with_the_key_the_allowed_routes_reach_vllm_without_the_key(guarded: int) -> None:
     for method, path in ALLOWED:
         assert request(guarded, method, path, {**AUTH, "X-Request-Id": "r1"})[0] == 200, path
-    assert [(method, path) for method, path, _ in _RecordingUpstream.seen] == ALLOWED
-    for _, _, headers in _RecordingUpstream.seen:
+    assert [(method, path) for method, path, _ in RecordingUpstream.seen] == ALLOWED
+    for _, _, headers in RecordingUpstream.seen:
         assert "authorization" not in headers
         assert headers["x-request-id"] == "r1"  # the front's id passes through
 
@@ -155,14 +116,14 @@ def test_the_scrape_key_opens_no_inference_route(guarded: int, method: str, path
     status, body, headers = request(guarded, method, path, SCRAPE_AUTH)
     assert (status, json.loads(body)["error"]["code"]) == (401, "invalid_api_key")
     assert headers["www-authenticate"] == 'Bearer realm="glm-replica"'
-    assert _RecordingUpstream.seen == []
+    assert RecordingUpstream.seen == []
 
 
 def test_the_scrape_key_reads_metrics_version_and_health(guarded: int) -> None:
     for path in ("/metrics", "/version", "/health"):
         assert request(guarded, "GET", path, SCRAPE_AUTH)[0] == 200, path
-    assert [path for _, path, _ in _RecordingUpstream.seen] == ["/metrics", "/version", "/health"]
-    assert all("authorization" not in headers for _, _, headers in _RecordingUpstream.seen)
+    assert [path for _, path, _ in RecordingUpstream.seen] == ["/metrics", "/version", "/health"]
+    assert all("authorization" not in headers for _, _, headers in RecordingUpstream.seen)
     assert request(guarded, "POST", "/metrics", SCRAPE_AUTH)[0] == 405  # still GET only
 
 
@@ -180,13 +141,13 @@ def test_one_key_for_both_is_refused() -> None:
 def test_other_vllm_routes_get_the_json_404(guarded: int, method: str, path: str) -> None:
     status, body, _ = request(guarded, method, path, AUTH)
     assert (status, json.loads(body)["error"]["code"]) == (404, "not_found")
-    assert _RecordingUpstream.seen == []
+    assert RecordingUpstream.seen == []
 
 
 def test_read_only_routes_take_get_only(guarded: int) -> None:
     status, body, headers = request(guarded, "POST", "/metrics", AUTH)
     assert (status, json.loads(body)["error"]["code"], headers["allow"]) == (405, "method_not_allowed", "GET")
-    assert _RecordingUpstream.seen == []
+    assert RecordingUpstream.seen == []
 
 
 def test_streams_pass_unbuffered() -> None:
@@ -261,16 +222,16 @@ def test_tls_guard_is_verified_by_a_front_that_pins_its_certificate(pair: tuple[
     ):
         for path in ("/v1/models", "/metrics"):
             assert request(front, "GET", path, {})[0] == 200
-        assert [path for _, path, _ in _RecordingUpstream.seen] == ["/v1/models", "/metrics"]
-        assert all("authorization" not in headers for _, _, headers in _RecordingUpstream.seen)
+        assert [path for _, path, _ in RecordingUpstream.seen] == ["/v1/models", "/metrics"]
+        assert all("authorization" not in headers for _, _, headers in RecordingUpstream.seen)
         # Python's ssl (OpenSSL) trusting only this certificate: the address is in the SAN too.
         context = ssl.create_default_context(cadata=pair[0])
         assert httpx.get(f"https://127.0.0.1:{guard}/health", headers=AUTH, verify=context).status_code == 200
         # Plain HTTP to the TLS port: closed without an answer (nginx's 497), nothing proxied.
-        seen = len(_RecordingUpstream.seen)
+        seen = len(RecordingUpstream.seen)
         with pytest.raises(http.client.RemoteDisconnected):
             request(guard, "GET", "/v1/models", AUTH)
-        assert len(_RecordingUpstream.seen) == seen
+        assert len(RecordingUpstream.seen) == seen
 
 
 def test_tls_guard_is_as_strict_as_the_front(pair: tuple[str, str]) -> None:
@@ -287,13 +248,13 @@ def test_a_front_trusting_another_certificate_refuses_the_guard(pair: tuple[str,
         nginx(front_files(guard, other)) as (front, directory),
     ):
         assert request(front, "GET", "/v1/models", {})[0] == 502
-        assert _RecordingUpstream.seen == []
+        assert RecordingUpstream.seen == []
         assert "upstream SSL certificate verify error" in (directory / "nginx.log").read_text()
 
 
 def test_the_plain_snippet_sends_only_the_key() -> None:
     assert render_front_snippet(KEY) == {
-        FRONT_SNIPPET: "# Rendered by components/replica_guard.py: the front's credential for its "
+        FRONT_SNIPPET: "# Rendered by components/render/replica_guard.py: the front's credential for its "
         f'replicas\' guards.\nproxy_set_header Authorization "Bearer {KEY}";\n'
     }
     assert FRONT_TRUST in render_front_snippet(KEY, "PEM")

@@ -20,30 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from components.docker import rotation
 from components.docker.nginx_reload import apply_release
-from tests.test_nginx_front import KEYS, SERVED, free_port, vllm_sim
-from tests.test_nginx_reload import DOCKER_HOST, IMAGE, LiveFront, _docker_ready, live_front
+from tests.front_container import DOCKER_HOST, IMAGE, LiveFront, docker_ready, live_front
+from tests.front_rig import KEYS, SERVED, free_port, vllm_sim
+from tests.rotation_rig import KEY, ask
 
-pytestmark = pytest.mark.skipif(_docker_ready() is not None, reason=str(_docker_ready()))
-
-KEY = KEYS["alice"]
-
-
-def ask(base: str) -> tuple[int, str]:
-    """13x17 through the front: (status, the answer's content or the error body)."""
-    resp = httpx.post(
-        f"{base}/v1/chat/completions",
-        headers={"Authorization": f"Bearer {KEY}"},
-        json={
-            "model": SERVED,
-            "messages": [{"role": "user", "content": "What is 13*17?"}],
-            "max_tokens": 256,
-            "temperature": 0,
-        },
-        timeout=30,
-    )
-    if resp.status_code != 200:
-        return resp.status_code, resp.text
-    return 200, str(resp.json()["choices"][0]["message"]["content"]).strip()
+pytestmark = pytest.mark.skipif(docker_ready() is not None, reason=str(docker_ready()))
 
 
 def answers(base: str, n: int = 12) -> Counter[str]:

@@ -33,12 +33,12 @@ from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.service import ProbeMetrics, run_forever
 from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.template import shell_program
+from tests.front_container import DOCKER_HOST, IMAGE, LiveFront, docker_ready, free_port
+from tests.front_rig import KEYS, SERVED, vllm_sim
 from tests.gate.support import local_config
-from tests.test_nginx_front import KEYS, SERVED, vllm_sim
-from tests.test_nginx_reload import DOCKER_HOST, IMAGE, LiveFront, _docker_ready, free_port
-from tests.test_rotation import KEY, ask
+from tests.rotation_rig import KEY, ask
 
-needs_docker = pytest.mark.skipif(_docker_ready() is not None, reason=str(_docker_ready()))
+needs_docker = pytest.mark.skipif(docker_ready() is not None, reason=str(docker_ready()))
 
 INTERVAL, K, M, TIMEOUT = 1.0, 2, 2, 2
 PLANTED_KEY = "sk-planted-4f9a2c7e1b8d3f60a5c9e2b7d4f1a8c3"

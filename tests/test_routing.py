@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from components.config import ConfigError, build_stack_config
+from tests.front_rig import SERVED
 from tests.metered_front import MeteredFront, metered_front, run_in_nginx_lua
-from tests.test_nginx_front import SERVED
 
 KEY = "sk-alice-1403f1510d19d5295321"
 NAMES = ["replica1", "replica2", "replica3"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.semantic_probe_alerts import BOUND, FAULTS, measure, report
+from tests.e2e_weights import WEIGHTS
 from tests.engine import PulumiProject, engine_missing
-from tests.test_e2e import WEIGHTS
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 

@@ -21,14 +21,13 @@ from typing import Any
 import pytest
 
 from components.semantic_probe import PROBE_STEPS
+from tests.e2e_weights import WEIGHTS
 from tests.engine import PulumiProject, engine_missing
-from tests.test_e2e import WEIGHTS
+from tests.semantic_probe_tls import NAME, set_pem
 from tests.tls_certs import TestCa
 
 pytestmark = pytest.mark.skipif(engine_missing() is not None, reason=str(engine_missing()))
 KEY = "sk-tls-e2e-5c0e8a91d27b4f36"
-NAME = "glm-front.test"
-"""The certificate's only name: the gate connects to 127.0.0.1, the probe to the front's container."""
 
 
 def query(prometheus: str, promql: str) -> list[dict[str, Any]]:
@@ -43,14 +42,6 @@ def probe_results(prometheus: str) -> dict[tuple[str, str, str], float]:
         (s["metric"]["path"], s["metric"]["host"], s["metric"]["step"]): float(s["value"][1])
         for s in query(prometheus, "glm_semantic_probe_step_success")
     }
-
-
-def set_pem(project: PulumiProject, key: str, pem: str, secret: bool = False) -> None:
-    """A PEM value begins with dashes: it goes after ``--``, where the CLI reads no flag."""
-    flags = ["--secret"] if secret else ["--path"]
-    argv = ["pulumi", "config", "set", *flags, key, "-s", "local", "--non-interactive", "--", pem]
-    done = subprocess.run(argv, cwd=project.root, env=project.env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
 
 
 def test_a_tls_front_passes_the_gate_and_is_probed_by_its_certificates_name(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ import pytest
 from components.semantic_probe import PROBE_STEPS
 from tests.engine import PulumiProject, engine_missing
 from tests.multihost import init_stack, standin_fleet
+from tests.semantic_probe_tls import NAME, set_pem
 from tests.standin_host import StandinHost, unavailable_reason
-from tests.test_semantic_probe_tls_e2e import NAME, set_pem
 from tests.tls_certs import TestCa
 
 pytestmark = pytest.mark.skipif(

@@ -12,7 +12,7 @@ import pytest
 from components.profiles import PROFILES
 from components.render.prometheus_config import DEFAULT_JOB
 from tests.conftest import PROJECT
-from tests.test_prometheus_scrape import Expect, rules_of, run_promtool_tests, series, stack
+from tests.promtool_rules import Expect, rules_of, run_promtool_tests, series, stack
 
 TARGET = {"job": DEFAULT_JOB, "instance": "vllm:8000"}
 MODEL = "glm"

@@ -31,10 +31,10 @@ from components.render.status_page import (
     render_page,
 )
 from tests.engine import free_port
-from tests.test_nginx_front import KEYS, METRICS, NGINX, Front, running, runtime_dir, wait_for_port
+from tests.front_rig import KEYS, METRICS, NGINX, Front, running, runtime_dir, wait_for_port
+from tests.status_page_rig import page_prometheus
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 
 def test_the_page_shows_what_the_issue_asks_for() -> None:
@@ -139,30 +139,6 @@ def status_front(prometheus: str) -> Iterator[Front]:
         wait_for_port(port, proc)
         yield Front(port, directory)
     shutil.rmtree(directory, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def page_prometheus(tmp: Path, scrape: list[dict] | None = None, port: int | None = None) -> Iterator[int]:
-    """A real Prometheus serving the page's files as the stack's does (``--web.user-assets``),
-    scraping ``scrape`` every second."""
-    assets = tmp / "assets"
-    assets.mkdir(parents=True)
-    for name, text in page_files().items():
-        (assets / name).write_text(text)
-    config = {"global": {"scrape_interval": "1s"}, "scrape_configs": scrape or []}
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = port or free_port()
-    argv = [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", f"--web.user-assets={assets}"]  # fmt: skip
-    with running(argv, tmp / "prometheus.log") as proc:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/-/ready", timeout=1).status_code == 200:
-                    break
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp / "prometheus.log").read_text()
-            time.sleep(0.2)
-        yield port
 
 
 def test_the_page_for_anyone_its_queries_for_metrics_keys_only(tmp_path: Path) -> None:

@@ -41,10 +41,7 @@ from components.semantic_probe.service import ProbeMetrics, run_once, serve_metr
 from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.browser import CHROMIUM, browser
 from tests.engine import free_port
-from tests.gate.support import local_config
-from tests.metered_front import LUA_MODULES
-from tests.test_dashboard import rotation_change, rotation_status
-from tests.test_nginx_front import (
+from tests.front_rig import (
     KEYS,
     METRICS,
     NGINX,
@@ -55,26 +52,18 @@ from tests.test_nginx_front import (
     vllm_sim_process,
     wait_for_port,
 )
-from tests.test_status_page import page_prometheus
+from tests.gate.support import local_config
+from tests.metered_front import LUA_MODULES
+from tests.rotation_series import rotation_change, rotation_status
+from tests.status_page_panels import PANEL_DATA, WIDTH
+from tests.status_page_rig import page_prometheus
 
 TRAFFIC = 12
 """Chats per key, every other one streamed."""
-WIDTH = 1400
-"""CSS pixels: two charts a row."""
 
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason=f"no headless browser at {CHROMIUM} (apt install chromium)"
 )
-
-# Each panel in the DOM: its state, the points its chart drew and the table cells with a value.
-PANEL_DATA = """JSON.stringify([...document.querySelectorAll("section.panel")].map((s) => ({
-  name: s.dataset.panel,
-  state: s.dataset.state,
-  points: [...s.querySelectorAll("path")].map((p) => (p.getAttribute("d").match(/[ML]/g) || []).length)
-    .reduce((a, b) => a + b, 0),
-  cells: [...s.querySelectorAll("td:not(.label)")].filter((td) => td.textContent !== "–").length,
-  text: s.innerText.slice(0, 400),
-})))"""
 # The rotation chart's legend, the gate history's rows, the TTFT chart's axis ticks (bottom up).
 LEGEND = """JSON.stringify([...document.querySelectorAll('section[data-panel="rotation"] li')].map((li) => li.textContent))"""
 ROWS = """JSON.stringify([...document.querySelectorAll('section[data-panel="gate_history"] tr')]

@@ -20,7 +20,7 @@ from components.render.prometheus_config import CONFIG_PATH, PROMETHEUS_FLAGS
 from components.render.prometheus_config import CONTAINER_PORT as PROMETHEUS_PORT
 from components.render.status_page import ASSETS_DIR, page_files, render_page
 from tests.engine import free_port
-from tests.test_nginx_front import KEYS, METRICS
+from tests.front_rig import KEYS, METRICS
 
 IMAGES = {"nginx": "glm53-local/nginx:bookworm", "prometheus": "glm53-local/prometheus:bookworm"}
 

@@ -14,7 +14,7 @@ import yaml
 
 from components.config import check_api_keys, check_metrics_keys
 from tests.engine import core_engine_missing
-from tests.test_local_config import _env, clone  # noqa: F401  (clone: the fixture)
+from tests.local_clone import clone_env
 
 pytestmark = pytest.mark.skipif(core_engine_missing() is not None, reason=str(core_engine_missing()))
 
@@ -25,7 +25,7 @@ ENDPOINT = "http://127.0.0.1:18080/v1"
 def _bash(root: Path, script: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", "-c", f"source {root}/scripts/env.sh && ensure_engine >/dev/null && ensure_passphrase && {script}"],
-        env=_env(root), cwd=root, capture_output=True, text=True, timeout=300, check=False,
+        env=clone_env(root), cwd=root, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
 
 
@@ -35,7 +35,7 @@ def _config_get(root: Path, key: str) -> str:
     return got.stdout.strip()
 
 
-def test_make_up_makes_a_metrics_key_once_and_prints_the_pages_address(clone: Path) -> None:  # noqa: F811
+def test_make_up_makes_a_metrics_key_once_and_prints_the_pages_address(clone: Path) -> None:
     made = [_bash(clone, f"ensure_stack local && ensure_local_key && {clone}/scripts/status_page.sh key")]
     made.append(_bash(clone, f"{clone}/scripts/status_page.sh key"))  # the next `make up`
     assert [m.returncode for m in made] == [0, 0], [m.stderr for m in made]
@@ -69,7 +69,7 @@ def test_make_up_makes_a_metrics_key_once_and_prints_the_pages_address(clone: Pa
     assert imported.returncode == 0, imported.stderr
     url = subprocess.run(
         [str(clone / "scripts" / "status_page.sh"), "url"],
-        env=_env(clone), cwd=clone, capture_output=True, text=True, timeout=300, check=False,
+        env=clone_env(clone), cwd=clone, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert url.returncode == 0, url.stderr
     assert url.stdout == f"http://127.0.0.1:18080/status/#key={metrics_key}\n"

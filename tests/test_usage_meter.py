@@ -22,8 +22,8 @@ from components.render.nginx_meter import METRICS_PATH, MeterRoute
 from components.render.prometheus_config import METER_JOB
 from ops.usage import promtool_query, usage_rows, usage_table
 from tests.engine import free_port
+from tests.front_rig import NGINX, running, vllm_sim, wait_for_port
 from tests.metered_front import metered_front, nginx_prefix
-from tests.test_nginx_front import NGINX, running, vllm_sim, wait_for_port
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 

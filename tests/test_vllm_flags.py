@@ -20,7 +20,7 @@ from components.vllm_flags.owned import OWNED, owned_flags
 from components.vllm_flags.owned import config_key as key_of_flag
 from components.vllm_flags.tables import FLAG_TABLES
 from tests.conftest import stack_config
-from tests.test_config import make
+from tests.stack_configs import make
 
 PROJECT = Path(__file__).resolve().parent.parent
 STACKS = sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in PROJECT.glob("Pulumi.*.yaml"))

@@ -12,11 +12,11 @@ from typing import Any
 
 from components.config.certificate import certificate_problems, default_name
 from components.config.edge import SemanticProbeConfig
+from components.config.key_strength import MIN_GUESSES_LOG10, guesses_log10
 from components.config.kubernetes import secret_env_problem
 from components.config.replica import ENV_NAME, VISIBILITY_ENV, dangerous_env
 from components.config.stack import StackConfig
 from components.config.values import CLIENT_NAME, fix_command
-from components.key_strength import MIN_GUESSES_LOG10, guesses_log10
 
 SET_HF_TOKEN = fix_command("config set --secret --path 'glm:servingSecretEnv.HF_TOKEN' \"$HF_TOKEN\"")
 """How a refusal says to set a secret variable for vLLM: from the user's own shell's ``$HF_TOKEN``."""

@@ -174,48 +174,7 @@ class NginxFront(pulumi.ComponentResource):
 
         image = docker.RemoteImage(f"{name}-image", name=front.image, keep_locally=True, opts=child)
 
-        # Read by the policy pack (front-tls-on-public-bind): TLS, or the stack's plain-HTTP opt-in.
-        labels = [
-            docker.ContainerLabelArgs(label="glm53.role", value="front"),
-            docker.ContainerLabelArgs(label="glm53.tls", value="on" if front.tls else "off"),
-        ]
-        if front.allow_plain_http and not front.tls:
-            labels.append(docker.ContainerLabelArgs(label="glm53.plain-http", value="accepted"))
-
-        # The probe's only way into the front: eject/readmit requests (components/docker/rotation_requests.py).
-        requests = docker.Volume(f"{name}-rotation-requests", name=volume_name(container.name), opts=child)
-        self.requests_volume = requests.name
-        """The volume the semantic probe writes its eject/readmit requests to."""
-        volumes = [docker.ContainerVolumeArgs(volume_name=requests.name, container_path=FRONT_REQUESTS_DIR)]
-        if args.meter is not None:
-            # The usage meter's counters outlive the container (a new image, a restart): usage, and
-            # the budgets that rest on it, never reset.
-            usage = docker.Volume(f"{name}-usage", name=f"{container_name}-usage", opts=child)
-            volumes.append(docker.ContainerVolumeArgs(volume_name=usage.name, container_path=METER_STATE_DIR))
-        # Nothing here depends on keys, TLS material or nginx.conf: those changes reach nginx as a
-        # reload (NginxReload below), never as a new container (every `uploads` change replaces one).
-        self.container = nginx = docker.Container(
-            f"{name}-nginx",
-            name=container_name,
-            image=image.image_id,
-            entrypoints=["/bin/sh", "-c"],
-            # START_COMMAND (nginx as PID 1) with the request loop started before it.
-            command=[FRONT_COMMAND],
-            volumes=volumes,
-            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=args.network_name)],
-            ports=[
-                docker.ContainerPortArgs(internal=CONTAINER_PORT, external=front.port, ip=front.bind_address)
-            ],
-            labels=labels,
-            hosts=upstream_hosts(container),
-            restart="unless-stopped",
-            log_driver="json-file",
-            log_opts=container.log_opts,
-            # docker stop sends the image's STOPSIGNAL (SIGQUIT: nginx's graceful shutdown).
-            destroy_grace_seconds=STOP_GRACE_SECONDS,
-            # A fixed container name and host port cannot exist twice: remove the old one first.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
-        )
+        self.container = nginx = self._container(name, args, image)
 
         # The names are config keys, not secrets: a reviewer sees which clients change.
         key_names = pulumi.Output.unsecret(pulumi.Output.from_input(args.api_keys).apply(sorted))
@@ -278,4 +237,53 @@ class NginxFront(pulumi.ComponentResource):
                 "container_name": self.container_name,
                 "fingerprint": self.fingerprint,
             }
+        )
+
+    def _container(self, name: str, args: NginxFrontArgs, image: docker.RemoteImage) -> docker.Container:
+        """The front's container: its labels, its volumes (the probe's requests, the meter's usage),
+        its network and published port. Nothing here depends on keys, TLS material or nginx.conf."""
+        front, container = args.front, args.container
+        container_name = front_container_name(container)
+        child = pulumi.ResourceOptions(parent=self)
+        # Read by the policy pack (front-tls-on-public-bind): TLS, or the stack's plain-HTTP opt-in.
+        labels = [
+            docker.ContainerLabelArgs(label="glm53.role", value="front"),
+            docker.ContainerLabelArgs(label="glm53.tls", value="on" if front.tls else "off"),
+        ]
+        if front.allow_plain_http and not front.tls:
+            labels.append(docker.ContainerLabelArgs(label="glm53.plain-http", value="accepted"))
+
+        # The probe's only way into the front: eject/readmit requests (components/docker/rotation_requests.py).
+        requests = docker.Volume(f"{name}-rotation-requests", name=volume_name(container.name), opts=child)
+        self.requests_volume = requests.name
+        """The volume the semantic probe writes its eject/readmit requests to."""
+        volumes = [docker.ContainerVolumeArgs(volume_name=requests.name, container_path=FRONT_REQUESTS_DIR)]
+        if args.meter is not None:
+            # The usage meter's counters outlive the container (a new image, a restart): usage, and
+            # the budgets that rest on it, never reset.
+            usage = docker.Volume(f"{name}-usage", name=f"{container_name}-usage", opts=child)
+            volumes.append(docker.ContainerVolumeArgs(volume_name=usage.name, container_path=METER_STATE_DIR))
+        # Nothing here depends on keys, TLS material or nginx.conf: those changes reach nginx as a
+        # reload (NginxReload below), never as a new container (every `uploads` change replaces one).
+        return docker.Container(
+            f"{name}-nginx",
+            name=container_name,
+            image=image.image_id,
+            entrypoints=["/bin/sh", "-c"],
+            # START_COMMAND (nginx as PID 1) with the request loop started before it.
+            command=[FRONT_COMMAND],
+            volumes=volumes,
+            networks_advanced=[docker.ContainerNetworksAdvancedArgs(name=args.network_name)],
+            ports=[
+                docker.ContainerPortArgs(internal=CONTAINER_PORT, external=front.port, ip=front.bind_address)
+            ],
+            labels=labels,
+            hosts=upstream_hosts(container),
+            restart="unless-stopped",
+            log_driver="json-file",
+            log_opts=container.log_opts,
+            # docker stop sends the image's STOPSIGNAL (SIGQUIT: nginx's graceful shutdown).
+            destroy_grace_seconds=STOP_GRACE_SECONDS,
+            # A fixed container name and host port cannot exist twice: remove the old one first.
+            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
         )

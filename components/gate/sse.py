@@ -5,6 +5,11 @@ same way: ``data:`` with or without the space after the colon (the SSE spec allo
 fields and ``:`` comments skipped, and a payload that is not JSON, or a chunk of the wrong shape,
 raised as :class:`MalformedChunk`, never skipped silently. Each ``data:`` line is one event: vLLM and
 every OpenAI-compatible server send one line per event.
+
+The usage meter reads the same streams with a reader of its own (``Stream`` in
+``components/host/meter/meter_answer.lua``), and must: it is Lua inside nginx's body filter, fed the
+reply in the buffers nginx passes on, an event cut anywhere, and it decodes only the usage event.
+The simulator writes the streams both read (``images/vllm-sim/simulator/streaming.py``).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ and :data:`STEPS`, the one table of steps (readiness first).
 
 Each step fails on its own with a :class:`GateFailure` that says which step, what came back and
 what to look at; a reply of the wrong shape is such a failure too, never a crash.
+
+Kept whole past 400 lines: :data:`STEPS` is the one table of steps, and each step stands beside it.
 """
 
 from __future__ import annotations

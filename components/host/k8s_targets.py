@@ -1,6 +1,6 @@
 """The serving pods as a Prometheus ``file_sd`` target file, from the Kubernetes API.
 
-Runs beside Prometheus in its pod (components/k8s_monitoring.py): every few seconds it lists the
+Runs beside Prometheus in its pod (components/kubernetes/monitoring.py): every few seconds it lists the
 namespace's pods with the stack's serving labels (the pod's service-account token; its Role may
 only list pods) and writes ``[{"targets": ["<pod IP>:<port>"], "labels": {"host": "<pod>"}}]``
 atomically. Why not ``kubernetes_sd_configs``: Debian's Prometheus (the local and rehearsal

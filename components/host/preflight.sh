@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # The preflight, run with bash on the target host before anything is created there.
-# components/preflight.py sends it with these settings assigned above it:
+# components/render/preflight.py sends it with these settings assigned above it:
 #   HOST              the host it runs on, as messages name it (glm:target.hosts[NAME] (user@address:port),
 #                     or on Kubernetes glm:target.kubernetes node NODE)
 #   ACCELERATOR       nvidia | ascend | none (the profile's kind)
@@ -13,8 +13,8 @@
 #   IMAGE_CUDA, DRIVER_MINIMUM   the image's CUDA and the oldest driver that runs it (or empty)
 #   HOST_DIR, NEED_DISK_GIB, MIN_SHM_GIB
 #   CARDS_FROM        docker (a host: Docker must hand the GPUs over) | device-plugin (a pod's
-#                     init container, components/k8s_workload.py: the plugin already did)
-# and, where the weights are checked, a function check_weights (components/weights_check.py).
+#                     init container, components/kubernetes/workload.py: the plugin already did)
+# and, where the weights are checked, a function check_weights (components/host/weights_check.py).
 # It reports every problem at once, one line each on stderr naming the host, the config key and the
 # fix, and exits 1 if any.
 set -u

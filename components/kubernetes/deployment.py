@@ -6,7 +6,7 @@ concern: the images, built where the Docker hosts build them and loaded onto the
 ClusterIP Service that lists only pods whose in-pod gate passed (components/kubernetes/serving.py), each
 pod's guard (components/kubernetes/guard.py); the nginx front (components/kubernetes/front.py); Prometheus
 (components/kubernetes/monitoring.py); the smoke gate through the front, which blocks ``pulumi up`` as
-on Docker hosts; and the semantic probe (components/kubernetes/probe.py). The namespace and the JIT
+on Docker hosts; and the semantic probe (components/kubernetes/semantic_probe.py). The namespace and the JIT
 cache's claim (and its volume) are kept on destroy, as the weights are: the next ``up`` adopts
 them (server-side apply).
 """
@@ -40,7 +40,7 @@ from components.kubernetes.images import ClusterImages, ClusterImagesArgs, build
 from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs, alert_look_at
 from components.kubernetes.pod_events import config_keys
 from components.kubernetes.preflight import check_cluster, container_keys
-from components.kubernetes.probe import KubernetesSemanticProbe, KubernetesSemanticProbeArgs
+from components.kubernetes.semantic_probe import KubernetesSemanticProbe, KubernetesSemanticProbeArgs
 from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
 from components.kubernetes.teardown import PodsGone
 from components.kubernetes.workload import PodConfig, grace_seconds

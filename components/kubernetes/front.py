@@ -204,35 +204,6 @@ class KubernetesFront(pulumi.ComponentResource):
                 lambda a: _digest({**a[0], "u": a[1], "r": REASON_MAP})
             )
         )
-        projected = {
-            "sources": [
-                {"configMap": {"name": "glm53-front", "items": [
-                    {"key": CONF_FILE, "path": CONF_FILE}, {"key": "upstream.conf", "path": "rotation/upstream.conf"},
-                    {"key": "reason.map", "path": "rotation/reason.map"},
-                ]}},
-                {"secret": {"name": "glm53-front-keys"}},
-            ]
-        }  # fmt: skip
-        metered = args.meter is not None
-        container: dict[str, Any] = {
-            "name": "nginx",
-            "image": front.image,
-            "imagePullPolicy": k8s_target.image_pull_policy,
-            "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
-            "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
-            "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}, FRONT_SCRATCH[1]],
-            "readinessProbe": workload.listening_probe("http"),
-            "lifecycle": {"preStop": {"exec": {"command": [
-                "/bin/sh", "-c", metered_quit(args.scrape_seconds) if metered else FRONT_QUIT,
-            ]}}},
-        }  # fmt: skip
-        volumes: list[dict[str, Any]] = [{"name": "release", "projected": projected}, FRONT_SCRATCH[0]]
-        if metered:
-            # The counters of a container the kubelet restarts (the pod's own volume outlives it).
-            container["ports"].append({"name": "status", "containerPort": STATUS_PORT})
-            container["volumeMounts"].append({"name": "usage", "mountPath": METER_STATE_DIR})
-            volumes.append({"name": "usage", "emptyDir": {}})
-        grace = FRONT_DRAIN_SECONDS + METER_DRAIN_SECONDS + args.scrape_seconds + 20 if metered else 60
         self.deployment = k8s.apps.v1.Deployment(
             name,
             metadata={"namespace": ns, "name": "glm53-front"},
@@ -242,16 +213,7 @@ class KubernetesFront(pulumi.ComponentResource):
                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                 "template": {
                     "metadata": {"labels": selector, "annotations": {"glm53/release": digest}},
-                    "spec": restricted({
-                        "terminationGracePeriodSeconds": grace,
-                        # One pod per node where there are several: a node lost takes one door, not all.
-                        "topologySpreadConstraints": [{
-                            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-                            "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector},
-                        }],
-                        "containers": [container],
-                        "volumes": volumes,
-                    }),
+                    "spec": _front_pod(args, selector),
                 },
             },
             opts=pulumi.ResourceOptions.merge(
@@ -284,3 +246,49 @@ class KubernetesFront(pulumi.ComponentResource):
             opts=child,
         )
         self.register_outputs({})
+
+
+def _front_pod(args: KubernetesFrontArgs, selector: dict[str, str]) -> dict[str, Any]:
+    """The front pod's spec: nginx reading its release (the ConfigMap and the key Secret, projected
+    into one folder), its preStop drain and, with the usage meter, the status port and the usage
+    volume that outlives a restarted container."""
+    projected = {
+        "sources": [
+            {"configMap": {"name": "glm53-front", "items": [
+                {"key": CONF_FILE, "path": CONF_FILE}, {"key": "upstream.conf", "path": "rotation/upstream.conf"},
+                {"key": "reason.map", "path": "rotation/reason.map"},
+            ]}},
+            {"secret": {"name": "glm53-front-keys"}},
+        ]
+    }  # fmt: skip
+    metered = args.meter is not None
+    front, k8s_target = args.front, args.k8s_target
+    container: dict[str, Any] = {
+        "name": "nginx",
+        "image": front.image,
+        "imagePullPolicy": k8s_target.image_pull_policy,
+        "command": ["nginx", "-c", f"{FRONT_DIR}/{CONF_FILE}", "-e", "stderr", "-g", "daemon off;"],
+        "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
+        "volumeMounts": [{"name": "release", "mountPath": FRONT_DIR, "readOnly": True}, FRONT_SCRATCH[1]],
+        "readinessProbe": workload.listening_probe("http"),
+        "lifecycle": {"preStop": {"exec": {"command": [
+            "/bin/sh", "-c", metered_quit(args.scrape_seconds) if metered else FRONT_QUIT,
+        ]}}},
+    }  # fmt: skip
+    volumes: list[dict[str, Any]] = [{"name": "release", "projected": projected}, FRONT_SCRATCH[0]]
+    if metered:
+        # The counters of a container the kubelet restarts (the pod's own volume outlives it).
+        container["ports"].append({"name": "status", "containerPort": STATUS_PORT})
+        container["volumeMounts"].append({"name": "usage", "mountPath": METER_STATE_DIR})
+        volumes.append({"name": "usage", "emptyDir": {}})
+    grace = FRONT_DRAIN_SECONDS + METER_DRAIN_SECONDS + args.scrape_seconds + 20 if metered else 60
+    return restricted({
+        "terminationGracePeriodSeconds": grace,
+        # One pod per node where there are several: a node lost takes one door, not all.
+        "topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector},
+        }],
+        "containers": [container],
+        "volumes": volumes,
+    })  # fmt: skip

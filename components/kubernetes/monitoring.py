@@ -7,6 +7,9 @@ stack's several-hosts rules (``render_alert_rules(..., by_host=True)``), their t
 where a Docker stack's name ``docker`` (``alert_look_at``). Clusters that run the Prometheus
 Operator get the same rules as a ``PrometheusRule`` and a ``PodMonitor``
 (``glm:target.kubernetes.prometheusOperator``) instead of this Deployment.
+
+Past 400 lines, kept whole: both ways of monitoring the cluster (this Deployment, the Operator's
+objects) render from the one scrape config here.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from components.config import KubernetesTargetConfig, MonitoringConfig
 from components.gate.messages import LookAt
 from components.kubernetes.guard import GUARD_CA_KEY, GUARD_PORT, SCRAPE_SECRET, SCRAPE_SECRET_KEY, PodGuard
 from components.kubernetes.pod_security import api_token_volume, restricted
-from components.kubernetes.probe import PROBE_NAME, probe_log
+from components.kubernetes.semantic_probe import PROBE_NAME, probe_log
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import (
     GUARD_PORT_NAME,
@@ -341,7 +344,6 @@ class KubernetesScrape(pulumi.ComponentResource):
         )
         account = _rbac(f"{name}-prometheus", ns, child)
         selector = labels(args.stack, "prometheus")
-        pull = k8s_target.image_pull_policy
         k8s.apps.v1.Deployment(
             f"{name}-prometheus",
             metadata={"namespace": ns, "name": "glm53-prometheus"},
@@ -353,40 +355,7 @@ class KubernetesScrape(pulumi.ComponentResource):
                 "template": {
                     # A new config or rule file restarts Prometheus (the Docker stack replaces its container).
                     "metadata": {"labels": selector, "annotations": {"glm53/config": digest}},
-                    "spec": restricted({
-                        "serviceAccountName": "glm53-prometheus",
-                        "containers": [{
-                            "name": "prometheus",
-                            "image": monitoring.image,
-                            "imagePullPolicy": pull,
-                            # The status page's files are served at /user/, which the front proxies (/status/).
-                            "args": [*PROMETHEUS_FLAGS, f"--web.user-assets={status_page.ASSETS_DIR}"],
-                            "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
-                            "volumeMounts": [
-                                {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                                {"name": "data", "mountPath": DATA_PATH},
-                                {"name": "targets", "mountPath": TARGETS_DIR, "readOnly": True},
-                                {"name": "status-page", "mountPath": status_page.ASSETS_DIR, "readOnly": True},
-                            ],
-                            "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}, "periodSeconds": 5},
-                        }, targets_container(args.script_image, pull, ns, args.stack, GUARD_PORT),
-                        *([targets_container(args.script_image, pull, ns, args.stack, STATUS_PORT, "front")]
-                          if metered else [])],
-                        "volumes": [
-                            {"name": "config", "projected": {"sources": [
-                                {"configMap": {"name": "glm53-prometheus"}},
-                                {"secret": {"name": SCRAPE_SECRET, "items": [
-                                    {"key": SCRAPE_SECRET_KEY, "path": SCRAPE_KEY_PATH.rsplit("/", 1)[1]},
-                                    *([{"key": GUARD_CA_KEY, "path": REPLICA_CA_PATH.rsplit("/", 1)[1]}] if args.tls else []),
-                                ]}},
-                            ]}},
-                            {"name": "data", "emptyDir": {}},
-                            {"name": "targets", "emptyDir": {}},
-                            {"name": "script", "configMap": {"name": "glm53-prometheus-targets"}},
-                            {"name": "status-page", "configMap": {"name": "glm53-status-page"}},
-                            API_TOKEN[0],
-                        ],
-                    }),
+                    "spec": _prometheus_pod(args),
                 },
             },
             opts=pulumi.ResourceOptions.merge(
@@ -413,3 +382,45 @@ class KubernetesScrape(pulumi.ComponentResource):
             },
             opts=child,
         )
+
+
+def _prometheus_pod(args: KubernetesScrapeArgs) -> dict[str, Any]:
+    """Prometheus' pod: Prometheus reading its config, the scrape key (and the guards' CA) and the
+    status page's files; beside it the sidecar that lists the guards' targets (and, with the usage
+    meter, the front pods' status ports) from the API."""
+    monitoring, ns, pull = args.monitoring, args.k8s_target.namespace, args.k8s_target.image_pull_policy
+    metered = args.spec.usage_meter is not None
+    return restricted({
+        "serviceAccountName": "glm53-prometheus",
+        "containers": [{
+            "name": "prometheus",
+            "image": monitoring.image,
+            "imagePullPolicy": pull,
+            # The status page's files are served at /user/, which the front proxies (/status/).
+            "args": [*PROMETHEUS_FLAGS, f"--web.user-assets={status_page.ASSETS_DIR}"],
+            "ports": [{"name": "http", "containerPort": CONTAINER_PORT}],
+            "volumeMounts": [
+                {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                {"name": "data", "mountPath": DATA_PATH},
+                {"name": "targets", "mountPath": TARGETS_DIR, "readOnly": True},
+                {"name": "status-page", "mountPath": status_page.ASSETS_DIR, "readOnly": True},
+            ],
+            "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}, "periodSeconds": 5},
+        }, targets_container(args.script_image, pull, ns, args.stack, GUARD_PORT),
+        *([targets_container(args.script_image, pull, ns, args.stack, STATUS_PORT, "front")]
+          if metered else [])],
+        "volumes": [
+            {"name": "config", "projected": {"sources": [
+                {"configMap": {"name": "glm53-prometheus"}},
+                {"secret": {"name": SCRAPE_SECRET, "items": [
+                    {"key": SCRAPE_SECRET_KEY, "path": SCRAPE_KEY_PATH.rsplit("/", 1)[1]},
+                    *([{"key": GUARD_CA_KEY, "path": REPLICA_CA_PATH.rsplit("/", 1)[1]}] if args.tls else []),
+                ]}},
+            ]}},
+            {"name": "data", "emptyDir": {}},
+            {"name": "targets", "emptyDir": {}},
+            {"name": "script", "configMap": {"name": "glm53-prometheus-targets"}},
+            {"name": "status-page", "configMap": {"name": "glm53-status-page"}},
+            API_TOKEN[0],
+        ],
+    })  # fmt: skip

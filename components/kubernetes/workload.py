@@ -1,4 +1,5 @@
 """The serving pods on Kubernetes, rendered from the same ``ServingSpec`` the Docker hosts run.
+Kept whole past 400 lines: one pod's three containers, volumes and spec, read together.
 
 Pure functions that return Kubernetes objects as the API writes them (camelCase dicts), so tests
 assert on exactly what the API server receives: ``components/kubernetes/deployment.py`` hands them to

@@ -8,7 +8,8 @@ file, for harnesses that run one ``nginx -c`` file. The tests run both through `
 Here: where a release's files and the rotation's lie, the ``upstream`` of replicas (how the front
 connects to them, retries and gives one up), and the whole config put together. What the front
 shows its clients (keys, limits, TLS, error bodies, the access log) is in
-components/render/nginx_clients.py.
+components/render/nginx_clients.py. Past 400 lines, kept whole: the replicas' upstreams (prefix
+affinity's per-replica groups too) are parts of the one config rendered here.
 """
 
 from __future__ import annotations

@@ -112,6 +112,19 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
 
     ``by_host``: several replicas, each scraped with a ``host`` label; every alert names its host.
     """
+    rules = _kv_pool_rules(spec, job) + _load_rules(spec, job) + [_target_down_rule(spec, job)]
+    if by_host:
+        rules = [_on_host(rule) for rule in rules]
+    if spec.semantic_probe is not None:
+        rules += semantic_probe_rules(spec.semantic_probe, spec.look_at, spec.smoke, job, by_host=by_host)
+    if spec.usage_meter is not None:
+        rules += usage_meter_rules(spec.look_at)
+    return rules
+
+
+def _kv_pool_rules(spec: ScrapeSpec, job: str) -> list[dict[str, Any]]:
+    """The KV pool against ``--max-model-len``: a pool too small for one long request (the Ascend
+    hang), a pool the rule cannot judge, and the hang itself (requests waiting, none running)."""
     serving = spec.serving
     thresholds = spec.monitoring.thresholds
     max_len = serving.max_model_len
@@ -124,7 +137,7 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
         "(glm:serving.numSpeculativeTokens, --speculative-config), or lower "
         f"glm:serving.maxModelLen (--max-model-len, now {max_len}) to what the pool holds."
     )
-    rules = [
+    return [
         alert_rule(
             "VllmKvPoolBelowMaxModelLen",
             kv_pool_below_expr(max_len, sizes, job),
@@ -160,6 +173,15 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
             f"make the pool at least max_model_len {max_len}. {levers}",
             thresholds.capacity_wait_for,
         ),
+    ]
+
+
+def _load_rules(spec: ScrapeSpec, job: str) -> list[dict[str, Any]]:
+    """Load carried badly: a nearly full KV cache, a slow first token, (MTP) drafts mostly rejected."""
+    serving = spec.serving
+    thresholds = spec.monitoring.thresholds
+    sel = f'job="{job}"'
+    rules = [
         alert_rule(
             "VllmKvCacheNearlyFull",
             f"vllm:kv_cache_usage_perc{{{sel}}} > {thresholds.kv_cache_usage:g}",
@@ -205,27 +227,23 @@ def alert_rules(spec: ScrapeSpec, job: str = DEFAULT_JOB, *, by_host: bool = Fal
                 "15m",
             )
         )
-    down_for = _for_target_down(spec.monitoring, spec.engine_start_seconds)
-    rules.append(
-        alert_rule(
-            "VllmTargetDown",
-            f"up{{{sel}}} == 0",
-            "critical",
-            "vLLM /metrics is unreachable: the engine is down or still loading",
-            "Prometheus cannot scrape {{ $labels.instance }}. vLLM refuses connections while the "
-            f"weights load; on {spec.hardware} a start is allowed {down_for} "
-            f"before this fires. Check {spec.look_at.serving_log} (OOM, engine-ready timeout, "
-            f"NCCL/HCCL errors) and {spec.look_at.restarts}.",
-            down_for,
-        )
-    )
-    if by_host:
-        rules = [_on_host(rule) for rule in rules]
-    if spec.semantic_probe is not None:
-        rules += semantic_probe_rules(spec.semantic_probe, spec.look_at, spec.smoke, job, by_host=by_host)
-    if spec.usage_meter is not None:
-        rules += usage_meter_rules(spec.look_at)
     return rules
+
+
+def _target_down_rule(spec: ScrapeSpec, job: str) -> dict[str, Any]:
+    """The engine unreachable for longer than a start takes (``_for_target_down``)."""
+    down_for = _for_target_down(spec.monitoring, spec.engine_start_seconds)
+    return alert_rule(
+        "VllmTargetDown",
+        f'up{{job="{job}"}} == 0',
+        "critical",
+        "vLLM /metrics is unreachable: the engine is down or still loading",
+        "Prometheus cannot scrape {{ $labels.instance }}. vLLM refuses connections while the "
+        f"weights load; on {spec.hardware} a start is allowed {down_for} "
+        f"before this fires. Check {spec.look_at.serving_log} (OOM, engine-ready timeout, "
+        f"NCCL/HCCL errors) and {spec.look_at.restarts}.",
+        down_for,
+    )
 
 
 def semantic_probe_rules(
@@ -248,6 +266,22 @@ def semantic_probe_rules(
     time): the step alerts hold back, so a restart or a deploy does not page twice; with several
     hosts a replica's own alerts hold back only while its own engine is down (``by_host``).
     """
+    where = (
+        f"The probe's log says what came back and what to look at: {look_at.probe_log}. The probe "
+        f"runs every {probe.interval_seconds} s (glm:semanticProbe.intervalSeconds); K = {probe.failures_before_alert} "
+        "(glm:semanticProbe.failuresBeforeAlert)."
+    )
+    return _probe_failure_rules(probe, smoke, vllm_job, where, by_host) + _probe_silence_rules(probe, look_at)
+
+
+_ON_HOST = "On host {{ $labels.host }} ({{ $labels.path }} path): "
+"""How a probe alert's summary names its target (issue 23)."""
+
+
+def _probe_failure_rules(
+    probe: SemanticProbeConfig, smoke: SmokeConfig, vllm_job: str, where: str, by_host: bool
+) -> list[dict[str, Any]]:
+    """Answers, tool calls, readiness, the KV pool: failing K runs in a row while the engine is up."""
     k = probe.failures_before_alert
     sel = f'job="{semantic_probe.SCRAPE_JOB}"'
     failures = f"{semantic_probe.METRIC_PREFIX}_step_consecutive_failures"
@@ -262,27 +296,13 @@ def semantic_probe_rules(
             f'or\n({failures}{{{sel},path="front",{steps}}} >= {k}\n  unless on () {up})'
         )
 
-    on = "On host {{ $labels.host }} ({{ $labels.path }} path): "
-    # The probe starts once the gate passed, and Prometheus before it: a probe never scraped yet is
-    # a deploy under way (the gate's business), not a silent probe.
-    last_run = f"{semantic_probe.METRIC_PREFIX}_last_run_timestamp_seconds"
-
-    def skipping(seconds: int) -> str:
-        return (
-            f'increase({semantic_probe.METRIC_PREFIX}_runs_total{{{sel},result="skipped"}}[{seconds}s]) > 0'
-        )
-
-    where = (
-        f"The probe's log says what came back and what to look at: {look_at.probe_log}. The probe "
-        f"runs every {probe.interval_seconds} s (glm:semanticProbe.intervalSeconds); K = {k} "
-        "(glm:semanticProbe.failuresBeforeAlert)."
-    )
     return [
         alert_rule(
             "GlmModelAnswersWrong",
             failing('step="arithmetic"'),
             "critical",
-            on + f"the model failed the arithmetic check {k} runs in a row: answers are wrong or missing",
+            _ON_HOST
+            + f"the model failed the arithmetic check {k} runs in a row: answers are wrong or missing",
             f"Asked {smoke.prompt!r} (through the front, or the replica directly), the model did not answer "
             f"{smoke.expected_answer!r} with its reasoning in its own field for "
             "{{ $value }} runs in a row (a wrong answer, a 5xx, a timeout or an inline reasoning). "
@@ -293,7 +313,7 @@ def semantic_probe_rules(
             "GlmToolCallsBroken",
             failing('step="tool_call"'),
             "critical",
-            on + f"tool calls failed {k} probe runs in a row",
+            _ON_HOST + f"tool calls failed {k} probe runs in a row",
             "Asked for the weather with a get_weather tool, the model returned no well-formed "
             "get_weather call for {{ $value }} runs in a row (no tool_calls, bad arguments, a 5xx "
             "or a timeout). Look at --tool-call-parser and --enable-auto-tool-choice. " + where,
@@ -303,12 +323,28 @@ def semantic_probe_rules(
             "GlmSemanticProbeStepFailing",
             failing('step=~"readiness|kv_pool"'),
             "warning",
-            on + "the probe's {{ $labels.step }} step failed " + f"{k} runs in a row",
+            _ON_HOST + "the probe's {{ $labels.step }} step failed " + f"{k} runs in a row",
             "readiness: the front did not list the model through the probe's key; kv_pool: vLLM's "
             "KV pool is below --max-model-len or its metrics are unreadable. {{ $value }} runs in a "
             "row. " + where,
             None,
         ),
+    ]
+
+
+def _probe_silence_rules(probe: SemanticProbeConfig, look_at: AlertLookAt) -> list[dict[str, Any]]:
+    """The probe itself: silent, or a replica it skipped (saturated) at every run."""
+    sel = f'job="{semantic_probe.SCRAPE_JOB}"'
+    # The probe starts once the gate passed, and Prometheus before it: a probe never scraped yet is
+    # a deploy under way (the gate's business), not a silent probe.
+    last_run = f"{semantic_probe.METRIC_PREFIX}_last_run_timestamp_seconds"
+
+    def skipping(seconds: int) -> str:
+        return (
+            f'increase({semantic_probe.METRIC_PREFIX}_runs_total{{{sel},result="skipped"}}[{seconds}s]) > 0'
+        )
+
+    return [
         alert_rule(
             "GlmSemanticProbeSilent",
             f"(up{{{sel}}} == 0 and max_over_time(up{{{sel}}}[{PROBE_SEEN_WINDOW}]) == 1)\n  or\n"
@@ -326,7 +362,7 @@ def semantic_probe_rules(
             f"time() - {last_run}{{{sel}}} > {probe.unprobed_after_seconds}\n"
             f"  and on (host, path) {skipping(probe.unprobed_after_seconds)}",
             "warning",
-            on + f"not probed for over {probe.unprobed_after_seconds} s: saturated at every run",
+            _ON_HOST + f"not probed for over {probe.unprobed_after_seconds} s: saturated at every run",
             "The probe skips a replica whose vLLM has requests waiting or runs --max-num-seqs "
             "(at most two runs in a row; the third asks all the same, and a run that only timed out "
             "while saturated counts as skipped too); every run of this one ended so for "

@@ -182,7 +182,7 @@ def render_front_snippet(key: str, certificate: str | None = None) -> dict[str, 
     _check_key(key)
     lines = [
         # A resource input: the text as it was before the move (a changed comment re-delivers every front).
-        "# Rendered by components/replica_guard.py: the front's credential for its replicas' guards.",
+        "# Rendered by components/render/replica_guard.py: the front's credential for its replicas' guards.",
         f'proxy_set_header Authorization "Bearer {key}";',
     ]
     files = {}

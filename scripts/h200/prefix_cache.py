@@ -12,8 +12,9 @@ per request its label, prompt tokens and ``usage`` as answered, and the engine's
 ``vllm:prefix_cache_{queries,hits}_total`` at the end.
 
 ``--engine sim``: ``images/vllm-sim/vllm_sim.py`` with the same argv (``--sim`` names the file).
-Standard library only: it runs on the GPU host's bare python3 beside vLLM. The recorded run and
-its comparison: ``tests/fixtures/h200-prefix-cache/``, ``tests/sim/test_sim_vs_vllm_prefix_cache.py``.
+Standard library only: it runs on the GPU host's bare python3 beside vLLM. No run on the GPU host
+is recorded yet, so nothing compares the two; the simulator's prefix cache alone is tested in
+``tests/sim/test_sim_prefix_cache.py``.
 """
 
 from __future__ import annotations

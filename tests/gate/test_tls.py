@@ -108,7 +108,7 @@ def test_another_name_fails_the_hostname_check(sims, tls_front, cas) -> None:
 
 def test_the_command_line_takes_the_name_and_the_ca_file(sims, tls_front, cas, tmp_path) -> None:
     """What `ops smoke` runs against a TLS stack (ops/__main__.py passes the stack's name and CA)."""
-    from tests.gate.test_cli import gate_cli
+    from tests.gate.cli_rig import gate_cli
 
     stack_ca, other_ca = cas
     pair = stack_ca.issue([f"DNS:{NAME}"], label="cli")

@@ -5,7 +5,7 @@ front host's; the known times are the a800 seed's (weights ~36 s, engine init 33
 from __future__ import annotations
 
 from tests.conftest import run_program, unwrap
-from tests.test_multihost import GATE, THREE, target
+from tests.multihost_stacks import GATE, THREE, target
 
 
 def test_each_gate_follows_its_hosts_container_over_that_hosts_ssh() -> None:

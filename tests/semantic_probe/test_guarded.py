@@ -8,10 +8,10 @@ from components.semantic_probe.saturation import saturation
 from components.semantic_probe.service import ProbeMetrics, run_once
 from components.semantic_probe.settings import ReplicaKeys
 from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
+from tests.front_rig import SERVED, vllm_sim
 from tests.gate.support import local_config
-from tests.test_nginx_front import SERVED, vllm_sim
-from tests.test_replica_guard import KEY as REPLICA_KEY
-from tests.test_replica_guard import SCRAPE_KEY, guard_files, nginx
+from tests.guard_rig import KEY as REPLICA_KEY
+from tests.guard_rig import SCRAPE_KEY, guard_files, nginx
 
 KEYS = ReplicaKeys(REPLICA_KEY, SCRAPE_KEY)
 

@@ -271,7 +271,7 @@ def test_a_tls_front_is_probed_and_gated_by_its_certificates_name(
 
 
 def test_a_tls_stacks_replicas_are_probed_through_their_guards(front_pair: tuple[TestCa, str, str]) -> None:
-    from tests.test_multihost import THREE, target
+    from tests.multihost_stacks import THREE, target
 
     _ca, cert, key = front_pair
     several = run_program(

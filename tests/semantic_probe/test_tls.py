@@ -18,10 +18,10 @@ from components.semantic_probe.service import ProbeMetrics, run_once
 from components.semantic_probe.settings import ProbeSettings, ReplicaKeys
 from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.serving.replica_credentials import guard_tls, self_signed
+from tests.front_rig import SERVED, vllm_sim
 from tests.gate.support import KEY, Sim, needs_nginx, start_front, stop
-from tests.test_nginx_front import SERVED, vllm_sim
-from tests.test_replica_guard import KEY as REPLICA_KEY
-from tests.test_replica_guard import SCRAPE_KEY, guard_files, nginx
+from tests.guard_rig import KEY as REPLICA_KEY
+from tests.guard_rig import SCRAPE_KEY, guard_files, nginx
 from tests.tls_certs import TestCa
 
 pytestmark = needs_nginx

@@ -1,7 +1,7 @@
 # shellcheck shell=sh
 # shellcheck disable=SC1083 # the doubled braces are placeholders components/template.py fills
-# The preStop of nginx in a pod, the Kubernetes front's (components/k8s_front.py) and each serving
-# pod's guard (components/k8s_guard.py), run as one line: out of its Service first (the pause),
+# The preStop of nginx in a pod, the Kubernetes front's (components/kubernetes/front.py) and each serving
+# pod's guard (components/kubernetes/guard.py), run as one line: out of its Service first (the pause),
 # then nginx's graceful quit, which lets the requests in flight finish (SIGTERM is a fast quit that
 # cuts them), and wait until the old workers are gone. One statement a line, as
 # template.one_line_script joins them; these comments are not part of it.

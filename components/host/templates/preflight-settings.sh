@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # shellcheck disable=SC1083,SC2034 # placeholders components/template.py fills; preflight.sh reads the settings
 # The start of the preflight as it runs on a host or in a pod's init container
-# (components/preflight.py): the stack's settings (components/preflight.sh says what each is; every
+# (components/render/preflight.py): the stack's settings (components/host/preflight.sh says what each is; every
 # value quoted for the shell). preflight-check-weights.sh follows where the weights are checked in
 # place, then preflight.sh itself. These comments are not sent.
 HOST={{HOST}}

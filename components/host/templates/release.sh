@@ -1,6 +1,6 @@
 # shellcheck shell=sh
 # shellcheck disable=SC1083 # the doubled braces are placeholders components/template.py fills
-# One front release (components/nginx_reload.py): run in the front container as
+# One front release (components/docker/nginx_reload.py): run in the front container as
 # `sh -c "<this file>" sh RELEASE_ID`, the release's files as a base64 tar on stdin. Written beside
 # the others, checked with `nginx -t`, made current, loaded with a graceful reload; the previous
 # release comes back if nginx does not switch.

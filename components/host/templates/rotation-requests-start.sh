@@ -1,6 +1,6 @@
 # shellcheck shell=sh
 # shellcheck disable=SC1083 # the doubled braces are placeholders components/template.py fills
-# The start of the Docker front container's command (components/rotation_requests.py), joined into
+# The start of the Docker front container's command (components/docker/rotation_requests.py), joined into
 # one line with nginx-start.sh: write the rotation script and the request loop into the container
 # (base64, so no quoting can break them) and start the loop in the background; nginx-start.sh then
 # makes nginx PID 1, and the loop becomes nginx's child and dies with the container. One statement

@@ -1,6 +1,6 @@
 # shellcheck shell=sh
 # shellcheck disable=SC1083 # the doubled braces are placeholders components/template.py fills
-# The front's request loop (components/rotation_requests.py): the semantic probe's only way to
+# The front's request loop (components/docker/rotation_requests.py): the semantic probe's only way to
 # change the rotation. Started in the background by the front container's command, before nginx
 # replaces that shell as PID 1. The probe writes one file per replica into {{REQUESTS}} (a volume
 # shared with the probe and nothing else of the front), `<replica>.req`, holding one line:

@@ -1,7 +1,7 @@
 # shellcheck shell=sh
 # shellcheck disable=SC1083 # the doubled braces are placeholders components/template.py fills
 # The front's rotation: which replicas nginx sends requests to. Run inside the front container by
-# components/rotation.py, as `sh -c "<this file>" sh COMMAND REPLICA [ARGS]`:
+# components/docker/rotation.py, as `sh -c "<this file>" sh COMMAND REPLICA [ARGS]`:
 #
 #   admit  REPLICA ADDRESS        REPLICA (vLLM at ADDRESS, host:port) is in rotation: its gate passed
 #   drain  REPLICA REASON GRACE   out of rotation; returns once every request nginx began before is

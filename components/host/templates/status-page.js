@@ -1,4 +1,4 @@
-// The status page's script (components/status_page.py). It asks the front for each panel's fixed
+// The status page's script (components/render/status_page.py). It asks the front for each panel's fixed
 // query with the metrics key and draws the answers: charts as SVG, tables as HTML. It loads nothing
 // else; the front's Content-Security-Policy would refuse anything from another origin.
 "use strict";

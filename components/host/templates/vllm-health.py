@@ -1,4 +1,4 @@
-# The serving container's health check (components/vllm_server.py), run as `python3 -c` in the
+# The serving container's health check (components/docker/vllm_server.py), run as `python3 -c` in the
 # container: vLLM's /health (python3 is in every vLLM image; curl is not). One line, as it has
 # always been (the check is an input of the container: another text would replace it); these
 # comments are not part of it.

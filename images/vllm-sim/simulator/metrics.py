@@ -37,9 +37,10 @@ def _labels(pairs: list) -> str:
     return "{" + body + "}"
 
 
-def _one_two_five(limit: int) -> list:
+def _one_two_five(limit: int) -> list[float]:
     """vLLM's token-count buckets: 1, 2, 5, 10, 20, 50, ... up to ``limit``."""
-    out, exp = [], 0
+    out: list[float] = []
+    exp = 0
     while True:
         for m in (1, 2, 5):
             v = m * 10**exp

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import overload
 
 from simulator.config import Config
 from simulator.errors import HTTPError
@@ -186,6 +187,12 @@ def _is_id(token: object) -> bool:
     return isinstance(token, int) and not isinstance(token, bool) and token >= 0
 
 
+@overload
+def output_budget(cfg: Config, n_prompt: int, requested: int, param: str) -> int: ...
+@overload
+def output_budget(cfg: Config, n_prompt: int, requested: None, param: str) -> None: ...
+@overload
+def output_budget(cfg: Config, n_prompt: int, requested: int | None, param: str) -> int | None: ...
 def output_budget(cfg: Config, n_prompt: int, requested: int | None, param: str) -> int | None:
     """The tokens a request may generate (None: as many as planned), or vLLM's 400 for its length.
 

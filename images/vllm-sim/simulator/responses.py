@@ -222,6 +222,7 @@ class _Events:
     def _open(self, channel: str) -> None:
         self.channel, self.output_index = channel, self.output_index + 1
         where = self._where()
+        item: dict[str, object]
         if channel == "reasoning":
             item = {
                 "id": self.response.reasoning_id,

@@ -136,7 +136,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def read_body(self) -> bytes:
         if "chunked" in (self.headers.get("transfer-encoding") or "").lower():
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 line = self.rfile.readline(65537)
                 size = int(line.split(b";")[0].strip() or b"0", 16)

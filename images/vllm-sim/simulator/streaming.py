@@ -62,12 +62,11 @@ class ChunkStream:
             "logprobs": None,
             "finish_reason": None,
         }
-        chunk: dict | None = self._chunk([choice], self.reply.chunk_usage(seq))
+        chunk = self._chunk([choice], self.reply.chunk_usage(seq))
         faults = self.reply.cfg.faults
-        if i >= STREAM_FAULT_AT and faults:
-            chunk = self._bend(faults, chunk)
-        if chunk is not None:
-            self.write_event(chunk)
+        sent = self._bend(faults, chunk) if i >= STREAM_FAULT_AT and faults else chunk
+        if sent is not None:
+            self.write_event(sent)
 
     def _completion_token(self, seq: Sequence, i: int, piece: str) -> None:
         """A text completion's chunk: its last token carries the finish reason (0.25.0

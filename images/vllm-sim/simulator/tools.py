@@ -99,8 +99,8 @@ def build_arguments(schema: Any, prompt: str) -> dict:
 
 
 def choose_function(tools: list, tool_choice: Any, prompt: str) -> dict | None:
-    functions = [
-        t.get("function") for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)
+    functions: list[dict] = [
+        t["function"] for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)
     ]
     functions = [f for f in functions if f.get("name")]
     if not functions:
