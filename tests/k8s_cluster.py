@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,9 +79,14 @@ def cluster() -> Iterator[Path]:
         raise AssertionError(f"{out.stderr}\n(stopped what had started: {stopped.stderr.strip()[-300:]})")
     REPORT["cluster_start_s"] = round(time.monotonic() - started, 1)
     # The roll's watch (components/kubernetes/roll.py) runs kubectl from PATH, as on an operator's machine.
+    # kubectl alone (as scripts/k8s/up.sh does): the cache's whole bin folder on PATH makes the engine
+    # warn of the Kubernetes provider there, in every later test of this worker too (CI, 2026-12-06:
+    # the one-flag preview's transcript gained that warning).
     bin_dir = subprocess.run([str(BUILD), "--check"], capture_output=True, text=True).stdout.strip()
+    only_kubectl = Path(tempfile.mkdtemp(prefix="glm53-kubectl-"))
+    (only_kubectl / "kubectl").symlink_to(Path(bin_dir) / "kubectl")
     path = os.environ["PATH"]
-    os.environ["PATH"] = f"{bin_dir}{os.pathsep}{path}"
+    os.environ["PATH"] = f"{only_kubectl}{os.pathsep}{path}"
     try:
         yield Path(out.stdout.strip().splitlines()[-1])
     finally:

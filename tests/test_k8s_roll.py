@@ -173,6 +173,9 @@ def test_the_previous_rolls_deadline_is_not_this_rolls() -> None:
         ],
     )
     assert roll_verdict(stale, [pod("loading")], TEMPLATE).state == COMING
+    # Seen by the controller, but still naming the failed roll's ReplicaSet, not this one's pods'.
+    seen = {**stale, "status": {**stale["status"], "observedGeneration": 2}}
+    assert roll_verdict(seen, [with_template(pod("loading"), TEMPLATE)], TEMPLATE).state == COMING
 
 
 def fake_kubectl(folder: Path, deployment_json: dict[str, Any], pods: list[dict[str, Any]]) -> Path:
