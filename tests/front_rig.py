@@ -58,6 +58,22 @@ def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 15.0) -> N
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
+def nginx_argv(directory: Path) -> list[str]:
+    """nginx in the foreground on ``directory``'s ``nginx.conf``, with ``directory`` as its prefix
+    (a metered front finds Debian's Lua module under it: ``metered_front.nginx_prefix``)."""
+    return [
+        NGINX,
+        "-c",
+        str(directory / "nginx.conf"),
+        "-p",
+        str(directory),
+        "-e",
+        "stderr",
+        "-g",
+        "daemon off;",
+    ]
+
+
 @contextlib.contextmanager
 def running(argv: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
     """Run ``argv`` with stdout+stderr to ``log``; stop it (and only it) afterwards."""

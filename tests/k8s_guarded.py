@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from tests.conftest import Deployment, is_secret, unwrap
 from tests.engine import free_port
-from tests.front_rig import NGINX, recording_upstream, running, wait_for_port
+from tests.front_rig import nginx_argv, recording_upstream, running, wait_for_port
 from tests.guard_rig import nginx
 from tests.k8s_rendered import container, flag
 
@@ -65,17 +65,7 @@ def front_and_guard(
                     .replace("listen 8080", f"listen 127.0.0.1:{front}")
                     .replace("listen 9146;", f"listen 127.0.0.1:{free_port()};")
                 )
-            argv = [
-                NGINX,
-                "-c",
-                str(directory / "nginx.conf"),
-                "-p",
-                str(directory),
-                "-e",
-                "stderr",
-                "-g",
-                "daemon off;",
-            ]
+            argv = nginx_argv(directory)
             try:
                 with running(argv, directory / "nginx.log") as proc:
                     wait_for_port(front, proc)

@@ -24,7 +24,7 @@ from components.docker.rotation import rotation_script
 from components.render.nginx_conf import render_nginx_conf
 from components.render.nginx_meter import METER_DIR, METRICS_PATH, MeterPeers, MeterRoute
 from tests.engine import free_port
-from tests.front_rig import NGINX, SERVED, SIM, running, runtime_dir, wait_for_port
+from tests.front_rig import NGINX, SERVED, SIM, nginx_argv, running, runtime_dir, wait_for_port
 
 LUA_MODULES = Path("/usr/lib/nginx/modules")
 """Debian's nginx modules: the rendered config includes their snippets, which name them relative to
@@ -181,17 +181,7 @@ def metered_front(
             rotation_dir=str(directory / "rotation") if rotation else None,
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)
-        argv = [
-            NGINX,
-            "-c",
-            str(directory / "nginx.conf"),
-            "-p",
-            str(directory),
-            "-e",
-            "stderr",
-            "-g",
-            "daemon off;",
-        ]
+        argv = nginx_argv(directory)
         proc = stack.enter_context(running(argv, directory / "nginx.log"))
         wait_for_port(port, proc)
 
