@@ -24,6 +24,13 @@ IMAGE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPul
 SANDBOX_REPEATS = 2
 """A sandbox the runtime failed to make this many times: the kubelet retries a first failure (a
 network set-up racing a deletion), not a cause that lasts."""
+MOUNT_REPEATS = 3
+"""A mount failure other than a missing hostPath (:data:`DETERMINISTIC_MOUNT`) counts once the kubelet
+has met it this many times (the event's ``count``). CI on the one-node cluster, 2026-12-06, twice:
+``error processing PVC …: no relationship found between node and this object`` at a pod's first
+second, while the node's authorizer caught up with the new pod. Waiting a fixed time for it was not
+enough (the event outlived its cause while the sandbox was made: ``up`` failed at 8 s); a repeat is
+the kubelet saying it again."""
 _VOLUME = re.compile(r'volume "([^"]+)"')
 _CLAIM = re.compile(r'persistentvolumeclaim "([^"]+)" not found')
 _CONTAINER = re.compile(r"spec\.(?:initContainers|containers)\{([^}]+)\}")
@@ -105,6 +112,11 @@ def event_failure(event: dict[str, Any], keys: dict[str, str], *, old_pods_left:
     message = str(event.get("message") or event.get("note") or "")
     said = _said(event)
     if reason == "FailedMount":
+        if (
+            not any(text in message for text in DETERMINISTIC_MOUNT)
+            and int(event.get("count") or 1) < MOUNT_REPEATS
+        ):
+            return None
         volume = _VOLUME.search(message)
         what = f"volume {volume.group(1)}" if volume else "a volume"
         return _named(
@@ -166,13 +178,8 @@ DETERMINISTIC_MOUNT = ("hostPath type check failed",)
 
 def _settles(event: dict[str, Any]) -> bool:
     """Whether the event must last a while to count: a pod no node takes (the scheduler tries again
-    a moment after an old pod is gone), and a mount failure other than a missing hostPath (CI,
-    2026-12-06: ``error processing PVC …: no relationship found between node and this object`` at a
-    pod's first second, while the node's authorizer caught up with the new pod; gone at the retry)."""
-    reason, message = event.get("reason"), str(event.get("message") or event.get("note") or "")
-    if reason == "FailedScheduling":
-        return True
-    return reason == "FailedMount" and not any(text in message for text in DETERMINISTIC_MOUNT)
+    a moment after an old pod is gone)."""
+    return event.get("reason") == "FailedScheduling"
 
 
 def pods_failure(
