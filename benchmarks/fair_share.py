@@ -150,6 +150,10 @@ def flood(http: httpx.Client, tokens: int, stop: threading.Event, tally: Tally) 
                             tally.refused_front += 1
                     stop.wait(float(response.headers.get("retry-after", "1")))
                     continue
+                if response.status_code != 200:  # a key the front does not know is no flood
+                    raise httpx.HTTPStatusError(
+                        f"{response.status_code}", request=response.request, response=response
+                    )
                 tail = b""
                 for part in response.iter_bytes():
                     tail = (tail + part)[-2048:]

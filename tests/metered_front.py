@@ -73,6 +73,16 @@ class MeteredFront:
             time.sleep(0.05)
         return done
 
+    def set_pods(self, pods: Mapping[str, str], *, age: float = 0.0) -> None:
+        """Write the routes file a Kubernetes front pod's ``routes`` lister keeps (pod name → host:port),
+        as written ``age`` seconds ago (components/host/k8s_targets.py ``routes``), and wait out the
+        meter's read (meter_pods.lua READ_SECONDS)."""
+        lines = [f"written {time.time() - age:.3f}", *(f"{name} {where}" for name, where in pods.items())]
+        staging = self.directory / "pods.tmp"
+        staging.write_text("\n".join(lines) + "\n")
+        staging.replace(self.directory / "pods")
+        time.sleep(0.6)
+
     def nginx_pid(self) -> int:
         return int((self.directory / "nginx.pid").read_text())
 
@@ -131,6 +141,7 @@ def metered_front(
     rotation: bool = False,
     max_model_len: int = 32768,
     sim_args: Sequence[str] = (),
+    service: int | None = None,
 ) -> Iterator[MeteredFront]:
     """``meter`` False: the front without the meter (nginx straight to the simulator). ``upstream``:
     the engine's address instead of a simulator's. ``replicas``: that many simulators, the front's
@@ -140,7 +151,9 @@ def metered_front(
     one of several front pods sharing one account (meter_peers.lua); ``engines``: the simulators of
     another front (host:port each), started by it. ``rotation``: the replicas
     are the rotation's (templates/rotation.sh, ``replica1``...), all admitted at the start; change
-    them with ``MeteredFront.rotate``."""
+    them with ``MeteredFront.rotate``. ``service``: a Kubernetes front, whose meter routes to the pods
+    of its routes file (``MeteredFront.set_pods``; none at the start) and sends anything else to the
+    Service: the simulator of this 1-based index alone stands for it."""
     front = config.front
     if queue_seconds is not None:
         meter_config = front.usage_meter.model_copy(update={"queue_seconds": queue_seconds})
@@ -171,8 +184,11 @@ def metered_front(
             unshared=("smoke-gate",),
             minute_seconds=minute_seconds,
             peers=peers,
+            pods_file=str(directory / "pods") if service else None,
         )
         addresses = [upstream] if upstream else engine_addresses
+        if service:
+            addresses = [addresses[service - 1]]
         for index, address in enumerate(addresses if rotation else [], 1):
             _rotation(directory, "admit", f"replica{index}", address)
         conf = render_nginx_conf(

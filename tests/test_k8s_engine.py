@@ -808,6 +808,7 @@ def test_a_keys_flood_leaves_another_keys_time_to_first_token_as_alone(
     serving["maxNumSeqs"] = FLOOD_ENGINE["maxNumSeqs"]
     serving["extraEnv"] = {**serving.get("extraEnv", {}), **FLOOD_ENGINE["extraEnv"]}
     path.write_text(yaml.safe_dump(text, sort_keys=False))
+    project.run("config", "set", "--secret", "--path", "glm:apiKeys.load", LOAD_KEY, "-s", "local")
     project.run("up", "--yes", "--skip-preview", "-s", "local", timeout=900)
     args = argparse.Namespace(b_interval=0.25, b_prompt_tokens=400)
     b_client = openai.OpenAI(base_url=FRONT_URL, api_key=API_KEY, max_retries=0, timeout=120)
@@ -837,11 +838,19 @@ def test_a_keys_flood_leaves_another_keys_time_to_first_token_as_alone(
         "a_answered": a.requests, "a_refused_share": a.refused_share, "a_failed": a.failed,
         "b_answered": b.requests, "b_refused": b.refused_share + b.refused_front, "b_failed": b.failed,
     }  # fmt: skip
+    time.sleep(8)  # one scrape of the front pods' last counts (the local stack scrapes every 5 s)
+    # Of the generation requests, how many the meters sent to a pod they chose (meter_pods.lua), and
+    # to how many pods: the rest went to the Service.
+    figures["routed_to_a_pod"] = prometheus("sum(glm_front_routed_total)")
+    figures["pods_routed_to"] = prometheus("count(sum by (replica) (glm_front_routed_total))")
+    # Whether a request ever waited inside an engine for a slot (the share and the routing keep one
+    # free for B): a slow B without one is this machine's CPU, not a slot.
+    figures["engine_waiting_max"] = prometheus("max(max_over_time(vllm:num_requests_waiting[1m]))")
     REPORT["fair_share_flood"] = figures
     print("fair_share_flood", json.dumps(figures, indent=2))
     path.write_text(kept)  # the engine as before, in the file; the next `up` rolls it back
     assert (b.failed, b.refused_share + b.refused_front, alone.failed) == (0, 0, 0), figures
-    assert a.requests > 0 and b.requests > 0 and len(b.ttft) > 20, figures
+    assert a.requests > 0 and a.failed == 0 and b.requests > 0 and len(b.ttft) > 20, figures
 
 
 TLS_NAME = "glm-front.test"

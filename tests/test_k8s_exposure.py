@@ -122,7 +122,8 @@ def test_the_front_is_ready_while_it_listens_whatever_the_pods_behind_it_do(
 def test_the_front_speaks_tls_to_the_guards_pinning_their_certificate(tls_stack: dict[str, Any]) -> None:
     k8s = tls_stack["k8s"]
     conf = unwrap(k8s.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"]["nginx.conf"]
-    assert "proxy_pass https://vllm/v1/chat/completions;" in conf
+    # The meter names the request's upstream (a pod through glm_pods, else the Service): TLS either way.
+    assert "proxy_pass https://$glm_upstream/v1/chat/completions;" in conf
     front, guard = secret_files(k8s, "glm53-front-keys"), secret_files(k8s, "glm53-vllm-guard")
     snippet = front["replica-guard-auth.conf"]
     for line in ("proxy_ssl_verify on;", "proxy_ssl_name glm-replica-guard.invalid;",

@@ -184,8 +184,11 @@ def test_the_committed_kubernetes_kinds_build_and_warn_of_no_lost_key(
     front = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"]
     assert 'require("meter").access()' in front["nginx.conf"]
     assert "/meter/peers" in front["nginx.conf"]
-    # The Service picks the pod: no replica of its own for the front to route a prefix to.
-    assert "set $glm_upstream" not in front["nginx.conf"] and "map glm $glm_routes" not in front["nginx.conf"]
+    # The meter picks each request's pod from the file its pod's `routes` lister keeps; no Docker
+    # replica groups (no rotation writes them on the cluster).
+    conf = front["nginx.conf"]
+    assert "set $glm_upstream vllm;" in conf and "upstream glm_pods {" in conf, conf
+    assert '"pods_file": "/run/glm53-routes/pods"' in conf and "map glm $glm_routes" not in conf
 
 
 # ---- honoured: the pods' readiness asks the stack's own questions --------------------------------

@@ -55,7 +55,7 @@ def test_every_pod_of_every_kind_is_restricted(stacks: dict[str, Deployment]) ->
     assert seen == {"glm53-vllm", "glm53-front", "glm53-prometheus", "glm53-semantic-probe"}
 
 
-def test_only_the_targets_lister_holds_the_token(stacks: dict[str, Deployment]) -> None:
+def test_only_the_listers_hold_the_token(stacks: dict[str, Deployment]) -> None:
     holders = {
         (name, c["name"])
         for deployment in stacks.values()
@@ -63,8 +63,11 @@ def test_only_the_targets_lister_holds_the_token(stacks: dict[str, Deployment]) 
         for c in _containers(pod)
         if any(m["mountPath"] == TOKEN_DIR for m in c.get("volumeMounts", []))
     }
-    # The listers of the serving pods and (with the usage meter) of the front pods.
-    assert holders == {("glm53-prometheus", "targets"), ("glm53-prometheus", "front-targets")}
+    # The listers of the serving pods and (with the usage meter) of the front pods, and a metered
+    # front pod's lister of the serving pods it routes to: never nginx, prometheus or vLLM.
+    assert holders == {
+        ("glm53-prometheus", "targets"), ("glm53-prometheus", "front-targets"), ("glm53-front", "routes")
+    }  # fmt: skip
     prometheus = _pods(stacks["local-node-port"])["glm53-prometheus"]
     [token] = [v for v in prometheus["volumes"] if v["name"] == "api-token"]
     sources = [next(iter(s)) for s in token["projected"]["sources"]]

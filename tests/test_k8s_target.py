@@ -256,11 +256,16 @@ def test_prometheus_config_and_rules_pass_promtool(on_k8s: dict[str, Deployment]
     assert any("host" in r["expr"] for r in rules)
 
 
-def test_prometheus_may_only_list_the_namespace_pods(on_k8s: dict[str, Deployment]) -> None:
-    role = unwrap(on_k8s["local"].one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs)
-    # components/host/k8s_targets.py lists them, once per period: no get, no watch (issue 49).
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
-    assert role["metadata"]["namespace"] == "glm53-test"
+def test_the_listers_may_only_list_the_namespace_pods(on_k8s: dict[str, Deployment]) -> None:
+    roles = [
+        unwrap(r.inputs) for r in on_k8s["local"].of_type("kubernetes:rbac.authorization.k8s.io/v1:Role")
+    ]
+    # components/host/k8s_targets.py lists them, once per period: no get, no watch (issue 49); the
+    # Prometheus pod's listers, and a metered front pod's `routes`.
+    assert sorted(r["metadata"]["name"] for r in roles) == ["glm53-front", "glm53-prometheus"]
+    for role in roles:
+        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+        assert role["metadata"]["namespace"] == "glm53-test"
 
 
 def test_the_operator_gets_the_same_rules_as_a_prometheus_rule() -> None:

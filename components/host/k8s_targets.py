@@ -9,6 +9,7 @@ image) is built without Kubernetes discovery, and file discovery is in every bui
 Standard library only: it is mounted from a ConfigMap and run by any python3.
 
     python3 k8s_targets.py NAMESPACE LABEL_SELECTOR PORT OUT_FILE [PERIOD_SECONDS] [ROTATION_PORT]
+    python3 k8s_targets.py --routes NAMESPACE LABEL_SELECTOR PORT OUT_FILE PERIOD_SECONDS
 
 With ROTATION_PORT, the serving pods' rotation too, as a Docker front's rotation publishes it
 (templates/rotation.sh: ``glm_rotation_in``, ``glm_rotation_events_total``,
@@ -16,6 +17,11 @@ With ROTATION_PORT, the serving pods' rotation too, as a Docker front's rotation
 ``front-rotation`` job: a pod is in rotation while Ready (its gate's checks pass: the Service sends
 it requests), ``gate_passed`` when it becomes Ready, ``gate_failed`` when it stops being Ready,
 ``drained`` when it is being deleted. The status page and the dashboard read them as on Docker hosts.
+
+With ``--routes`` it runs in each front pod instead (components/kubernetes/front.py), and writes the
+serving pods a request may go to now (:func:`routes`): the usage meter routes each request to one of
+them (components/host/meter/meter_pods.lua), so that it sees what each pod runs, as a Docker front
+sees its replicas, instead of a Service picking a pod at random per connection.
 """
 
 from __future__ import annotations
@@ -47,6 +53,19 @@ def targets(pods: list[dict[str, Any]], port: int) -> list[dict[str, Any]]:
 def ready(pod: dict[str, Any]) -> bool:
     conditions = pod.get("status", {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def routes(pods: list[dict[str, Any]], port: int, now: float) -> str:
+    """The routes file: ``written <unix time>``, then ``<pod> <IP>:<port>`` for each pod a request may
+    go to (Ready: its gate's checks pass, as the Service counts it; not being deleted; an address),
+    sorted by name. The meter ignores a file whose time is old (this lister stopped)."""
+    lines = [f"written {now:.3f}"]
+    for pod in sorted(pods, key=lambda p: str(p["metadata"]["name"])):
+        address = pod.get("status", {}).get("podIP")
+        if address and ready(pod) and not pod["metadata"].get("deletionTimestamp"):
+            host = f"[{address}]" if ":" in address else address
+            lines.append(f"{pod['metadata']['name']} {host}:{port}")
+    return "\n".join(lines) + "\n"
 
 
 class Rotation:
@@ -129,14 +148,36 @@ def list_pods(namespace: str, selector: str) -> list[dict[str, Any]]:
         return list(json.load(resp)["items"])
 
 
-def write(path: str, content: list[dict[str, Any]]) -> None:
+def write(path: str, content: list[dict[str, Any]] | str) -> None:
     staging = f"{path}.tmp"
     with open(staging, "w") as f:
-        json.dump(content, f, indent=1)
+        if isinstance(content, str):
+            f.write(content)
+        else:
+            json.dump(content, f, indent=1)
     os.replace(staging, path)
 
 
+def keep_routes(argv: list[str]) -> None:
+    """``--routes``: the serving pods' routes file, every PERIOD_SECONDS."""
+    namespace, selector, port, out, period = argv[0], argv[1], int(argv[2]), argv[3], float(argv[4])
+    said = ""
+    while True:
+        try:
+            write(out, routes(list_pods(namespace, selector), port, time.time()))
+            said = ""
+        except (OSError, ValueError, KeyError) as err:
+            problem = f"k8s_targets: {type(err).__name__}: {err}"
+            if problem != said:  # said once: the meter routes through the Service while it lasts
+                print(problem, file=sys.stderr, flush=True)
+                said = problem
+        time.sleep(period)
+
+
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["--routes"]:
+        keep_routes(argv[1:])
+        return
     namespace, selector, port, out = argv[0], argv[1], int(argv[2]), argv[3]
     period = float(argv[4]) if len(argv) > 4 else 5.0
     rotation = Rotation() if len(argv) > 5 else None

@@ -34,8 +34,8 @@ from components.config import (
 from components.config.values import duration_seconds
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
-from components.kubernetes.front import KubernetesFront, KubernetesFrontArgs, upstream_conf
-from components.kubernetes.guard import PodGuard, PodGuardArgs, pod_serving
+from components.kubernetes.front import ROUTES_FILE, KubernetesFront, KubernetesFrontArgs, upstream_conf
+from components.kubernetes.guard import GUARD_PORT, PodGuard, PodGuardArgs, pod_serving
 from components.kubernetes.images import ClusterImages, ClusterImagesArgs, build_engine
 from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs, alert_look_at
 from components.kubernetes.pod_events import config_keys
@@ -97,8 +97,8 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             keys,
             guard,
             images,
-            # The Service picks the pod: no prefix affinity at the front (docs/scaling.md).
-            dataclasses.replace(meter_route(config, k8s_target.replicas), routes_replicas=False)
+            # The meter picks each request's pod from those its `routes` lister sees (docs/scaling.md).
+            dataclasses.replace(meter_route(config, k8s_target.replicas), pods_file=ROUTES_FILE)
             if usage_meter_runs(config)
             else None,
             config.monitoring.scrape_interval,
@@ -242,6 +242,8 @@ def _front_args(
         meter=meter,
         prometheus=prometheus,
         scrape_seconds=math.ceil(duration_seconds(scrape_interval)) + 1,
+        lister_image=images.gate,
+        serving_port=GUARD_PORT,
     )
 
 

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -18,7 +19,7 @@ import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
 from components.kubernetes import workload
-from components.kubernetes.pod_security import FRONT_SCRATCH, restricted
+from components.kubernetes.pod_security import FRONT_SCRATCH, api_token_volume, lister_account, restricted
 from components.kubernetes.state import moved_from_root
 from components.render.nginx_conf import (
     CONF_FILE,
@@ -45,6 +46,18 @@ FRONT_QUIT = one_line_script(
 """The front's preStop: out of its Service first, then nginx's graceful quit (SIGTERM is a fast one)."""
 METER_DRAIN_SECONDS = 40
 """How long a metered front pod's preStop waits for its last request before the final scrape."""
+ROUTES_DIR = "/run/glm53-routes"
+"""Where a metered front pod's ``routes`` lister writes the serving pods, and nginx reads them."""
+ROUTES_FILE = f"{ROUTES_DIR}/pods"
+"""The meter's ``pods_file`` (components/host/meter/meter_pods.lua)."""
+ROUTES_PERIOD_SECONDS = 0.5
+"""How often the lister lists the serving pods: a pod that stops being Ready leaves the front's
+choice within about this and the meter's read (0.25 s), as it leaves the Service's."""
+ROUTES_SCRIPT = Path(__file__).parents[1] / "host" / "k8s_targets.py"
+ROUTES_SCRIPT_DIR = "/opt/glm53"
+ROUTES_ACCOUNT = "glm53-front"
+"""The front pods' service account: it may list the namespace's pods (the ``routes`` lister's token)."""
+API_TOKEN = api_token_volume()
 
 
 def metered_quit(scrape_seconds: int) -> str:
@@ -147,6 +160,10 @@ class KubernetesFrontArgs:
     """host:port of the stack's Prometheus: the front serves the status page from it (/status/)."""
     scrape_seconds: int = 16
     """The stack's scrape interval and one: how long a leaving pod keeps its final counts to be read."""
+    lister_image: pulumi.Input[str] | None = None
+    """An image with python3 (the gate sidecar's), for the ``routes`` lister beside a metered nginx."""
+    serving_port: int = 0
+    """The serving pods' guard port: where the meter sends a request it routed to a pod."""
 
 
 class KubernetesFront(pulumi.ComponentResource):
@@ -168,6 +185,7 @@ class KubernetesFront(pulumi.ComponentResource):
         child = moved_from_root(self)
         selector = workload.labels(args.stack, "front")
         meter: pulumi.Output[MeterRoute] | None = None
+        routed: list[pulumi.Resource] = []
         if args.meter is not None:
             # How each pod finds the others (meter_peers.lua): their status ports behind one Service.
             peers = k8s.core.v1.Service(
@@ -177,6 +195,16 @@ class KubernetesFront(pulumi.ComponentResource):
                 opts=child,
             )  # fmt: skip
             route = args.meter
+            # Which serving pods a request may go to: listed by the pod's `routes` sidecar (meter_pods.lua).
+            routed = [
+                lister_account(f"{name}-routes", ROUTES_ACCOUNT, ns, child),
+                k8s.core.v1.ConfigMap(
+                    f"{name}-routes-script",
+                    metadata={"namespace": ns, "name": "glm53-front-routes"},
+                    data={ROUTES_SCRIPT.name: ROUTES_SCRIPT.read_text()},
+                    opts=child,
+                ),
+            ]
             meter = peers.spec.cluster_ip.apply(
                 lambda ip: dataclasses.replace(route, peers=MeterPeers(f"{ip}:{STATUS_PORT}", STATUS_PORT))
             )
@@ -217,7 +245,7 @@ class KubernetesFront(pulumi.ComponentResource):
                 },
             },
             opts=pulumi.ResourceOptions.merge(
-                child, pulumi.ResourceOptions(depends_on=[config_map, secret, *args.after])
+                child, pulumi.ResourceOptions(depends_on=[config_map, secret, *routed, *args.after])
             ),
         )  # fmt: skip
         if k8s_target.front_replicas > 1:
@@ -281,6 +309,12 @@ def _front_pod(args: KubernetesFrontArgs, selector: dict[str, str]) -> dict[str,
         container["ports"].append({"name": "status", "containerPort": STATUS_PORT})
         container["volumeMounts"].append({"name": "usage", "mountPath": METER_STATE_DIR})
         volumes.append({"name": "usage", "emptyDir": {}})
+        container["volumeMounts"].append({"name": "routes", "mountPath": ROUTES_DIR, "readOnly": True})
+        volumes += [
+            {"name": "routes", "emptyDir": {"sizeLimit": "1Mi"}},
+            {"name": "routes-script", "configMap": {"name": "glm53-front-routes"}},
+            API_TOKEN[0],
+        ]
     grace = FRONT_DRAIN_SECONDS + METER_DRAIN_SECONDS + args.scrape_seconds + 20 if metered else 60
     return restricted({
         "terminationGracePeriodSeconds": grace,
@@ -289,6 +323,28 @@ def _front_pod(args: KubernetesFrontArgs, selector: dict[str, str]) -> dict[str,
             "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
             "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector},
         }],
-        "containers": [container],
+        **({"serviceAccountName": ROUTES_ACCOUNT} if metered else {}),
+        "containers": [container, *([_routes_container(args)] if metered else [])],
         "volumes": volumes,
     })  # fmt: skip
+
+
+def _routes_container(args: KubernetesFrontArgs) -> dict[str, Any]:
+    """The lister of the serving pods a request may go to (components/host/k8s_targets.py
+    ``--routes``), beside a metered nginx: the one container of the pod with the API token."""
+    return {
+        "name": "routes",
+        "image": args.lister_image,
+        "imagePullPolicy": args.k8s_target.image_pull_policy,
+        "command": [
+            "python3", f"{ROUTES_SCRIPT_DIR}/{ROUTES_SCRIPT.name}", "--routes", args.k8s_target.namespace,
+            workload.label_selector(args.stack, "vllm"), str(args.serving_port), ROUTES_FILE,
+            str(ROUTES_PERIOD_SECONDS),
+        ],
+        "volumeMounts": [
+            {"name": "routes-script", "mountPath": ROUTES_SCRIPT_DIR, "readOnly": True},
+            {"name": "routes", "mountPath": ROUTES_DIR},
+            API_TOKEN[1],
+        ],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}},
+    }  # fmt: skip

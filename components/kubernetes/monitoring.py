@@ -25,7 +25,7 @@ import pulumi_kubernetes as k8s
 from components.config import KubernetesTargetConfig, MonitoringConfig
 from components.gate.messages import LookAt
 from components.kubernetes.guard import GUARD_CA_KEY, GUARD_PORT, SCRAPE_SECRET, SCRAPE_SECRET_KEY, PodGuard
-from components.kubernetes.pod_security import api_token_volume, restricted
+from components.kubernetes.pod_security import api_token_volume, lister_account, restricted
 from components.kubernetes.semantic_probe import PROBE_NAME, probe_log
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import (
@@ -71,9 +71,6 @@ TARGETS_SCRIPT = Path(__file__).parents[1] / "host" / "k8s_targets.py"
 SCRIPT_DIR = "/opt/glm53"
 API_TOKEN = api_token_volume()
 """The service-account token, for ``targets`` alone: ``prometheus`` calls no API."""
-ROLE_VERBS = ["list"]
-"""What ``targets`` asks the API server (components/host/k8s_targets.py ``list_pods``: one list of
-the serving pods per period), and nothing more: no get, no watch."""
 
 
 def alert_look_at(pods: LookAt, namespace: str, stack: str) -> AlertLookAt:
@@ -171,27 +168,6 @@ def targets_container(
         ],
         "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}},
     }
-
-
-def _rbac(name: str, namespace: str, opts: pulumi.ResourceOptions) -> k8s.core.v1.ServiceAccount:
-    """A service account that may list and watch the namespace's pods, nothing else."""
-    account = k8s.core.v1.ServiceAccount(
-        f"{name}-account", metadata={"namespace": namespace, "name": "glm53-prometheus"}, opts=opts
-    )
-    role = k8s.rbac.v1.Role(
-        f"{name}-role",
-        metadata={"namespace": namespace, "name": "glm53-prometheus"},
-        rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": ROLE_VERBS}],
-        opts=opts,
-    )
-    k8s.rbac.v1.RoleBinding(
-        f"{name}-binding",
-        metadata={"namespace": namespace, "name": "glm53-prometheus"},
-        role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "glm53-prometheus"},
-        subjects=[{"kind": "ServiceAccount", "name": "glm53-prometheus", "namespace": namespace}],
-        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role, account])),
-    )
-    return account
 
 
 def operator_objects(
@@ -342,7 +318,7 @@ class KubernetesScrape(pulumi.ComponentResource):
             data={TARGETS_SCRIPT.name: TARGETS_SCRIPT.read_text()},
             opts=child,
         )
-        account = _rbac(f"{name}-prometheus", ns, child)
+        account = lister_account(f"{name}-prometheus", "glm53-prometheus", ns, child)
         selector = labels(args.stack, "prometheus")
         k8s.apps.v1.Deployment(
             f"{name}-prometheus",

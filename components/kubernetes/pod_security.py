@@ -1,9 +1,11 @@
 """Least privilege on every pod the Kubernetes target renders (issue 49).
 
 - No service-account token where no process calls the API server: every pod sets
-  ``automountServiceAccountToken: false``. The one caller, Prometheus' ``targets`` lister
-  (components/host/k8s_targets.py: it lists the serving pods), gets the token as a projected volume
-  mounted in that container alone (:func:`api_token_volume`), not in ``prometheus`` beside it.
+  ``automountServiceAccountToken: false``. The callers, the listers (components/host/k8s_targets.py:
+  Prometheus' ``targets`` and ``front-targets``, a front pod's ``routes``), get the token as a
+  projected volume mounted in that container alone (:func:`api_token_volume`), not in ``prometheus``
+  or ``nginx`` beside it, under an account that may only list the namespace's pods
+  (:func:`lister_account`).
 - Every container runs as :data:`RUN_AS_USER` (never root), may not gain privileges, holds no
   capability and has a read-only root file system; what a process writes goes to an ``emptyDir``
   at the path it writes (:func:`scratch`): nginx's pid and temp files in ``/tmp``, vLLM's
@@ -17,12 +19,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import pulumi
+import pulumi_kubernetes as k8s
+
 RUN_AS_USER = 10001
 """The UID (and GID) of every container of the stack: fixed, not root, in no image's passwd. A
 claim the pods write (the JIT cache) is made theirs by ``fsGroup``; a hostPath cache must be
 writable by it (``install -d -o 10001 -g 10001 DIR``: docs/scaling.md)."""
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-"""Where a pod's service-account token is mounted: absent from every container but ``targets``."""
+"""Where a pod's service-account token is mounted: absent from every container but the listers."""
+LISTER_VERBS = ["list"]
+"""What a lister asks the API server (components/host/k8s_targets.py ``list_pods``: one list of the
+namespace's pods, every few seconds); no ``watch``, no ``get``, no other resource."""
 TOKEN_SECONDS = 3607
 """The projected token's lifetime, the kubelet's own default (it renews it before expiry)."""
 
@@ -95,3 +103,27 @@ FRONT_SCRATCH = scratch("tmp", "/tmp", "1Gi")
 """The front's nginx: its pid and the temp files of what it buffers (``runtime_dir``)."""
 PROBE_SCRATCH = scratch("tmp", "/tmp")
 """The semantic probe: Python's temporary files."""
+
+
+def lister_account(
+    name: str, account: str, namespace: str, opts: pulumi.ResourceOptions
+) -> k8s.core.v1.ServiceAccount:
+    """A service account ``account`` that may list the namespace's pods, nothing else (its Role and
+    RoleBinding, named ``account`` too; Pulumi names ``<name>-account``, ``-role``, ``-binding``)."""
+    service_account = k8s.core.v1.ServiceAccount(
+        f"{name}-account", metadata={"namespace": namespace, "name": account}, opts=opts
+    )
+    role = k8s.rbac.v1.Role(
+        f"{name}-role",
+        metadata={"namespace": namespace, "name": account},
+        rules=[{"apiGroups": [""], "resources": ["pods"], "verbs": LISTER_VERBS}],
+        opts=opts,
+    )
+    k8s.rbac.v1.RoleBinding(
+        f"{name}-binding",
+        metadata={"namespace": namespace, "name": account},
+        role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+        subjects=[{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
+        opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role, service_account])),
+    )
+    return service_account

@@ -27,7 +27,12 @@ from components.render.nginx_clients import (
     render_key_map,
     render_server_tls,
 )
-from components.render.nginx_meter import MeterRoute, meter_conf, routes_by_prefix
+from components.render.nginx_meter import (
+    UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS,
+    MeterRoute,
+    meter_conf,
+    routes_by_prefix,
+)
 from components.render.status_page import render_front_conf as render_status_page
 from components.template import render_file
 
@@ -75,9 +80,6 @@ SECRET_FILES = (
 # (SPEC §3). On a private Docker network a healthy connect takes well under a millisecond, so a
 # short connect timeout turns "loading" or "down" into a fast JSON 503 instead of a hanging client.
 UPSTREAM_CONNECT_TIMEOUT_SECONDS = 2
-# vLLM's uvicorn drops idle keep-alive connections after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE). Nginx
-# must give them up first, or it may send a POST on a socket uvicorn is closing and answer 502.
-UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
 HEALTH_READ_TIMEOUT_SECONDS = 5
 UPSTREAM_MAX_FAILS = 2
 UPSTREAM_FAIL_TIMEOUT_SECONDS = 30

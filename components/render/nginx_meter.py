@@ -18,6 +18,10 @@ from components.config import GATE_METRICS_CLIENT, FrontConfig, StackConfig
 from components.config.edge import KeyLimits
 from components.template import TEMPLATES, render_file
 
+# vLLM's uvicorn drops idle keep-alive connections after 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE). Nginx
+# must give them up first, or it may send a POST on a socket uvicorn is closing and answer 502.
+UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS = 4
+
 METER_DIR = TEMPLATES.parent / "meter"
 LUA_MODULES = (
     "meter_request",
@@ -27,6 +31,7 @@ LUA_MODULES = (
     "meter_counters",
     "meter_peers",
     "meter_route",
+    "meter_pods",
     "meter",
 )
 """The meter's Lua modules, each ``meter/<name>.lua``; ``meter`` is the one nginx calls."""
@@ -87,9 +92,11 @@ class MeterRoute:
     """A budget's "minute": a harness's test clock may shorten it; a stack never does."""
     peers: MeterPeers | None = None
     """The other front pods that share the account (Kubernetes); None: this front is the only one."""
-    routes_replicas: bool = True
-    """The front sees each replica (a Docker host's rotation), so prefix affinity can pick one. False
-    on Kubernetes: the front's one upstream is the serving Service, which picks the pod itself."""
+    pods_file: str | None = None
+    """Kubernetes: the file the front pod's ``routes`` lister keeps of the serving pods a request may
+    go to (components/host/k8s_targets.py ``--routes``); the meter picks each request's pod from it
+    (meter_pods.lua), the least loaded or, with prefix affinity, the conversation's. None: a Docker
+    front, whose rotation names each replica's upstream group."""
 
 
 def meter_route(config: StackConfig, replicas: int) -> MeterRoute:
@@ -104,14 +111,34 @@ def meter_route(config: StackConfig, replicas: int) -> MeterRoute:
 
 
 def routes_by_prefix(front: FrontConfig, meter: MeterRoute | None) -> bool:
-    """Whether the front picks each generation request's replica by its prefix (meter_route.lua):
-    prefix affinity asked for, the meter on (it reads the body), and more than one replica to choose from."""
+    """Whether a Docker front picks each generation request's replica group by its prefix
+    (meter_route.lua): prefix affinity asked for, the meter on (it reads the body), and more than one
+    replica to choose from."""
     return (
         meter is not None
-        and meter.routes_replicas
+        and meter.pods_file is None
         and front.routing.policy == "prefix-affinity"
         and meter.replicas > 1
     )
+
+
+POD_TRIES = 3
+"""A Kubernetes front's tries of a request, each on another pod (the Docker front's
+``proxy_next_upstream_tries``, components/render/nginx_conf.py)."""
+
+
+def routing_settings(front: FrontConfig, meter: MeterRoute) -> dict[str, object] | None:
+    """The meter's ``routing``: on a Kubernetes front every generation request's pod (``keyed``: by
+    its prefix, else the least loaded); on a Docker front the replica of a request with prefix
+    affinity; None: the upstream picks."""
+    if meter.pods_file is not None:
+        return {
+            "keyed": front.routing.policy == "prefix-affinity",
+            "load_factor": front.routing.load_factor,
+            "pods_file": meter.pods_file,
+            "tries": POD_TRIES,
+        }
+    return {"load_factor": front.routing.load_factor} if routes_by_prefix(front, meter) else None
 
 
 def _limits(limits: KeyLimits) -> dict[str, int]:
@@ -147,7 +174,7 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
         "max_model_len": meter.max_model_len,
         "minute_seconds": meter.minute_seconds,
         "queue_seconds": front.usage_meter.queue_seconds,
-        "routing": {"load_factor": front.routing.load_factor} if routes_by_prefix(front, meter) else None,
+        "routing": routing_settings(front, meter),
         "slots": meter.slots_per_replica,
         "state_file": meter.state_file,
         "unshared": sorted(meter.unshared),
@@ -193,12 +220,17 @@ def meter_conf(
         },
     )
     # With prefix affinity the meter names the request's replica group in $glm_upstream (nginx's
-    # upstream of that replica, the others its backups); anything it did not route goes round-robin.
-    affinity = routes_by_prefix(front, meter)
+    # upstream of that replica, the others its backups); on Kubernetes ``glm_pods``, whose balancer
+    # connects to the request's pod. Anything it did not route goes to ``vllm``: the rotation's
+    # replicas round-robin, or the serving Service.
+    chosen_by_meter = routing_settings(front, meter) is not None
     chosen = {
-        "set_upstream": "            set $glm_upstream vllm;" if affinity else "",
-        "upstream": "$glm_upstream" if affinity else "vllm",
+        "set_upstream": "            set $glm_upstream vllm;" if chosen_by_meter else "",
+        "upstream": "$glm_upstream" if chosen_by_meter else "vllm",
     }
+    if meter.pods_file is not None:
+        timeout = {"keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS)}
+        http += "\n" + render_file("nginx-meter-pods.conf", timeout)
     located = "".join(
         render_file(
             "nginx-meter-route.conf",

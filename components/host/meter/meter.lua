@@ -18,6 +18,7 @@ local budgets = require("meter_budget")
 local counters = require("meter_counters")
 local peers = require("meter_peers")
 local route = require("meter_route")
+local serving_pods = require("meter_pods")
 
 local M = {}
 
@@ -144,6 +145,9 @@ function M.init_worker()
       reclaim_dead_workers()
     end
   end)
+  if config.routing and config.routing.pods_file then
+    serving_pods.start(config.routing.pods_file)
+  end
   if ngx.worker.id() == 0 and config.state_file then
     ngx.timer.every(FLUSH_SECONDS, function(premature)
       counters.save(dict, config.state_file)
@@ -371,23 +375,58 @@ local function give_up(name, ticket)
   end
 end
 
--- Prefix affinity: the replica this request goes to (meter_route.lua), named in $glm_upstream, which
--- the location's proxy_pass reads; counted in flight on it until the request ends.
+-- The replicas a request may go to now: a Kubernetes front's serving pods (meter_pods.lua), or a
+-- Docker front's rotation ($glm_routes).
+local function replicas_now()
+  if config.routing.pods_file then
+    return serving_pods.names(ngx.now())
+  end
+  return route.names(ngx.var.glm_routes)
+end
+
+local function in_flight(name)
+  return dict:get("inflight:" .. name)
+end
+
+-- A Kubernetes front's pods with room: fewer of this front's requests in flight than its part of the
+-- pod's maxNumSeqs (the slots split among the front pods alive). Several front pods each choose
+-- alone; without this, two of them could send a pod more sequences than it runs while another pod
+-- idles, and a request would wait inside the engine behind another key's, where the fair share
+-- cannot reach. None with room: all of them (the least loaded is chosen).
+local function with_room(names)
+  if not config.routing.pods_file then
+    return names
+  end
+  local room = math.ceil(config.slots / (config.peers and peers.alive(dict) or 1))
+  local open = {}
+  for _, name in ipairs(names) do
+    if (in_flight(name) or 0) < room then
+      open[#open + 1] = name
+    end
+  end
+  return #open > 0 and open or names
+end
+
+-- The replica this request goes to (meter_route.lua: the conversation's with prefix affinity, else
+-- the least loaded), named in $glm_upstream, which the location's proxy_pass reads (a Docker
+-- replica's group, or the pods' balancer); counted in flight on it until the request ends.
 local function choose_replica(ctx, fields, head)
-  local names = route.names(ngx.var.glm_routes)
-  local key = route.key(fields, head)
-  local replica = route.choose(names, key, function(name)
-    return dict:get("inflight:" .. name)
-  end, config.routing.load_factor)
+  local key = config.routing.keyed ~= false and route.key(fields, head) or nil
+  local replica = route.choose(with_room(replicas_now()), key, in_flight, config.routing.load_factor)
   if not replica then
-    return -- no replica in rotation: upstream vllm answers the rotation's 503
+    return -- none in rotation: upstream vllm answers the rotation's 503 (or the Service picks)
   end
   dict:incr("inflight:" .. replica, 1, 0)
   dict:incr("routed_pid:" .. ngx.worker.pid() .. ":" .. replica, 1, 0)
   dict:incr("routed:" .. replica .. ":" .. (key and "key" or "none"), 1, 0)
   ctx.replica = replica
-  ngx.var.glm_upstream = route.PREFIX .. replica
+  ngx.var.glm_upstream = config.routing.pods_file and serving_pods.UPSTREAM or route.PREFIX .. replica
   remember(ctx)
+end
+
+--- The `glm_pods` upstream's balancer (a Kubernetes front): the request's pod, another on a retry.
+function M.balance()
+  serving_pods.balance(ngx.ctx.meter, in_flight, config.routing.tries)
 end
 
 local function admit(ctx)

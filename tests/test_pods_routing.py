@@ -1,0 +1,128 @@
+"""A Kubernetes front's meter routes each request to a serving pod itself (issue 49: the flood's
+figure on the cluster), on the real nginx with three simulators: two are the pods the front pod's
+``routes`` lister saw (the routes file, components/host/k8s_targets.py ``routes``), the third stands
+for the serving Service, where anything the meter did not route goes (meter_pods.lua)."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from components.config import build_stack_config
+from components.host.k8s_targets import routes
+from tests.engine import free_port
+from tests.front_rig import SERVED
+from tests.metered_front import MeteredFront, metered_front
+
+KEY = "sk-alice-1403f1510d19d5295321"
+SEQS = 4
+"""Each simulator's ``--max-num-seqs``: the meter's slots per pod."""
+
+
+def ask(front: MeteredFront, lead: str, max_tokens: int = 4) -> httpx.Response:
+    return httpx.post(
+        f"{front.base}/v1/chat/completions",
+        headers={"Authorization": f"Bearer {KEY}"},
+        json={"model": SERVED, "max_tokens": max_tokens, "messages": [{"role": "user", "content": lead}]},
+        timeout=60,
+    )
+
+
+def engine_metric(engine: str, name: str) -> float:
+    text = httpx.get(f"{engine}/metrics", timeout=5).text
+    return sum(float(v) for v in re.findall(rf"^vllm:{name}(?:\{{[^}}]*\}})? (\S+)", text, re.M))
+
+
+def served(front: MeteredFront) -> list[float]:
+    """Requests each simulator answered (pod-1, pod-2, the Service's), by its own metrics."""
+    return [engine_metric(engine, "request_success_total") for engine in front.engines]
+
+
+def pods(front: MeteredFront) -> dict[str, str]:
+    return {
+        "pod-1": front.engines[0].removeprefix("http://"),
+        "pod-2": front.engines[1].removeprefix("http://"),
+    }
+
+
+@pytest.fixture(scope="module")
+def front() -> Iterator[MeteredFront]:
+    config = build_stack_config({"hardware": "local"})
+    sim_env = {"VLLM_SIM_DECODE_TOKEN_SECONDS": "0.05"}
+    with metered_front(
+        config, {"alice": KEY}, replicas=3, service=3, max_num_seqs=SEQS, sim_env=sim_env
+    ) as running:
+        yield running
+
+
+def test_requests_go_to_the_pods_the_lister_saw_and_never_to_the_service(front: MeteredFront) -> None:
+    front.set_pods(pods(front))
+    before = served(front)
+    for conversation in range(12):
+        assert ask(front, f"conversation {conversation}: what is 13 x 17?").status_code == 200
+    gained = [after - was for after, was in zip(served(front), before, strict=True)]
+    assert gained[2] == 0 and gained[0] + gained[1] == 12 and min(gained[:2]) >= 1, gained
+
+
+def test_one_conversations_burst_fills_each_pod_to_its_seqs_and_no_more(front: MeteredFront) -> None:
+    """Eight long streams of one conversation (one affinity key): the bound alone would put six on its
+    pod, more than the pod runs; the front's room puts four on each, what each pod runs at once."""
+    front.set_pods(pods(front))
+    threads = [threading.Thread(target=ask, args=(front, "one conversation", 60)) for _ in range(2 * SEQS)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)
+    running = [engine_metric(engine, "num_requests_running") for engine in front.engines]
+    waiting = [engine_metric(engine, "num_requests_waiting") for engine in front.engines]
+    for thread in threads:
+        thread.join(timeout=60)
+    assert running == [SEQS, SEQS, 0] and waiting == [0, 0, 0], (running, waiting)
+
+
+def test_a_stale_routes_file_sends_everything_to_the_service(front: MeteredFront) -> None:
+    """The lister stopped (its file is older than meter_pods.lua's STALE_SECONDS): the Service routes."""
+    front.set_pods(pods(front), age=60)
+    before = served(front)
+    for conversation in range(4):
+        assert ask(front, f"stale {conversation}").status_code == 200
+    gained = [after - was for after, was in zip(served(front), before, strict=True)]
+    assert gained == [0, 0, 4], gained
+
+
+def test_a_pod_that_refuses_connections_is_retried_on_another(front: MeteredFront) -> None:
+    gone = f"127.0.0.1:{free_port()}"  # nothing listens: a pod that went away since the last list
+    front.set_pods({"pod-0": gone, "pod-1": pods(front)["pod-1"]})
+    before = served(front)
+    answers = [ask(front, f"retried {conversation}") for conversation in range(8)]
+    assert [a.status_code for a in answers] == [200] * 8, [a.text for a in answers if a.status_code != 200]
+    gained = [after - was for after, was in zip(served(front), before, strict=True)]
+    assert gained == [8, 0, 0], gained
+
+
+def pod(name: str, ip: str | None, *, ready: bool = True, deleting: bool = False) -> dict:
+    meta: dict = {"name": name, **({"deletionTimestamp": "2026-12-06T04:00:00Z"} if deleting else {})}
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    return {"metadata": meta, "status": {**status, **({"podIP": ip} if ip else {})}}
+
+
+def test_the_routes_file_lists_the_pods_the_service_would() -> None:
+    """Ready, not being deleted, with an address (the Service's endpoints), sorted; IPv6 in brackets."""
+    listed = [
+        pod("glm53-vllm-b", "198.18.0.7"),
+        pod("glm53-vllm-a", "198.18.0.6"),
+        pod("glm53-vllm-starting", "198.18.0.8", ready=False),
+        pod("glm53-vllm-leaving", "198.18.0.9", deleting=True),
+        pod("glm53-vllm-pending", None),
+        pod("glm53-vllm-v6", "fd00::7"),
+    ]
+    assert routes(listed, 8000, 1765000000.5).splitlines() == [
+        "written 1765000000.500",
+        "glm53-vllm-a 198.18.0.6:8000",
+        "glm53-vllm-b 198.18.0.7:8000",
+        "glm53-vllm-v6 [fd00::7]:8000",
+    ]
