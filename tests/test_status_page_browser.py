@@ -38,7 +38,7 @@ from components.render.status_page import PANELS
 from components.semantic_probe import SCRAPE_JOB
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
-from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
+from components.verification.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.browser import CHROMIUM, browser
 from tests.engine import free_port
 from tests.front_rig import (

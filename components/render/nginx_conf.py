@@ -221,9 +221,8 @@ def _render(
     serves the rotation's state on ``status_listen``. ``meter``: the usage meter runs in the inference
     routes (components/render/nginx_meter.py), its counters on ``status_listen`` too."""
     scheme = "https" if guarded and tls_paths is not None else "http"
-    routes, meter_http, meter_metrics = _inference_routes(
-        front, meter, scheme, rotation_dir if upstream is None else None
-    )
+    meter_rotation = rotation_dir if upstream is None else None
+    routes, meter_http, meter_metrics = _inference_routes(front, meter, scheme, meter_rotation)
     zones, limits = rate_limit_lines(front)
     status_maps, status_routes = _status_page(prometheus)
     values = {
@@ -263,8 +262,7 @@ def _render(
 
 
 def _proxy_settings(front: FrontConfig, guarded: bool) -> str:
-    """What every inference route proxies with: the upstream's credential (the replica key's snippet
-    behind guards, else no ``Authorization`` at all), the timeouts and the retries."""
+    """What each inference route proxies with: the upstream's credential, timeouts, retries."""
     # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
     # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
     # `down`: never tried.
@@ -287,8 +285,7 @@ def _proxy_settings(front: FrontConfig, guarded: bool) -> str:
 def _inference_routes(
     front: FrontConfig, meter: MeterRoute | None, scheme: str, rotation_dir: str | None
 ) -> tuple[str, str, str]:
-    """(the inference locations, the meter's ``http`` lines, the meter's metrics location): metered
-    through the usage meter when ``meter`` is given (components/render/nginx_meter.py)."""
+    """(inference locations, the meter's ``http`` lines, its metrics location), metered with ``meter``."""
     if meter is not None:
         parts = meter_conf(front, meter, routes=INFERENCE_ROUTES, scheme=scheme, rotation_dir=rotation_dir)
         return parts.routes, parts.http, parts.metrics

@@ -26,7 +26,7 @@ from components.config import StackConfig, build_stack_config
 from components.gate.checks import GateFailure, run_gate
 from components.render.nginx_conf import render_nginx_conf
 from components.serving.spec import render_argv, render_serving
-from components.smoke_gate import gate_params
+from components.verification.smoke_gate import gate_params
 from tests.conftest import PROJECT
 from tests.engine import free_port
 from tests.front_rig import NGINX, nginx_argv
