@@ -13,7 +13,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_DIRS = ("components", "probe", "policy", "scripts", "benchmarks", "tests", "__main__.py")
+DEFAULT_DIRS = ("components", "capacity_probe", "policy", "scripts", "benchmarks", "tests", "__main__.py")
 
 
 def modules(dirs: list[str]) -> list[Path]:

@@ -46,7 +46,7 @@ from components.gate.checks import run_gate  # noqa: E402
 from components.render.prometheus_config import ScrapeSpec, render_prometheus_config  # noqa: E402
 from components.render.prometheus_rules import render_alert_rules  # noqa: E402
 from components.serving.spec import render_argv, render_serving  # noqa: E402
-from components.smoke_gate import gate_params  # noqa: E402
+from components.verification.smoke_gate import gate_params  # noqa: E402
 from tests.engine import free_port  # noqa: E402
 from tests.gate.support import start_front  # noqa: E402
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/import_graph.py [ROOT]
 
-Reads ``components/``, ``policy/`` and ``probe/`` of ROOT (default: this checkout) with ``ast``.
+Reads ``components/``, ``policy/`` and ``capacity_probe/`` of ROOT (default: this checkout) with ``ast``.
 Two passes: the imports a module runs when it is loaded, then those plus the ones inside functions
 (imported late on purpose, usually to keep Pulumi out of a path). ``if TYPE_CHECKING:`` blocks
 never run, so they are not arrows. A circle is a strongly connected set of two or more modules.
@@ -14,7 +14,7 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGES = ("components", "policy", "probe")
+PACKAGES = ("components", "policy", "capacity_probe")
 
 
 def modules(root: Path) -> dict[str, Path]:

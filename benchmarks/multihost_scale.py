@@ -2,7 +2,7 @@
 
 For 1, 2 and 3 stand-in hosts, in one run: a cold ``pulumi up`` and a no-op ``pulumi preview``
 (wall clock), then for 1 and 2 replicas the capacity probe's concurrency sweep through the front
-(``python -m probe --phases concurrency``). Each stack is destroyed before the next.
+(``python -m capacity_probe --phases concurrency``). Each stack is destroyed before the next.
 
     PATH=<engine>/bin:.venv/bin:$PATH .venv/bin/python benchmarks/multihost_scale.py --out /tmp/scale
 
@@ -73,7 +73,7 @@ def probe(project: PulumiProject, n: int, args: argparse.Namespace) -> float | N
     out = args.out / f"probe-{n}"
     started = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "probe", "--endpoint", endpoint, "--api-key-env", "GLM_SCALE_KEY",
+        [sys.executable, "-m", "capacity_probe", "--endpoint", endpoint, "--api-key-env", "GLM_SCALE_KEY",
          "--phases", "concurrency", "--max-num-seqs", str(args.sweep_top), "--max-concurrency",
          str(args.sweep_top), "--sweep-tokens", "64", "--sweep-rounds", "2", "--time-budget", "300",
          "--max-requests", "400", "--out", str(out), "--quiet"],

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from types import ModuleType
 
 MOVED = {
-    "components.gate.resource": "components.smoke_gate",
-    "components.smoke_test": "components.smoke_gate",
+    "components.gate.resource": "components.verification.smoke_gate",
+    "components.smoke_test": "components.verification.smoke_gate",
     # issue 38's floors: the modules whose dynamic providers a stack's state holds
     "components.k8s_roll": "components.kubernetes.roll",
     "components.nginx_reload": "components.docker.nginx_reload",
@@ -17,6 +17,8 @@ MOVED = {
     "components.replica_tls": "components.serving.replica_credentials",
     # issue 49: the certificate both targets' guards serve
     "components.docker.replica_tls": "components.serving.replica_credentials",
+    # issue 51: what proves a deployment serves right, one package
+    "components.smoke_gate": "components.verification.smoke_gate",
 }
 """Where a dynamic provider lived before: Pulumi keeps a dynamic resource's provider in the state
 pickled by reference to its class's module (nothing else: the providers hold no state of their own,

@@ -8,12 +8,12 @@ Each ``Profile`` in ``PROFILES`` is everything the project knows about one hardw
 * ``defaults`` — the seed's production settings, in the same shape as the stack config (camelCase
   keys, one entry per ``glm:<key>``). A stack file's values are deep-merged over them, so a stack
   says only what differs for its environment (host, paths, ports, secrets).
-* ``seed`` — what the seed article measured, for the probe's measured/seed ratios.
+* ``seed`` — what the seed article measured, for the capacity probe's measured/seed ratios.
 
 Everything else is derived from ``PROFILES``: the values ``glm:hardware`` accepts
 (``components/config/values.py``), its description in README and ``Pulumi.yaml``
-(``scripts/config_table.py``, ``scripts/pulumi_yaml_config.py``), the probe's seed table and
-``--profile`` help (``probe/``), and the stacks the tests run under mocks (one committed
+(``scripts/config_table.py``, ``scripts/pulumi_yaml_config.py``), the capacity probe's seed table and
+``--profile`` help (``capacity_probe/``), and the stacks the tests run under mocks (one committed
 ``Pulumi.<name>.yaml`` per profile). README "Adding a hardware profile" walks through it.
 
 Sources are named next to each number (``../shared/SPEC.md`` §2 and ``../shared/seeds/``).
@@ -33,7 +33,7 @@ EIGHT_CARDS = [0, 1, 2, 3, 4, 5, 6, 7]
 
 @dataclass(frozen=True)
 class SeedFigure:
-    """One figure a seed article measured, in the probe's terms. A ratio above 1 is better for a
+    """One figure a seed article measured, in the capacity probe's terms. A ratio above 1 is better for a
     "higher is better" figure (tok/s, tokens) and worse for a latency."""
 
     key: str

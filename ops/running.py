@@ -39,7 +39,7 @@ from components.gate.container import docker_cli
 
 CONTAINER = "docker:index/container:Container"
 FRONT_GATE = "glm:smoke:SmokeTest$pulumi-python:dynamic:Resource"
-"""The gate through the front (``components/smoke_gate.py``): the one that asks as clients do."""
+"""The gate through the front (``components/verification/smoke_gate.py``): the one that asks as clients do."""
 INSPECT_SECONDS = 30
 
 

@@ -268,7 +268,7 @@ SECONDS = {
     "test_engine_gate.py": 58,
     "test_local_containers.py": 48, "test_service.py": 42, "test_nginx_reload.py": 40,
     "test_rotation_requests.py": 36, "test_standin_host.py": 33, "test_checks.py": 32,
-    "test_container_watch.py": 29, "test_nginx_front.py": 27, "test_probe.py": 27,
+    "test_container_watch.py": 29, "test_nginx_front.py": 27, "test_capacity_probe.py": 27,
     "test_preflight_refusal_engine.py": 45, "test_status_page_containers.py": 53,
     "test_status_page_browser.py": 42,
     "test_k8s_engine.py": 765,  # ONE_CLUSTER on one cluster, 2026-12-06 (the first hour: ~97 of it)

@@ -160,9 +160,7 @@ def nginx_front(
     )  # fmt: skip
     (directory / "nginx.conf").write_text(conf)
     front = Front(port, directory, "https" if tls_files else "http")
-    argv = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e", "stderr",
-            "-g", "daemon off;"]  # fmt: skip
-    with running(argv, front.log) as proc:
+    with running(nginx_argv(directory), front.log) as proc:
         wait_for_port(port, proc)
         yield front
     shutil.rmtree(directory, ignore_errors=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 from components.config import build_stack_config
 from components.render.replica_guard import render_guard_files
 from tests.engine import free_port
-from tests.front_rig import NGINX, running, runtime_dir, wait_for_port
+from tests.front_rig import nginx_argv, running, runtime_dir, wait_for_port
 
 KEY = "sk-replica-7f3a9c1e5b28d4f06a9e3c71b5d2f8a4"
 SCRAPE_KEY = "sk-scrape-0b5e8d2a7c4f19e36b0a5d8c2e7f1a94"
@@ -25,9 +25,7 @@ def nginx(files: dict[str, str]) -> Iterator[tuple[int, Path]]:
     directory, port = runtime_dir(), free_port()
     for name, text in files.items():
         (directory / name).write_text(text.replace("{port}", str(port)).replace("{dir}", str(directory)))
-    argv = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e", "stderr",
-            "-g", "daemon off;"]  # fmt: skip
-    with running(argv, directory / "nginx.log") as proc:
+    with running(nginx_argv(directory), directory / "nginx.log") as proc:
         wait_for_port(port, proc)
         yield port, directory
     shutil.rmtree(directory, ignore_errors=True)

@@ -24,7 +24,7 @@ from components.docker.rotation import rotation_script
 from components.render.nginx_conf import render_nginx_conf
 from components.render.nginx_meter import METER_DIR, METRICS_PATH, MeterPeers, MeterRoute
 from tests.engine import free_port
-from tests.front_rig import NGINX, SERVED, SIM, nginx_argv, running, runtime_dir, wait_for_port
+from tests.front_rig import SERVED, SIM, nginx_argv, running, runtime_dir, wait_for_port
 
 LUA_MODULES = Path("/usr/lib/nginx/modules")
 """Debian's nginx modules: the rendered config includes their snippets, which name them relative to
@@ -250,7 +250,7 @@ def run_in_nginx_lua(modules: Sequence[str], driver: str, given: object) -> obje
         f"http {{\n    init_by_lua_block {{\n{preload}{paths}{driver}\n    }}\n}}\n"
     )
     done = subprocess.run(
-        [NGINX, "-p", str(directory), "-c", str(directory / "nginx.conf"), "-g", "daemon off;"],
+        nginx_argv(directory),
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

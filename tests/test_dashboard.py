@@ -23,7 +23,7 @@ from components.render.prometheus_config import ROTATION_JOB, ScrapeSpec
 from components.render.prometheus_rules import render_alert_rules
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
-from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
+from components.verification.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.conftest import PROJECT
 from tests.front_rig import KEYS, SERVED, free_port, vllm_sim
 from tests.gate.support import local_config

@@ -11,7 +11,7 @@ state → one vLLM flag changed: ``preview --diff`` shows exactly that flag → 
 gate → simulator stopped and a flag changed: ``up`` fails with the gate's step message and the state
 keeps the last passing gate → ``destroy`` (delete is a no-op).
 
-The provider is pickled by reference (``components.smoke_gate.SmokeTestProvider``), so the provider
+The provider is pickled by reference (``components.verification.smoke_gate.SmokeTestProvider``), so the provider
 process must import ``components``; this program lives outside the repository, so ``PYTHONPATH`` is
 the repo root. (The main program needs no such thing: the repository is its working directory.) The
 language host honours ``runtime.options.virtualenv``: the test checks the program's ``sys.prefix``.

@@ -193,7 +193,7 @@ def test_a_wrong_replica_leaves_the_rotation_in_seconds_and_comes_back(
         prometheus = Prometheus(front, outputs["prometheusUrl"])
         wait_for(lambda: probe_healthy(prometheus, 3), 60, "the probe's first healthy runs")
 
-        # 0. Idle: what the probe alone asks of each replica (benchmarks/probe_capacity.py).
+        # 0. Idle: what the probe alone asks of each replica (benchmarks/semantic_probe_share.py).
         figures["probe_alone"] = probe_alone(prometheus, 4 * INTERVAL)
         print("the probe alone:", json.dumps(figures["probe_alone"]))
         assert all(v["chats_per_run"] > 0 for v in figures["probe_alone"].values()), figures

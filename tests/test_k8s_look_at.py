@@ -54,7 +54,7 @@ def test_each_pods_readiness_gate_names_the_same_commands(stacks: dict[str, Depl
 
 def test_new_commands_do_not_re_run_the_gate(stacks: dict[str, Deployment]) -> None:
     """Not a gate input, as the container watch is not: what a failure names verifies nothing."""
-    from components.smoke_gate import changed_inputs, gate_outputs
+    from components.verification.smoke_gate import changed_inputs, gate_outputs
 
     news = gate_inputs(stacks["k8s"])
     stored = gate_outputs({k: v for k, v in news.items() if k != "look_at"}, results={})

@@ -18,7 +18,7 @@ import pytest
 from components.gate.checks import check_steps
 from components.semantic_probe import PROBE_STEPS
 from components.semantic_probe.settings import ProbeSettings
-from components.semantic_probe_spec import PARAMS_PATH
+from components.verification.semantic_probe_spec import PARAMS_PATH
 from tests.conftest import CONTAINER, Deployment, unwrap
 from tests.engine import free_port
 from tests.k8s_look_at_cases import DOCKER_SAYS, FAILURES, KEY, NAMESPACE, as_argv, rendered_kubectl

@@ -238,7 +238,7 @@ def test_the_probe_measures_through_the_real_front(
         assert time.monotonic() < deadline, "Prometheus never scraped vLLM"
         time.sleep(0.5)
     result = subprocess.run(
-        [sys.executable, "-m", "probe", "--endpoint", f"http://127.0.0.1:{ports['front_port']}/v1",
+        [sys.executable, "-m", "capacity_probe", "--endpoint", f"http://127.0.0.1:{ports['front_port']}/v1",
          "--api-key-env", "GLM_PROBE_KEY", "--metrics-url", metrics, "--out", str(tmp_path),
          "--time-budget", "90", "--max-requests", "80", "--metrics-lag", "6", "--quiet"],
         cwd=PROJECT, env=env, capture_output=True, text=True, timeout=180,

@@ -24,9 +24,11 @@ STORED = [
         "_ReplicaCertificateProvider",
         "components.serving.replica_credentials",
     ),
+    # issue 51: the gate's resource in components/verification/
+    ("components.smoke_gate", "SmokeTestProvider", "components.verification.smoke_gate"),
+    ("components.smoke_test", "SmokeTestProvider", "components.verification.smoke_gate"),
     # never moved: still at the path the states hold
     ("components.secrets", "_GeneratedKeyProvider", "components.secrets"),
-    ("components.smoke_gate", "SmokeTestProvider", "components.smoke_gate"),
 ]
 
 

@@ -55,6 +55,7 @@ from tests.front_rig import (
     Front,
     RecordingUpstream,
     assert_forward_secret_tls,
+    nginx_argv,
     nginx_front,
     recording_upstream,
     running,
@@ -459,8 +460,7 @@ def test_healthz_says_only_down_without_a_metrics_key(sim_port: int) -> None:
     # As rotation.sh renders a replica kept out: its server `down`, its reason in reason.map.
     (rotation_dir / "upstream.conf").write_text(f"server 127.0.0.1:{sim_port} down;\n")
     (rotation_dir / "reason.map").write_text(f"glm '{no_replica_body(GATE_FAILURE)}';\n")
-    argv = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e", "stderr",
-            "-g", "daemon off;"]  # fmt: skip
+    argv = nginx_argv(directory)
     base = f"http://127.0.0.1:{port}"
     with running(argv, directory / "nginx.log") as proc:
         wait_for_port(port, proc)

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
+from capacity_probe import cli, seeds
 from components.config import ConfigError, build_stack_config, deep_merge
 from components.profiles import PROFILES, HardwareFacts, Profile, Seed, SeedFigure, register
-from probe import cli, seeds
 from scripts import config_table, pulumi_yaml_config
 from tests.conftest import PROJECT, profile_stacks
 

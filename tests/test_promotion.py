@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from components.promotion import differences, fingerprint
+from components.verification.promotion import differences, fingerprint
 from tests.conftest import Deployment, run_program, unwrap
 
 SOURCE = "organization/glm/a800-staging"

@@ -31,8 +31,8 @@ from components.render.nginx_clients import render_key_map
 from components.render.nginx_conf import API_KEYS_FILE, CONF_ROOT, ROTATION_DIR
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.service import ProbeMetrics, run_forever
-from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.template import shell_program
+from components.verification.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.front_container import DOCKER_HOST, IMAGE, LiveFront, docker_ready, free_port
 from tests.front_rig import KEYS, SERVED, vllm_sim
 from tests.gate.support import local_config

@@ -55,7 +55,7 @@ def test_invalid_stack_fails_before_anything_is_created() -> None:
 
 
 def test_gate_reruns_whenever_the_serving_container_is_replaced(deployed: dict[str, Deployment]) -> None:
-    from components.smoke_gate import changed_inputs
+    from components.verification.smoke_gate import changed_inputs
 
     gate = deployed["a800"].one("pulumi-python:dynamic:Resource", "-smoke-gate").inputs
     assert gate["container_id"] == "a800-serving-vllm-id"  # the mocks' id of the serving container

@@ -31,7 +31,7 @@ from components.render.status_page import (
     render_page,
 )
 from tests.engine import free_port
-from tests.front_rig import KEYS, METRICS, NGINX, Front, running, runtime_dir, wait_for_port
+from tests.front_rig import KEYS, METRICS, NGINX, Front, nginx_argv, running, runtime_dir, wait_for_port
 from tests.status_page_rig import page_prometheus
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -133,9 +133,7 @@ def status_front(prometheus: str) -> Iterator[Front]:
         runtime_dir=str(directory), prometheus=prometheus,
     )  # fmt: skip
     (directory / "nginx.conf").write_text(conf)
-    argv = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e", "stderr",
-            "-g", "daemon off;"]  # fmt: skip
-    with running(argv, directory / "nginx.log") as proc:
+    with running(nginx_argv(directory), directory / "nginx.log") as proc:
         wait_for_port(port, proc)
         yield Front(port, directory)
     shutil.rmtree(directory, ignore_errors=True)

@@ -38,14 +38,14 @@ from components.render.status_page import PANELS
 from components.semantic_probe import SCRAPE_JOB
 from components.semantic_probe.ejection import Ejector
 from components.semantic_probe.service import ProbeMetrics, run_once, serve_metrics
-from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
+from components.verification.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.browser import CHROMIUM, browser
 from tests.engine import free_port
 from tests.front_rig import (
     KEYS,
     METRICS,
-    NGINX,
     SERVED,
+    nginx_argv,
     running,
     runtime_dir,
     vllm_sim,
@@ -122,9 +122,7 @@ def metered_status_front(boxes: list[int], directory: Path):
             status_listen=f"127.0.0.1:{status_port}", prometheus=f"127.0.0.1:{prometheus_port}",
         )  # fmt: skip
         (directory / "nginx.conf").write_text(conf)
-        argv = [NGINX, "-c", str(directory / "nginx.conf"), "-p", str(directory), "-e", "stderr",
-                "-g", "daemon off;"]  # fmt: skip
-        wait_for_port(port, stack.enter_context(running(argv, directory / "nginx.log")))
+        wait_for_port(port, stack.enter_context(running(nginx_argv(directory), directory / "nginx.log")))
         yield f"http://127.0.0.1:{port}", status_port, prometheus_port
 
 

@@ -17,12 +17,12 @@ import yaml
 
 from components.config import build_stack_config
 from components.docker import rotation
-from components.render.nginx_conf import CONF_FILE, ROTATION_DIR, STATUS_DIR, render_front_files
+from components.render.nginx_conf import ROTATION_DIR, STATUS_DIR, render_front_files
 from components.render.nginx_meter import METRICS_PATH, MeterRoute
 from components.render.prometheus_config import METER_JOB
 from ops.usage import promtool_query, usage_rows, usage_table
 from tests.engine import free_port
-from tests.front_rig import NGINX, running, vllm_sim, wait_for_port
+from tests.front_rig import nginx_argv, running, vllm_sim, wait_for_port
 from tests.metered_front import metered_front, nginx_prefix
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
@@ -277,9 +277,7 @@ def test_the_meter_shares_the_slots_of_the_replicas_in_rotation() -> None:
         )  # fmt: skip
         for name, text in files.items():
             (directory / name).write_text(text)
-        argv = [NGINX, "-c", str(directory / CONF_FILE), "-p", str(directory), "-e", "stderr",
-                "-g", "daemon off;"]  # fmt: skip
-        nginx = stack.enter_context(running(argv, directory / "nginx.log"))
+        nginx = stack.enter_context(running(nginx_argv(directory), directory / "nginx.log"))
         wait_for_port(port, nginx)
         assert capacity_after_a_chat() == 8
         rotate("admit", "box2", f"127.0.0.1:{sim_port}")

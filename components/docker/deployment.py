@@ -31,13 +31,13 @@ from components.docker.target import exec_ssh
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
 from components.profiles import HardwareFacts
-from components.promotion import fingerprint, promoted_image, served_model
 from components.render.nginx_meter import meter_route
 from components.secrets import Secrets, StackKeys
-from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec
 from components.serving.replica_credentials import GuardCredentials, guard_credentials
 from components.serving.spec import ServingSpec, command_line, curl_command, render_serving
-from components.smoke_gate import SmokeTest, SmokeTestArgs
+from components.verification.promotion import fingerprint, promoted_image, served_model
+from components.verification.semantic_probe_spec import ProbeReplica, SemanticProbeSpec
+from components.verification.smoke_gate import SmokeTest, SmokeTestArgs
 
 
 def _with_key(

@@ -27,7 +27,7 @@ import pulumi
 import pulumi.dynamic
 
 from components.config import HostConfig
-from components.smoke_gate import (
+from components.verification.smoke_gate import (
     VERSION,
     GateArgs,
     GateComponent,

@@ -43,7 +43,7 @@ from components.render.replica_guard import (
     render_guard_conf,
     render_guard_files,
 )
-from components.serving.replica_credentials import GuardCredentials
+from components.serving.replica_credentials import GuardCredentials, ReplicaCertificate
 from components.serving.spec import ServingSpec
 
 
@@ -99,61 +99,13 @@ class ReplicaGuard(pulumi.ComponentResource):
         if front.tls and tls is None:
             raise ValueError(f"{name}: glm:front.tls is on but the guard credentials carry no certificate")
         c = serving.container
-        container_name = f"{c.name}-guard"
-        if text is None:
-            # A fixed address, as vLLM's: the front loads its rotation without a name lookup.
-            self.upstream = f"{guard_address(c)}:{CONTAINER_PORT}"
-        else:
-            self.upstream = f"[{text}]:{serving.port}" if ":" in text else f"{text}:{serving.port}"
-
+        self.upstream = _upstream(c, serving.port, text)
         image = docker.RemoteImage(
             f"{name}-image", name=front.image, keep_locally=True, opts=pulumi.ResourceOptions(parent=self)
         )
-        # Nothing here depends on the key, the TLS pair or nginx.conf: those reach nginx as a reload.
-        self.container = docker.Container(
-            f"{name}-nginx",
-            name=container_name,
-            image=image.image_id,
-            entrypoints=["/bin/sh", "-c"],
-            command=[START_COMMAND],
-            networks_advanced=[
-                docker.ContainerNetworksAdvancedArgs(name=args.network_name, ipv4_address=guard_address(c))
-            ],
-            ports=[docker.ContainerPortArgs(internal=CONTAINER_PORT, external=serving.port, ip=text)]
-            if text is not None
-            else None,
-            labels=[
-                docker.ContainerLabelArgs(label="glm53.role", value="replica-guard"),
-                docker.ContainerLabelArgs(label="glm53.tls", value="on" if tls else "off"),
-                # Plain HTTP between hosts only where the stack accepted it for its front too:
-                # the policy pack (front-tls-on-public-bind) reads this as it does on the front.
-                *(
-                    [docker.ContainerLabelArgs(label="glm53.plain-http", value="accepted")]
-                    if front.allow_plain_http and not tls
-                    else []
-                ),
-            ],
-            restart="unless-stopped",
-            log_driver="json-file",
-            log_opts=c.log_opts,
-            destroy_grace_seconds=STOP_GRACE_SECONDS,
-            # A fixed container name and host port cannot exist twice: remove the old one first.
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
-        )
-
+        self.container = _container(name, args, image.image_id, text, tls is not None, parent=self)
         nginx_conf = render_guard_conf(front, f"{c.vllm_address}:{serving.port}", tls is not None)
-
-        def secret_files(args: list[Any]) -> dict[str, str]:
-            pair = (args[2], args[3]) if tls else None
-            files = render_guard_files(front, "vllm:0", str(args[0]), str(args[1]), pair)
-            return {k: v for k, v in files.items() if k in SECRET_FILES}
-
-        inputs: list[pulumi.Input[Any]] = [credentials.key, credentials.scrape_key]
-        if tls is not None:
-            inputs += [tls.certificate, tls.private_key]
-        files: pulumi.Output[dict[str, str]] = pulumi.Output.secret(
-            pulumi.Output.all(*inputs).apply(secret_files)
-        )
+        files = _secret_files(front, credentials, tls)
         digest = pulumi.Output.unsecret(files.apply(secrets_digest))
         self.fingerprint = pulumi.Output.all(image.image_id, digest).apply(
             lambda a: front_fingerprint(nginx_conf, str(a[0]), [CLIENT], [SCRAPER], str(a[1]))
@@ -177,3 +129,68 @@ class ReplicaGuard(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.container]),
         )
         self.register_outputs({"upstream": self.upstream, "fingerprint": self.fingerprint})
+
+
+def _upstream(c: ContainerConfig, port: int, published: str | None) -> str:
+    """``host:port`` the front lists for the guard: its published address, else its fixed one."""
+    if published is None:
+        # A fixed address, as vLLM's: the front loads its rotation without a name lookup.
+        return f"{guard_address(c)}:{CONTAINER_PORT}"
+    return f"[{published}]:{port}" if ":" in published else f"{published}:{port}"
+
+
+def _container(
+    name: str,
+    args: ReplicaGuardArgs,
+    image_id: pulumi.Input[str],
+    published: str | None,
+    tls: bool,
+    parent: pulumi.Resource,
+) -> docker.Container:
+    """The guard's nginx container. Nothing here depends on the key, the TLS pair or nginx.conf:
+    those reach nginx as a reload."""
+    c, front = args.serving.container, args.front
+    labels = [
+        docker.ContainerLabelArgs(label="glm53.role", value="replica-guard"),
+        docker.ContainerLabelArgs(label="glm53.tls", value="on" if tls else "off"),
+    ]
+    if front.allow_plain_http and not tls:
+        # Plain HTTP between hosts only where the stack accepted it for its front too:
+        # the policy pack (front-tls-on-public-bind) reads this as it does on the front.
+        labels.append(docker.ContainerLabelArgs(label="glm53.plain-http", value="accepted"))
+    return docker.Container(
+        f"{name}-nginx",
+        name=f"{c.name}-guard",
+        image=image_id,
+        entrypoints=["/bin/sh", "-c"],
+        command=[START_COMMAND],
+        networks_advanced=[
+            docker.ContainerNetworksAdvancedArgs(name=args.network_name, ipv4_address=guard_address(c))
+        ],
+        ports=[docker.ContainerPortArgs(internal=CONTAINER_PORT, external=args.serving.port, ip=published)]
+        if published is not None
+        else None,
+        labels=labels,
+        restart="unless-stopped",
+        log_driver="json-file",
+        log_opts=c.log_opts,
+        destroy_grace_seconds=STOP_GRACE_SECONDS,
+        # A fixed container name and host port cannot exist twice: remove the old one first.
+        opts=pulumi.ResourceOptions(parent=parent, delete_before_replace=True),
+    )
+
+
+def _secret_files(
+    front: FrontConfig, credentials: GuardCredentials, tls: ReplicaCertificate | None
+) -> pulumi.Output[dict[str, str]]:
+    """The guard's files that hold a key or the TLS pair, rendered from the secret inputs."""
+
+    def render(values: list[Any]) -> dict[str, str]:
+        pair = (values[2], values[3]) if tls else None
+        files = render_guard_files(front, "vllm:0", str(values[0]), str(values[1]), pair)
+        return {k: v for k, v in files.items() if k in SECRET_FILES}
+
+    inputs: list[pulumi.Input[Any]] = [credentials.key, credentials.scrape_key]
+    if tls is not None:
+        inputs += [tls.certificate, tls.private_key]
+    return pulumi.Output.secret(pulumi.Output.all(*inputs).apply(render))

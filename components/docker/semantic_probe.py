@@ -6,8 +6,8 @@ here). ``deployment.py`` merges it into the front's key map under ``glm:semantic
 so the front logs the probe's traffic under its own name.
 
 ``SemanticProbe`` builds the probe image on the target's Docker engine (like the serving image) from
-the context of components/semantic_probe_image.py and runs it on the stack's private network, told
-what components/semantic_probe_spec.py renders: it reaches the front by its container name and
+the context of components/verification/semantic_probe_image.py and runs it on the stack's private network, told
+what components/verification/semantic_probe_spec.py renders: it reaches the front by its container name and
 vLLM's ``/metrics`` by its network alias.
 """
 
@@ -22,8 +22,9 @@ import pulumi_docker as docker
 from components.docker.rotation_requests import PROBE_REQUESTS_DIR
 from components.docker.vllm_server import upstream_hosts
 from components.semantic_probe import container_name
-from components.semantic_probe_image import build_context
-from components.semantic_probe_spec import (
+from components.serving.replica_credentials import guard_tls
+from components.verification.semantic_probe_image import build_context
+from components.verification.semantic_probe_spec import (
     KEY_PATH,
     PARAMS_PATH,
     REPLICA_KEY_PATH,
@@ -33,7 +34,6 @@ from components.semantic_probe_spec import (
     probe_settings,
     render_params,
 )
-from components.serving.replica_credentials import guard_tls
 
 
 @dataclass(frozen=True)

@@ -82,81 +82,33 @@ class VllmServer(pulumi.ComponentResource):
         super().__init__("glm:serving:VllmServer", name, None, opts)
         serving = args.serving
         c = serving.container
-        self.network = docker.Network(
-            f"{name}-network",
-            name=f"{c.name}-net",
-            driver="bridge",
-            # The gateway spelled out: Docker 20.10 records it only after a daemon restart, and
-            # `up --refresh` would then see a changed ipamConfigs and replace the network.
-            ipam_configs=[
-                docker.NetworkIpamConfigArgs(subnet=str(c.subnet), gateway=str(c.subnet.network_address + 1))
-            ],
-            # A fixed network name cannot exist twice (Docker >= 25 refuses, 20.10 makes later
-            # lookups ambiguous): a new subnet deletes the old network first, and with it the
-            # containers attached to it, which are replaced anyway (vLLM's address is in the subnet).
-            opts=pulumi.ResourceOptions(parent=self, delete_before_replace=True),
-        )
-
+        self.network = _network(name, c, self)
         self.container = docker.Container(
             f"{name}-vllm",
             name=c.name,
             image=args.image,
             entrypoints=["vllm", "serve"],
             command=serving.argv,
-            envs=[
-                *[f"{k}={v}" for k, v in serving.env.items()],
-                *[_env_entry(k, v) for k, v in sorted((args.secret_env or {}).items())],
-            ],
+            envs=_envs(serving, args.secret_env),
             gpus="all" if serving.nvidia_gpus else None,
             devices=[
                 docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")
                 for d in serving.devices
             ],
-            mounts=[
-                *args.mounts,
-                *[
-                    docker.ContainerMountArgs(
-                        type="bind", source=m.source, target=m.target, read_only=m.read_only
-                    )
-                    for m in serving.mounts
-                ],
-            ],
+            mounts=_mounts(serving, args.mounts),
             shm_size=c.shm_size_mb,
             ipc_mode=c.ipc_mode,
             privileged=c.privileged,
             network_mode=c.network_mode,
-            networks_advanced=[
-                docker.ContainerNetworksAdvancedArgs(
-                    name=self.network.name,
-                    aliases=[VLLM_NETWORK_ALIAS],
-                    ipv4_address=c.vllm_address,
-                )
-            ]
-            if c.network_mode == "bridge"
-            else None,
+            networks_advanced=_private_address(c, self.network),
             restart=c.restart,
             # SIGTERM first: with vLLM's --shutdown-timeout, requests in flight finish while the
             # front sends new ones to the other replicas (SPEC §6: the default 0 kills them).
             destroy_grace_seconds=c.stop_grace_seconds or None,
-            healthcheck=docker.ContainerHealthcheckArgs(
-                tests=health_probe(serving.port),
-                interval=go_duration(30),
-                timeout=go_duration(10),
-                retries=3,
-                # A load as long as the gate's deadline is normal (632 s weights on rtx5090).
-                start_period=go_duration(serving.load_deadline_seconds),
-            ),
+            healthcheck=_healthcheck(serving),
             log_driver="json-file",
             log_opts=c.log_opts,
-            labels=[
-                docker.ContainerLabelArgs(label="glm53.hardware", value=serving.hardware),
-                docker.ContainerLabelArgs(label="glm53.served-model", value=serving.served_name),
-                *(
-                    [docker.ContainerLabelArgs(label=REPLICA_LABEL, value=args.replica)]
-                    if args.replica
-                    else []
-                ),
-            ],
+            labels=_labels(serving, args.replica),
             wait=False,
             # A fixed container name cannot exist twice: remove the old one first.
             opts=pulumi.ResourceOptions(
@@ -174,3 +126,77 @@ class VllmServer(pulumi.ComponentResource):
         self.address = f"{near}:{serving.port}"
         """host:port where the front on this host reaches vLLM, without a name lookup."""
         self.register_outputs({"container_name": self.container_name, "network_name": self.network_name})
+
+
+def _network(name: str, c: ContainerConfig, parent: pulumi.Resource) -> docker.Network:
+    """The replica's private bridge network (``glm:container.subnet``), which the front and
+    Prometheus join."""
+    return docker.Network(
+        f"{name}-network",
+        name=f"{c.name}-net",
+        driver="bridge",
+        # The gateway spelled out: Docker 20.10 records it only after a daemon restart, and
+        # `up --refresh` would then see a changed ipamConfigs and replace the network.
+        ipam_configs=[
+            docker.NetworkIpamConfigArgs(subnet=str(c.subnet), gateway=str(c.subnet.network_address + 1))
+        ],
+        # A fixed network name cannot exist twice (Docker >= 25 refuses, 20.10 makes later
+        # lookups ambiguous): a new subnet deletes the old network first, and with it the
+        # containers attached to it, which are replaced anyway (vLLM's address is in the subnet).
+        opts=pulumi.ResourceOptions(parent=parent, delete_before_replace=True),
+    )
+
+
+def _envs(
+    serving: ServingSpec, secret_env: Mapping[str, pulumi.Output[str]] | None
+) -> list[pulumi.Input[str]]:
+    """The rendered env, then ``glm:servingSecretEnv`` as secret entries in name order."""
+    return [
+        *[f"{k}={v}" for k, v in serving.env.items()],
+        *[_env_entry(k, v) for k, v in sorted((secret_env or {}).items())],
+    ]
+
+
+def _mounts(serving: ServingSpec, volume: list[docker.ContainerMountArgs]) -> list[docker.ContainerMountArgs]:
+    """The model volume's mounts, then the rendered bind mounts."""
+    binds = [
+        docker.ContainerMountArgs(type="bind", source=m.source, target=m.target, read_only=m.read_only)
+        for m in serving.mounts
+    ]
+    return [*volume, *binds]
+
+
+def _private_address(
+    c: ContainerConfig, network: docker.Network
+) -> list[docker.ContainerNetworksAdvancedArgs] | None:
+    """On a bridge, vLLM's fixed address and alias on the private network; none on the host's."""
+    if c.network_mode != "bridge":
+        return None
+    return [
+        docker.ContainerNetworksAdvancedArgs(
+            name=network.name, aliases=[VLLM_NETWORK_ALIAS], ipv4_address=c.vllm_address
+        )
+    ]
+
+
+def _healthcheck(serving: ServingSpec) -> docker.ContainerHealthcheckArgs:
+    """Docker's health check of ``/health``, patient for as long as the gate waits for the load."""
+    return docker.ContainerHealthcheckArgs(
+        tests=health_probe(serving.port),
+        interval=go_duration(30),
+        timeout=go_duration(10),
+        retries=3,
+        # A load as long as the gate's deadline is normal (632 s weights on rtx5090).
+        start_period=go_duration(serving.load_deadline_seconds),
+    )
+
+
+def _labels(serving: ServingSpec, replica: str | None) -> list[docker.ContainerLabelArgs]:
+    """What the container says about itself: hardware, served model, and its replica's name."""
+    labels = [
+        docker.ContainerLabelArgs(label="glm53.hardware", value=serving.hardware),
+        docker.ContainerLabelArgs(label="glm53.served-model", value=serving.served_name),
+    ]
+    if replica:
+        labels.append(docker.ContainerLabelArgs(label=REPLICA_LABEL, value=replica))
+    return labels

@@ -9,7 +9,7 @@
 
 This package is the gate's runtime only: it imports neither Pulumi nor the stack configuration, and
 the semantic probe's image carries it whole. The Pulumi resources that run it live outside:
-``SmokeTest`` (components/smoke_gate.py) and ``ReplicaGate`` (components/docker/replica_gate.py).
+``SmokeTest`` (components/verification/smoke_gate.py) and ``ReplicaGate`` (components/docker/replica_gate.py).
 """
 
 from components.gate.checks import GateFailure, run_gate

@@ -5,7 +5,7 @@ In order (SPEC §4): readiness (refused connections and 502/503/504 mean "still 
 fails on its own with a :class:`GateFailure` that says which step, what came back and what to look
 at; a reply of the wrong shape is such a failure too, never a crash.
 
-:func:`run_gate` is what the dynamic providers (``components/smoke_gate.py``,
+:func:`run_gate` is what the dynamic providers (``components/verification/smoke_gate.py``,
 ``components/docker/replica_gate.py``), the command line (``python -m components.gate``) and the tests
 call; :func:`check_steps` is what the semantic probe runs. The seams: ``messages.py`` (what a
 failure says), ``transport.py`` (the client and its bounds), ``run.py`` (one run's parameters and

@@ -1,7 +1,7 @@
 """vLLM's Prometheus text, from its ``/metrics`` or a Prometheus ``/federate``, parsed by
 ``prometheus_client.parser`` (federation's ``job``/``instance`` labels and timestamps included).
 
-The one parser the gate and the probe (``probe/metrics.py``) share.
+The one parser the gate and the capacity probe (``capacity_probe/vllm_metrics.py``) share.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Server-sent events as vLLM streams a chat: ``data: {chunk}`` lines, ``data: [DONE]`` last.
 
-The one reader the gate and the probe (``probe/client.py``) share, so both read the same bytes the
+The one reader the gate and the capacity probe (``capacity_probe/client.py``) share, so both read the same bytes the
 same way: ``data:`` with or without the space after the colon (the SSE spec allows both), other
 fields and ``:`` comments skipped, and a payload that is not JSON, or a chunk of the wrong shape,
 raised as :class:`MalformedChunk`, never skipped silently. Each ``data:`` line is one event: vLLM and

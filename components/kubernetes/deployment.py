@@ -44,14 +44,14 @@ from components.kubernetes.semantic_probe import KubernetesSemanticProbe, Kubern
 from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
 from components.kubernetes.teardown import PodsGone
 from components.kubernetes.workload import PodConfig, grace_seconds
-from components.promotion import fingerprint, served_model
 from components.render.nginx_meter import MeterRoute, meter_route
 from components.render.prometheus_config import ScrapeSpec
 from components.render.replica_guard import SCRAPER
 from components.secrets import Secrets, StackKeys
-from components.semantic_probe_spec import SemanticProbeSpec
 from components.serving.spec import ServingSpec, command_line, curl_command, render_serving
-from components.smoke_gate import SmokeTest, SmokeTestArgs
+from components.verification.promotion import fingerprint, served_model
+from components.verification.semantic_probe_spec import SemanticProbeSpec
+from components.verification.smoke_gate import SmokeTest, SmokeTestArgs
 
 
 def _with_keys(

@@ -18,9 +18,9 @@ import pulumi_docker as docker
 
 from components.config import HostConfig, ImageConfig
 from components.kubernetes.state import moved_from_root
-from components.semantic_probe_image import build_context
 from components.serving.image import ServingImage
 from components.template import placeholders, render_template
+from components.verification.semantic_probe_image import build_context
 
 
 @dataclass(frozen=True)

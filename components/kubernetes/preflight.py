@@ -38,8 +38,8 @@ from components.kubernetes.workload import (
     PodConfig,
     card_limits,
 )
-from components.semantic_probe_image import build_context
 from components.serving.image import build_tag
+from components.verification.semantic_probe_image import build_context
 
 K8S = "glm:target.kubernetes"
 KUBECTL_TIMEOUT_SECONDS = 20

@@ -26,7 +26,7 @@ from components.kubernetes.pod_security import PROBE_SCRATCH, restricted
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import labels
 from components.render.nginx_conf import CONTAINER_PORT as FRONT_PORT
-from components.semantic_probe_spec import (
+from components.verification.semantic_probe_spec import (
     KEY_PATH,
     PARAMS_PATH,
     SCRAPE_KEY_PATH,

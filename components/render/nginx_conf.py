@@ -222,41 +222,11 @@ def _render(
     speak TLS to them, pinning the stack's replica certificate. A release (``upstream`` None) also
     serves the rotation's state on ``status_listen``. ``meter``: the usage meter runs in the inference
     routes (components/render/nginx_meter.py), its counters on ``status_listen`` too."""
-    # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
-    # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
-    # `down`: never tried.
-    next_upstream = (
-        "\n        proxy_next_upstream error timeout non_idempotent;"
-        f"\n        proxy_next_upstream_tries {NEXT_UPSTREAM_TRIES};"
-    )
-    zones, limits = rate_limit_lines(front)
-    # Exact locations: with a URI in proxy_pass, vLLM receives exactly the listed path (nginx
-    # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
     scheme = "https" if guarded and tls_paths is not None else "http"
-    routes = "".join(
-        render_file("nginx-route.conf", {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
-    )
-    proxy = {
-        "upstream_credential": f"        include {FRONT_SNIPPET};"
-        if guarded
-        else '        proxy_set_header Authorization "";',
-        "upstream_connect_timeout": str(UPSTREAM_CONNECT_TIMEOUT_SECONDS),
-        "next_upstream": next_upstream,
-        "read_timeout": str(front.read_timeout_seconds),
-        "send_timeout": str(front.send_timeout_seconds),
-    }
-    meter_http = meter_metrics = ""
-    if meter is not None:
-        parts = meter_conf(front, meter, routes=INFERENCE_ROUTES, scheme=scheme,
-                           rotation_dir=rotation_dir if upstream is None else None)  # fmt: skip
-        meter_http, routes, meter_metrics = parts.http, parts.routes, parts.metrics
-    proxy_settings = render_file("nginx-proxy.conf", proxy).rstrip("\n")
-    ssl = render_server_tls(*tls_paths) if tls_paths is not None else ""
-    if prometheus is not None and not _UPSTREAM.fullmatch(prometheus):
-        raise ValueError(f"prometheus {prometheus!r} is not host:port")
-    status_maps, status_routes = (
-        render_status_page(prometheus, DOCKER_DNS) if prometheus is not None else ("", "")
-    )
+    meter_rotation = rotation_dir if upstream is None else None
+    routes, meter_http, meter_metrics = _inference_routes(front, meter, scheme, meter_rotation)
+    zones, limits = rate_limit_lines(front)
+    status_maps, status_routes = _status_page(prometheus)
     values = {
         "worker_processes": str(WORKER_PROCESSES),
         "worker_shutdown_timeout": str(OLD_WORKER_GRACE_SECONDS),
@@ -269,19 +239,19 @@ def _render(
         "upstream_servers": _upstream_servers(upstream, rotation_dir),
         "replica_groups": _replica_groups(upstream, rotation_dir) if routes_by_prefix(front, meter) else "",
         "upstream_scheme": scheme,
-        "proxy_settings": proxy_settings,
+        "proxy_settings": _proxy_settings(front, guarded),
         "load_modules": f"include {LUA_MODULES_INCLUDE};" if meter is not None else "",
         "meter_http": meter_http,
         "no_replica_reason": f"        include {rotation_dir}/reason.ma[p];" if upstream is None else "",
         "keepalive": str(front.keepalive),
         "upstream_keepalive_timeout": str(UPSTREAM_KEEPALIVE_TIMEOUT_SECONDS),
         "listen": f"{listen} ssl" if tls_paths is not None else listen,
-        "ssl": ssl,
+        "ssl": render_server_tls(*tls_paths) if tls_paths is not None else "",
         "max_body_size": front.max_body_size,
         "health_read_timeout": str(HEALTH_READ_TIMEOUT_SECONDS),
         "routes": routes,
-        "status_page_maps": status_maps.rstrip("\n"),
-        "status_page_routes": status_routes.rstrip("\n"),
+        "status_page_maps": status_maps,
+        "status_page_routes": status_routes,
         "status_server": render_file(
             "nginx-status.conf",
             {"status_listen": status_listen, "status_file": STATUS_FILE, "meter_metrics": meter_metrics},
@@ -291,6 +261,52 @@ def _render(
         **{f"error_{code}": body for code, body in error_bodies(front).items()},
     }
     return render_file("nginx.conf", values)
+
+
+def _proxy_settings(front: FrontConfig, guarded: bool) -> str:
+    """What each inference route proxies with: the upstream's credential, timeouts, retries."""
+    # A request a replica refused or reset before answering (docker-proxy while it loads, a crash)
+    # goes to the next one, POSTs included (no token was sent yet). Replicas out of rotation are
+    # `down`: never tried.
+    next_upstream = (
+        "\n        proxy_next_upstream error timeout non_idempotent;"
+        f"\n        proxy_next_upstream_tries {NEXT_UPSTREAM_TRIES};"
+    )
+    proxy = {
+        "upstream_credential": f"        include {FRONT_SNIPPET};"
+        if guarded
+        else '        proxy_set_header Authorization "";',
+        "upstream_connect_timeout": str(UPSTREAM_CONNECT_TIMEOUT_SECONDS),
+        "next_upstream": next_upstream,
+        "read_timeout": str(front.read_timeout_seconds),
+        "send_timeout": str(front.send_timeout_seconds),
+    }
+    return render_file("nginx-proxy.conf", proxy).rstrip("\n")
+
+
+def _inference_routes(
+    front: FrontConfig, meter: MeterRoute | None, scheme: str, rotation_dir: str | None
+) -> tuple[str, str, str]:
+    """(inference locations, the meter's ``http`` lines, its metrics location), metered with ``meter``."""
+    if meter is not None:
+        parts = meter_conf(front, meter, routes=INFERENCE_ROUTES, scheme=scheme, rotation_dir=rotation_dir)
+        return parts.routes, parts.http, parts.metrics
+    # Exact locations: with a URI in proxy_pass, vLLM receives exactly the listed path (nginx
+    # normalizes first, so /v1/chat/../models is /v1/models and `..` tricks reach nothing else).
+    routes = "".join(
+        render_file("nginx-route.conf", {"route": route, "scheme": scheme}) for route in INFERENCE_ROUTES
+    )
+    return routes, "", ""
+
+
+def _status_page(prometheus: str | None) -> tuple[str, str]:
+    """(maps, locations) of the status page over ``prometheus`` (host:port); none without it."""
+    if prometheus is None:
+        return "", ""
+    if not _UPSTREAM.fullmatch(prometheus):
+        raise ValueError(f"prometheus {prometheus!r} is not host:port")
+    maps, routes = render_status_page(prometheus, DOCKER_DNS)
+    return maps.rstrip("\n"), routes.rstrip("\n")
 
 
 def _indented(entries: str) -> str:

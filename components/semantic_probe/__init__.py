@@ -16,7 +16,7 @@ socket.
 - ``ejection.py``: the eject/readmit requests (runs in the probe container);
 - ``__main__.py``: ``python -m components.semantic_probe`` (the container's entrypoint);
 - the program's side is outside the package, which the image ships whole:
-  ``components/semantic_probe_spec.py`` (what the probe is told), ``components/semantic_probe_image.py``
+  ``components/verification/semantic_probe_spec.py`` (what the probe is told), ``components/verification/semantic_probe_image.py``
   (its image), ``components/docker/semantic_probe.py`` and ``components/kubernetes/semantic_probe.py`` (its
   container on each target).
 

@@ -1,6 +1,6 @@
 """What the probe container is told (``params.json``, rendered by the program) and what it asks:
 the front path and every replica directly (:class:`ProbeTarget`). Plain Python, no Pulumi: the loops
-(``service.py``), the saturation check and the program's side (components/semantic_probe_spec.py)
+(``service.py``), the saturation check and the program's side (components/verification/semantic_probe_spec.py)
 all read it.
 """
 

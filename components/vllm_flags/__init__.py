@@ -11,6 +11,6 @@
 
 Nothing here imports Pulumi or the config package (the config's rules ask this package; a
 ``StackSections`` is read by attribute). This file imports nothing, so that the gate's image, which
-ships ``owned`` for its messages (``components/semantic_probe_image.py``, ``APP_FILES``), ships only
+ships ``owned`` for its messages (``components/verification/semantic_probe_image.py``, ``APP_FILES``), ships only
 that.
 """

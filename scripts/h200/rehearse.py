@@ -46,7 +46,7 @@ SAFE_ENV = {
     "VLLM_USE_FLASHINFER_SAMPLER": "0",  # flashinfer does not travel
 }
 METRIC_USERS = ["dashboards", "components/render/dashboard.py", "components/render/prometheus_rules.py", "components/gate",
-                "components/semantic_probe", "probe"]  # fmt: skip
+                "components/semantic_probe", "capacity_probe"]  # fmt: skip
 
 
 def stamp() -> str:

@@ -20,7 +20,7 @@ import pulumi  # noqa: E402
 
 from components.config import ConfigError, build_stack_config  # noqa: E402
 from components.serving.spec import render_serving  # noqa: E402
-from components.smoke_gate import SmokeTest, SmokeTestArgs  # noqa: E402
+from components.verification.smoke_gate import SmokeTest, SmokeTestArgs  # noqa: E402
 
 config = pulumi.Config("glm")
 raw = {"hardware": "local"}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -27,12 +26,12 @@ from components.config import StackConfig, build_stack_config
 from components.gate.checks import GateFailure, run_gate
 from components.render.nginx_conf import render_nginx_conf
 from components.serving.spec import render_argv, render_serving
-from components.smoke_gate import gate_params
+from components.verification.smoke_gate import gate_params
 from tests.conftest import PROJECT
 from tests.engine import free_port
+from tests.front_rig import NGINX, nginx_argv
 
 SIM = PROJECT / "images" / "vllm-sim" / "vllm_sim.py"
-NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 KEY = "sk-smoke-test-c819d9fc61e85744b0bf"
 SIM_READY_LINE = "Starting vLLM API server"
 
@@ -136,7 +135,7 @@ def start_front(
     )
     (runtime / "nginx.conf").write_text(conf)
     proc = subprocess.Popen(
-        [NGINX, "-e", "stderr", "-p", str(runtime), "-c", str(runtime / "nginx.conf"), "-g", "daemon off;"],
+        nginx_argv(runtime),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

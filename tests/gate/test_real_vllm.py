@@ -30,10 +30,10 @@ METRIC_USERS = [
     *(f"components/gate/{m}.py" for m in ("messages", "metrics", "steps", "transport")),
     "components/semantic_probe/saturation.py",
     "components/semantic_probe/service.py",
-    "probe/metrics.py",
-    "probe/measure/hol.py",
-    "probe/measure/server_info.py",
-    "probe/measure/spec_decode.py",
+    "capacity_probe/vllm_metrics.py",
+    "capacity_probe/measure/hol.py",
+    "capacity_probe/measure/server_info.py",
+    "capacity_probe/measure/spec_decode.py",
 ]
 
 

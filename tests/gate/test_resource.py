@@ -1,4 +1,4 @@
-"""The dynamic provider and the component's inputs (``components/smoke_gate.py``): create and
+"""The dynamic provider and the component's inputs (``components/verification/smoke_gate.py``): create and
 update run the gate and return full outputs without the key; diff, check and delete; the inputs are
 deterministic; the version covers the whole package; the local stack reads vLLM's own metrics.
 """
@@ -15,7 +15,7 @@ from components.config import GATE_METRICS_CLIENT, ConfigError, SecretInputs, bu
 from components.gate.checks import GateFailure, plain
 from components.gate.settings import SmokeConfig
 from components.serving.spec import render_serving
-from components.smoke_gate import (
+from components.verification.smoke_gate import (
     SmokeTestProvider,
     changed_inputs,
     gate_outputs,
@@ -242,9 +242,9 @@ def test_a_provider_stored_under_its_old_module_still_loads(old_module: str) -> 
 
     import dill
 
-    from components.smoke_gate import SmokeTestProvider
+    from components.verification.smoke_gate import SmokeTestProvider
 
     stored = pickle.dumps(SmokeTestProvider(), protocol=0)
-    assert b"components.smoke_gate" in stored
-    old = stored.replace(b"components.smoke_gate", old_module.encode())
+    assert b"components.verification.smoke_gate" in stored
+    old = stored.replace(b"components.verification.smoke_gate", old_module.encode())
     assert isinstance(dill.loads(old), SmokeTestProvider)

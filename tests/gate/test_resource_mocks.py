@@ -17,7 +17,7 @@ from pulumi.runtime import rpc
 
 from components.config import StackConfig, build_stack_config
 from components.serving.spec import render_env, render_serving
-from components.smoke_gate import VERSION, SmokeTest, SmokeTestArgs, SmokeTestProvider
+from components.verification.smoke_gate import VERSION, SmokeTest, SmokeTestArgs, SmokeTestProvider
 from tests.conftest import redacted, stack_config
 
 DYNAMIC = "pulumi-python:dynamic:Resource"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from capacity_probe.client import Budget, ProbeClient, Reply
 from components.gate.sse import DONE, MalformedChunk, chunk_deltas, chunk_error, delta_text, sse_events
-from probe.client import Budget, ProbeClient, Reply
 from tests.gate.support import KEY
 
 

@@ -26,7 +26,7 @@ def test_each_gate_follows_its_hosts_container_over_that_hosts_ssh() -> None:
 
 def test_the_watch_is_not_a_gate_input() -> None:
     """A new host key or known time changes no gate input: `up` does not re-run the gate for it."""
-    from components.smoke_gate import GATE_INPUTS
+    from components.verification.smoke_gate import GATE_INPUTS
 
     assert "container_watch" not in GATE_INPUTS
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from components.semantic_probe.saturation import saturation
 from components.semantic_probe.service import ProbeMetrics, run_once
 from components.semantic_probe.settings import ReplicaKeys
-from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
+from components.verification.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.front_rig import SERVED, vllm_sim
 from tests.gate.support import local_config
 from tests.guard_rig import KEY as REPLICA_KEY

@@ -15,9 +15,9 @@ from components.config import ConfigError, SecretInputs, build_stack_config, che
 from components.docker.semantic_probe import SemanticProbeArgs
 from components.render.replica_guard import TLS_NAME
 from components.secrets import _GeneratedKeyProvider
-from components.semantic_probe_image import PROJECT_DIR, build_context, context_files
-from components.semantic_probe_spec import KEY_PATH, PARAMS_PATH, ProbeReplica, SemanticProbeSpec
 from components.serving.spec import render_serving
+from components.verification.semantic_probe_image import PROJECT_DIR, build_context, context_files
+from components.verification.semantic_probe_spec import KEY_PATH, PARAMS_PATH, ProbeReplica, SemanticProbeSpec
 from tests.conftest import (
     GATE_API_TEST_KEY,
     PROBE_TEST_KEY,
@@ -125,7 +125,7 @@ def test_the_image_carries_the_gate_itself_and_its_packages() -> None:
         assert files[f"app/{module}"] == (PROJECT_DIR / module).read_bytes()
     # Only the gate's runtime: neither Pulumi's resources nor the stack configuration.
     for module in (
-        "components/smoke_gate.py",
+        "components/verification/smoke_gate.py",
         "components/config/__init__.py",
         "policy/glm_policies/__init__.py",
     ):

@@ -19,8 +19,8 @@ from components.config import build_stack_config
 from components.semantic_probe import PROBE_STEPS
 from components.semantic_probe.service import ProbeMetrics, run_forever, run_once, serve_metrics
 from components.semantic_probe.settings import ProbeSettings
-from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.serving.spec import render_serving
+from components.verification.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.gate.support import KEY, Sim, free_port, local_config
 
 RUNTIME = {"VLLM_SIM_RUNTIME_FAULTS": "1"}

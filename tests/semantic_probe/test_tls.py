@@ -16,8 +16,8 @@ from components.semantic_probe import PROBE_STEPS
 from components.semantic_probe.saturation import saturation
 from components.semantic_probe.service import ProbeMetrics, run_once
 from components.semantic_probe.settings import ProbeSettings, ReplicaKeys
-from components.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from components.serving.replica_credentials import guard_tls, self_signed
+from components.verification.semantic_probe_spec import ProbeReplica, SemanticProbeSpec, probe_settings
 from tests.front_rig import SERVED, vllm_sim
 from tests.gate.support import KEY, Sim, needs_nginx, start_front, stop
 from tests.guard_rig import KEY as REPLICA_KEY

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from probe.client import ProbeError
-from probe.measure.session import SHORT_CHUNKS, Session, rounded
+from capacity_probe.client import ProbeError
+from capacity_probe.measure.session import SHORT_CHUNKS, Session, rounded
 
 
 def measure(session: Session, out: dict[str, Any]) -> None:

@@ -7,9 +7,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from probe import metrics
-from probe.client import ProbeError, Reply
-from probe.measure.session import TINY_PROMPT, Session, rounded
+from capacity_probe import vllm_metrics
+from capacity_probe.client import ProbeError, Reply
+from capacity_probe.measure.session import TINY_PROMPT, Session, rounded
 
 HOL_DEFAULT_MAX_TOKENS = 120_000
 MIN_PREFILL_LEFT_S = 0.25
@@ -82,7 +82,7 @@ def _judge(session: Session, out: dict[str, Any], small: Reply, big: Reply, base
 def _running(session: Session) -> float | None:
     """Requests running now, from a live scrape (None: no metrics, or they lag)."""
     snap = session.snapshot() if session.settings.metrics_lag == 0 else None
-    return snap.total(metrics.RUNNING) if snap else None
+    return snap.total(vllm_metrics.RUNNING) if snap else None
 
 
 def _await_prefill(session: Session, running_before: float | None, big_future: Any) -> str:
@@ -91,7 +91,7 @@ def _await_prefill(session: Session, running_before: float | None, big_future: A
         end = time.monotonic() + min(10.0, session.settings.request_timeout)
         while time.monotonic() < end and not big_future.done():
             snap = session.snapshot()
-            if snap and (snap.total(metrics.RUNNING) or 0) > running_before:
+            if snap and (snap.total(vllm_metrics.RUNNING) or 0) > running_before:
                 return "vllm:num_requests_running"
             time.sleep(0.02)
     time.sleep(session.settings.hol_delay)

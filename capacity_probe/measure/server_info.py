@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from probe import metrics
-from probe.client import ProbeError
-from probe.measure.session import Session
+from capacity_probe import vllm_metrics
+from capacity_probe.client import ProbeError
+from capacity_probe.measure.session import Session
 
 
 def measure(session: Session) -> None:
@@ -53,7 +53,7 @@ def _kv_pool(session: Session, kv: dict[str, Any]) -> None:
         return
     pools = snap.kv_pools()
     if not pools:
-        kv.update(status="failed", reason=f"no {metrics.KV_INFO} with num_gpu_blocks/block_size")
+        kv.update(status="failed", reason=f"no {vllm_metrics.KV_INFO} with num_gpu_blocks/block_size")
         return
     smallest = min(pools, key=lambda p: p["tokens"])
     session.pool = smallest["tokens"]
@@ -62,7 +62,7 @@ def _kv_pool(session: Session, kv: dict[str, Any]) -> None:
     kv["prefix_caching"] = smallest.get("enable_prefix_caching")
     kv["pool_over_max_model_len"] = round(session.pool / session.max_model_len, 3)
     kv["scheduler_at_start"] = sched = snap.scheduler()
-    kv["spec_decode_metrics"] = snap.has(metrics.SPEC_DRAFT_TOKENS)
+    kv["spec_decode_metrics"] = snap.has(vllm_metrics.SPEC_DRAFT_TOKENS)
     session.progress(
         f"KV pool {session.pool:,} tokens ({smallest['num_gpu_blocks']:,} blocks × {smallest['block_size']}), "
         f"{kv['pool_over_max_model_len']:.2f}× max_model_len"

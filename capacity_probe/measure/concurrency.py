@@ -6,8 +6,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from probe.client import BudgetExhausted, Reply
-from probe.measure.session import SHORT_CHUNKS, Session, percentile, rounded
+from capacity_probe.client import BudgetExhausted, Reply
+from capacity_probe.measure.session import SHORT_CHUNKS, Session, percentile, rounded
 
 
 def measure(session: Session, out: dict[str, Any]) -> None:

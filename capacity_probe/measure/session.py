@@ -9,10 +9,10 @@ from typing import Any
 
 import httpx
 
-from probe import metrics
-from probe.client import ProbeClient, ProbeError, Progress, Reply
-from probe.measure.settings import Settings, Target
-from probe.prompts import TokenModel, UniqueText
+from capacity_probe import vllm_metrics
+from capacity_probe.client import ProbeClient, ProbeError, Progress, Reply
+from capacity_probe.measure.run_settings import Settings, Target
+from capacity_probe.prompts import TokenModel, UniqueText
 
 MIN_DECODE_TPS = 2.0
 """A request decoding slower than this counts as timed out (part of its deadline)."""
@@ -61,18 +61,18 @@ class Session:
         s = self.settings
         return s.request_timeout + prompt_tokens / s.min_prefill_tps + max_tokens / MIN_DECODE_TPS
 
-    def snapshot(self) -> metrics.Snapshot | None:
+    def snapshot(self) -> vllm_metrics.Snapshot | None:
         """A scrape of the metrics URL, or None (the reason is recorded once)."""
         if not self.client.metrics_url or self.metrics_skip:
             return None
         try:
-            return metrics.Snapshot(self.client.metrics_text())
+            return vllm_metrics.Snapshot(self.client.metrics_text())
         except (httpx.HTTPError, ProbeError, ValueError) as exc:  # ValueError: not Prometheus text
             self.metrics_skip = f"{self.client.metrics_url} failed: {type(exc).__name__}: {exc}"[:300]
             self.progress(f"metrics: {self.metrics_skip}; metric-based parts skipped")
             return None
 
-    def settled_snapshot(self) -> metrics.Snapshot | None:
+    def settled_snapshot(self) -> vllm_metrics.Snapshot | None:
         """A scrape taken after the metrics lag, so counters include the load just sent."""
         if self.settings.metrics_lag > 0 and self.client.metrics_url and not self.metrics_skip:
             self.progress(f"metrics: waiting {self.settings.metrics_lag:g} s for the scrape to catch up")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from probe.measure.session import Session, rounded
+from capacity_probe.measure.session import Session, rounded
 
 FAST_400_SECONDS = 5.0
 """An over-limit request must be refused within this (the Ascend seed saw 0.8 s)."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from probe import metrics
-from probe.client import ProbeError
-from probe.measure.session import Session, rounded
+from capacity_probe import vllm_metrics
+from capacity_probe.client import ProbeError
+from capacity_probe.measure.session import Session, rounded
 
 
 def measure(session: Session, out: dict[str, Any]) -> None:
@@ -37,8 +37,8 @@ def measure(session: Session, out: dict[str, Any]) -> None:
     if before is None or after is None:
         out["metrics"] = {"skipped": session.metrics_reason()}
         return
-    hits = metrics.delta(before, after, metrics.PREFIX_HITS)
-    queries = metrics.delta(before, after, metrics.PREFIX_QUERIES)
+    hits = vllm_metrics.delta(before, after, vllm_metrics.PREFIX_HITS)
+    queries = vllm_metrics.delta(before, after, vllm_metrics.PREFIX_QUERIES)
     out["metrics"] = {
         "hit_tokens": hits,
         "query_tokens": queries,

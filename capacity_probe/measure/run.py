@@ -13,9 +13,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from probe import PROBE_VERSION
-from probe.client import BudgetExhausted, ProbeError
-from probe.measure import (
+from capacity_probe import PROBE_VERSION
+from capacity_probe.client import BudgetExhausted, ProbeError
+from capacity_probe.measure import (
     calibration,
     concurrency,
     context,
@@ -26,8 +26,8 @@ from probe.measure import (
     single_stream,
     spec_decode,
 )
-from probe.measure.session import Session
-from probe.measure.settings import NEEDS_TOKENS, PHASES
+from capacity_probe.measure.run_settings import NEEDS_TOKENS, PHASES
+from capacity_probe.measure.session import Session
 
 MEASUREMENTS: dict[str, Callable[[Session, dict[str, Any]], None]] = {
     "single_stream": single_stream.measure,

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 DOCKERFILE = "images/semantic-probe/Dockerfile"
 REPOSITORY = "glm53-semantic-probe"
 BUILD_DIR = ".build"

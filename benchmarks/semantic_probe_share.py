@@ -16,7 +16,7 @@ printed per profile for 1, 2 and 8 replicas, with two figures for seconds per ch
 ``--measured FILE`` adds what the stand-in host run counted (``GLM_FLEET_REPORT`` of
 tests/test_fleet_healing_engine.py): chats per direct run, as the simulator answered them.
 
-    .venv/bin/python benchmarks/probe_capacity.py [--measured /tmp/fleet.json]
+    .venv/bin/python benchmarks/semantic_probe_share.py [--measured /tmp/fleet.json]
 """
 
 from __future__ import annotations

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from probe import metrics
-from probe.measure.session import Session, rounded
+from capacity_probe import vllm_metrics
+from capacity_probe.measure.session import Session, rounded
 
 
-def measure(session: Session, out: dict[str, Any], before: metrics.Snapshot | None) -> None:
+def measure(session: Session, out: dict[str, Any], before: vllm_metrics.Snapshot | None) -> None:
     """Draft acceptance over the whole run, from the spec-decode counters (MTP on)."""
     if before is None:
         out.update(status="skipped", reason=session.metrics_reason())
         return
-    if not before.has(metrics.SPEC_DRAFT_TOKENS):
+    if not before.has(vllm_metrics.SPEC_DRAFT_TOKENS):
         out.update(
             status="skipped", reason="no vllm:spec_decode_* metrics: speculative decoding (MTP) is off"
         )
@@ -22,9 +22,9 @@ def measure(session: Session, out: dict[str, Any], before: metrics.Snapshot | No
     if after is None:
         out.update(status="skipped", reason=session.metrics_reason())
         return
-    drafts = metrics.delta(before, after, metrics.SPEC_DRAFTS)
-    draft_tokens = metrics.delta(before, after, metrics.SPEC_DRAFT_TOKENS)
-    accepted = metrics.delta(before, after, metrics.SPEC_ACCEPTED)
+    drafts = vllm_metrics.delta(before, after, vllm_metrics.SPEC_DRAFTS)
+    draft_tokens = vllm_metrics.delta(before, after, vllm_metrics.SPEC_DRAFT_TOKENS)
+    accepted = vllm_metrics.delta(before, after, vllm_metrics.SPEC_ACCEPTED)
     out.update(drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted)
     if not draft_tokens:
         out.update(status="incomplete", reason="no drafts during the run (metrics lag? --metrics-lag)")

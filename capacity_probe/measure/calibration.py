@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from probe.client import ProbeError
-from probe.measure.session import Session
-from probe.prompts import TokenModel
+from capacity_probe.client import ProbeError
+from capacity_probe.measure.session import Session
+from capacity_probe.prompts import TokenModel
 
 CALIBRATION_CHUNKS = (7, 42)
 """Chunk counts of the two calibration prompts: 35 apart, whole cycles of the seven sentences."""

@@ -1,4 +1,4 @@
-"""``python -m probe``: flags, where the target comes from, the run, the files, the exit status.
+"""``python -m capacity_probe``: flags, where the target comes from, the run, the files, the exit status.
 
 Exit status: 0 the probe ran and found nothing wrong; 1 it ran and has findings (a context cliff
 below max_model_len, a KV pool smaller than max_model_len, an over-limit request that is not a fast
@@ -13,16 +13,16 @@ import os
 import sys
 from pathlib import Path
 
-from probe import report, seeds
-from probe.client import Budget, ProbeClient, ProbeError, Progress
-from probe.measure import PHASES, Probe, Settings, Target
-from probe.stack import PulumiStack, StackError, StackInfo
+from capacity_probe import report, seeds
+from capacity_probe.client import Budget, ProbeClient, ProbeError, Progress
+from capacity_probe.measure import PHASES, Probe, Settings, Target
+from capacity_probe.pulumi_stack import PulumiStack, StackError, StackInfo
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m probe",
-        description="Post-deploy capacity and performance probe of a GLM-5.3-Flash vLLM stack (docs/probe.md).",
+        prog="python -m capacity_probe",
+        description="Post-deploy capacity and performance probe of a GLM-5.3-Flash vLLM stack (docs/capacity-probe.md).",
     )
     where = p.add_argument_group("target (--stack, or --endpoint with --api-key-env; explicit flags win)")
     where.add_argument("--stack", help="Pulumi stack: endpoint, API key, Prometheus URL and profile from it")

@@ -1,4 +1,4 @@
-"""The capacity probe (probe/) against the vLLM-protocol simulator, plus its pure parts.
+"""The capacity probe (capacity_probe/) against the vLLM-protocol simulator, plus its pure parts.
 
 Every simulator runs as a subprocess on a free 127.0.0.1 port with the knobs of its test
 (images/vllm-sim/README.md). Deadlines are short (1 s) so that a hang costs a second, not a minute.
@@ -19,12 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from probe import seeds
-from probe.client import Budget, ProbeClient, Progress
-from probe.measure import Probe, Settings, Target, percentile
-from probe.metrics import Snapshot
-from probe.prompts import SENTENCES, TokenModel, UniqueText
-from probe.stack import federate_url, max_num_seqs_from
+from capacity_probe import seeds
+from capacity_probe.client import Budget, ProbeClient, Progress
+from capacity_probe.measure import Probe, Settings, Target, percentile
+from capacity_probe.prompts import SENTENCES, TokenModel, UniqueText
+from capacity_probe.pulumi_stack import federate_url, max_num_seqs_from
+from capacity_probe.vllm_metrics import Snapshot
 from tests.engine import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,7 +205,7 @@ def test_cli_with_a_stack_writes_the_result_report_and_plots(sim: SimFactory, tm
     argv = [
         sys.executable,
         "-m",
-        "probe",
+        "capacity_probe",
         "--stack",
         "ascend-test",
         "--pulumi",
@@ -256,7 +256,7 @@ def test_cli_with_a_stack_writes_the_result_report_and_plots(sim: SimFactory, tm
 
 def test_cli_refuses_to_run_without_a_key_in_the_environment(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PROBE_TEST_UNSET_KEY"}
-    argv = [sys.executable, "-m", "probe", "--endpoint", "http://127.0.0.1:9/v1", "--api-key-env"]
+    argv = [sys.executable, "-m", "capacity_probe", "--endpoint", "http://127.0.0.1:9/v1", "--api-key-env"]
     done = subprocess.run(
         [*argv, "PROBE_TEST_UNSET_KEY", "--out", str(tmp_path)],
         cwd=ROOT,
@@ -268,7 +268,7 @@ def test_cli_refuses_to_run_without_a_key_in_the_environment(tmp_path: Path) -> 
     assert "PROBE_TEST_UNSET_KEY" in done.stderr and "empty or unset" in done.stderr
     # There is no flag that takes the key itself.
     helptext = subprocess.run(
-        [sys.executable, "-m", "probe", "--help"], cwd=ROOT, capture_output=True, text=True
+        [sys.executable, "-m", "capacity_probe", "--help"], cwd=ROOT, capture_output=True, text=True
     )
     assert "--api-key-env" in helptext.stdout
     assert not re.search(r"--api-key(?!-env)", helptext.stdout)

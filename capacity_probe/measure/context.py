@@ -7,8 +7,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from probe.client import Reply
-from probe.measure.session import Session, rounded
+from capacity_probe.client import Reply
+from capacity_probe.measure.session import Session, rounded
 
 
 def measure(session: Session, out: dict[str, Any]) -> None:
