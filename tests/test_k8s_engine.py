@@ -332,9 +332,14 @@ INSIDE = (
 )
 """What each container says of itself: its user, whether it holds the service-account token, and
 whether its root file system takes a write."""
-TOKEN_HOLDERS = {("glm53-prometheus", "targets"), ("glm53-prometheus", "front-targets")}
+TOKEN_HOLDERS = {
+    ("glm53-prometheus", "targets"),
+    ("glm53-prometheus", "front-targets"),
+    ("glm53-front", "routes"),
+}
 """The containers that call the API server (components/kubernetes/pod_security.py): the listers of
-the serving pods and of the front pods (the usage meter's targets)."""
+the serving pods and of the front pods (the usage meter's targets), and each front pod's lister of
+the serving pods it routes to."""
 
 
 def test_every_container_runs_as_10001_without_a_token_it_does_not_use(k8s_cluster: Path) -> None:

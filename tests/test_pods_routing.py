@@ -5,14 +5,20 @@ for the serving Service, where anything the meter did not route goes (meter_pods
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+import components.host.k8s_targets as lister
 from components.config import build_stack_config
 from components.host.k8s_targets import routes
 from tests.engine import free_port
@@ -126,3 +132,28 @@ def test_the_routes_file_lists_the_pods_the_service_would() -> None:
         "glm53-vllm-b 198.18.0.7:8000",
         "glm53-vllm-v6 [fd00::7]:8000",
     ]
+
+
+def test_the_lister_as_its_containers_first_process_stops_at_sigterm(tmp_path: Path) -> None:
+    """A container's first process ignores SIGTERM unless it handles it: the front pod deleted under
+    load waited its whole 40 s for the `routes` lister (the cluster run, 2026-12-06). Here it is
+    PID 1 of a PID namespace of its own, as in its container."""
+    argv = ["unshare", "--pid", "--fork", sys.executable, lister.__file__, "--routes", "ns", "app=x", "8000",
+            str(tmp_path / "pods"), "0.2"]  # fmt: skip
+    unshared = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin"})
+    try:
+        deadline = time.monotonic() + 10
+        children: list[str] = []
+        while not children and time.monotonic() < deadline:
+            time.sleep(0.1)
+            children = Path(f"/proc/{unshared.pid}/task/{unshared.pid}/children").read_text().split()
+        assert children, "the lister did not start"
+        time.sleep(0.5)  # it lists (and fails: no API server here), then sleeps
+        first = int(children[0])
+        [ns_pids] = [line.split()[1:] for line in Path(f"/proc/{first}/status").read_text().splitlines()
+                     if line.startswith("NSpid:")]  # fmt: skip
+        assert ns_pids[-1] == "1", ns_pids  # its namespace's first process
+        os.kill(first, signal.SIGTERM)
+        assert unshared.wait(timeout=5) == 0
+    finally:
+        unshared.kill()

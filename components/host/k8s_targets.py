@@ -29,6 +29,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import ssl
 import sys
 import threading
@@ -175,6 +176,9 @@ def keep_routes(argv: list[str]) -> None:
 
 
 def main(argv: list[str]) -> None:
+    # The container's first process: without a handler of its own it ignores SIGTERM, and its pod
+    # (a front pod deleted) waits out the whole grace period for it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if argv[:1] == ["--routes"]:
         keep_routes(argv[1:])
         return
