@@ -33,6 +33,8 @@ PROMETHEUS_PORT = 30081
 FRONT_URL = f"http://127.0.0.1:{NODE_PORT}/v1"
 API_KEY = "sk-k8s-e2e-5b0f3c2a9d7e41f68c3b"
 DEADLINE_SECONDS = 60
+NODE_IP = "198.19.255.1"
+"""The node's address inside its network namespace (scripts/k8s/cluster.sh ``NODE_IP``)."""
 """The gate's deadline, hence each pod's start allowance and the Deployment's progress deadline."""
 
 
@@ -192,3 +194,11 @@ def live_pods(kubeconfig: Path) -> list[dict[str, Any]]:
 
 def ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def in_node(*argv: str) -> list[str]:
+    """``argv`` run in the one-node cluster's network namespace (its holder's: scripts/k8s/cluster.sh),
+    where the NodePorts answer on ``NODE_IP`` with no loopback forward in between."""
+    cache = Path(os.environ.get("GLM_K8S_CACHE", str(Path.home() / ".cache" / "glm53-k8s")))
+    holder = (Path(os.environ.get("GLM_K8S_STATE", str(cache / "node"))) / "holder.pid").read_text().strip()
+    return ["nsenter", "-t", holder, "-n", "--", *argv]
