@@ -60,6 +60,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -73,7 +74,7 @@ sys.path.insert(0, str(ROOT))
 from components.config import build_stack_config  # noqa: E402
 from tests.engine import free_port  # noqa: E402
 from tests.front_rig import NGINX, SERVED, SIM, running, wait_for_port  # noqa: E402
-from tests.metered_front import metered_front  # noqa: E402
+from tests.metered_front import MeteredFront, metered_front  # noqa: E402
 
 KEYS = {"bench": "sk-bench-7f3a91c0d2e84b56a1"}
 LITELLM_MASTER_KEY = "sk-litellm-bench-5c1e9a7d3b"
@@ -696,6 +697,27 @@ def header(args: argparse.Namespace, litellm: str | None, why_not: str | None) -
     )
 
 
+@contextlib.contextmanager
+def routes_lister(front: MeteredFront, engine: str) -> Iterator[None]:
+    """What a Kubernetes front pod's ``routes`` lister does (components/host/k8s_targets.py
+    ``--routes``): the routes file, naming the engine as the one pod, rewritten every 2 s."""
+    stop = threading.Event()
+
+    def keep() -> None:
+        while not stop.is_set():
+            front.set_pods({"pod-1": engine})
+            stop.wait(2.0)
+
+    front.set_pods({"pod-1": engine})
+    worker = threading.Thread(target=keep, daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join(timeout=5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short loads, within 2 minutes")
@@ -707,6 +729,12 @@ def main() -> None:
     parser.add_argument("--queue-rounds", type=int)
     parser.add_argument("--passes", type=int, help="a -> b -> c, that many times (2; --quick 1)")
     parser.add_argument("--budget", type=float, help="seconds for the whole run (600; --quick 120)")
+    parser.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="the meter as on a Kubernetes front: it routes each request to its pod itself, through the "
+        "glm_pods balancer (meter_pods.lua; the routes file names the engine as the one pod)",
+    )
     args = parser.parse_args()
     quick = args.quick
     args.short_seconds = args.short_seconds or (1.5 if quick else 10.0)
@@ -733,11 +761,15 @@ def main() -> None:
         expected = reference_stream(engine)
         fronts: list[Front] = []
         for name, meter in (("nginx", False), ("meter", True)):
+            routed = meter and args.kubernetes
             front = stack.enter_context(
                 metered_front(
-                    config, KEYS, meter=meter, max_num_seqs=args.max_num_seqs, upstream=engine.split("//")[1]
+                    config, KEYS, meter=meter, max_num_seqs=args.max_num_seqs, upstream=engine.split("//")[1],
+                    service=1 if routed else None,
                 )
-            )
+            )  # fmt: skip
+            if routed:
+                stack.enter_context(routes_lister(front, engine.split("//")[1]))
             fronts.append(
                 Front(
                     name,
