@@ -32,7 +32,8 @@ round-robin and prefix affinity at each (no ejection), then a table of them all.
 adds prefix affinity under a bound rounded down (at least the mean rounded up) beside the default
 rounded up (docs/scaling.md "Measured": the rule kept).
 
-Printed per run: TTFT p50/p99 (the client's, first content byte), the prefix-cache hit rate (the
+Printed per run: TTFT p50/p99 (the client's, first content byte), the turn's p50/p99 (to the last
+byte: what the agent waits for; a replica's prefills stall its decoding), the prefix-cache hit rate (the
 replicas' own ``vllm:prefix_cache_hits_total`` / ``queries_total``) and its ratio to the ideal's,
 prompt and completion tokens/s, and each replica's share of the requests and of the time-averaged
 requests running (its own ``vllm:num_requests_running``, sampled every 0.2 s), as a multiple of the mean.
@@ -112,6 +113,7 @@ def text(rng: random.Random, words: int) -> str:
 @dataclass
 class Tally:
     ttft: list[float] = field(default_factory=list)
+    turn: list[float] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     largest_prompt: int = 0
@@ -202,6 +204,7 @@ def converse(
                 tally.answered += 1
                 if first is not None:
                     tally.ttft.append(first)
+                tally.turn.append(time.monotonic() - started)
                 if usage:
                     tally.prompt_tokens += usage["prompt_tokens"]
                     tally.largest_prompt = max(tally.largest_prompt, usage["prompt_tokens"])
@@ -319,6 +322,7 @@ def report(name: str, result: dict, ideal_hits: float | None) -> dict:
     against = f" = {result['hits'] / ideal_hits:.0%} of the ideal's cached tokens" if ideal_hits else ""
     print(f"\n{name}")
     print(f"  TTFT p50 {quantile(t.ttft, 50):.3f} s  p99 {quantile(t.ttft, 99):.3f} s  (n={len(t.ttft)})")
+    print(f"  turn p50 {quantile(t.turn, 50):.3f} s  p99 {quantile(t.turn, 99):.3f} s")
     print(
         f"  prefix cache: {result['hits']:.0f} of {result['queries']:.0f} prompt tokens cached ({rate:.1%}){against}"
     )
@@ -339,6 +343,7 @@ def report(name: str, result: dict, ideal_hits: float | None) -> dict:
         print(f"  failed: {failure}")
     return {
         "p50": quantile(t.ttft, 50), "p99": quantile(t.ttft, 99),
+        "turn50": quantile(t.turn, 50), "turn99": quantile(t.turn, 99),
         "ideal": result["hits"] / ideal_hits if ideal_hits else 1.0, "seconds": result["seconds"],
         "tokens_s": t.prompt_tokens / result["seconds"], "served": shares(result["served"]),
         "running": shares(result["running"]), "failed": len(t.failed),
@@ -347,13 +352,14 @@ def report(name: str, result: dict, ideal_hits: float | None) -> dict:
 
 def summary(rows: list[tuple[str, str, dict]]) -> None:
     """Every run of a sweep in one table, and each load's round-robin p50 over prefix affinity's."""
-    print("\n| tools' seconds | run | TTFT p50 / p99 | hits, of the ideal | run time (prompt tokens/s) "
+    print("\n| tools' seconds | run | TTFT p50 / p99 | turn p50 / p99 | hits, of the ideal | run time (prompt tokens/s) "
           "| requests per replica (x mean) | requests running (x mean) |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     p50s: dict[str, dict[str, float]] = {}
     for load, name, row in rows:
         p50s.setdefault(load, {})[name] = row["p50"]
-        print(f"| {load} | {name} | {row['p50']:.3f} s / {row['p99']:.3f} s | {row['ideal']:.0%} | "
+        print(f"| {load} | {name} | {row['p50']:.3f} s / {row['p99']:.3f} s | "
+              f"{row['turn50']:.3f} s / {row['turn99']:.3f} s | {row['ideal']:.0%} | "
               f"{row['seconds']:.1f} s ({row['tokens_s']:,.0f}) | {row['served']} | {row['running']} |")  # fmt: skip
     for load, p50 in p50s.items():
         ratios = [
