@@ -8,13 +8,13 @@ within its KV pool) and a time to first token from the prompt's uncached tokens 
 
 The workload: ``--conversations`` agents at once, each ``--turns`` turns. Every turn resends the
 whole history (a shared system prompt with the tools' descriptions, the task, then each turn's
-answer and a tool's output of ``--tool-output-tokens``), so the last turns carry past 30K tokens;
-every ``--tool-every`` turns the history holds a tool call and its result in OpenAI's shape.
-Between turns an agent "runs its tool" for a seeded ``--tool-seconds`` (8-16 s: tests, a build):
-below what round-robin's replicas can prefill at the profile's rate, so a time to first token is
-the request's own prefill and the queue the other agents make, not a saturated engine's backlog
-(with 0.2-0.6 s or 4-12 s both policies saturate the replicas and their p50s come close; prefix
-affinity then shows in throughput). Every request streams.
+answer and a tool's output of ``--tool-output-tokens``), so the last turns carry about 30K tokens;
+every ``--tool-every`` turns the history holds a tool call and its result in OpenAI's shape. A
+"token" of these flags is half a word of the text written, and the simulator counts about 1.4
+tokens a word: 5,400 writes ~3,800 prompt tokens (the report prints the largest prompt counted).
+Between turns an agent "runs its tool" for a seeded ``--tool-seconds`` (8-16 s: tests, a build);
+round-robin's replicas are at their capacity already there (its run takes as long with 0.5-1 s:
+docs/scaling.md's sweep), prefix affinity's are not. Every request streams.
 
 ``--document-tokens``: a variant common for agents, the conversation's bulk read early: its second
 turn reads a file of that many tokens (a tool call and its result), later turns bring the smaller
