@@ -8,13 +8,17 @@ within its KV pool) and a time to first token from the prompt's uncached tokens 
 
 The workload: ``--conversations`` agents at once, each ``--turns`` turns. Every turn resends the
 whole history (a shared system prompt with the tools' descriptions, the task, then each turn's
-answer and a tool's output of ``--tool-output-tokens``), so the last turns carry past 30K tokens;
-every ``--tool-every`` turns the history holds a tool call and its result in OpenAI's shape.
-Between turns an agent "runs its tool" for a seeded ``--tool-seconds`` (8-16 s: tests, a build):
-below what round-robin's replicas can prefill at the profile's rate, so a time to first token is
-the request's own prefill and the queue the other agents make, not a saturated engine's backlog
-(with 0.2-0.6 s or 4-12 s both policies saturate the replicas and their p50s come close; prefix
-affinity then shows in throughput). Every request streams.
+answer and a tool's output of ``--tool-output-tokens``), so the last turns carry about 30K tokens;
+every ``--tool-every`` turns the history holds a tool call and its result in OpenAI's shape. A
+"token" of these flags is half a word of the text written, and the simulator counts about 1.4
+tokens a word: 5,400 writes ~3,800 prompt tokens (the report prints the largest prompt counted).
+Between turns an agent "runs its tool" for a seeded ``--tool-seconds`` (8-16 s: tests, a build);
+round-robin's replicas are at their capacity already there (its run takes as long with 0.5-1 s:
+docs/scaling.md's sweep), prefix affinity's are not. Every request streams.
+
+``--document-tokens``: a variant common for agents, the conversation's bulk read early: its second
+turn reads a file of that many tokens (a tool call and its result), later turns bring the smaller
+``--tool-output-tokens``.
 
 Runs, each on a fresh front and fresh replicas (empty caches):
 - ``ideal``: one replica that sees every request and whose cache holds everything: the prefix
@@ -23,33 +27,45 @@ Runs, each on a fresh front and fresh replicas (empty caches):
 - ``affinity + ejection``: prefix affinity, one replica ejected (rotation.sh ``eject``) once a third
   of the requests are answered and readmitted (``readmit``) at two thirds: what that costs.
 
-Printed per run: TTFT p50/p99 (the client's, first content byte), the prefix-cache hit rate (the
+``--sweep 8-16 2-4 0.5-1``: the same workload at several loads (the tools' seconds between turns),
+round-robin and prefix affinity at each (no ejection), then a table of them all. ``--floor-bound``
+adds prefix affinity under a bound rounded down (at least the mean rounded up) beside the default
+rounded up (docs/scaling.md "Measured": the rule kept).
+
+Printed per run: TTFT p50/p99 (the client's, first content byte), the turn's p50/p99 (to the last
+byte: what the agent waits for; a replica's prefills stall its decoding), the prefix-cache hit rate (the
 replicas' own ``vllm:prefix_cache_hits_total`` / ``queries_total``) and its ratio to the ideal's,
 prompt and completion tokens/s, and each replica's share of the requests and of the time-averaged
 requests running (its own ``vllm:num_requests_running``, sampled every 0.2 s), as a multiple of the mean.
 
     .venv/bin/python benchmarks/prefix_affinity.py [--conversations 24] [--turns 8]
+    .venv/bin/python benchmarks/prefix_affinity.py --sweep 8-16 2-4 0.5-1 [--floor-bound]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import re
 import statistics
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from components.config import build_stack_config
+from components.render import nginx_meter
 from tests.front_rig import SERVED
 from tests.metered_front import MeteredFront, metered_front
 
@@ -97,6 +113,7 @@ def text(rng: random.Random, words: int) -> str:
 @dataclass
 class Tally:
     ttft: list[float] = field(default_factory=list)
+    turn: list[float] = field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
     largest_prompt: int = 0
@@ -117,8 +134,11 @@ def turn_body(
                 "content": f"Task {conversation}: the test suite fails on {text(rng, 12)}. Fix it.",
             },
         ]
-    elif turn % args.tool_every == 0:
+    elif turn % args.tool_every == 0 or (turn == 1 and args.document_tokens):
         call_id = f"call_{conversation}_{turn}"
+        tool, path, tokens = "run_tests", f"tests/t{turn}.py", args.tool_output_tokens
+        if turn == 1 and args.document_tokens:  # the agent reads the file its task is about
+            tool, path, tokens = "read_file", f"src/module{conversation}.py", args.document_tokens
         history += [
             {
                 "role": "assistant",
@@ -128,13 +148,13 @@ def turn_body(
                         "id": call_id,
                         "type": "function",
                         "function": {
-                            "name": "run_tests",
-                            "arguments": json.dumps({"path": f"tests/t{turn}.py"}),
+                            "name": tool,
+                            "arguments": json.dumps({"path": path}),
                         },
                     }
                 ],
             },
-            {"role": "tool", "tool_call_id": call_id, "content": text(rng, args.tool_output_tokens // 2)},
+            {"role": "tool", "tool_call_id": call_id, "content": text(rng, tokens // 2)},
         ]
     else:
         history.append(
@@ -184,6 +204,7 @@ def converse(
                 tally.answered += 1
                 if first is not None:
                     tally.ttft.append(first)
+                tally.turn.append(time.monotonic() - started)
                 if usage:
                     tally.prompt_tokens += usage["prompt_tokens"]
                     tally.largest_prompt = max(tally.largest_prompt, usage["prompt_tokens"])
@@ -209,7 +230,29 @@ def answered(progress: threading.Semaphore, count: int, agents: list[threading.T
             count -= 1
 
 
-def run(policy: str, replicas: int, args: argparse.Namespace, eject: bool = False) -> dict:
+CEIL_BOUND = "local bound = math.ceil(factor * (total + 1) / #names)"
+FLOOR_BOUND = (
+    "local bound = math.max(math.floor(factor * (total + 1) / #names), math.ceil((total + 1) / #names))"
+)
+
+
+@contextlib.contextmanager
+def floor_bound() -> Iterator[None]:
+    """The front rendered with meter_route.lua's bound rounded down (never under the mean rounded
+    up, which some replica is always under): the alternative measured against the default."""
+    source = (nginx_meter.METER_DIR / "meter_route.lua").read_text()
+    assert source.count(CEIL_BOUND) == 1, "meter_route.lua's bound changed: update CEIL_BOUND"
+    with tempfile.TemporaryDirectory() as directory:
+        for module in nginx_meter.METER_DIR.glob("*.lua"):
+            (Path(directory) / module.name).write_text(module.read_text())
+        (Path(directory) / "meter_route.lua").write_text(source.replace(CEIL_BOUND, FLOOR_BOUND))
+        with mock.patch.object(nginx_meter, "METER_DIR", Path(directory)):
+            yield
+
+
+def run(
+    policy: str, replicas: int, args: argparse.Namespace, eject: bool = False, floor: bool = False
+) -> dict:
     front = {
         "routing": {"policy": policy, "loadFactor": args.load_factor},
         "rateLimit": {"enabled": False},
@@ -224,7 +267,7 @@ def run(policy: str, replicas: int, args: argparse.Namespace, eject: bool = Fals
     if replicas == 1:  # the ideal: only its hits count, so it prefills fast, holds everything, never waits
         env |= {"VLLM_SIM_PREFILL_TOKENS_PER_S": "200000", "VLLM_SIM_KV_POOL_TOKENS": str(10_000_000)}
         args = argparse.Namespace(**{**vars(args), "tool_seconds": (0.0, 0.0)})
-    with metered_front(
+    with floor_bound() if floor else contextlib.nullcontext(), metered_front(
         config, KEY, replicas=replicas, rotation=True, max_num_seqs=args.max_num_seqs, sim_env=env,
         max_model_len=args.max_model_len, sim_args=("--enable-auto-tool-choice", "--tool-call-parser", "glm47"),
     ) as front:  # fmt: skip
@@ -273,12 +316,13 @@ def shares(values: list[float]) -> str:
     return " / ".join(f"{v / mean:.2f}" if mean else "-" for v in values)
 
 
-def report(name: str, result: dict, ideal_hits: float | None) -> None:
+def report(name: str, result: dict, ideal_hits: float | None) -> dict:
     t: Tally = result["tally"]
     rate = result["hits"] / result["queries"] if result["queries"] else 0.0
     against = f" = {result['hits'] / ideal_hits:.0%} of the ideal's cached tokens" if ideal_hits else ""
     print(f"\n{name}")
     print(f"  TTFT p50 {quantile(t.ttft, 50):.3f} s  p99 {quantile(t.ttft, 99):.3f} s  (n={len(t.ttft)})")
+    print(f"  turn p50 {quantile(t.turn, 50):.3f} s  p99 {quantile(t.turn, 99):.3f} s")
     print(
         f"  prefix cache: {result['hits']:.0f} of {result['queries']:.0f} prompt tokens cached ({rate:.1%}){against}"
     )
@@ -297,6 +341,34 @@ def report(name: str, result: dict, ideal_hits: float | None) -> None:
         )
     for failure in t.failed[:5]:
         print(f"  failed: {failure}")
+    return {
+        "p50": quantile(t.ttft, 50), "p99": quantile(t.ttft, 99),
+        "turn50": quantile(t.turn, 50), "turn99": quantile(t.turn, 99),
+        "ideal": result["hits"] / ideal_hits if ideal_hits else 1.0, "seconds": result["seconds"],
+        "tokens_s": t.prompt_tokens / result["seconds"], "served": shares(result["served"]),
+        "running": shares(result["running"]), "failed": len(t.failed),
+    }  # fmt: skip
+
+
+def summary(rows: list[tuple[str, str, dict]]) -> None:
+    """Every run of a sweep in one table, and each load's round-robin p50 over prefix affinity's."""
+    print("\n| tools' seconds | run | TTFT p50 / p99 | turn p50 / p99 | hits, of the ideal | run time (prompt tokens/s) "
+          "| requests per replica (x mean) | requests running (x mean) |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    p50s: dict[str, dict[str, float]] = {}
+    for load, name, row in rows:
+        p50s.setdefault(load, {})[name] = row["p50"]
+        print(f"| {load} | {name} | {row['p50']:.3f} s / {row['p99']:.3f} s | "
+              f"{row['turn50']:.3f} s / {row['turn99']:.3f} s | {row['ideal']:.0%} | "
+              f"{row['seconds']:.1f} s ({row['tokens_s']:,.0f}) | {row['served']} | {row['running']} |")  # fmt: skip
+    for load, p50 in p50s.items():
+        ratios = [
+            f"{name} {p50['round-robin'] / value:.2f}x"
+            for name, value in p50.items()
+            if name != "round-robin"
+        ]
+        if "round-robin" in p50 and ratios:
+            print(f"  {load} s: round-robin's TTFT p50 over {', '.join(ratios)}")
 
 
 def main() -> None:
@@ -316,24 +388,55 @@ def main() -> None:
     parser.add_argument("--kv-pool-tokens", type=int, default=0, help="instead of the profile's KV pool")
     parser.add_argument("--load-factor", type=float, default=1.25, help="glm:front.routing.loadFactor")
     parser.add_argument("--only", choices=["round-robin", "prefix-affinity", "ejection"])
+    parser.add_argument(
+        "--document-tokens", type=int, default=0, help="the second turn reads a file this long"
+    )
+    parser.add_argument(
+        "--sweep", nargs="+", metavar="MIN-MAX", help="tools' seconds of each load: no ejection"
+    )
+    parser.add_argument(
+        "--floor-bound", action="store_true", help="also prefix affinity, its bound rounded down"
+    )
     args = parser.parse_args()
+    loads = [tuple(float(s) for s in load.split("-")) for load in args.sweep or []] or [
+        tuple(args.tool_seconds)
+    ]
+    document = (
+        f"a {args.document_tokens}-token file read at the second turn, " if args.document_tokens else ""
+    )
     print(
-        f"{args.conversations} conversations x {args.turns} turns, a tool call every {args.tool_every} turns, "
+        f"{args.conversations} conversations x {args.turns} turns, {document}a tool call every {args.tool_every} turns, "
         f"{args.tool_output_tokens}-token tool outputs, {args.answer_tokens}-token answers; each replica: the "
         f"simulator's {args.profile} profile (its prefill rate, one prefill at a time; a KV pool of "
-        f"{args.kv_pool_tokens or 'the profile'} tokens), tools {args.tool_seconds[0]:g}-{args.tool_seconds[1]:g} s, {1 / args.decode_seconds:.0f} tokens/s per sequence, "
-        f"--max-num-seqs {args.max_num_seqs}; loadFactor {args.load_factor:g}; "
-        f"load average {os.getloadavg()[0]:.1f}"
+        f"{args.kv_pool_tokens or 'the profile'} tokens), {1 / args.decode_seconds:.0f} tokens/s per sequence, "
+        f"--max-num-seqs {args.max_num_seqs}; loadFactor {args.load_factor:g}; tools' seconds "
+        f"{', '.join(f'{lo:g}-{hi:g}' for lo, hi in loads)}; load average {os.getloadavg()[0]:.1f}"
     )
     ideal = run("round-robin", 1, args)
     report("ideal (one replica that sees every request and holds everything: its hits only)", ideal, None)
-    runs = [("round-robin", "round-robin", False), ("prefix-affinity", "prefix-affinity", False),
-            ("ejection", "prefix-affinity", True)]  # fmt: skip
-    for name, policy, eject in runs:
-        if args.only and args.only != name:
-            continue
-        label = "prefix affinity, replica2 ejected and readmitted" if eject else f"{policy}, 3 replicas"
-        report(label, run(policy, 3, args, eject), ideal["hits"])
+    runs = [("round-robin", "round-robin", False, False), ("prefix-affinity", "prefix-affinity", False, False),
+            ("prefix-affinity, floor bound", "prefix-affinity", False, True),
+            ("ejection", "prefix-affinity", True, False)]  # fmt: skip
+    rows = []
+    for low, high in loads:
+        at = argparse.Namespace(**{**vars(args), "tool_seconds": (low, high)})
+        for name, policy, eject, floor in runs:
+            if (
+                (args.only and not name.startswith(args.only))
+                or (floor and not args.floor_bound)
+                or (eject and args.sweep)
+            ):
+                continue
+            label = "prefix affinity, replica2 ejected and readmitted" if eject else f"{name}, 3 replicas"
+            result = run(policy, 3, at, eject, floor)
+            rows.append(
+                (
+                    f"{low:g}-{high:g}",
+                    name,
+                    report(f"{label}, tools {low:g}-{high:g} s", result, ideal["hits"]),
+                )
+            )
+    summary(rows)
 
 
 if __name__ == "__main__":
