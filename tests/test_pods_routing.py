@@ -90,6 +90,27 @@ def test_one_conversations_burst_fills_each_pod_to_its_seqs_and_no_more(front: M
     assert running == [SEQS, SEQS, 0] and waiting == [0, 0, 0], (running, waiting)
 
 
+def test_the_slots_are_the_ready_pods_not_the_configured_replicas(front: MeteredFront) -> None:
+    """One pod Ready of the three configured (a roll, a pod failing its gate): the meter shares that
+    pod's SEQS slots, so the streams past them wait at the front, in the fair share's queue, and none
+    waits inside the engine, where another key's request would wait behind it."""
+    front.set_pods({"pod-1": pods(front)["pod-1"]})
+    answers: list[int] = []
+    threads = [
+        threading.Thread(target=lambda i=i: answers.append(ask(front, f"ready pods {i}", 40).status_code))
+        for i in range(2 * SEQS)
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    running = [engine_metric(engine, "num_requests_running") for engine in front.engines]
+    waiting = [engine_metric(engine, "num_requests_waiting") for engine in front.engines]
+    for thread in threads:
+        thread.join(timeout=60)
+    assert running == [SEQS, 0, 0] and waiting == [0, 0, 0], (running, waiting)
+    assert answers == [200] * (2 * SEQS), answers
+
+
 def test_a_stale_routes_file_sends_everything_to_the_service(front: MeteredFront) -> None:
     """The lister stopped (its file is older than meter_pods.lua's STALE_SECONDS): the Service routes."""
     front.set_pods(pods(front), age=60)

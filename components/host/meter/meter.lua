@@ -39,10 +39,23 @@ local function budget()
   return budgets.new(dict, config)
 end
 
+-- The replicas in rotation: a Kubernetes front's serving pods Ready now (its routes file, while
+-- fresh and not empty), else what the rotation wrote ($replicas_in_rotation; the configured count
+-- on Kubernetes).
+local function replicas_in_rotation()
+  if config.routing and config.routing.pods_file then
+    local ready = #serving_pods.names(ngx.now())
+    if ready > 0 then
+      return ready
+    end
+  end
+  return tonumber(ngx.var.replicas_in_rotation) or 1
+end
+
 -- The engine's slots: maxNumSeqs x the replicas in rotation. `pods`: this front's part of them,
 -- where several front pods share them (meter_peers: an equal part for each pod alive).
 local function slots_now(pods)
-  local whole = config.slots * (tonumber(ngx.var.replicas_in_rotation) or 1)
+  local whole = config.slots * replicas_in_rotation()
   if not pods or not config.peers then
     return whole
   end
