@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -19,7 +18,14 @@ import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
 from components.kubernetes import workload
-from components.kubernetes.pod_security import FRONT_SCRATCH, api_token_volume, lister_account, restricted
+from components.kubernetes.pod_security import (
+    FRONT_SCRATCH,
+    LISTER_SCRIPT,
+    api_token_volume,
+    lister_account,
+    lister_container,
+    restricted,
+)
 from components.kubernetes.state import moved_from_root
 from components.render.nginx_conf import (
     CONF_FILE,
@@ -53,8 +59,6 @@ ROUTES_FILE = f"{ROUTES_DIR}/pods"
 ROUTES_PERIOD_SECONDS = 0.5
 """How often the lister lists the serving pods: a pod that stops being Ready leaves the front's
 choice within about this and the meter's read (0.25 s), as it leaves the Service's."""
-ROUTES_SCRIPT = Path(__file__).parents[1] / "host" / "k8s_targets.py"
-ROUTES_SCRIPT_DIR = "/opt/glm53"
 ROUTES_ACCOUNT = "glm53-front"
 """The front pods' service account: it may list the namespace's pods (the ``routes`` lister's token)."""
 API_TOKEN = api_token_volume()
@@ -201,7 +205,7 @@ class KubernetesFront(pulumi.ComponentResource):
                 k8s.core.v1.ConfigMap(
                     f"{name}-routes-script",
                     metadata={"namespace": ns, "name": "glm53-front-routes"},
-                    data={ROUTES_SCRIPT.name: ROUTES_SCRIPT.read_text()},
+                    data={LISTER_SCRIPT.name: LISTER_SCRIPT.read_text()},
                     opts=child,
                 ),
             ]
@@ -332,19 +336,13 @@ def _front_pod(args: KubernetesFrontArgs, selector: dict[str, str]) -> dict[str,
 def _routes_container(args: KubernetesFrontArgs) -> dict[str, Any]:
     """The lister of the serving pods a request may go to (components/host/k8s_targets.py
     ``--routes``), beside a metered nginx: the one container of the pod with the API token."""
-    return {
-        "name": "routes",
-        "image": args.lister_image,
-        "imagePullPolicy": args.k8s_target.image_pull_policy,
-        "command": [
-            "python3", f"{ROUTES_SCRIPT_DIR}/{ROUTES_SCRIPT.name}", "--routes", args.k8s_target.namespace,
-            workload.label_selector(args.stack, "vllm"), str(args.serving_port), ROUTES_FILE,
-            str(ROUTES_PERIOD_SECONDS),
-        ],
-        "volumeMounts": [
-            {"name": "routes-script", "mountPath": ROUTES_SCRIPT_DIR, "readOnly": True},
-            {"name": "routes", "mountPath": ROUTES_DIR},
-            API_TOKEN[1],
-        ],
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}},
-    }  # fmt: skip
+    if args.lister_image is None:
+        raise ValueError("a metered Kubernetes front needs lister_image (an image with python3)")
+    argv = [
+        "--routes", args.k8s_target.namespace, workload.label_selector(args.stack, "vllm"),
+        str(args.serving_port), ROUTES_FILE, str(ROUTES_PERIOD_SECONDS),
+    ]  # fmt: skip
+    return lister_container(
+        "routes", args.lister_image, args.k8s_target.image_pull_policy, argv,
+        script="routes-script", out="routes", out_dir=ROUTES_DIR,
+    )  # fmt: skip

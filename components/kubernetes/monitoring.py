@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -25,7 +24,13 @@ import pulumi_kubernetes as k8s
 from components.config import KubernetesTargetConfig, MonitoringConfig
 from components.gate.messages import LookAt
 from components.kubernetes.guard import GUARD_CA_KEY, GUARD_PORT, SCRAPE_SECRET, SCRAPE_SECRET_KEY, PodGuard
-from components.kubernetes.pod_security import api_token_volume, lister_account, restricted
+from components.kubernetes.pod_security import (
+    LISTER_SCRIPT,
+    api_token_volume,
+    lister_account,
+    lister_container,
+    restricted,
+)
 from components.kubernetes.semantic_probe import PROBE_NAME, probe_log
 from components.kubernetes.state import moved_from_root
 from components.kubernetes.workload import (
@@ -67,8 +72,6 @@ FRONT_TARGETS_FILE = f"{TARGETS_DIR}/front.json"
 ROTATION_PORT = 9147
 """Where the targets lister serves the serving pods' rotation, inside Prometheus' pod (loopback)."""
 TARGETS_PERIOD_SECONDS = 5
-TARGETS_SCRIPT = Path(__file__).parents[1] / "host" / "k8s_targets.py"
-SCRIPT_DIR = "/opt/glm53"
 API_TOKEN = api_token_volume()
 """The service-account token, for ``targets`` alone: ``prometheus`` calls no API."""
 
@@ -146,28 +149,16 @@ def targets_container(
 ) -> dict[str, Any]:
     """The lister of ``role``'s pods (``vllm``: the serving pods into ``TARGETS_FILE``; ``front``: the
     front pods' status ports into ``FRONT_TARGETS_FILE``)."""
-    selector = label_selector(stack, role)
-    return {
-        "name": "targets" if role == "vllm" else f"{role}-targets",
-        "image": image,
-        "imagePullPolicy": pull,
-        "command": [
-            "python3",
-            f"{SCRIPT_DIR}/{TARGETS_SCRIPT.name}",
-            namespace,
-            selector,
-            str(port),
-            TARGETS_FILE if role == "vllm" else FRONT_TARGETS_FILE,
-            str(TARGETS_PERIOD_SECONDS),
-            *([str(ROTATION_PORT)] if role == "vllm" else []),
-        ],
-        "volumeMounts": [
-            {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},
-            {"name": "targets", "mountPath": TARGETS_DIR},
-            API_TOKEN[1],  # the listers call the API server: the token is mounted in them only
-        ],
-        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}},
-    }
+    argv = [
+        namespace,
+        label_selector(stack, role),
+        str(port),
+        TARGETS_FILE if role == "vllm" else FRONT_TARGETS_FILE,
+        str(TARGETS_PERIOD_SECONDS),
+        *([str(ROTATION_PORT)] if role == "vllm" else []),
+    ]
+    name = "targets" if role == "vllm" else f"{role}-targets"
+    return lister_container(name, image, pull, argv, script="script", out="targets", out_dir=TARGETS_DIR)
 
 
 def operator_objects(
@@ -315,7 +306,7 @@ class KubernetesScrape(pulumi.ComponentResource):
         script = k8s.core.v1.ConfigMap(
             f"{name}-prometheus-targets",
             metadata={"namespace": ns, "name": "glm53-prometheus-targets"},
-            data={TARGETS_SCRIPT.name: TARGETS_SCRIPT.read_text()},
+            data={LISTER_SCRIPT.name: LISTER_SCRIPT.read_text()},
             opts=child,
         )
         account = lister_account(f"{name}-prometheus", "glm53-prometheus", ns, child)

@@ -17,6 +17,7 @@ policy/glm_policies/kubernetes.py).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -28,6 +29,9 @@ claim the pods write (the JIT cache) is made theirs by ``fsGroup``; a hostPath c
 writable by it (``install -d -o 10001 -g 10001 DIR``: docs/scaling.md)."""
 TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where a pod's service-account token is mounted: absent from every container but the listers."""
+LISTER_SCRIPT = Path(__file__).parents[1] / "host" / "k8s_targets.py"
+"""What every lister runs (standard library only), mounted from a ConfigMap of its component."""
+LISTER_SCRIPT_DIR = "/opt/glm53"
 LISTER_VERBS = ["list"]
 """What a lister asks the API server (components/host/k8s_targets.py ``list_pods``: one list of the
 namespace's pods, every few seconds); no ``watch``, no ``get``, no other resource."""
@@ -103,6 +107,25 @@ FRONT_SCRATCH = scratch("tmp", "/tmp", "1Gi")
 """The front's nginx: its pid and the temp files of what it buffers (``runtime_dir``)."""
 PROBE_SCRATCH = scratch("tmp", "/tmp")
 """The semantic probe: Python's temporary files."""
+
+
+def lister_container(
+    name: str, image: pulumi.Input[str], pull: str, argv: list[str], *, script: str, out: str, out_dir: str
+) -> dict[str, Any]:
+    """A lister: :data:`LISTER_SCRIPT` with ``argv``, from the ConfigMap volume ``script``, writing into
+    the volume ``out`` mounted at ``out_dir``; the one container of its pod with the token."""
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": pull,
+        "command": ["python3", f"{LISTER_SCRIPT_DIR}/{LISTER_SCRIPT.name}", *argv],
+        "volumeMounts": [
+            {"name": script, "mountPath": LISTER_SCRIPT_DIR, "readOnly": True},
+            {"name": out, "mountPath": out_dir},
+            api_token_volume()[1],  # the listers call the API server: the token is mounted in them only
+        ],
+        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "96Mi"}},
+    }
 
 
 def lister_account(
