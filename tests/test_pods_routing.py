@@ -75,18 +75,31 @@ def test_requests_go_to_the_pods_the_lister_saw_and_never_to_the_service(front: 
     assert gained[2] == 0 and gained[0] + gained[1] == 12 and min(gained[:2]) >= 1, gained
 
 
-def test_one_conversations_burst_fills_each_pod_to_its_seqs_and_no_more(front: MeteredFront) -> None:
-    """Eight long streams of one conversation (one affinity key): the bound alone would put six on its
-    pod, more than the pod runs; the front's room puts four on each, what each pod runs at once."""
-    front.set_pods(pods(front))
-    threads = [threading.Thread(target=ask, args=(front, "one conversation", 60)) for _ in range(2 * SEQS)]
+def streaming(
+    front: MeteredFront, leads: list[str], tokens: int, after: float
+) -> tuple[list, list, list[int]]:
+    """One stream of ``tokens`` per lead at once; ``after`` seconds in, each simulator's requests
+    running and waiting (pod-1, pod-2, the Service's); then, once all ended, their statuses."""
+    answers: list[int] = []
+    threads = [
+        threading.Thread(target=lambda lead=lead: answers.append(ask(front, lead, tokens).status_code))
+        for lead in leads
+    ]
     for thread in threads:
         thread.start()
-    time.sleep(1.5)
+    time.sleep(after)
     running = [engine_metric(engine, "num_requests_running") for engine in front.engines]
     waiting = [engine_metric(engine, "num_requests_waiting") for engine in front.engines]
     for thread in threads:
         thread.join(timeout=60)
+    return running, waiting, answers
+
+
+def test_one_conversations_burst_fills_each_pod_to_its_seqs_and_no_more(front: MeteredFront) -> None:
+    """Eight long streams of one conversation (one affinity key): the bound alone would put six on its
+    pod, more than the pod runs; the front's room puts four on each, what each pod runs at once."""
+    front.set_pods(pods(front))
+    running, waiting, _ = streaming(front, ["one conversation"] * (2 * SEQS), 60, after=1.5)
     assert running == [SEQS, SEQS, 0] and waiting == [0, 0, 0], (running, waiting)
 
 
@@ -95,18 +108,8 @@ def test_the_slots_are_the_ready_pods_not_the_configured_replicas(front: Metered
     pod's SEQS slots, so the streams past them wait at the front, in the fair share's queue, and none
     waits inside the engine, where another key's request would wait behind it."""
     front.set_pods({"pod-1": pods(front)["pod-1"]})
-    answers: list[int] = []
-    threads = [
-        threading.Thread(target=lambda i=i: answers.append(ask(front, f"ready pods {i}", 40).status_code))
-        for i in range(2 * SEQS)
-    ]
-    for thread in threads:
-        thread.start()
-    time.sleep(1.0)
-    running = [engine_metric(engine, "num_requests_running") for engine in front.engines]
-    waiting = [engine_metric(engine, "num_requests_waiting") for engine in front.engines]
-    for thread in threads:
-        thread.join(timeout=60)
+    leads = [f"ready pods {i}" for i in range(2 * SEQS)]
+    running, waiting, answers = streaming(front, leads, 40, after=1.0)
     assert running == [SEQS, 0, 0] and waiting == [0, 0, 0], (running, waiting)
     assert answers == [200] * (2 * SEQS), answers
 
