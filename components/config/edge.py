@@ -130,8 +130,9 @@ class RoutingConfig(Model):
         description="`prefix-affinity`: a conversation goes to the replica that served its last turn, where "
         "vLLM's prefix cache holds its history (keyed on `prompt_cache_key`, else its system prompt and first "
         "user message; rendezvous hashing over the replicas in rotation, within `loadFactor`); measured "
-        "against round-robin in docs/scaling.md. `round-robin`: nginx's, regardless of content. Runs in the "
-        "usage meter: with the meter off the front is round-robin. With one replica there is nothing to choose.",
+        "against round-robin in docs/scaling.md. `round-robin`: nginx's, regardless of content (on Kubernetes "
+        "the meter's least-loaded serving pod). Runs in the usage meter: with the meter off the front is "
+        "round-robin (on Kubernetes, the Service's). With one replica there is nothing to choose.",
     )
     load_factor: Annotated[float, AfterValidator(_load_factor)] = Field(
         1.25,
