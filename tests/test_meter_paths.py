@@ -289,17 +289,15 @@ def test_every_worker_starts_whole_however_many_start_at_once() -> None:
             {"role": "user", "content": "hi"}], "max_tokens": 3}).status_code == 200  # fmt: skip
 
 
-def _stream(front: MeteredFront, i: int, firsts: dict[int, float], statuses: list[int]) -> None:
+def _stream(client: httpx.Client, i: int, firsts: dict[int, float], statuses: list[int]) -> None:
     body = {
         "model": SERVED,
         "messages": [{"role": "user", "content": "poem"}],
-        "max_tokens": 40,
+        "max_tokens": 100,
         "stream": True,
     }
     headers = {"Authorization": f"Bearer {KEYS['alice']}"}
-    with httpx.stream(
-        "POST", f"{front.base}/v1/chat/completions", json=body, headers=headers, timeout=30
-    ) as answer:
+    with client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as answer:
         statuses.append(answer.status_code)
         for line in answer.iter_lines():
             if line.startswith("data:") and i not in firsts:
@@ -317,13 +315,19 @@ def test_a_keys_waiting_streams_start_in_the_order_they_came_as_in_the_engines_q
         for _ in range(2):
             firsts: dict[int, float] = {}
             statuses: list[int] = []
+            # Clients made beforehand and 0.1 s apart: the arrival order is i even on a busy CI
+            # machine (a client made in its thread spent ~30 ms loading certificates, the old gap).
+            # Each wave decodes 100 tokens at 10 ms, ~1 s: requests 4 to 11 are all waiting by then.
+            clients = [httpx.Client(base_url=front.base, timeout=30) for _ in range(12)]
             threads = []
-            for i in range(12):
-                threads.append(threading.Thread(target=_stream, args=(front, i, firsts, statuses)))
+            for i, client in enumerate(clients):
+                threads.append(threading.Thread(target=_stream, args=(client, i, firsts, statuses)))
                 threads[-1].start()
-                time.sleep(0.03)  # arrival order i
+                time.sleep(0.1)  # arrival order i
             for thread in threads:
                 thread.join()
+            for client in clients:
+                client.close()
             assert statuses == [200] * 12, statuses
             order = sorted(firsts, key=firsts.__getitem__)
             waves = [order[w * 4 : w * 4 + 4] for w in range(3)]
