@@ -35,6 +35,7 @@ local M = {}
 local GENERATION = { ["/v1/chat/completions"] = true, ["/v1/completions"] = true, ["/v1/responses"] = true }
 -- The routes that take engine slots (components/render/nginx_meter.py GENERATION_ROUTES).
 local FLUSH_SECONDS = 2
+local FORGET_CHECK_SECONDS = 10
 ffi.cdef("int kill(int pid, int sig);")
 
 local config = { weights = {}, fair_share = true, slots = 0, queue_seconds = 0, state_file = nil, routing = nil }
@@ -136,6 +137,14 @@ function M.init_worker()
   end)
   if config.routing and config.routing.pods_file then
     serving_pods.start(config.routing.pods_file)
+    if ngx.worker.id() == 0 then
+      ngx.timer.every(FORGET_CHECK_SECONDS, function(premature)
+        local names = not premature and serving_pods.names(ngx.now()) or {}
+        if #names > 0 then -- a fresh file that lists pods: the others are gone
+          replicas.forget_gone(dict, names, ngx.now())
+        end
+      end)
+    end
   end
   if ngx.worker.id() == 0 and config.state_file then
     ngx.timer.every(FLUSH_SECONDS, function(premature)

@@ -77,6 +77,44 @@ function M.release(dict, replica)
   dict:incr("routed_pid:" .. ngx.worker.pid() .. ":" .. replica, -1, 0)
 end
 
+M.FORGET_SECONDS = 600
+-- A serving pod absent from the routes file this long, with nothing in flight, is forgotten: its
+-- in-flight gauge and routed counters leave the front's metrics, so a front that lives through many
+-- rolls does not keep every pod it ever routed to. Long enough for Prometheus to read their last
+-- values, and for a pod out of rotation a while (a failed gate, a restart) to keep its counts.
+-- Pod names never come back, so nothing counts twice.
+
+--- Forget the replicas not in `names` (a fresh routes file's) for FORGET_SECONDS with none in flight.
+function M.forget_gone(dict, names, now)
+  local listed = {}
+  for _, name in ipairs(names) do
+    listed[name] = true
+    dict:delete("gone:" .. name)
+  end
+  local forgotten = {}
+  for _, key in ipairs(dict:get_keys(0)) do
+    local name = key:match("^inflight:(.+)$")
+    if name and not listed[name] then
+      local since = dict:get("gone:" .. name)
+      if not since then
+        dict:set("gone:" .. name, now)
+      elseif now - since >= M.FORGET_SECONDS and (dict:get(key) or 0) <= 0 then
+        forgotten[name] = true
+      end
+    end
+  end
+  if not next(forgotten) then
+    return
+  end
+  for _, key in ipairs(dict:get_keys(0)) do
+    local name = key:match("^inflight:(.+)$") or key:match("^gone:(.+)$") or key:match("^routed:(.+):%a+$")
+      or key:match("^routed_pid:%d+:(.+)$")
+    if name and forgotten[name] then
+      dict:delete(key)
+    end
+  end
+end
+
 --- The `glm_pods` upstream's balancer (a Kubernetes front): the request's pod, another on a retry.
 function M.balance(dict, routing, ctx)
   serving_pods.balance(ctx, loads(dict), routing.tries)
