@@ -23,7 +23,7 @@ from components.config import build_stack_config
 from components.host.k8s_targets import routes
 from tests.engine import free_port
 from tests.front_rig import SERVED
-from tests.metered_front import MeteredFront, metered_front
+from tests.metered_front import MeteredFront, metered_front, run_in_nginx_lua
 
 KEY = "sk-alice-1403f1510d19d5295321"
 SEQS = 4
@@ -181,3 +181,68 @@ def test_the_lister_as_its_containers_first_process_stops_at_sigterm(tmp_path: P
         assert unshared.wait(timeout=5) == 0
     finally:
         unshared.kill()
+
+
+FORGET_DRIVER = """
+local cjson = require("cjson")
+local replicas = require("meter_replicas")
+local input = cjson.decode(io.open(IN):read("*a"))
+local data = input.store
+local store = {
+  get = function(_, key) return data[key] end,
+  set = function(_, key, value) data[key] = value end,
+  delete = function(_, key) data[key] = nil end,
+  get_keys = function()
+    local keys = {}
+    for key in pairs(data) do keys[#keys + 1] = key end
+    return keys
+  end,
+}
+local said = {}
+for _, step in ipairs(input.steps) do
+  if step.set then
+    data[step.set] = step.value
+  else
+    replicas.forget_gone(store, step.names, step.now)
+    local keys = {}
+    for key in pairs(data) do
+      if not key:find("^gone:") then keys[#keys + 1] = key end
+    end
+    table.sort(keys)
+    said[#said + 1] = keys
+  end
+end
+io.open(OUT, "w"):write(cjson.encode(said))
+os.exit(0)
+"""
+
+
+def test_a_pod_gone_from_the_routes_file_is_forgotten_after_a_while_once_nothing_runs_on_it() -> None:
+    """Left alone last stop: each roll left the old pods' series in every front until it restarted.
+    Two pods leave the file at 0 s; at 600 s the idle one's gauge and counters go, the busy one's stay
+    until its request ends; a pod back in the file before then keeps its counts (a failed gate) and
+starts its time again when it leaves."""
+    pod_keys = lambda pod, flying: {  # noqa: E731
+        f"inflight:{pod}": flying, f"routed:{pod}:key": 5, f"routed:{pod}:none": 2,
+        f"routed_pid:4242:{pod}": flying,
+    }  # fmt: skip
+    store = {**pod_keys("old-a", 0), **pod_keys("old-b", 1), **pod_keys("back-c", 0), "prompt:alice": 9}
+    steps = [
+        {"names": ["new-d"], "now": 0},
+        {"names": ["new-d"], "now": 599},
+        {"names": ["new-d", "back-c"], "now": 300},
+        {"names": ["new-d"], "now": 600},
+        {"set": "inflight:old-b", "value": 0},
+        {"names": ["new-d"], "now": 610},
+        {"names": ["new-d"], "now": 1199},
+        {"names": ["new-d"], "now": 1200},
+    ]
+    said = run_in_nginx_lua(["meter_route", "meter_pods", "meter_peers", "meter_replicas"], FORGET_DRIVER,
+                            {"store": store, "steps": steps})  # fmt: skip
+    assert isinstance(said, list)
+    everything = sorted(store)
+    assert said[0] == said[1] == said[2] == everything  # nothing forgotten before 600 s
+    assert said[3] == sorted(set(everything) - set(pod_keys("old-a", 0)))  # old-b still runs one
+    assert said[4] == sorted([*pod_keys("back-c", 0), "prompt:alice"])  # old-b idle and 610 s gone
+    assert said[5] == said[4]  # back-c left the file again at 600 s: its 600 s start there
+    assert said[6] == ["prompt:alice"]  # and end at 1,200 s; the keys' own counters are never touched

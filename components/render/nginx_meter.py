@@ -32,6 +32,9 @@ LUA_MODULES = (
     "meter_peers",
     "meter_route",
     "meter_pods",
+    "meter_replicas",
+    "meter_queue",
+    "meter_body",
     "meter",
 )
 """The meter's Lua modules, each ``meter/<name>.lua``; ``meter`` is the one nginx calls."""

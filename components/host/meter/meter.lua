@@ -9,6 +9,13 @@
 -- Never the reason a request fails: an error in the meter passes the request on unmetered, counted
 -- (glm_meter_unmetered_total) and alerted on; only the meter's own answers (the share's 429, a
 -- request larger than the engine) refuse one.
+--
+-- The phases' handlers, read together: what a request holds passes from one phase to the next. The
+-- parts they call live beside them: the body (meter_body.lua), the lock and each key's queue
+-- (meter_queue.lua), the fair share (meter_shares.lua), budgets (meter_budget.lua), the replica
+-- (meter_replicas.lua), the answer's events (meter_answer.lua), the counters (meter_counters.lua).
+-- Past 400 lines, kept whole: the six phases and what they share (the request's record across an
+-- internal redirect, the counting, the dead workers' slots).
 local cjson = require("cjson.safe")
 local ffi = require("ffi")
 local request = require("meter_request")
@@ -19,13 +26,16 @@ local counters = require("meter_counters")
 local peers = require("meter_peers")
 local route = require("meter_route")
 local serving_pods = require("meter_pods")
+local queue = require("meter_queue")
+local body_of = require("meter_body")
+local replicas = require("meter_replicas")
 
 local M = {}
 
 local GENERATION = { ["/v1/chat/completions"] = true, ["/v1/completions"] = true, ["/v1/responses"] = true }
 -- The routes that take engine slots (components/render/nginx_meter.py GENERATION_ROUTES).
 local FLUSH_SECONDS = 2
-local WAIT_STEP_SECONDS = 0.005
+local FORGET_CHECK_SECONDS = 10
 ffi.cdef("int kill(int pid, int sig);")
 
 local config = { weights = {}, fair_share = true, slots = 0, queue_seconds = 0, state_file = nil, routing = nil }
@@ -39,47 +49,14 @@ local function budget()
   return budgets.new(dict, config)
 end
 
--- The replicas in rotation: a Kubernetes front's serving pods Ready now (its routes file, while
--- fresh and not empty), else what the rotation wrote ($replicas_in_rotation; the configured count
--- on Kubernetes).
-local function replicas_in_rotation()
-  if config.routing and config.routing.pods_file then
-    local ready = #serving_pods.names(ngx.now())
-    if ready > 0 then
-      return ready
-    end
-  end
-  return tonumber(ngx.var.replicas_in_rotation) or 1
-end
-
 -- The engine's slots: maxNumSeqs x the replicas in rotation. `pods`: this front's part of them,
 -- where several front pods share them (meter_peers: an equal part for each pod alive).
 local function slots_now(pods)
-  local whole = config.slots * replicas_in_rotation()
+  local whole = config.slots * replicas.in_rotation(config.routing)
   if not pods or not config.peers then
     return whole
   end
   return math.max(1, math.floor(whole / peers.alive(dict)))
-end
-
--- Per-sequence tokens of a request that names no max_tokens: what the engine allows it.
-local TEMPLATE_TOKENS = 64
--- A bound on what a chat template adds to the prompt (role markers, the generation prompt).
-
--- ---- the lock: an admission reads every key's slots and takes some, in any worker -------------
-
-local function lock()
-  for _ = 1, 2000 do
-    if dict:add("lock", ngx.worker.pid(), 0.1) then
-      return true
-    end
-    ngx.sleep(0.001)
-  end
-  return false
-end
-
-local function unlock()
-  dict:delete("lock")
 end
 
 --- Once per config load (init_by_lua, in the master): the shares' weights and the slots, and, on
@@ -110,7 +87,7 @@ end
 
 -- Slots held by a worker that died (a crash, an OOM kill) are given back when its successor starts.
 local function reclaim_dead_workers()
-  if not lock() then
+  if not queue.lock(dict) then
     return
   end
   for _, key in ipairs(dict:get_keys(0)) do
@@ -126,7 +103,7 @@ local function reclaim_dead_workers()
       dict:delete(key)
     end
   end
-  unlock()
+  queue.unlock(dict)
 end
 
 -- Draining (the pod's preStop wrote config.peers.drain_file): once no request is in flight, say so
@@ -160,6 +137,14 @@ function M.init_worker()
   end)
   if config.routing and config.routing.pods_file then
     serving_pods.start(config.routing.pods_file)
+    if ngx.worker.id() == 0 then
+      ngx.timer.every(FORGET_CHECK_SECONDS, function(premature)
+        local names = not premature and serving_pods.names(ngx.now()) or {}
+        if #names > 0 then -- a fresh file that lists pods: the others are gone
+          replicas.forget_gone(dict, names, ngx.now())
+        end
+      end)
+    end
   end
   if ngx.worker.id() == 0 and config.state_file then
     ngx.timer.every(FLUSH_SECONDS, function(premature)
@@ -250,86 +235,12 @@ local function openai_error(status, message, code, kind, retry_after)
   return ngx.exit(ngx.HTTP_OK)
 end
 
--- The request's top-level fields, and where its body is: in memory (`body`), or in nginx's own
--- temporary file (`path`: past client_body_buffer_size), which is scanned slice by slice so neither
--- the loop every stream shares nor the worker's memory ever holds the whole body.
-local function read_fields(capacity)
-  ngx.req.read_body()
-  local body = ngx.req.get_body_data()
-  if body then
-    return request.fields(body, function() ngx.sleep(0.001) end), body, nil, #body, body:sub(1, route.READ_BYTES)
-  end
-  local path = ngx.req.get_body_file()
-  local file = path and io.open(path, "rb")
-  if not file then
-    return nil, nil, nil
-  end
-  local size = file:seek("end")
-  file:seek("set")
-  local scanner = request.Scanner(capacity > 0 and capacity or nil)
-  local head = config.routing and file:read(route.READ_BYTES)
-  file:seek("set")
-  while not (scanner.done or scanner.broken) do
-    local slice = file:read(request.SLICE)
-    if not slice then
-      break
-    end
-    scanner:feed(slice)
-    ngx.sleep(0.001)
-  end
-  file:close()
-  return scanner:fields(), nil, path, size, head
-end
-
--- A large stream's body with usage asked for: copied slice by slice into a new temporary file, its
--- closing brace replaced by request.with_usage's; nginx sends that file and removes it afterwards.
-local function rewrite_file(path)
-  local source = io.open(path, "rb")
-  local target_path = path .. ".meter"
-  local target = source and io.open(target_path, "wb")
-  if not target then
-    if source then
-      source:close()
-    end
-    return false
-  end
-  local previous = source:read(request.SLICE)
-  while previous do
-    local slice = source:read(request.SLICE)
-    if not slice then
-      break
-    end
-    target:write(previous)
-    previous = slice
-    ngx.sleep(0.001)
-  end
-  source:close()
-  local tail = previous and request.with_usage(previous)
-  if not tail then
-    target:close()
-    os.remove(target_path)
-    return false
-  end
-  target:write(tail)
-  target:close()
-  ngx.req.set_body_file(target_path, true)
-  return true
-end
-
--- The key's budget: an upper bound of what the engine will count for this request (its prompt's
--- text bounds its tokens, else the body's bytes, at most max-model-len a prompt, n times as the
--- engine counts them; plus max_tokens, or the engine's max-model-len, per sequence) must fit every
--- window; it is reserved, and settled when it ends.
--- Returns the refusal, or nil (reserved in ctx.budget).
-local function spend(ctx, shape, size, capacity)
-  local longest = config.max_model_len or 0
-  local per_sequence = shape.max_tokens or longest
-  local prompt = shape.prompt_bound or (size + TEMPLATE_TOKENS)
-  if longest > 0 then
-    prompt = math.min(prompt, longest * (shape.weight / shape.n)) -- the engine refuses a longer prompt
-  end
-  local estimate = shape.n * prompt + shape.weight * per_sequence
-  if not lock() then
+-- The key's budget: an upper bound of what the engine will count for this request must fit every
+-- window (meter_budget.lua); it is reserved, and settled when it ends.
+-- Returns the refusal's answer, or nil (reserved in ctx.budget).
+local function spend(ctx, shape, size)
+  local estimate = budgets.estimate(shape, size, config.max_model_len)
+  if not queue.lock(dict) then
     return nil
   end
   local now = ngx.now()
@@ -338,118 +249,38 @@ local function spend(ctx, shape, size, capacity)
   if not window then
     ctx.budget = account:reserve(ctx.name, estimate, now)
   end
-  unlock()
+  queue.unlock(dict)
   if not window then
     return nil
   end
   dict:incr("budget_refused:" .. ctx.name .. ":" .. window.field, 1, 0)
-  local unit = window.kind == "tokens" and "tokens" or "requests"
-  if window.never then
-    return { status = 400, kind = "invalid_request_error", message = string.format(
-      "This request may cost up to %d %s (its prompt's bytes bound its tokens, plus %s per sequence), "
-        .. "more than this API key's whole %s budget of %d (glm:front.usageMeter.limits): lower "
-        .. "max_tokens, or send a shorter prompt.", window.needed, unit,
-      shape.max_tokens and "max_tokens" or "the engine's max-model-len with no max_tokens",
-      window.field, window.limit) }
-  end
-  return { status = 429, kind = window.kind, retry_after = window.retry_after, message = string.format(
-    "Rate limit reached for this API key on %s: limit %d, used %d, this request needs up to %d. "
-      .. "Retry after %d s (the Retry-After header), when the window resets.",
-    window.field, window.limit, window.used, window.needed, window.retry_after) }
+  return budgets.refusal_answer(window, shape)
 end
 
--- The meter's part of the access phase: returns (status, message, code, kind, retry_after) to
--- refuse the request, or nil to pass it on.
--- The key's queue (under the lock): the ticket whose turn it is. A ticket given up is skipped; so
--- is one older than any request waits (its holder's deadline passed: its worker died).
-local function turn(name, now)
-  local head = dict:get("turn:" .. name) or 1
-  local last = dict:get("ticket:" .. name) or 0
-  while head <= last do
-    local issued = dict:get("issued:" .. name .. ":" .. head)
-    if not dict:get("abandoned:" .. name .. ":" .. head) and issued and now - issued <= config.queue_seconds + 1 then
-      break
-    end
-    head = head + 1
-  end
-  dict:set("turn:" .. name, head)
-  return head
-end
-
-local function pass_turn(name, ticket)
-  dict:set("turn:" .. name, ticket + 1)
-end
-
-local function give_up(name, ticket)
-  if (dict:get("turn:" .. name) or 1) == ticket then
-    pass_turn(name, ticket)
-  else
-    dict:set("abandoned:" .. name .. ":" .. ticket, true, config.queue_seconds + 60)
-  end
-end
-
--- The replicas a request may go to now: a Kubernetes front's serving pods (meter_pods.lua), or a
--- Docker front's rotation ($glm_routes).
-local function replicas_now()
-  if config.routing.pods_file then
-    return serving_pods.names(ngx.now())
-  end
-  return route.names(ngx.var.glm_routes)
-end
-
-local function in_flight(name)
-  return dict:get("inflight:" .. name)
-end
-
--- A Kubernetes front's pods with room: fewer of this front's requests in flight than its part of the
--- pod's maxNumSeqs (the slots split among the front pods alive). Several front pods each choose
--- alone; without this, two of them could send a pod more sequences than it runs while another pod
--- idles, and a request would wait inside the engine behind another key's, where the fair share
--- cannot reach. None with room: all of them (the least loaded is chosen).
-local function with_room(names)
-  if not config.routing.pods_file then
-    return names
-  end
-  local room = math.ceil(config.slots / (config.peers and peers.alive(dict) or 1))
-  local open = {}
-  for _, name in ipairs(names) do
-    if (in_flight(name) or 0) < room then
-      open[#open + 1] = name
-    end
-  end
-  return #open > 0 and open or names
-end
-
--- The replica this request goes to (meter_route.lua: the conversation's with prefix affinity, else
--- the least loaded), named in $glm_upstream, which the location's proxy_pass reads (a Docker
--- replica's group, or the pods' balancer); counted in flight on it until the request ends.
+-- The replica this request goes to (meter_replicas.lua), counted in flight on it until it ends.
 local function choose_replica(ctx, fields, head)
-  local key = config.routing.keyed ~= false and route.key(fields, head) or nil
-  local replica = route.choose(with_room(replicas_now()), key, in_flight, config.routing.load_factor)
-  if not replica then
-    return -- none in rotation: upstream vllm answers the rotation's 503 (or the Service picks)
+  local replica, upstream = replicas.choose(dict, config, fields, head)
+  if replica then
+    ctx.replica = replica
+    ngx.var.glm_upstream = upstream
+    remember(ctx)
   end
-  dict:incr("inflight:" .. replica, 1, 0)
-  dict:incr("routed_pid:" .. ngx.worker.pid() .. ":" .. replica, 1, 0)
-  dict:incr("routed:" .. replica .. ":" .. (key and "key" or "none"), 1, 0)
-  ctx.replica = replica
-  ngx.var.glm_upstream = config.routing.pods_file and serving_pods.UPSTREAM or route.PREFIX .. replica
-  remember(ctx)
 end
 
 --- The `glm_pods` upstream's balancer (a Kubernetes front): the request's pod, another on a retry.
 function M.balance()
-  serving_pods.balance(ngx.ctx.meter, in_flight, config.routing.tries)
+  replicas.balance(dict, config.routing, ngx.ctx.meter)
 end
 
+-- The meter's part of the access phase: returns (status, message, code, kind, retry_after) to
+-- refuse the request, or nil to pass it on.
 local function admit(ctx)
   local uri = ngx.var.uri
   local capacity = slots_now()
-  local fields, body, path, size, head = read_fields(capacity)
+  local fields, body, path, size, head = body_of.read(capacity, config.routing and route.READ_BYTES)
   local shape = request.shape(fields, uri)
   ctx.shape = shape
-  local share = sharing()
-  local refusal = spend(ctx, shape, size or 0, capacity)
+  local refusal = spend(ctx, shape, size or 0)
   if refusal then
     return refusal.status, refusal.message, "rate_limit_exceeded", refusal.kind, refusal.retry_after
   end
@@ -462,66 +293,28 @@ local function admit(ctx)
   end
   -- Several front pods: this pod shares its part (a request larger than the part still fits alone).
   capacity = math.max(slots_now(true), shape.weight)
-  -- First come, first served within a key, as vLLM's own queue would order them: each request takes
-  -- a ticket, and only the key's oldest waiting one may take a slot.
-  -- Issued under the lock: a ticket counted but not yet stamped looked abandoned to another worker's
-  -- turn(), which skipped it, and its request waited out the queue (benchmarks/front_overhead.py,
-  -- 2026-12-06: one request in ~1,100 at 64 clients waited 10 s for a free slot, then a 429).
-  if not lock() then
+  local outcome, whole = queue.wait(dict, sharing(), ctx.name, shape.weight, capacity, config.queue_seconds)
+  if outcome == "stuck" then
     return nil -- the meter is stuck, not the request: pass it on
   end
-  local ticket = dict:incr("ticket:" .. ctx.name, 1, 0)
-  dict:set("issued:" .. ctx.name .. ":" .. ticket, ngx.now(), config.queue_seconds + 60)
-  unlock()
-  local deadline = ngx.now() + config.queue_seconds
-  while true do
-    if not lock() then
-      dict:set("abandoned:" .. ctx.name .. ":" .. ticket, true, config.queue_seconds + 60)
-      return nil -- the meter is stuck, not the request: pass it on
-    end
-    local now = ngx.now()
-    local admitted = false
-    if turn(ctx.name, now) == ticket then
-      admitted = share:admit(ctx.name, shape.weight, capacity, now)
-      if admitted then
-        pass_turn(ctx.name, ticket)
-      end
-    end
-    local whole = share:share(ctx.name, capacity, now)
-    if not admitted and (shape.weight > whole or now >= deadline) then
-      give_up(ctx.name, ticket)
-    end
-    unlock()
-    if admitted then
-      ctx.held = shape.weight
-      dict:incr("by_pid:" .. ngx.worker.pid() .. ":" .. ctx.name, shape.weight, 0)
-      remember(ctx)
-      break
-    end
-    if shape.weight > whole or now >= deadline then
-      dict:incr("refused:" .. ctx.name, 1, 0)
-      budget():settle(ctx.budget, 0) -- refused: what it reserved goes back
-      local waited = shape.weight > whole and ""
-        or string.format(" It waited %g s for a slot.", config.queue_seconds)
-      return 429, string.format(
-        "Too many requests in flight for this API key: its fair share of the engine is %d sequences "
-          .. "at once (%d slots shared among the active keys), this request needs %d, and the free "
-          .. "slots are kept for the other keys.%s Retry after the Retry-After seconds.",
-        whole, capacity, shape.weight, waited), "rate_limit_exceeded", "requests", 1
-    end
-    ngx.sleep(WAIT_STEP_SECONDS)
-    ngx.update_time()
+  if outcome == "refused" then
+    dict:incr("refused:" .. ctx.name, 1, 0)
+    budget():settle(ctx.budget, 0) -- refused: what it reserved goes back
+    local waited = shape.weight > whole and "" or string.format(" It waited %g s for a slot.", config.queue_seconds)
+    return 429, string.format(
+      "Too many requests in flight for this API key: its fair share of the engine is %d sequences "
+        .. "at once (%d slots shared among the active keys), this request needs %d, and the free "
+        .. "slots are kept for the other keys.%s Retry after the Retry-After seconds.",
+      whole, capacity, shape.weight, waited), "rate_limit_exceeded", "requests", 1
   end
+  ctx.held = shape.weight
+  dict:incr("by_pid:" .. ngx.worker.pid() .. ":" .. ctx.name, shape.weight, 0)
+  remember(ctx)
   if config.routing then
     choose_replica(ctx, fields, head)
   end
   if shape.stream and uri ~= "/v1/responses" then
-    local rewritten = body and request.with_usage(body)
-    if rewritten then
-      ngx.req.set_body_data(rewritten)
-    elseif path and not rewrite_file(path) then
-      ngx.log(ngx.WARN, "usage meter: a stream's body could not ask for usage; counted from what it was sent")
-    end
+    body_of.ask_usage(body, path)
   end
   return nil
 end
@@ -644,8 +437,7 @@ local function log_request(ctx)
     dict:incr("by_pid:" .. ngx.worker.pid() .. ":" .. ctx.name, -ctx.held, 0)
   end
   if ctx.replica then
-    dict:incr("inflight:" .. ctx.replica, -1, 0)
-    dict:incr("routed_pid:" .. ngx.worker.pid() .. ":" .. ctx.replica, -1, 0)
+    replicas.release(dict, ctx.replica)
   end
   local status = tonumber(ngx.var.status) or 0
   if ctx.stream and not ctx.stream.finished and ngx.var.request_completion ~= "OK" then

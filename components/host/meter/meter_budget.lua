@@ -121,6 +121,41 @@ function Budget:state(name, now)
   return states
 end
 
+M.TEMPLATE_TOKENS = 64
+-- A bound on what a chat template adds to the prompt (role markers, the generation prompt).
+
+--- An upper bound of what the engine will count for a request of this `shape` (meter_request.lua)
+--- and body `size` in bytes: its prompt's text bounds its tokens, else the body's bytes; at most
+--- max-model-len a prompt (the engine refuses a longer one), n times as the engine counts them;
+--- plus max_tokens, or the engine's max-model-len, per sequence.
+function M.estimate(shape, size, max_model_len)
+  local longest = max_model_len or 0
+  local per_sequence = shape.max_tokens or longest
+  local prompt = shape.prompt_bound or (size + M.TEMPLATE_TOKENS)
+  if longest > 0 then
+    prompt = math.min(prompt, longest * (shape.weight / shape.n))
+  end
+  return shape.n * prompt + shape.weight * per_sequence
+end
+
+--- What a request refused by `window` (Budget:refusal's) is answered: {status, kind, message,
+--- retry_after}. A request that could never fit the window is a 400, not a 429 to retry.
+function M.refusal_answer(window, shape)
+  local unit = window.kind == "tokens" and "tokens" or "requests"
+  if window.never then
+    return { status = 400, kind = "invalid_request_error", message = string.format(
+      "This request may cost up to %d %s (its prompt's bytes bound its tokens, plus %s per sequence), "
+        .. "more than this API key's whole %s budget of %d (glm:front.usageMeter.limits): lower "
+        .. "max_tokens, or send a shorter prompt.", window.needed, unit,
+      shape.max_tokens and "max_tokens" or "the engine's max-model-len with no max_tokens",
+      window.field, window.limit) }
+  end
+  return { status = 429, kind = window.kind, retry_after = window.retry_after, message = string.format(
+    "Rate limit reached for this API key on %s: limit %d, used %d, this request needs up to %d. "
+      .. "Retry after %d s (the Retry-After header), when the window resets.",
+    window.field, window.limit, window.used, window.needed, window.retry_after) }
+end
+
 --- OpenAI's duration format for x-ratelimit-reset-*: `1s`, `0.5s`, `6m0s`, `2h0m0s`.
 function M.duration(seconds)
   if seconds < 60 then
