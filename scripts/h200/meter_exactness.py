@@ -22,6 +22,9 @@ raw bytes, trimmed), ``meter-exactness.md`` (the table), ``serve.log``, ``front.
 The front's config is rendered here, not there: the GPU host lacks the config's own requirements
 (``zxcvbn``, ``yaml``); the file it runs is the one ``render`` wrote, byte for byte, but for the
 three lines ``from_folder`` adds.
+
+Past 400 lines, kept whole: it travels alone to the GPU host (the device payload), which has none of
+this repository's modules, so its render, run and check steps cannot live elsewhere.
 """
 
 from __future__ import annotations
