@@ -219,9 +219,9 @@ os.exit(0)
 
 def test_a_pod_gone_from_the_routes_file_is_forgotten_after_a_while_once_nothing_runs_on_it() -> None:
     """Left alone last stop: each roll left the old pods' series in every front until it restarted.
-        Two pods leave the file at 0 s; at 600 s the idle one's gauge and counters go, the busy one's stay
-        until its request ends; a pod back in the file before then keeps its counts (a failed gate) and
-    starts its time again when it leaves."""
+    Two pods leave the file at 0 s; at 600 s the idle one's gauge and counters go, the busy one's
+    stay until its request ends; a pod back in the file before then keeps its counts (a failed gate)
+    and starts its time again when it leaves."""
     pod_keys = lambda pod, flying: {  # noqa: E731
         f"inflight:{pod}": flying, f"routed:{pod}:key": 5, f"routed:{pod}:none": 2,
         f"routed_pid:4242:{pod}": flying,
