@@ -172,6 +172,28 @@ def test_readiness_is_the_gate_against_the_pod_not_health(on_k8s: dict[str, Depl
     assert flag(vllm["args"], "--host") == "127.0.0.1"  # the gate asks over the pod's loopback
 
 
+def meter_slots(deployment: Deployment) -> int:
+    """The slots per serving pod the front pods' meter shares (its settings in their nginx.conf)."""
+    conf = unwrap(deployment.one("kubernetes:core/v1:ConfigMap", "-front-config").inputs)["data"][
+        "nginx.conf"
+    ]
+    found = re.findall(r'"slots": (\d+)', conf)
+    assert len(found) == 1, found
+    return int(found[0])
+
+
+@pytest.mark.parametrize("stack", ["a800", "ascend", "rtx5090", "local"])
+def test_the_fronts_share_every_sequence_but_the_readiness_checks(
+    stack: str, on_k8s: dict[str, Deployment]
+) -> None:
+    """Each pod's readiness check asks its vLLM past the fronts, one chat at a time: the meter shares
+    the rest of ``--max-num-seqs``, so a flood that fills the pods leaves the check a sequence and
+    no client request waits inside vLLM behind it (on the one-node cluster, before: B's requests
+    and the check itself queued in the engine every readiness period, up to 1.3 s)."""
+    max_num_seqs = int(flag(container(on_k8s[stack], "vllm")["args"], "--max-num-seqs"))
+    assert meter_slots(on_k8s[stack]) == max_num_seqs - 1
+
+
 def test_the_front_and_the_gate_go_through_the_front_service(on_k8s: dict[str, Deployment]) -> None:
     deployment = on_k8s["local"]
     front_service = unwrap(deployment.one(SERVICE, "-front-service").inputs)["spec"]

@@ -40,6 +40,7 @@ from components.kubernetes.images import ClusterImages, ClusterImagesArgs, build
 from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs, alert_look_at
 from components.kubernetes.pod_events import config_keys
 from components.kubernetes.preflight import check_cluster, container_keys
+from components.kubernetes.readiness import client_sequences
 from components.kubernetes.semantic_probe import KubernetesSemanticProbe, KubernetesSemanticProbeArgs
 from components.kubernetes.serving import JitCache, ServingPods, ServingPodsArgs
 from components.kubernetes.teardown import PodsGone
@@ -97,8 +98,13 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
             keys,
             guard,
             images,
-            # The meter picks each request's pod from those its `routes` lister sees (docs/scaling.md).
-            dataclasses.replace(meter_route(config, k8s_target.replicas), pods_file=ROUTES_FILE)
+            # The meter picks each request's pod from those its `routes` lister sees, and shares each
+            # pod's sequences but the one its readiness check asks with (docs/scaling.md).
+            dataclasses.replace(
+                meter_route(config, k8s_target.replicas),
+                slots_per_replica=client_sequences(config.serving.max_num_seqs),
+                pods_file=ROUTES_FILE,
+            )
             if usage_meter_runs(config)
             else None,
             config.monitoring.scrape_interval,

@@ -16,6 +16,9 @@ from components.serving.spec import ServingSpec
 
 READINESS_STEPS = ("models", "arithmetic", "tool_call", "kv_pool")
 """The gate's steps a pod passes before it is Ready (not ``front_auth``/``streaming``: the front's)."""
+READINESS_SEQUENCES = 1
+"""The engine sequences a pod's own readiness check runs at once: its steps ask one chat at a time,
+on the pod's loopback, past the fronts' meter."""
 GATE_KEY_ENV = "GLM_GATE_KEY"
 """vLLM runs without a key behind the front; the gate's command line still wants one to send."""
 READINESS_REQUEST_TIMEOUT_SECONDS = 30
@@ -27,6 +30,17 @@ VERDICT_FILE = f"{VERDICT_DIR}/failed"
 guard answers no inference while it is there. A Service drops a not-Ready pod only when its
 endpoints reach every node's rules, and the front's open connections still reach it for
 ``KEEPALIVE_TIME_SECONDS``; the guard closes that window from the failing check on."""
+
+
+def client_sequences(max_num_seqs: int) -> int:
+    """Of each serving pod's ``--max-num-seqs``, the sequences the front pods' meter shares among
+    the keys: all but the readiness check's. Every ``readinessPeriodSeconds`` each pod's check asks
+    vLLM itself, where the fronts cannot count it; had they shared every slot, a flood would keep
+    the pod full, the check would wait inside vLLM for one of the running generations to end (the
+    ``readinessProbe`` fails it after ``READINESS_REQUEST_TIMEOUT_SECONDS``: a busy, healthy pod
+    taken out of the Service), and the request the front sent next would wait behind it, however
+    small its key's share. With one sequence, nothing is kept (the check waits for a slot)."""
+    return max(1, max_num_seqs - READINESS_SEQUENCES)
 
 
 def _smoke_questions(smoke: SmokeConfig) -> list[str]:
