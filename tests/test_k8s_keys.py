@@ -203,7 +203,7 @@ QUESTIONS = {
 def readiness(deployment: Deployment) -> list[str]:
     pods = unwrap(deployment.one("kubernetes:apps/v1:Deployment", "-vllm").inputs)["spec"]["template"]
     [gate] = [c for c in pods["spec"]["containers"] if c["name"] == "gate"]
-    return list(gate["readinessProbe"]["exec"]["command"])
+    return list(gate["command"])
 
 
 def test_the_pods_readiness_asks_the_questions_the_front_gate_asks() -> None:

@@ -160,9 +160,16 @@ def test_readiness_is_the_gate_against_the_pod_not_health(on_k8s: dict[str, Depl
     assert (
         liveness["timeoutSeconds"] >= 30 and liveness["periodSeconds"] * liveness["failureThreshold"] >= 120
     )
-    probe = container(on_k8s["a800"], "gate")["readinessProbe"]["exec"]["command"]
-    assert probe[:3] == ["python3", "-m", "components.gate"]
-    args = dict(zip(probe[3::2], probe[4::2], strict=True))
+    gate = container(on_k8s["a800"], "gate")
+    command = gate["command"]
+    assert command[:3] == ["python3", "-m", "components.gate"]
+    args = dict(zip(command[3::2], command[4::2], strict=True))
+    # The sidecar checks every period; the kubelet's probe reads the verdict in a shell, no Python.
+    probe = gate["readinessProbe"]
+    assert float(args["--every"]) == probe["periodSeconds"] == 15  # glm:target.kubernetes's default
+    assert probe["exec"]["command"][:2] == ["sh", "-c"] and "python" not in probe["exec"]["command"][-1]
+    assert args["--verdict-file"] in probe["exec"]["command"][-1]
+    assert args["--checked-file"] in probe["exec"]["command"][-1]
     port = flag(vllm["args"], "--port")
     assert args["--endpoint"] == f"http://127.0.0.1:{port}/v1"
     assert args["--metrics-url"] == f"http://127.0.0.1:{port}/metrics"

@@ -35,8 +35,8 @@ def local() -> Deployment:
 
 def verdict_file(deployment: Deployment) -> str:
     """Where the pod's readiness check leaves its verdict: its own command line's ``--verdict-file``."""
-    probe = container(deployment, "gate")["readinessProbe"]["exec"]["command"]
-    return str(probe[probe.index("--verdict-file") + 1])
+    command = container(deployment, "gate")["command"]
+    return str(command[command.index("--verdict-file") + 1])
 
 
 def mount_of(deployment: Deployment, name: str, path: str) -> dict[str, Any]:
@@ -66,8 +66,8 @@ def test_the_check_writes_the_file_the_guard_reads_in_one_memory_volume(local: D
     assert not gate.get("readOnly") and guard["readOnly"] is True
     [volume] = [v for v in pod_spec(local)["volumes"] if v["name"] == gate["name"]]
     assert volume["emptyDir"]["medium"] == "Memory"
-    # The sidecar lays the verdict down as it starts: nothing passes before a check has.
-    assert container(local, "gate")["command"][-1] == path
+    # The probe reads what the sidecar's checks leave there.
+    assert path in container(local, "gate")["readinessProbe"]["exec"]["command"][-1]
     assert f"if (-f {path})" in named_secret(local, "glm53-vllm-guard")["nginx.conf"]
     assert "vllm" not in [
         c["name"] for c in pod_spec(local)["containers"] if directory in str(c.get("volumeMounts"))
@@ -170,3 +170,82 @@ def test_the_check_keeps_its_verdict(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(OSError):
         gate.main(argv)
     assert "broke" in verdict.read_text()
+
+
+def test_the_sidecar_checks_every_period_and_leaves_each_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--every``: "not passed yet" until the first run ends, then each run's verdict, the checked
+    file touched as each ends, and only a changed verdict printed."""
+    from components.gate import __main__ as gate
+
+    verdict, checked = tmp_path / "failed", tmp_path / "checked"
+    outcomes = iter(["", "", "expected 221, got 222", "", None])
+    seen: list[tuple[bool, bool]] = []
+
+    class Stop(Exception):
+        pass
+
+    def check(_progress: Any) -> tuple[str, None]:
+        seen.append((verdict.exists(), checked.exists()))
+        outcome = next(outcomes)
+        if outcome is None:
+            raise Stop
+        gate.record_verdict(verdict, outcome)
+        return outcome, None
+
+    with pytest.raises(Stop):
+        gate.check_every(0.01, check, verdict, checked)
+    # Before the first run: the verdict stands, nothing checked; after it, each run's own.
+    assert seen[0] == (True, False) and seen[1:] == [
+        (False, True),
+        (False, True),
+        (True, True),
+        (False, True),
+    ]
+    printed = capsys.readouterr().err.splitlines()
+    assert printed == [
+        "[smoke-gate] every check passed",
+        "expected 221, got 222",
+        "[smoke-gate] every check passed",
+    ]
+
+    monkeypatch.setenv("GLM_GATE_KEY", "in-pod-no-key")
+    base = ["--endpoint", "http://127.0.0.1:9/v1", "--api-key-env", "GLM_GATE_KEY"]
+    loops: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(gate, "check_every", lambda *args: loops.append(args) or 0)
+    every = ["--every", "5", "--verdict-file", str(verdict), "--checked-file", str(checked)]
+    monkeypatch.setattr(gate, "run_gate", lambda *_: {})
+    gate.main([*base, *every])
+    assert [(s, v, c) for s, _, v, c in loops] == [(5.0, verdict, checked)]
+    assert gate.main([*base, "--every", "5", "--verdict-file", str(verdict)]) == 2  # no --checked-file
+
+
+def test_the_probe_reads_the_verdict_and_fails_a_stuck_loop(tmp_path: Path) -> None:
+    """The readiness probe's own shell (``sh``) on the two files, as the kubelet runs it."""
+    import subprocess
+    import time
+
+    from components.kubernetes.readiness import VERDICT_DIR, stale_after_seconds, verdict_probe
+
+    period = 15
+    argv = [a.replace(VERDICT_DIR, str(tmp_path)) for a in verdict_probe(period, "glm53-test")]
+    verdict, checked = tmp_path / "failed", tmp_path / "checked"
+
+    def probe() -> tuple[int, str]:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        return done.returncode, (done.stdout + done.stderr).strip()
+
+    verdict.write_text("no check has passed yet\n")
+    assert probe() == (1, "no check has passed yet")
+    verdict.write_text("arithmetic: expected 221, got 222. Look at: kubectl logs ...\n")
+    checked.touch()
+    assert probe() == (1, "arithmetic: expected 221, got 222. Look at: kubectl logs ...")
+    verdict.unlink()
+    assert probe() == (0, "")
+    old = time.time() - stale_after_seconds(period) - 5
+    os.utime(checked, (old, old))
+    status, said = probe()
+    assert status == 1 and "its loop is stuck" in said and "kubectl -n glm53-test logs" in said
+    checked.unlink()
+    assert probe() == (1, "no check has ended yet")

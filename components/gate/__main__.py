@@ -8,6 +8,11 @@ Prints each step as it passes (stderr) and the results as JSON (stdout). Exit st
 step passed, 1 when a step failed (the message names it), 2 for a usage error. With
 ``--verdict-file`` the run also leaves its verdict where a guard reads it: the file removed when every
 step passed, written (the failure's message) when one did not or the run broke.
+
+With ``--every SECONDS`` (a Kubernetes pod's gate sidecar: components/kubernetes/readiness.py) it
+runs the checks again and again, one run every that many seconds, until its SIGTERM: each run leaves
+its verdict and touches ``--checked-file``, and a verdict that changed is printed. The pod's
+readiness probe only reads those two files, so no Python starts per check.
 """
 
 from __future__ import annotations
@@ -16,7 +21,10 @@ import argparse
 import json
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, GateFailure, run_gate
 from components.gate.settings import ALL_SMOKE_STEPS
@@ -69,6 +77,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "inference while it exists (components/kubernetes/readiness.py)",
     )
     parser.add_argument(
+        "--every",
+        type=float,
+        metavar="SECONDS",
+        help="with --verdict-file and --checked-file: run the checks every SECONDS until SIGTERM",
+    )
+    parser.add_argument(
+        "--checked-file",
+        type=Path,
+        metavar="PATH",
+        help="with --every: touched when each run ends (a readiness probe tells a stuck loop by its age)",
+    )
+    parser.add_argument(
         "--tls-name",
         help="an https endpoint reached by an address its certificate does not name: the name to "
         "send and verify instead (glm:front.tlsName)",
@@ -111,7 +131,43 @@ def main(argv: list[str] | None = None) -> int:
     if look_at and len(look_at) < len(LOOK_AT):
         print(f"error: give all of {', '.join(f'--look-at-{n}' for n in LOOK_AT)}, or none", file=sys.stderr)
         return 2
-    params = {
+    if args.every is not None and (args.every <= 0 or args.verdict_file is None or args.checked_file is None):
+        print("error: --every takes seconds > 0, with --verdict-file and --checked-file", file=sys.stderr)
+        return 2
+    params = _params(args, steps, look_at)
+    metrics_key = os.environ.get(args.metrics_key_env) if args.metrics_key_env else None
+
+    def check(progress: Callable[[str], None]) -> tuple[str, dict[str, Any] | None]:
+        """One run: its verdict ("" when every step passed, recorded) and results. A run that broke
+        is recorded so, then raised; in the loop (``--every``) it is that run's verdict instead."""
+        verdict, results = "the gate's run broke before it finished", None
+        try:
+            results = run_gate(params, api_key, progress, metrics_key)
+            verdict = ""
+        except GateFailure as failure:
+            verdict = str(failure)
+        except Exception as broke:
+            verdict = f"the gate's run broke before it finished: {broke!r}"
+            if args.every is None:
+                raise
+        finally:
+            if args.verdict_file is not None:
+                record_verdict(args.verdict_file, verdict)
+        return verdict, results
+
+    if args.every is not None:
+        check_every(args.every, check, args.verdict_file, args.checked_file)
+    verdict, results = check(lambda line: print(f"[smoke-gate] {line}", file=sys.stderr, flush=True))
+    if verdict:
+        print(verdict, file=sys.stderr)
+        return 1
+    print(json.dumps(results, indent=2, sort_keys=True))
+    return 0
+
+
+def _params(args: argparse.Namespace, steps: list[str], look_at: dict[str, str]) -> dict[str, Any]:
+    """``run_gate``'s parameters from the command line."""
+    params: dict[str, Any] = {
         "endpoint": args.endpoint,
         "metrics_url": args.metrics_url,
         "served_name": args.served_name,
@@ -143,24 +199,31 @@ def main(argv: list[str] | None = None) -> int:
             fix="Look at: --tls-name and --tls-ca-file (the stack's glm:front.tlsName and "
             "glm:front.tlsCaCertificate).",
         ).params()
-    verdict = "the gate's run broke before it finished"
-    try:
-        results = run_gate(
-            params,
-            api_key,
-            lambda line: print(f"[smoke-gate] {line}", file=sys.stderr, flush=True),
-            os.environ.get(args.metrics_key_env) if args.metrics_key_env else None,
-        )
-        verdict = ""
-    except GateFailure as failure:
-        verdict = str(failure)
-        print(verdict, file=sys.stderr)
-        return 1
-    finally:
-        if args.verdict_file is not None:
-            record_verdict(args.verdict_file, verdict)
-    print(json.dumps(results, indent=2, sort_keys=True))
-    return 0
+    return params
+
+
+NOT_PASSED_YET = "no check has passed yet"
+
+
+def check_every(
+    seconds: float,
+    check: Callable[[Callable[[str], None]], tuple[str, Any]],
+    verdict_file: Path,
+    checked_file: Path,
+) -> None:
+    """Run ``check`` every ``seconds`` (from one run's start to the next), for good: the verdict
+    stands as "not passed yet" until the first run ends; each run touches ``checked_file`` as it
+    ends. Only a changed verdict is printed: the log tells when the pod turned, not every pass."""
+    record_verdict(verdict_file, NOT_PASSED_YET)
+    shown = NOT_PASSED_YET
+    while True:
+        started = time.monotonic()
+        verdict, _ = check(lambda _line: None)
+        checked_file.touch()
+        if verdict != shown:
+            print(verdict or "[smoke-gate] every check passed", file=sys.stderr, flush=True)
+            shown = verdict
+        time.sleep(max(0.0, started + seconds - time.monotonic()))
 
 
 def record_verdict(path: Path, failure: str) -> None:

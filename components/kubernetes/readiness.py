@@ -1,9 +1,17 @@
-"""The serving pods' readiness: the gate's own checks (``python3 -m components.gate``) as the
-``gate`` sidecar's readiness probe runs them against its pod's vLLM, and what their failures name.
+"""The serving pods' readiness: the gate's own checks (``python3 -m components.gate --every``), which
+the ``gate`` sidecar runs against its pod's vLLM every ``readinessPeriodSeconds``, the probe that
+reads their verdict, and what their failures name.
 
-Pure: the command line as the API server receives it (components/kubernetes/workload.py puts it in
-the pod template). A failure is the probe's output, which ``kubectl describe pod`` shows among the
-pod's events: it names the cluster's commands (``--look-at-*``), never Docker's.
+The sidecar is one Python process for the pod's life: the kubelet's probe only reads the verdict
+file (a shell, no Python). When the probe itself ran the checks, every period started a Python
+process in each pod (about 0.16 s of a core, plus the kubelet's exec): on the one-node cluster key
+B's time to first token had its slowest requests at those moments, alone and during a flood alike
+(docs/scaling.md, "The meter on Kubernetes").
+
+Pure: the command lines as the API server receives them (components/kubernetes/workload.py puts
+them in the pod template). A failure is the check's message, which the probe prints, so ``kubectl
+describe pod`` shows it among the pod's events: it names the cluster's commands (``--look-at-*``),
+never Docker's.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ on the pod's loopback, past the fronts' meter."""
 GATE_KEY_ENV = "GLM_GATE_KEY"
 """vLLM runs without a key behind the front; the gate's command line still wants one to send."""
 READINESS_REQUEST_TIMEOUT_SECONDS = 30
+VERDICT_PROBE_TIMEOUT_SECONDS = 10
+"""The probe reads two files; the kubelet's exec on a loaded node is what may take time."""
 VERDICT_VOLUME = "readiness"
 """A memory ``emptyDir`` the gate sidecar writes and the guard reads: the pod's last verdict."""
 VERDICT_DIR = "/run/glm53-readiness"
@@ -30,6 +40,8 @@ VERDICT_FILE = f"{VERDICT_DIR}/failed"
 guard answers no inference while it is there. A Service drops a not-Ready pod only when its
 endpoints reach every node's rules, and the front's open connections still reach it for
 ``KEEPALIVE_TIME_SECONDS``; the guard closes that window from the failing check on."""
+CHECKED_FILE = f"{VERDICT_DIR}/checked"
+"""Touched as each of the sidecar's runs ends: older than :func:`stale_after_seconds`, its loop is stuck."""
 
 
 def client_sequences(max_num_seqs: int) -> int:
@@ -58,10 +70,12 @@ def _smoke_questions(smoke: SmokeConfig) -> list[str]:
     return args
 
 
-def readiness_command(serving: ServingSpec, smoke: SmokeConfig, look_at: LookAt) -> list[str]:
+def readiness_command(
+    serving: ServingSpec, smoke: SmokeConfig, look_at: LookAt, period_seconds: int
+) -> list[str]:
     """The gate's own checks against this pod's vLLM (the pod shares one network namespace), with
-    the stack's questions, as the front's gate asks them; ``look_at``: the cluster's commands that
-    its failures name (``ServingPods.look_at``)."""
+    the stack's questions, as the front's gate asks them, every ``period_seconds``; ``look_at``: the
+    cluster's commands that its failures name (``ServingPods.look_at``)."""
     base = f"http://127.0.0.1:{serving.port}"
     return [
         "python3", "-m", "components.gate",
@@ -74,9 +88,33 @@ def readiness_command(serving: ServingSpec, smoke: SmokeConfig, look_at: LookAt)
         "--deadline-seconds", "5",
         "--request-timeout", str(READINESS_REQUEST_TIMEOUT_SECONDS),
         "--verdict-file", VERDICT_FILE,
+        "--every", str(period_seconds),
+        "--checked-file", CHECKED_FILE,
         "--look-at-logs", look_at.logs,
         "--look-at-running", look_at.running,
         "--look-at-inspect", look_at.inspect,
         "--chat-template-kwargs", json.dumps(smoke.chat_template_kwargs, sort_keys=True),
         *_smoke_questions(smoke),
     ]  # fmt: skip
+
+
+def stale_after_seconds(period_seconds: int) -> int:
+    """How old the last run's end may be before the probe fails a stuck loop: a period, plus the
+    longest a run can take (its requests are cut at their timeout, and each step asks at most one
+    at a time), with room for three of them."""
+    return period_seconds + 3 * READINESS_REQUEST_TIMEOUT_SECONDS
+
+
+def verdict_probe(period_seconds: int, namespace: str) -> list[str]:
+    """The readiness probe's command: fails printing the verdict while it stands, or naming the
+    stuck loop and its log (``$HOSTNAME``: the pod's name, which Kubernetes sets); passes once a run
+    has passed and the last run ended recently."""
+    stale = stale_after_seconds(period_seconds)
+    script = (
+        f"if [ -e {VERDICT_FILE} ]; then cat {VERDICT_FILE}; exit 1; fi; "
+        f'checked=$(stat -c %Y {CHECKED_FILE} 2>/dev/null) || {{ echo "no check has ended yet"; exit 1; }}; '
+        f"age=$(( $(date +%s) - checked )); "
+        f'if [ "$age" -gt {stale} ]; then echo "the gate sidecar\'s last check ended $age s ago (more '
+        f'than {stale} s): its loop is stuck. Look at: kubectl -n {namespace} logs $HOSTNAME -c gate"; exit 1; fi'
+    )
+    return ["sh", "-c", script]

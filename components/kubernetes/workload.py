@@ -57,16 +57,15 @@ from components.kubernetes.pod_security import (
 )
 from components.kubernetes.readiness import (
     GATE_KEY_ENV,
-    READINESS_REQUEST_TIMEOUT_SECONDS,
     VERDICT_DIR,
-    VERDICT_FILE,
+    VERDICT_PROBE_TIMEOUT_SECONDS,
     VERDICT_VOLUME,
     readiness_command,
+    verdict_probe,
 )
 from components.profiles import HardwareFacts
 from components.render.preflight import pod_preflight_script
 from components.serving.spec import ServingSpec, health_probe
-from components.template import one_line_script
 from policy.glm_policies import (
     ACCELERATOR_ANNOTATION,
     CARD_RESOURCES,
@@ -314,20 +313,20 @@ def preflight_container(
 def gate_container(
     pod: PodConfig, serving: ServingSpec, k8s: KubernetesTargetConfig, image: str, look_at: LookAt
 ) -> dict[str, Any]:
-    """The readiness sidecar: idle itself; its readiness probe is one run of the gate's checks
-    (components/kubernetes/readiness.py)."""
+    """The readiness sidecar: the gate's checks against its pod's vLLM every period, for the pod's
+    life; its readiness probe reads their verdict (components/kubernetes/readiness.py)."""
+    period = k8s.readiness_period_seconds
     return {
         "name": GATE_CONTAINER,
         "image": image,
         "imagePullPolicy": k8s.image_pull_policy,
-        # Lays down the "not passed yet" verdict, then waits for its SIGTERM; the work is the probe below.
-        "command": ["python3", "-c", one_line_script("gate-idle.py", values={}), VERDICT_FILE],
+        "command": readiness_command(serving, pod.smoke, look_at, period),
         "env": [{"name": GATE_KEY_ENV, "value": "in-pod-no-key"}],
         "volumeMounts": [{"name": VERDICT_VOLUME, "mountPath": VERDICT_DIR}, GATE_SCRATCH[1]],
         "readinessProbe": {
-            "exec": {"command": readiness_command(serving, pod.smoke, look_at)},
-            "periodSeconds": k8s.readiness_period_seconds,
-            "timeoutSeconds": 3 * READINESS_REQUEST_TIMEOUT_SECONDS,
+            "exec": {"command": verdict_probe(period, k8s.namespace)},
+            "periodSeconds": period,
+            "timeoutSeconds": VERDICT_PROBE_TIMEOUT_SECONDS,
             "failureThreshold": 1,
             "successThreshold": 1,
         },
