@@ -246,3 +246,48 @@ def test_a_pod_gone_from_the_routes_file_is_forgotten_after_a_while_once_nothing
     assert said[4] == sorted([*pod_keys("back-c", 0), "prompt:alice"])  # old-b idle and 610 s gone
     assert said[5] == said[4]  # back-c left the file again at 600 s: its 600 s start there
     assert said[6] == ["prompt:alice"]  # and end at 1,200 s; the keys' own counters are never touched
+
+
+ROOM_DRIVER = """
+local cjson = require("cjson")
+local replicas = require("meter_replicas")
+local input = cjson.decode(io.open(IN):read("*a"))
+local said = {}
+for _, case in ipairs(input) do
+  local slots, fronts, pods = case[1], case[2], case[3]
+  local rooms = {}
+  for place = 0, fronts - 1 do
+    local row = {}
+    for index = 0, pods - 1 do row[#row + 1] = replicas.room(slots, fronts, place, index) end
+    rooms[#rooms + 1] = row
+  end
+  said[#said + 1] = rooms
+end
+io.open(OUT, "w"):write(cjson.encode(said))
+os.exit(0)
+"""
+
+
+def test_the_front_pods_split_each_serving_pods_slots_exactly() -> None:
+    """Each front pod chooses alone, so its part of every serving pod must be fixed beforehand: the
+    parts of one serving pod add up to its slots, never one more (the flood on the cluster, with 7
+    slots per pod and two fronts each taking the rounded-up half, put 8 on one pod and B's request
+    waited inside vLLM), and each front's parts of all the pods are its even share of the whole,
+    within one."""
+    cases = [
+        [slots, fronts, pods] for slots in range(1, 34) for fronts in (1, 2, 3, 4) for pods in (1, 2, 3, 5)
+    ]
+    said = run_in_nginx_lua(
+        ["meter_route", "meter_pods", "meter_peers", "meter_replicas"], ROOM_DRIVER, cases
+    )
+    assert isinstance(said, list) and len(said) == len(cases)
+    for (slots, fronts, pods), rooms in zip(cases, said, strict=True):
+        assert [sum(row[index] for row in rooms) for index in range(pods)] == [slots] * pods, (
+            slots,
+            fronts,
+            rooms,
+        )
+        totals = [sum(row) for row in rooms]
+        assert max(totals) - min(totals) <= 1, (slots, fronts, pods, rooms)
+        if slots * pods % fronts == 0:  # an even split: every front the same
+            assert set(totals) == {slots * pods // fronts}, (slots, fronts, pods, rooms)

@@ -49,14 +49,14 @@ local function budget()
   return budgets.new(dict, config)
 end
 
--- The engine's slots: maxNumSeqs x the replicas in rotation. `pods`: this front's part of them,
--- where several front pods share them (meter_peers: an equal part for each pod alive).
+-- The engine's slots: the slots per replica x the replicas in rotation. `pods`: this front's part of
+-- them, where several front pods share them (its parts of each serving pod, meter_replicas.room).
 local function slots_now(pods)
-  local whole = config.slots * replicas.in_rotation(config.routing)
+  local serving = replicas.in_rotation(config.routing)
   if not pods or not config.peers then
-    return whole
+    return config.slots * serving
   end
-  return math.max(1, math.floor(whole / peers.alive(dict)))
+  return math.max(1, replicas.front_part(dict, config, serving))
 end
 
 --- Once per config load (init_by_lua, in the master): the shares' weights and the slots, and, on

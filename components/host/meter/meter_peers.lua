@@ -131,15 +131,19 @@ function M.sum(dict, previous, minute_seconds)
   return sums
 end
 
---- How many front pods share the engine's slots now: this one and those alive.
-function M.alive(dict)
-  local count = 1
+--- How many front pods share the engine's slots now (this one and those alive), and this pod's place
+--- among them by name (0: the first): how the pods split each serving pod's slots (meter_replicas).
+function M.alive(dict, my_name)
+  local count, place = 1, 0
   for _, origin in ipairs(origins(dict)) do
     if dict:get("peer_live:" .. origin) then
       count = count + 1
+      if my_name and origin < my_name then
+        place = place + 1
+      end
     end
   end
-  return count
+  return count, place
 end
 
 local function fetch(address)

@@ -35,19 +35,52 @@ local function loads(dict)
   end
 end
 
+--- This front's part of the `index`th serving pod's `slots` (0-based, the pods by name), where `fronts`
+--- front pods share them and this one is at `place` among them: the quotient, and one more for as
+--- many fronts as the remainder, the pods' remainders dealt round the fronts in turn. So the parts
+--- of one pod add up to its slots exactly (each front choosing alone never sends a pod more than it
+--- runs), and each front's parts of all the pods are its share of the whole, within one.
+function M.room(slots, fronts, place, index)
+  local extra = slots % fronts
+  local room = math.floor(slots / fronts)
+  if (place - index * extra) % fronts < extra then
+    room = room + 1
+  end
+  return room
+end
+
+local function place_of(dict, config)
+  if not config.peers then
+    return 1, 0
+  end
+  return peers.alive(dict, config.me and config.me.name)
+end
+
+--- This front's part of the slots of `pods` serving pods: the sum of its parts of each (M.room).
+function M.front_part(dict, config, pods)
+  local fronts, place = place_of(dict, config)
+  local part = 0
+  for index = 0, pods - 1 do
+    part = part + M.room(config.slots, fronts, place, index)
+  end
+  return part
+end
+
 -- A Kubernetes front's pods with room: fewer of this front's requests in flight than its part of the
--- pod's maxNumSeqs (the slots split among the front pods alive). Several front pods each choose
--- alone; without this, two of them could send a pod more sequences than it runs while another pod
--- idles, and a request would wait inside the engine behind another key's, where the fair share
--- cannot reach. None with room: all of them (the least loaded is chosen).
+-- pod's slots (M.room). Several front pods each choose alone; without this, two of them could send
+-- a pod more sequences than it runs while another pod idles, and a request would wait inside the
+-- engine behind another key's, where the fair share cannot reach. None with room: all of them (the
+-- least loaded is chosen).
 local function with_room(dict, config, names)
   if not config.routing.pods_file then
     return names
   end
-  local room = math.ceil(config.slots / (config.peers and peers.alive(dict) or 1))
+  local fronts, place = place_of(dict, config)
+  local sorted = { unpack(names) }
+  table.sort(sorted)
   local open = {}
-  for _, name in ipairs(names) do
-    if (dict:get("inflight:" .. name) or 0) < room then
+  for index, name in ipairs(sorted) do
+    if (dict:get("inflight:" .. name) or 0) < M.room(config.slots, fronts, place, index - 1) then
       open[#open + 1] = name
     end
   end
