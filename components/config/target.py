@@ -262,8 +262,9 @@ class KubernetesTargetConfig(Model):
     )
     readiness_period_seconds: Positive = Field(
         15,
-        description="How often each pod's readiness check runs the gate's checks (13x17, a tool "
-        "call, the KV pool) against it; each run is one short chat per step.",
+        description="How often each pod's gate sidecar runs the gate's checks (13x17, a tool call, "
+        "the KV pool) against it, and the kubelet reads their verdict; each run is one short chat per "
+        "step, and the front pods' meter keeps one of each pod's maxNumSeqs for it.",
     )
 
     @model_validator(mode="after")
