@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from components.gate.checks import REQUEST_TIMEOUT_SECONDS, GateFailure, run_gate
 from components.gate.settings import ALL_SMOKE_STEPS
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return verdict, results
 
     if args.every is not None:
-        check_every(args.every, check, args.verdict_file, args.checked_file)
+        check_every(args.every, check, args.verdict_file, args.checked_file)  # never returns
     verdict, results = check(lambda line: print(f"[smoke-gate] {line}", file=sys.stderr, flush=True))
     if verdict:
         print(verdict, file=sys.stderr)
@@ -210,8 +210,8 @@ def check_every(
     check: Callable[[Callable[[str], None]], tuple[str, Any]],
     verdict_file: Path,
     checked_file: Path,
-) -> None:
-    """Run ``check`` every ``seconds`` (from one run's start to the next), for good: the verdict
+) -> NoReturn:
+    """Run ``check`` every ``seconds`` (from one run's start to the next), until SIGTERM: the verdict
     stands as "not passed yet" until the first run ends; each run touches ``checked_file`` as it
     ends. Only a changed verdict is printed: the log tells when the pod turned, not every pass."""
     record_verdict(verdict_file, NOT_PASSED_YET)
