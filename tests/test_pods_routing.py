@@ -291,3 +291,24 @@ def test_the_front_pods_split_each_serving_pods_slots_exactly() -> None:
         assert max(totals) - min(totals) <= 1, (slots, fronts, pods, rooms)
         if slots * pods % fronts == 0:  # an even split: every front the same
             assert set(totals) == {slots * pods // fronts}, (slots, fronts, pods, rooms)
+
+
+PARSE_DRIVER = """
+local cjson = require("cjson")
+local serving_pods = require("meter_pods")
+local written, names, address = serving_pods.parse(cjson.decode(io.open(IN):read("*a")))
+io.open(OUT, "w"):write(cjson.encode({ written = written, names = names, address = address }))
+os.exit(0)
+"""
+
+
+def test_the_pods_are_read_in_name_order_whatever_order_the_file_gives() -> None:
+    """Each front's part of a pod is told by the pod's place among the names (the split above): a
+    file in another order must not give two fronts two different places for one pod."""
+    text = "written 1700000000.5\nglm53-vllm-b 10.0.0.2:8000\nglm53-vllm-a 10.0.0.1:8000\n"
+    said = run_in_nginx_lua(["meter_pods"], PARSE_DRIVER, text)
+    assert said == {
+        "written": 1700000000.5,
+        "names": ["glm53-vllm-a", "glm53-vllm-b"],
+        "address": {"glm53-vllm-a": "10.0.0.1:8000", "glm53-vllm-b": "10.0.0.2:8000"},
+    }

@@ -19,7 +19,9 @@ M.STALE_SECONDS = 10
 local seen = { written = 0, names = {}, address = {} }
 
 --- The routes file's text as (written, names, address by name): its first line `written <unix
---- time>`, then `<pod> <host>:<port>` lines. Nil when the text is not such a file.
+--- time>`, then `<pod> <host>:<port>` lines. The names sorted (the lister writes them so; sorted here
+--- once per read all the same): each front's part of a pod is told by the pod's place among them
+--- (meter_replicas.room). Nil when the text is not such a file.
 function M.parse(text)
   local written = tonumber((text or ""):match("^written ([%d.]+)\n"))
   if not written then
@@ -30,6 +32,7 @@ function M.parse(text)
     names[#names + 1] = name
     address[name] = where
   end
+  table.sort(names)
   return written, names, address
 end
 

@@ -76,10 +76,8 @@ local function with_room(dict, config, names)
     return names
   end
   local fronts, place = place_of(dict, config)
-  local sorted = { unpack(names) }
-  table.sort(sorted)
   local open = {}
-  for index, name in ipairs(sorted) do
+  for index, name in ipairs(names) do -- sorted by name (meter_pods.parse)
     if (dict:get("inflight:" .. name) or 0) < M.room(config.slots, fronts, place, index - 1) then
       open[#open + 1] = name
     end
