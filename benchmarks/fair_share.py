@@ -7,7 +7,7 @@ the engine's capacity: ``--max-num-seqs`` (8 by default, the issue's local measu
 decode time per token (``VLLM_SIM_DECODE_TOKEN_SECONDS``, 0.02 s: 50 tokens/s per sequence, 400
 tokens/s for the engine), with a prefill rate (``VLLM_SIM_PREFILL_TOKENS_PER_S``).
 
-- key B, steady: a short streamed chat every ``--b-interval`` seconds (16 tokens);
+- key B, steady: a short streamed chat every ``--b-interval`` seconds (``--b-tokens``, 16);
 - key A, the flood: ``--flood-factor`` x its share of slots (share = maxNumSeqs / 2 keys = 4, so
   40 by default) workers, each streaming long chats (``--a-tokens``) back to back; a 429 waits its
   ``Retry-After`` and counts.
@@ -119,7 +119,7 @@ def steady(
         time.sleep(max(0.0, next_at - time.monotonic()))
         measured = time.monotonic() >= measure_from
         request = threading.Thread(
-            target=stream_once, args=(client, 16, tally, measured, args.b_prompt_tokens)
+            target=stream_once, args=(client, args.b_tokens, tally, measured, args.b_prompt_tokens)
         )
         request.start()
         requests.append(request)
@@ -293,6 +293,7 @@ def main() -> None:
     parser.add_argument("--flood-factor", type=int, default=10)
     parser.add_argument("--a-tokens", type=int, default=100)
     parser.add_argument("--b-interval", type=float, default=0.25)
+    parser.add_argument("--b-tokens", type=int, default=16)
     parser.add_argument("--lone", type=float, default=20.0)
     parser.add_argument("--alone", type=float, default=15.0)
     parser.add_argument("--flood", type=float, default=45.0)
@@ -304,7 +305,7 @@ def main() -> None:
         f"engine: --max-num-seqs {args.max_num_seqs}, {1 / args.decode_seconds:.0f} tokens/s per sequence "
         f"({args.max_num_seqs / args.decode_seconds:.0f} for the engine), prefill {args.prefill_rate} tokens/s; "
         f"key A: {args.flood_factor} x its share of {args.max_num_seqs * args.replicas // 2} slots, {args.a_tokens}-token streams; "
-        f"key B: a 16-token stream of a {args.b_prompt_tokens}-token prompt every {args.b_interval} s; "
+        f"key B: a {args.b_tokens}-token stream of a {args.b_prompt_tokens}-token prompt every {args.b_interval} s; "
         f"{args.replicas} replica(s), routing {args.routing}; "
         f"load average {os.getloadavg()[0]:.1f}"
     )

@@ -6,7 +6,7 @@ host's loopback forward (scripts/k8s/forward.py, one Python process carrying eve
 keys) sits in B's path, and B's time to first token is the front's and the engine's.
 
     python -m benchmarks.flood_clients flood BASE_URL KEY WORKERS TOKENS SECONDS
-    python -m benchmarks.flood_clients steady BASE_URL KEY SECONDS MEASURE_AFTER_SECONDS
+    python -m benchmarks.flood_clients steady BASE_URL KEY SECONDS MEASURE_AFTER_SECONDS INTERVAL TOKENS
 """
 
 from __future__ import annotations
@@ -41,14 +41,17 @@ def run_flood(base: str, key: str, workers: int, tokens: int, seconds: float) ->
     return tally
 
 
-def run_steady(base: str, key: str, seconds: float, measure_after: float) -> Tally:
-    """One short stream every 0.25 s for ``seconds``; time to first token from ``measure_after`` on."""
+def run_steady(
+    base: str, key: str, seconds: float, measure_after: float, interval: float, tokens: int
+) -> Tally:
+    """A stream of ``tokens`` every ``interval`` s for ``seconds``; time to first token from
+    ``measure_after`` on."""
     tally = Tally()
     client = openai.OpenAI(base_url=base, api_key=key, max_retries=0, timeout=120)
     now = time.monotonic()
     steady(
         client,
-        argparse.Namespace(b_interval=0.25, b_prompt_tokens=400),
+        argparse.Namespace(b_interval=interval, b_tokens=tokens, b_prompt_tokens=400),
         now + seconds,
         tally,
         now + measure_after,
@@ -61,7 +64,9 @@ def main(argv: list[str]) -> None:
     if what == "flood":
         tally = run_flood(base, key, int(numbers[0]), int(numbers[1]), float(numbers[2]))
     else:
-        tally = run_steady(base, key, float(numbers[0]), float(numbers[1]))
+        tally = run_steady(
+            base, key, float(numbers[0]), float(numbers[1]), float(numbers[2]), int(numbers[3])
+        )
     print(json.dumps({
         "requests": tally.requests, "tokens": tally.tokens, "refused_share": tally.refused_share,
         "refused_front": tally.refused_front, "failed": tally.failed, "ttft": tally.ttft,
