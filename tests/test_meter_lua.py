@@ -188,8 +188,16 @@ def test_past_the_engines_slots_the_scanner_stops_counting_prompts_but_not_token
     assert long_prompt["scanned"]["weight"] == 2 and long_prompt["scanned"]["stream"] is True
 
 
-def sse(*events: dict[str, Any]) -> str:
-    return "".join(f"data: {json.dumps(e, separators=(',', ':'))}\n\n" for e in events) + "data: [DONE]\n\n"
+FORMS = {"compact": ((",", ":"), "\n\n"), "spaced": ((", ", ": "), "\n\n"), "crlf": ((",", ":"), "\r\n\r\n")}
+"""How a stream may be written: vLLM's compact JSON and "\\n\\n" (the meter's plain searches), and
+what the meter also reads, by its patterns: JSON with spaces, events ended by "\\r\\n\\r\\n"."""
+
+
+def sse(*events: dict[str, Any], form: str = "compact") -> str:
+    separators, end = FORMS[form]
+    return (
+        "".join(f"data: {json.dumps(e, separators=separators)}{end}" for e in events) + f"data: [DONE]{end}"
+    )
 
 
 def chunk(index: int, content: str, usage: dict[str, int] | None) -> dict[str, Any]:
@@ -202,7 +210,9 @@ def chunk(index: int, content: str, usage: dict[str, int] | None) -> dict[str, A
     return event
 
 
-def continuous_stream(n: int, tokens: int, prompt: int) -> tuple[str, list[dict[str, Any]]]:
+def continuous_stream(
+    n: int, tokens: int, prompt: int, form: str = "compact"
+) -> tuple[str, list[dict[str, Any]]]:
     """What vLLM sends with include_usage and continuous_usage_stats (serving_chat.py): each choice's
     own count on its chunks, then one chunk of totals with no choices."""
     events = []
@@ -213,35 +223,38 @@ def continuous_stream(n: int, tokens: int, prompt: int) -> tuple[str, list[dict[
     final = {"prompt_tokens": prompt, "total_tokens": prompt + n * tokens, "completion_tokens": n * tokens}
     events.append({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
                    "choices": [], "usage": final})  # fmt: skip
-    return sse(*events), events
+    return sse(*events, form=form), events
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("asked", ["nothing", "include_usage", "continuous"])
-def test_a_client_gets_exactly_the_usage_it_asked_for_and_the_meter_every_token(asked: str) -> None:
-    text, events = continuous_stream(n=3, tokens=5, prompt=11)
+def test_a_client_gets_exactly_the_usage_it_asked_for_and_the_meter_every_token(
+    asked: str, form: str
+) -> None:
+    text, events = continuous_stream(n=3, tokens=5, prompt=11, form=form)
+    end = FORMS[form][1]
     shape = {"asked_usage": asked != "nothing", "asked_continuous": asked == "continuous", "n": 3}
     rng = random.Random(asked)
-    case = {
-        "text": text,
-        "shape": shape,
-        "responses": False,
-        "slices": [rng.randint(1, 90) for _ in range(60)],
-    }
-    [result] = run_lua({"bodies": [], "streams": [case]})["streams"]
-    received = [json.loads(line[6:]) for line in result["sent"].split("\n\n") if line.startswith("data: {")]
-    with_usage = [e for e in received if "usage" in e]
-    if asked == "nothing":
-        assert with_usage == [] and len(received) == len(events) - 1
-    elif asked == "include_usage":
-        assert with_usage == [events[-1]] and len(received) == len(events)
-    else:
-        assert received == events
-    for got, sent in zip(received, events, strict=False):  # the rest of each event untouched
-        assert {k: v for k, v in got.items() if k != "usage"} == {
-            k: v for k, v in sent.items() if k != "usage"
-        }
-    assert result["sent"].endswith("data: [DONE]\n\n") and result["finished"] is True
-    assert (result["prompt"], result["completion"]) == (11, 15)
+    by_event = [len(event) + len(end) for event in text.split(end)[:-2]]  # as the engine writes them
+    cases = [
+        {"text": text, "shape": shape, "responses": False, "slices": slices}
+        for slices in ([rng.randint(1, 90) for _ in range(60)], by_event)
+    ]
+    for result in run_lua({"bodies": [], "streams": cases})["streams"]:
+        received = [json.loads(line[6:]) for line in result["sent"].split(end) if line.startswith("data: {")]
+        with_usage = [e for e in received if "usage" in e]
+        if asked == "nothing":
+            assert with_usage == [] and len(received) == len(events) - 1
+        elif asked == "include_usage":
+            assert with_usage == [events[-1]] and len(received) == len(events)
+        else:
+            assert received == events
+        for got, sent in zip(received, events, strict=False):  # the rest of each event untouched
+            assert {k: v for k, v in got.items() if k != "usage"} == {
+                k: v for k, v in sent.items() if k != "usage"
+            }
+        assert result["sent"].endswith(f"data: [DONE]{end}") and result["finished"] is True
+        assert (result["prompt"], result["completion"]) == (11, 15)
 
 
 def test_a_stream_cut_short_is_charged_what_it_was_sent_per_choice() -> None:
@@ -273,14 +286,18 @@ def with_cached(events: list[dict[str, Any]], cached: int) -> list[dict[str, Any
     return [*events[:-1], final]
 
 
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("asked", ["nothing", "include_usage", "continuous"])
-def test_the_cached_tokens_reach_the_meter_and_the_clients_that_asked_for_usage(asked: str) -> None:
+def test_the_cached_tokens_reach_the_meter_and_the_clients_that_asked_for_usage(
+    asked: str, form: str
+) -> None:
     _, events = continuous_stream(n=1, tokens=4, prompt=84)
     events = with_cached(events, 80)
+    end = FORMS[form][1]
     shape = {"asked_usage": asked != "nothing", "asked_continuous": asked == "continuous", "n": 1}
-    case = {"text": sse(*events), "shape": shape, "responses": False, "slices": [13] * 80}
+    case = {"text": sse(*events, form=form), "shape": shape, "responses": False, "slices": [13] * 80}
     [result] = run_lua({"bodies": [], "streams": [case]})["streams"]
-    received = [json.loads(line[6:]) for line in result["sent"].split("\n\n") if line.startswith("data: {")]
+    received = [json.loads(line[6:]) for line in result["sent"].split(end) if line.startswith("data: {")]
     details = [
         e["usage"]["prompt_tokens_details"] for e in received if "prompt_tokens_details" in e.get("usage", {})
     ]

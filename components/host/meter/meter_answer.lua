@@ -63,8 +63,16 @@ end
 
 -- An event of chat or completions with usage on it: per choice while streaming (vLLM's continuous
 -- usage counts each choice's own tokens), the totals on the last (`"choices":[]`).
+-- Whether the event's choices are empty (the totals' event): compact JSON by plain searches.
+local function no_choices(event)
+  if event:find('"choices":[]', 1, true) then
+    return true
+  end
+  return not event:find('"choices":[{', 1, true) and event:find('"choices"%s*:%s*%[%s*%]') ~= nil
+end
+
 function Stream:_note_usage(event, usage)
-  if event:find('"choices"%s*:%s*%[%s*%]') then
+  if no_choices(event) then
     self.prompt, self.completion, self.cached, self.final = usage.prompt, usage.completion, usage.cached, true
     return
   end
@@ -86,9 +94,13 @@ end
 
 -- The usage object of an event, found without decoding the event: its bounds and its counts (the
 -- cached tokens of its `prompt_tokens_details`, the only object nested in it, if any).
--- vLLM writes compact JSON (`"usage":{"prompt_tokens":12,...}`); spaces are tolerated.
+-- vLLM writes compact JSON (`"usage":{"prompt_tokens":12,...}`), found by a plain search; spaces are
+-- tolerated.
 local function usage_span(event)
-  local key, after = event:find('"usage"%s*:%s*{')
+  local key, after = event:find('"usage":{', 1, true)
+  if not key then
+    key, after = event:find('"usage"%s*:%s*{')
+  end
   if not key then
     return nil
   end
@@ -107,6 +119,8 @@ local function usage_span(event)
   local cached = tonumber(object:match('"cached_tokens"%s*:%s*(%d+)')) or 0
   return key, last, { prompt = prompt or 0, completion = completion or 0, cached = cached }
 end
+
+local COMMA, CR, LF = string.byte(",\r\n", 1, 3)
 
 -- One complete event: what the client gets of it ("" drops it). The common one, a token with the
 -- usage the meter asked for, costs a few plain searches and one cut: nothing is decoded.
@@ -135,6 +149,9 @@ function Stream:_event(event)
     return event
   end
   -- The client did not ask for usage on every event: the member goes, with its comma.
+  if event:byte(from - 1) == COMMA then
+    return event:sub(1, from - 2) .. event:sub(to + 1)
+  end
   local head = event:sub(1, from - 1)
   local comma = head:find(",%s*$")
   if comma then
@@ -162,18 +179,39 @@ function Stream:_responses_event(event)
   return event
 end
 
+-- Where the event that starts at `from` ends (the last byte of its blank line, "\n\n" or
+-- "\r\n\r\n"), by plain searches for its newlines; nil while it has not ended.
+local function event_end(text, from)
+  while true do
+    local newline = text:find("\n", from, true)
+    if not newline then
+      return nil
+    end
+    local after = newline + 1
+    if text:byte(after) == CR then
+      after = after + 1
+    end
+    if text:byte(after) == LF then
+      return after
+    end
+    from = newline + 1
+  end
+end
+
 --- Take one piece of the stream as it arrived; returns what goes on to the client now (complete
 --- events; a partial one waits for its end). `last`: the stream's end (what is left goes as is).
 function Stream:feed(piece, last)
-  local text = self.pending .. (piece or "")
+  local text = self.pending == "" and (piece or "") or self.pending .. (piece or "")
+  local finish = event_end(text, 1)
+  if finish == #text then -- the common piece: one whole event, as the engine writes them
+    self.pending = ""
+    return self:_event(text)
+  end
   local out, from = {}, 1
-  while true do
-    local stop, finish = text:find("\r?\n\r?\n", from)
-    if not stop then
-      break
-    end
+  while finish do
     out[#out + 1] = self:_event(text:sub(from, finish))
     from = finish + 1
+    finish = event_end(text, from)
   end
   self.pending = text:sub(from)
   if last and self.pending ~= "" then
