@@ -25,7 +25,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests import metered_front
-from tests.metered_front import run_in_nginx_lua
 
 RECORDED = (
     Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "vllm-0.25.0-h200" / "chat-stream.sse"
@@ -84,7 +83,7 @@ def main() -> None:
         metered_front.METER_DIR = Path(os.environ["GLM_METER_DIR"])
     stream = metered_stream()
     asked = ["nothing", "include_usage", "continuous"]
-    said = run_in_nginx_lua(
+    said = metered_front.run_in_nginx_lua(
         ["meter_answer"], DRIVER, {"stream": stream, "events": args.events, "asked": asked}
     )
     assert isinstance(said, dict)

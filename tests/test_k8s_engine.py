@@ -225,6 +225,18 @@ def _secret_file(kubeconfig: Path, secret: str, name: str) -> str:
     return base64.b64decode(data[name]).decode()
 
 
+def _replica_key(kubeconfig: Path) -> str:
+    """The guard's replica key, as the fronts send it (their ``replica-guard-auth.conf``)."""
+    auth = _secret_file(kubeconfig, "glm53-front-keys", "replica-guard-auth.conf")
+    return re.findall(r'"Bearer ([^"]+)"', auth)[0]
+
+
+def _guard_url(pod: dict[str, Any]) -> str:
+    """A serving pod's guard, on the pod's own address."""
+    guard = next(c for c in pod["spec"]["containers"] if c["name"] == "guard")
+    return f"http://{pod['status']['podIP']}:{guard['ports'][0]['containerPort']}"
+
+
 def test_no_pod_of_another_namespace_reaches_vllm_without_the_credential(k8s_cluster: Path) -> None:
     """Issue 34 finding 1 on the cluster: the bridge CNI enforces no NetworkPolicy, so the guard
     is the barrier. From a pod in another namespace: vLLM's own port on the pod's address is
@@ -236,18 +248,14 @@ def test_no_pod_of_another_namespace_reaches_vllm_without_the_credential(k8s_clu
     gate_image = next(c["image"] for c in pod["spec"]["containers"] if c["name"] == "gate")
     service = json.loads(kubectl(k8s_cluster, "get", "svc", "glm53-vllm", "-o", "json"))["spec"]
     front = json.loads(kubectl(k8s_cluster, "get", "svc", "glm53-front", "-o", "json"))["spec"]
-    auth = _secret_file(k8s_cluster, "glm53-front-keys", "replica-guard-auth.conf")
-    replica_key = re.search(r'"Bearer ([^"]+)"', auth).group(1)  # type: ignore[union-attr]
+    replica_key = _replica_key(k8s_cluster)
     chat = {
         "model": "glm-5.3-flash",
         "messages": [{"role": "user", "content": "What is 13*17?"}],
         "max_tokens": 64,  # room for the reasoning before the answer (as ask() gives)
     }
     vllm_port = 8000  # the local profile's --port (vLLM's default)
-    guard_port = next(c for c in pod["spec"]["containers"] if c["name"] == "guard")["ports"][0][
-        "containerPort"
-    ]
-    guard = f"http://{pod_ip}:{guard_port}"
+    guard = _guard_url(pod)
     svc = f"http://{service['clusterIP']}:{service['ports'][0]['port']}"
     front_url = f"http://{front['clusterIP']}:{front['ports'][0]['port']}"
     requests = [
@@ -838,10 +846,7 @@ def test_a_keys_flood_leaves_another_keys_time_to_first_token_as_alone(
     # B's twin, past the fronts: the same stream every 0.1 s straight to one serving pod's guard (the
     # replica key), 1 token so its slot, which no meter counts, is free again within milliseconds.
     # What the flood does to it is what the engine and the machine do; the rest is the front's.
-    pod = live_pods(k8s_cluster)[0]
-    guard = next(c for c in pod["spec"]["containers"] if c["name"] == "guard")["ports"][0]["containerPort"]
-    auth = _secret_file(k8s_cluster, "glm53-front-keys", "replica-guard-auth.conf")
-    twin = (f"http://{pod['status']['podIP']}:{guard}/v1", re.findall(r'"Bearer ([^"]+)"', auth)[0])
+    twin = (f"{_guard_url(live_pods(k8s_cluster)[0])}/v1", _replica_key(k8s_cluster))
     twin_steady = ("30", "5", B_STEADY[0], "1")
 
     twin_alone = client("steady", *twin, *twin_steady)

@@ -61,8 +61,6 @@ function M.Stream(shape, responses)
   }, Stream)
 end
 
--- An event of chat or completions with usage on it: per choice while streaming (vLLM's continuous
--- usage counts each choice's own tokens), the totals on the last (`"choices":[]`).
 -- Whether the event's choices are empty (the totals' event): compact JSON by plain searches.
 local function no_choices(event)
   if event:find('"choices":[]', 1, true) then
@@ -71,6 +69,8 @@ local function no_choices(event)
   return not event:find('"choices":[{', 1, true) and event:find('"choices"%s*:%s*%[%s*%]') ~= nil
 end
 
+-- An event of chat or completions with usage on it: per choice while streaming (vLLM's continuous
+-- usage counts each choice's own tokens), the totals on the last (`"choices":[]`).
 function Stream:_note_usage(event, usage)
   if no_choices(event) then
     self.prompt, self.completion, self.cached, self.final = usage.prompt, usage.completion, usage.cached, true
