@@ -50,6 +50,14 @@ from tests.metered_front import metered_front
 
 KEYS = {"key-a": "sk-flood-a-1403f1510d19d5295321", "key-b": "sk-steady-b-0d08fac0336e7974"}
 WARM_UP_SECONDS = 5.0
+MAX_NUM_SEQS = 8
+DECODE_SECONDS = 0.02
+"""The engine's time per token and sequence (``VLLM_SIM_DECODE_TOKEN_SECONDS``): 50 tokens/s."""
+PREFILL_RATE = 4000
+"""Prompt tokens prefilled per second (``VLLM_SIM_PREFILL_TOKENS_PER_S``), near the seeds' 5,000
+(images/vllm-sim/simulator/hardware.py): B's 400-token prompt is ~0.1 s to its first token, not the
+local simulator's ~2 ms, so a few milliseconds of this machine's scheduling are not the figure."""
+B_PROMPT_TOKENS = 400
 
 
 @dataclass
@@ -286,10 +294,10 @@ def report(name: str, result: dict[str, object]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-num-seqs", type=int, default=8)
-    parser.add_argument("--decode-seconds", type=float, default=0.02)
-    parser.add_argument("--prefill-rate", type=int, default=4000)
-    parser.add_argument("--b-prompt-tokens", type=int, default=400)
+    parser.add_argument("--max-num-seqs", type=int, default=MAX_NUM_SEQS)
+    parser.add_argument("--decode-seconds", type=float, default=DECODE_SECONDS)
+    parser.add_argument("--prefill-rate", type=int, default=PREFILL_RATE)
+    parser.add_argument("--b-prompt-tokens", type=int, default=B_PROMPT_TOKENS)
     parser.add_argument("--flood-factor", type=int, default=10)
     parser.add_argument("--a-tokens", type=int, default=100)
     parser.add_argument("--b-interval", type=float, default=0.25)

@@ -20,7 +20,7 @@ import time
 import httpx
 import openai
 
-from benchmarks.fair_share import Tally, flood, steady
+from benchmarks.fair_share import B_PROMPT_TOKENS, Tally, flood, steady
 
 
 def run_flood(base: str, key: str, workers: int, tokens: int, seconds: float) -> Tally:
@@ -51,7 +51,7 @@ def run_steady(
     now = time.monotonic()
     steady(
         client,
-        argparse.Namespace(b_interval=interval, b_tokens=tokens, b_prompt_tokens=400),
+        argparse.Namespace(b_interval=interval, b_tokens=tokens, b_prompt_tokens=B_PROMPT_TOKENS),
         now + seconds,
         tally,
         now + measure_after,
