@@ -811,8 +811,8 @@ B_STEADY = ("0.1", "4")
 """Key B's interval and tokens: a 4-token stream (0.1 s of prefill and 0.08 s of decode on
 FLOOD_ENGINE) every 0.1 s is at most two in flight, within B's sure share at either front pod (3 of
 the 7 sequences each shares), and 250 measured per phase, so the p99 is not one request's luck. (At
-four in flight, all four can land on one front pod, whose share of them is 3, and B's fourth waits
-there for B's first.)"""
+16 tokens, four or five in flight: the Service can pin five to one front pod, where the flood is
+sure of 3 of the 7, and B's fifth waits there for one of B's own; docs/scaling.md.)"""
 
 
 def test_a_keys_flood_leaves_another_keys_time_to_first_token_as_alone(

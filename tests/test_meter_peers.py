@@ -17,7 +17,7 @@ import pytest
 from components.config import build_stack_config
 from components.render.nginx_meter import MeterPeers
 from tests.engine import free_port
-from tests.metered_front import MeteredFront, metered_front
+from tests.metered_front import MeteredFront, metered_front, run_in_nginx_lua
 
 KEYS = {
     "alice": "sk-alice-5f2b8e1c9a4d7f3b6e0c2a8d5f1b9e4c7a3d6f0b",
@@ -130,3 +130,49 @@ def test_a_gone_front_still_counts_for_the_rest_of_its_window_and_the_survivor_t
         # and a's 7 requests still count in alice's minute.
         assert wait_for(lambda: capacity(b) == SLOTS), capacity(b)
         assert [ask(b) for _ in range(5)] == [200] * 3 + [429] * 2
+
+
+HELD_DRIVER = """
+local cjson = require("cjson")
+local peers = require("meter_peers")
+local function new_dict()
+  local data = {}
+  return {
+    get = function(_, key) return data[key] end,
+    set = function(_, key, value) data[key] = value end,
+    get_keys = function()
+      local keys = {}
+      for key in pairs(data) do keys[#keys + 1] = key end
+      table.sort(keys)
+      return keys
+    end,
+  }
+end
+local a, b = new_dict(), new_dict()
+local front_a, front_b = { name = "front-a", address = "10.0.0.1:8080" }, { name = "front-b" }
+a:set("held:bob", 2)
+a:set("held:alice", 0)
+peers.merge(b, front_b, cjson.decode(peers.report(a, front_a, 100)))
+local sums = peers.sum(b, {}, 60)
+local said = { bob = b:get("peers:held:bob"), alice = b:get("peers:held:alice") or cjson.null }
+-- Bob's streams on front a end; a report also relays front c, which is not alive (it never
+-- answered front b itself) and last said it held 3 of bob's.
+a:set("held:bob", 0)
+local report = cjson.decode(peers.report(a, front_a, 101))
+report.fronts["front-c"] = { v = 5, windows = {}, held = { bob = 3 } }
+peers.merge(b, front_b, report)
+peers.sum(b, sums, 60)
+said.bob_after = b:get("peers:held:bob")
+local out = io.open(OUT, "w")
+out:write(cjson.encode(said))
+out:close()
+os.exit(0)
+"""
+
+
+def test_each_front_learns_the_slots_the_other_fronts_alive_hold_for_each_key() -> None:
+    """What the fair share reads as a key's slots elsewhere (meter_shares.elsewhere): front a's report
+    says bob holds 2 there; front b sums it, and sets it back to 0 once a's streams end, counting
+    no pod that is not alive."""
+    said = run_in_nginx_lua(["meter_peers"], HELD_DRIVER, {})
+    assert said == {"bob": 2, "alice": None, "bob_after": 0}

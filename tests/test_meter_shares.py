@@ -29,7 +29,7 @@ local store = {
   incr = function(_, key, by, init) data[key] = (data[key] or init) + by; return data[key] end,
 }
 local config = input.config
-local share = shares.new(store, config)
+local share = shares.new(store, config, config.stack)
 local capacity = config.capacity
 local said = {}
 for i, step in ipairs(input.steps) do
@@ -49,6 +49,8 @@ for i, step in ipairs(input.steps) do
     result = share:share(name, capacity, now)
   elseif op == "held" then
     result = share:held(name)
+  elseif op == "elsewhere" then -- what the other front pods hold for the key, as a pull left it
+    store:set("peers:held:" .. name, step[4])
   elseif op == "active" then
     result = share:active(name, now)
   elseif op == "churn" then -- floods: one answer of each ends, and the key asks again until refused
@@ -71,7 +73,8 @@ os.exit(0)
 def run(steps: list[list[Any]], weights: dict[str, float] | None = None, **config: Any) -> list[Any]:
     """Each step's result: ``["admit", name, now, weight]``, ``["fill", name, now]`` (slots taken
     until the first refusal), ``["share"|"active", name, now]``, ``["held", name]``, ``["release",
-    name]``, ``["churn", "", now, [names]]``."""
+    name]``, ``["churn", "", now, [names]]``, ``["elsewhere", name, now, held]`` (the other front
+    pods hold ``held`` for ``name``). ``stack=N``: the whole stack's slots, several front pods."""
     settings = {"weights": weights or {"a": 1, "b": 1}, "fair_share": True, "capacity": CAPACITY, **config}
     said = run_in_nginx_lua(["meter_shares"], DRIVER, {"config": settings, "steps": steps})
     assert isinstance(said, list)
@@ -182,3 +185,51 @@ def test_the_gates_key_takes_no_part_in_the_shares() -> None:
 @pytest.mark.parametrize("config", [{"fair_share": False}, {"capacity": 0}])
 def test_without_a_share_or_a_capacity_every_request_is_admitted(config: dict[str, Any]) -> None:
     assert run([["admit", "a", 0.0]] * (3 * CAPACITY), **config) == [True] * (3 * CAPACITY)
+
+
+# Several front pods (Kubernetes): this pod's part is 7 of the stack's 14 (two serving pods of 7
+# client sequences, two front pods), so two keys are each sure of 3 here and of 7 in the stack.
+PART, STACK = 7, 14
+
+
+def b_holds_3_here_and_1_elsewhere() -> list[list[Any]]:
+    """Key b's streams as the Service spread them: 3 on this front pod (its share of this pod's part),
+    1 on the other."""
+    return [*[["admit", "b", 0.0]] * 3, ["elsewhere", "b", 0.0, 1]]
+
+
+def test_a_flood_beyond_the_stacks_share_leaves_the_room_the_stacks_share_gives_another_key() -> None:
+    """Key a floods both front pods (it holds 4 on the other). On one pod key b holds 3 of its
+    stack-wide 7: the pod keeps the free slot for b, and b's fourth stream takes it at once. With
+    one front's share alone (no ``stack``), a took that slot and b's fourth waited for a stream to end."""
+    steps = [*b_holds_3_here_and_1_elsewhere(), ["elsewhere", "a", 0.0, 4], ["fill", "a", 1.0],
+             ["admit", "b", 1.0], ["held", "a"], ["held", "b"]]  # fmt: skip
+    assert run(steps, capacity=PART, stack=STACK)[-4:] == [3, True, 3, 4]
+    assert run(steps, capacity=PART)[-4:] == [4, False, 4, 3]
+
+
+def test_within_the_stacks_share_a_key_takes_a_free_slot_first_come() -> None:
+    """Key a holds nothing elsewhere, so its fourth slot here is within its stack-wide 7: it takes the
+    pod's free slot before b asks (first come), as with one front, and b's fourth waits."""
+    steps = [*b_holds_3_here_and_1_elsewhere(), ["fill", "a", 1.0], ["admit", "b", 1.0]]
+    assert run(steps, capacity=PART, stack=STACK)[-2:] == [4, False]
+
+
+def test_a_key_holding_its_stacks_share_elsewhere_is_kept_no_more_room_here() -> None:
+    """Key b holds 3 here and 4 on the other pod: its stack-wide 7 is used, so the flood is kept
+    from no slot beyond this pod's own share of b (the rule of one front)."""
+    steps = [*[["admit", "b", 0.0]] * 3, ["elsewhere", "b", 0.0, 4], ["elsewhere", "a", 0.0, 4],
+             ["fill", "a", 1.0]]  # fmt: skip
+    assert run(steps, capacity=PART, stack=STACK)[-1] == 4
+
+
+def test_the_room_kept_for_a_key_on_one_pod_is_at_most_its_recent_peak_there() -> None:
+    """Key b held 1 here lately and holds nothing now, 1 elsewhere: the flood beyond the stack's share
+    leaves b one slot here (its peak), not the 6 its stack-wide share has left."""
+    steps = [
+        *used_once("b", 1, 0.0),
+        ["elsewhere", "b", 0.0, 1],
+        ["elsewhere", "a", 0.0, 7],
+        ["fill", "a", 1.0],
+    ]
+    assert run(steps, capacity=PART, stack=STACK)[-1] == PART - 1

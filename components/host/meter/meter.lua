@@ -41,10 +41,6 @@ ffi.cdef("int kill(int pid, int sig);")
 local config = { weights = {}, fair_share = true, slots = 0, queue_seconds = 0, state_file = nil, routing = nil }
 local dict
 
-local function sharing()
-  return shares.new(dict, config)
-end
-
 local function budget()
   return budgets.new(dict, config)
 end
@@ -57,6 +53,11 @@ local function slots_now(pods)
     return config.slots * serving
   end
   return math.max(1, replicas.front_part(dict, config, serving))
+end
+
+-- The fair share over this front's slots; with several front pods, over the whole stack's too.
+local function sharing()
+  return shares.new(dict, config, config.peers and slots_now() or nil)
 end
 
 --- Once per config load (init_by_lua, in the master): the shares' weights and the slots, and, on

@@ -56,17 +56,19 @@ end
 
 --- What this pod tells the others: itself (version, address, its windows) and every pod it knows.
 function M.report(dict, me, now)
-  local windows = {}
+  local windows, held = {}, {}
   for _, key in ipairs(dict:get_keys(0)) do
     if key:find(WINDOW) then
       windows[key] = dict:get(key)
+    elseif key:find("^held:") and (dict:get(key) or 0) > 0 then
+      held[key:sub(6)] = dict:get(key)
     end
   end
   local fronts = {}
   for _, origin in ipairs(origins(dict)) do
     fronts[origin] = cjson.decode(dict:get("peer:" .. origin) or "null") or nil
   end
-  fronts[me.name] = { v = math.floor(now * 1000), address = me.address, windows = windows }
+  fronts[me.name] = { v = math.floor(now * 1000), address = me.address, windows = windows, held = held }
   return cjson.encode({ origin = me.name, fronts = fronts })
 end
 
@@ -107,8 +109,10 @@ function M.merge(dict, me, report)
   return true
 end
 
---- The other pods' use of each window, summed where admissions read it. `previous`: the windows
---- summed last time (a pod's window that ended is set to 0, not left at its last sum).
+--- The other pods' use of each window, and the slots the pods alive hold for each key ("held:<key>",
+--- meter_shares.elsewhere), summed where admissions read them. `previous`: the sums of last time (a
+--- pod's window that ended, or a key no pod holds a slot for now, is set to 0, not left at its last
+--- sum). The slots held expire with the pods' liveness, should the pulls stop.
 function M.sum(dict, previous, minute_seconds)
   local sums = {}
   for _, origin in ipairs(origins(dict)) do
@@ -120,13 +124,20 @@ function M.sum(dict, previous, minute_seconds)
         end
       end
     end
+    if type(entry) == "table" and type(entry.held) == "table" and dict:get("peer_live:" .. origin) then
+      for name, held in pairs(entry.held) do
+        if tonumber(held) then
+          sums["held:" .. name] = (sums["held:" .. name] or 0) + held
+        end
+      end
+    end
   end
   for key in pairs(previous or {}) do
     sums[key] = sums[key] or 0
   end
   for key, used in pairs(sums) do
-    local span = key:find("^budget_day:") and 86400 or minute_seconds
-    dict:set("peers:" .. key, used, 2 * span)
+    local ttl = key:find("^held:") and LIVE_SECONDS or 2 * (key:find("^budget_day:") and 86400 or minute_seconds)
+    dict:set("peers:" .. key, used, ttl)
   end
   return sums
 end

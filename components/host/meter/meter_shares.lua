@@ -8,6 +8,13 @@
 -- its share. vLLM cannot preempt a running stream: what another key will ask for must already be
 -- free. Slots are sequences: a request weighs `n` x its prompts (meter_request.shape).
 --
+-- Several front pods (Kubernetes) each share their part of the slots, and the Service spreads a
+-- key's connections among them at random, so a key within the whole stack's share can find one
+-- pod's share of it too small. There, a key beyond the stack's share (what the other pods hold for
+-- it, as of the last pull, included) keeps free for each other key the room the stack's share
+-- leaves it, if larger than this pod's; a key within the stack's share keeps only this pod's
+-- headroom of the others, so it takes a free slot beside a flood instead of waiting for it.
+--
 -- Pure Lua over a store with ngx.shared.DICT's get/set/incr (tests/test_meter_lua.py passes a
 -- table): every worker shares the one dict, and admissions run under the meter's lock.
 local M = {}
@@ -19,14 +26,16 @@ Shares.__index = Shares
 
 --- `config`: {weights = {name = weight}, fair_share = bool, unshared = {names}}. `store`: the shared
 --- dict. An unshared key (the gate's: one request at a time, in a deploy) is admitted as it comes
---- and keeps no slot free for itself: it takes no part in the shares.
-function M.new(store, config)
+--- and keeps no slot free for itself: it takes no part in the shares. `stack`: the whole stack's
+--- slots where several front pods share them (nil: this front's are all of them).
+function M.new(store, config, stack)
   local unshared = {}
   for _, name in ipairs(config.unshared or {}) do
     unshared[name] = true
   end
   return setmetatable({
     store = store, weights = config.weights or {}, fair_share = config.fair_share ~= false, unshared = unshared,
+    stack = stack,
   }, Shares)
 end
 
@@ -36,6 +45,11 @@ end
 
 function Shares:held(name)
   return self.store:get("held:" .. name) or 0
+end
+
+--- What the other front pods hold for `name`, as of the last pull (meter_peers.sum).
+function Shares:elsewhere(name)
+  return self.store:get("peers:held:" .. name) or 0
 end
 
 --- The keys the meter shares among: every configured key, and any other that holds or asked lately.
@@ -106,10 +120,15 @@ function Shares:share(name, capacity, now)
   return math.max(1, math.floor(capacity * weight / (weight + others)))
 end
 
---- The free slots kept for an active `name` while another key is beyond its share.
-function Shares:headroom(name, capacity, now)
+--- The free slots kept for an active `name` while another key is beyond its share; `stack_wide`:
+--- for a key beyond the whole stack's share, which keeps the room the stack's share leaves `name`.
+function Shares:headroom(name, capacity, now, stack_wide)
   local held = self:held(name)
-  return math.max(0, math.min(self:share(name, capacity, now) - held, math.max(self:peak(name, now), 1)))
+  local room = self:share(name, capacity, now) - held
+  if stack_wide and self.stack then
+    room = math.max(room, self:share(name, self.stack, now) - held - self:elsewhere(name))
+  end
+  return math.max(0, math.min(room, math.max(self:peak(name, now), 1)))
 end
 
 --- Whether `weight` more slots for `name` fit now (asking makes it active).
@@ -120,11 +139,12 @@ function Shares:fits(name, weight, capacity, now)
   if capacity <= 0 or not self.fair_share or self.unshared[name] or held + weight <= self:share(name, capacity, now) then
     return true
   end
+  local beyond_stack = self.stack and held + self:elsewhere(name) + weight > self:share(name, self.stack, now)
   local busy, kept = 0, 0
   for _, other in ipairs(self:names()) do
     busy = busy + self:held(other)
     if other ~= name and self:active(other, now) then
-      kept = kept + self:headroom(other, capacity, now)
+      kept = kept + self:headroom(other, capacity, now, beyond_stack)
     end
   end
   return busy + weight + kept <= capacity
