@@ -107,26 +107,38 @@ function Shares:note_peak(name, held, now)
   end
 end
 
+--- The keys, the active ones' weights summed and which are active: what every share of one
+--- decision reads, weighed once (a share per key each weighing them was quadratic in the keys).
+function Shares:weighing(now)
+  local names, total, active = self:names(), 0, {}
+  for _, name in ipairs(names) do
+    if self:active(name, now) then
+      active[name], total = true, total + self:weight(name)
+    end
+  end
+  return names, total, active
+end
+
+local function share_of(self, name, capacity, total, active)
+  local weight = self:weight(name)
+  local others = total - (active[name] and weight or 0)
+  return math.max(1, math.floor(capacity * weight / (weight + others)))
+end
+
 --- The slots `name` is sure of now: capacity x weight / weights of the active keys (its own
 --- included), at least 1.
 function Shares:share(name, capacity, now)
-  local weight = self:weight(name)
-  local others = 0
-  for _, other in ipairs(self:names()) do
-    if other ~= name and self:active(other, now) then
-      others = others + self:weight(other)
-    end
-  end
-  return math.max(1, math.floor(capacity * weight / (weight + others)))
+  local _, total, active = self:weighing(now)
+  return share_of(self, name, capacity, total, active)
 end
 
 --- The free slots kept for an active `name` while another key is beyond its share; `stack_wide`:
 --- for a key beyond the whole stack's share, which keeps the room the stack's share leaves `name`.
-function Shares:headroom(name, capacity, now, stack_wide)
+function Shares:headroom(name, capacity, now, stack_wide, total, active)
   local held = self:held(name)
-  local room = self:share(name, capacity, now) - held
+  local room = share_of(self, name, capacity, total, active) - held
   if stack_wide and self.stack then
-    room = math.max(room, self:share(name, self.stack, now) - held - self:elsewhere(name))
+    room = math.max(room, share_of(self, name, self.stack, total, active) - held - self:elsewhere(name))
   end
   return math.max(0, math.min(room, math.max(self:peak(name, now), 1)))
 end
@@ -135,16 +147,20 @@ end
 function Shares:fits(name, weight, capacity, now)
   self.store:set("asked:" .. name, now)
   self:note_name(name)
-  local held = self:held(name)
-  if capacity <= 0 or not self.fair_share or self.unshared[name] or held + weight <= self:share(name, capacity, now) then
+  if capacity <= 0 or not self.fair_share or self.unshared[name] then
     return true
   end
-  local beyond_stack = self.stack and held + self:elsewhere(name) + weight > self:share(name, self.stack, now)
+  local names, total, active = self:weighing(now)
+  local held = self:held(name)
+  if held + weight <= share_of(self, name, capacity, total, active) then
+    return true
+  end
+  local beyond_stack = self.stack and held + self:elsewhere(name) + weight > share_of(self, name, self.stack, total, active)
   local busy, kept = 0, 0
-  for _, other in ipairs(self:names()) do
+  for _, other in ipairs(names) do
     busy = busy + self:held(other)
-    if other ~= name and self:active(other, now) then
-      kept = kept + self:headroom(other, capacity, now, beyond_stack)
+    if other ~= name and active[other] then
+      kept = kept + self:headroom(other, capacity, now, beyond_stack, total, active)
     end
   end
   return busy + weight + kept <= capacity
