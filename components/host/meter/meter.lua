@@ -55,9 +55,10 @@ local function slots_now(pods)
   return math.max(1, replicas.front_part(dict, config, serving))
 end
 
--- The fair share over this front's slots; with several front pods, over the whole stack's too.
-local function sharing()
-  return shares.new(dict, config, config.peers and slots_now() or nil)
+-- The fair share over this front's slots; `stack`: the whole stack's, where several front pods
+-- share them (an admission weighs the stack's share too).
+local function sharing(stack)
+  return shares.new(dict, config, stack)
 end
 
 --- Once per config load (init_by_lua, in the master): the shares' weights and the slots, and, on
@@ -293,8 +294,9 @@ local function admit(ctx)
       "too_many_sequences", "invalid_request_error"
   end
   -- Several front pods: this pod shares its part (a request larger than the part still fits alone).
+  local stack = config.peers and capacity or nil
   capacity = math.max(slots_now(true), shape.weight)
-  local outcome, whole = queue.wait(dict, sharing(), ctx.name, shape.weight, capacity, config.queue_seconds)
+  local outcome, whole = queue.wait(dict, sharing(stack), ctx.name, shape.weight, capacity, config.queue_seconds)
   if outcome == "stuck" then
     return nil -- the meter is stuck, not the request: pass it on
   end

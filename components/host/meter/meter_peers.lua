@@ -60,8 +60,11 @@ function M.report(dict, me, now)
   for _, key in ipairs(dict:get_keys(0)) do
     if key:find(WINDOW) then
       windows[key] = dict:get(key)
-    elseif key:find("^held:") and (dict:get(key) or 0) > 0 then
-      held[key:sub(6)] = dict:get(key)
+    elseif key:find("^held:") then
+      local slots = dict:get(key) or 0
+      if slots > 0 then
+        held[key:sub(6)] = slots
+      end
     end
   end
   local fronts = {}
