@@ -51,10 +51,7 @@ for _, asked in ipairs(given.asked) do
   end
   results[asked] = best
 end
-local file = io.open(OUT, "w")
-file:write(cjson.encode(results))
-file:close()
-os.exit(0)
+reply(results)
 """
 
 

@@ -233,17 +233,28 @@ def metered_front(
     shutil.rmtree(directory, ignore_errors=True)
 
 
+REPLY = """local function reply(answer)
+  local file = io.open(OUT, "w")
+  file:write(require("cjson").encode(answer))
+  file:close()
+  os.exit(0)
+end
+"""
+"""How a driver of ``run_in_nginx_lua`` ends: its answer, as JSON, in ``OUT``; nginx's master exits."""
+
+
 def run_in_nginx_lua(modules: Sequence[str], driver: str, given: object) -> object:
     """Run ``driver`` (Lua) in the real nginx's LuaJIT, with the meter's ``modules`` preloaded:
     ``init_by_lua`` runs it as the config loads. It reads ``given`` as JSON from the file ``IN`` and
-    writes its answer as JSON to ``OUT``, then ends the master (``os.exit(0)``). Returns the answer."""
+    ends with ``reply(answer)`` (REPLY), which writes the answer as JSON to ``OUT`` and ends the
+    master. Returns the answer."""
     directory = nginx_prefix()
     (directory / "in.json").write_text(json.dumps(given))
     preload = "".join(
         f'package.preload["{name}"] = function(...)\n{(METER_DIR / f"{name}.lua").read_text()}end\n'
         for name in modules
     )
-    paths = f'local IN, OUT = "{directory}/in.json", "{directory}/out.json"\n'
+    paths = f'local IN, OUT = "{directory}/in.json", "{directory}/out.json"\n' + REPLY
     (directory / "nginx.conf").write_text(
         "include /etc/nginx/modules-enabled/*.conf;\n"
         f"pid {directory}/nginx.pid;\nerror_log stderr;\nevents {{}}\n"

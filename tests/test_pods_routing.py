@@ -212,8 +212,7 @@ for _, step in ipairs(input.steps) do
     said[#said + 1] = keys
   end
 end
-io.open(OUT, "w"):write(cjson.encode(said))
-os.exit(0)
+reply(said)
 """
 
 
@@ -263,8 +262,7 @@ for _, case in ipairs(input) do
   end
   said[#said + 1] = rooms
 end
-io.open(OUT, "w"):write(cjson.encode(said))
-os.exit(0)
+reply(said)
 """
 
 
@@ -297,8 +295,7 @@ PARSE_DRIVER = """
 local cjson = require("cjson")
 local serving_pods = require("meter_pods")
 local written, names, address = serving_pods.parse(cjson.decode(io.open(IN):read("*a")))
-io.open(OUT, "w"):write(cjson.encode({ written = written, names = names, address = address }))
-os.exit(0)
+reply({ written = written, names = names, address = address })
 """
 
 

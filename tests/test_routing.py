@@ -40,8 +40,7 @@ for i, case in ipairs(input) do
       function(name) return case.loads[name] end, case.factor) or cjson.null
   end
 end
-io.open(OUT, "w"):write(cjson.encode(said))
-os.exit(0)
+reply(said)
 """
 
 
