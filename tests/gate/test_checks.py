@@ -104,7 +104,7 @@ def test_a_trickling_models_reply_cannot_hold_readiness_past_the_deadline(sims, 
     assert failure.step == "readiness"
     assert "not ready after 5 s" in failure.message
     assert "no complete answer within" in failure.message
-    assert 4.9 < elapsed < 5.6
+    assert 4.9 < elapsed < 6.5  # the deadline, not the trickle: that would never end
 
 
 def test_never_ready_fails_at_readiness_by_the_deadline(sims) -> None:

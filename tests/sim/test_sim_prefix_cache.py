@@ -231,7 +231,7 @@ def test_a_tiny_pool_evicts_the_oldest_conversation(start_sim) -> None:
 
 
 def test_time_to_first_token_falls_with_the_cached_tokens(start_sim) -> None:
-    rate = 5000.0
+    rate = 2500.0  # ~0.6 s alone: room for two threads' start and round trips on a loaded machine
     s = start_sim(
         args=CACHED_ARGS,
         env={"VLLM_SIM_PREFILL_TOKENS_PER_S": str(rate), "VLLM_SIM_DECODE_TOKEN_SECONDS": "0"},
@@ -257,7 +257,7 @@ def test_time_to_first_token_falls_with_the_cached_tokens(start_sim) -> None:
 def test_shared_prefill_splits_the_rate_among_the_prefills_in_progress(start_sim, shared: bool) -> None:
     """VLLM_SIM_PREFILL_SHARED=1: two ~1,500-token prefills at once take about twice as long as one
     (one engine's compute); without it each runs at the whole rate."""
-    rate = 5000.0
+    rate = 2500.0  # ~0.6 s alone: room for two threads' start and round trips on a loaded machine
     env = {"VLLM_SIM_PREFILL_TOKENS_PER_S": str(rate), "VLLM_SIM_DECODE_TOKEN_SECONDS": "0",
            "VLLM_SIM_PREFILL_SHARED": "1" if shared else "0"}  # fmt: skip
     s = start_sim(args=CACHED_ARGS, env=env)
@@ -265,7 +265,10 @@ def test_shared_prefill_splits_the_rate_among_the_prefills_in_progress(start_sim
     alone = len(token_ids(s, prompts[0])) / rate
     elapsed: list[float] = []
 
+    both_ready = threading.Barrier(2)
+
     def one(messages: list) -> None:
+        both_ready.wait(5)
         start = time.monotonic()
         chat(s, messages, max_tokens=1)
         elapsed.append(time.monotonic() - start)
