@@ -98,6 +98,22 @@ def test_counters_equal_the_usage_the_clients_received(front) -> None:
     assert all(key not in text for key in KEYS.values())
 
 
+def test_each_active_key_is_shown_its_share_of_the_slots(front) -> None:
+    """docs/front-and-alerts.md, "The fair share": each active key is sure of capacity x weight /
+    the active keys' weights. Two keys of weight 1 that both asked lately: half each, as the
+    exposition says it once a scrape."""
+    for name, key in KEYS.items():
+        front.client(key).chat.completions.create(
+            model=SERVED, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
+    text = front.meter_metrics()
+    capacity = float(re.search(r"^glm_fair_share_capacity (\S+)$", text, re.M)[1])  # type: ignore[index]
+    assert capacity >= 2
+    assert [series(text, "glm_key_share", name) for name in KEYS] == [capacity // 2] * 2, text
+    assert [series(text, "glm_key_in_flight", name) for name in KEYS] == [0, 0]
+    assert all(series(text, "glm_key_last_seen_timestamp_seconds", name) > time.time() - 60 for name in KEYS)
+
+
 def test_a_stream_that_did_not_ask_for_usage_gets_none_and_is_counted(front) -> None:
     """The meter asks vLLM for the usage of every stream, and hands the usage chunk on only to a
     client that asked for it: what the client receives is what it asked for."""

@@ -151,8 +151,20 @@ local function routing(dict, lines)
   end
 end
 
+-- The families that are one counter of the dict a key: the counter's prefix.
+local COUNTED = {
+  glm_key_prompt_tokens_total = "prompt",
+  glm_key_completion_tokens_total = "completion",
+  glm_key_cached_prompt_tokens_total = "cached",
+  glm_key_fair_share_refused_total = "refused",
+  glm_key_unmetered_total = "unmetered",
+  glm_key_last_seen_timestamp_seconds = "seen",
+}
+
 function M.exposition(dict, share, budget, capacity, now)
   local names = share:names()
+  -- Weighed once a scrape: a share per key, each weighing every key, was quadratic in the keys.
+  local shares = capacity > 0 and share:shares(capacity, now) or {}
   local statuses = {}
   for _, key in ipairs(dict:get_keys(0)) do
     local name, status = key:match("^requests:(.+):(%d+)$")
@@ -189,17 +201,12 @@ function M.exposition(dict, share, budget, capacity, now)
           lines[#lines + 1] = string.format('%s{%s,window="%s"} %d', metric, labels, window.field,
             dict:get("budget_refused:" .. name .. ":" .. window.field) or 0)
         end
+      elseif metric == "glm_key_in_flight" then
+        lines[#lines + 1] = string.format("%s{%s} %s", metric, labels, tostring(share:held(name)))
+      elseif metric == "glm_key_share" then
+        lines[#lines + 1] = string.format("%s{%s} %s", metric, labels, tostring(shares[name] or 0))
       else
-        local value = ({
-          glm_key_prompt_tokens_total = dict:get("prompt:" .. name) or 0,
-          glm_key_completion_tokens_total = dict:get("completion:" .. name) or 0,
-          glm_key_cached_prompt_tokens_total = dict:get("cached:" .. name) or 0,
-          glm_key_fair_share_refused_total = dict:get("refused:" .. name) or 0,
-          glm_key_unmetered_total = dict:get("unmetered:" .. name) or 0,
-          glm_key_in_flight = share:held(name),
-          glm_key_share = capacity > 0 and share:share(name, capacity, now) or 0,
-          glm_key_last_seen_timestamp_seconds = dict:get("seen:" .. name) or 0,
-        })[metric]
+        local value = dict:get(COUNTED[metric] .. ":" .. name) or 0
         lines[#lines + 1] = string.format("%s{%s} %s", metric, labels, tostring(value))
       end
     end

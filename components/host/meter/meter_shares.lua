@@ -132,6 +132,16 @@ function Shares:share(name, capacity, now)
   return share_of(self, name, capacity, total, active)
 end
 
+--- Every key's share of `capacity` now, the keys weighed once (the counters' glm_key_share).
+function Shares:shares(capacity, now)
+  local names, total, active = self:weighing(now)
+  local shares = {}
+  for _, name in ipairs(names) do
+    shares[name] = share_of(self, name, capacity, total, active)
+  end
+  return shares
+end
+
 --- The free slots kept for an active `name` while another key is beyond its share; `stack_wide`:
 --- for a key beyond the whole stack's share, which keeps the room the stack's share leaves `name`.
 function Shares:headroom(name, capacity, now, stack_wide, total, active)
