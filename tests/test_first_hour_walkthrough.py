@@ -359,6 +359,9 @@ def test_5_4_a_new_key_and_a_weight_read_by_name_in_the_preview(user: User) -> N
     said = weighed.stdout + weighed.stderr
     print(f"preview of the usage meter's weight bob 2 -> 3: {len(said.splitlines())} lines")
     assert re.search(r"~ bob +: 2 => 3", weighed.stdout), weighed.stdout[-3000:]
+    # And in the front's config, the meter's setting itself: one value a line, old and new.
+    assert re.search(r'^ +- +"bob": 2,?$', weighed.stdout, re.M), weighed.stdout[-3000:]
+    assert re.search(r'^ +\+ +"bob": 3,?$', weighed.stdout, re.M), weighed.stdout[-3000:]
     assert len(said.splitlines()) < 60, said
     up = user.pulumi("up", "--yes", "--skip-preview")
     assert up.returncode == 0, up.stdout[-3000:]
@@ -376,6 +379,8 @@ def test_5_4_a_new_key_and_a_weight_read_by_name_in_the_preview(user: User) -> N
     assert "[prometheus] Prometheus files only: checked with `promtool check config`" in said
     # The engine aligns a map's keys to its longest one: the spaces before ':' vary with the flags.
     assert re.search(r'~ --max-model-len +: "32768" => "16384"', said) and "--port " not in said, said
+    assert re.search(r'^ +- +"max_model_len": 32768,$', said, re.M), said
+    assert re.search(r'^ +\+ +"max_model_len": 16384,$', said, re.M), said
     # Applied: the running Prometheus has the new rule, in the same container, and nothing is left to do.
     container = f"{user.name}-prometheus"
     started = docker_inspect(container, "{{.Id}} {{.State.StartedAt}}")

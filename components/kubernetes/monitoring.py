@@ -320,7 +320,8 @@ class KubernetesScrape(pulumi.ComponentResource):
                 # One TSDB volume: the old pod goes before the new one starts.
                 "strategy": {"type": "Recreate"},
                 "template": {
-                    # A new config or rule file restarts Prometheus (the Docker stack replaces its container).
+                    # A new config or rule file restarts Prometheus, its series with it (an emptyDir); a
+                    # Docker host loads them in place (components/docker/prometheus_release.py).
                     "metadata": {"labels": selector, "annotations": {"glm53/config": digest}},
                     "spec": _prometheus_pod(args),
                 },

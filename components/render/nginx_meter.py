@@ -160,12 +160,25 @@ def lua_modules() -> str:
 
 def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
     """What ``meter.configure`` gets, as JSON: the weights by key name, the slots per replica, the
-    queue time and where the counters are kept. No key, no secret.
+    queue time and where the counters are kept. No key, no secret. One value a line, so that
+    `pulumi preview --diff` of the front's config shows which one changes (on one line, the engine
+    printed the whole line twice, cut at 150 characters, before the change).
 
-    >>> meter_settings(FrontConfig(), MeterRoute(8, state_file=None))  # doctest: +NORMALIZE_WHITESPACE
-    '{"default_limits": null, "exempt": [], "fair_share": true, "limits": {}, "max_model_len": 0,
-      "minute_seconds": 60, "queue_seconds": 10.0, "routing": null, "slots": 8, "state_file": null,
-      "unshared": [], "weights": {}}'
+    >>> print(meter_settings(FrontConfig(), MeterRoute(8, state_file=None)))
+    {
+      "default_limits": null,
+      "exempt": [],
+      "fair_share": true,
+      "limits": {},
+      "max_model_len": 0,
+      "minute_seconds": 60,
+      "queue_seconds": 10.0,
+      "routing": null,
+      "slots": 8,
+      "state_file": null,
+      "unshared": [],
+      "weights": {}
+    }
     """
     limits = {name: _limits(value) for name, value in sorted(front.usage_meter.limits.items())}
     default = front.usage_meter.default_limits
@@ -187,7 +200,7 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
         peers = {"discovery": meter.peers.discovery, "port": meter.peers.port, "drain_file": DRAIN_FILE,
                  "name": meter.peers.name, "address": meter.peers.address}  # fmt: skip
         settings["peers"] = {field: value for field, value in peers.items() if value is not None}
-    return json.dumps(settings, sort_keys=True)
+    return json.dumps(settings, sort_keys=True, indent=2)
 
 
 @dataclass(frozen=True)
@@ -217,7 +230,7 @@ def meter_conf(
         {
             "dict_size": SHARED_DICT_SIZE,
             "modules": lua_modules().rstrip("\n"),
-            "settings": settings,
+            "settings": settings.replace("\n", "\n" + " " * 8),  # under the line that decodes them
             "replicas": str(meter.replicas),
             "rotation_count": count,
         },
