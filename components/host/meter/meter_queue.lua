@@ -70,14 +70,16 @@ function M.wait(dict, share, name, weight, capacity, queue_seconds)
       return "stuck"
     end
     local now = ngx.now()
-    local admitted = false
+    local admitted, whole = false, nil
     if turn(dict, name, now, queue_seconds) == ticket then
-      admitted = share:admit(name, weight, capacity, now)
+      admitted, whole = share:admit(name, weight, capacity, now)
       if admitted then
         pass_turn(dict, name, ticket)
       end
     end
-    local whole = share:share(name, capacity, now)
+    if not admitted then -- the keys weighed once a try: a refusing admit() said the share
+      whole = whole or share:share(name, capacity, now)
+    end
     local refused = not admitted and (weight > whole or now >= deadline)
     if refused then
       give_up(dict, name, ticket, queue_seconds)

@@ -153,7 +153,8 @@ function Shares:headroom(name, capacity, now, stack_wide, total, active)
   return math.max(0, math.min(room, math.max(self:peak(name, now), 1)))
 end
 
---- Whether `weight` more slots for `name` fit now (asking makes it active).
+--- Whether `weight` more slots for `name` fit now (asking makes it active); when not, also the
+--- key's whole share now (what a request larger than it can never get).
 function Shares:fits(name, weight, capacity, now)
   self.store:set("asked:" .. name, now)
   self:note_name(name)
@@ -162,7 +163,8 @@ function Shares:fits(name, weight, capacity, now)
   end
   local names, total, active = self:weighing(now)
   local held = self:held(name)
-  if held + weight <= share_of(self, name, capacity, total, active) then
+  local whole = share_of(self, name, capacity, total, active)
+  if held + weight <= whole then
     return true
   end
   local beyond_stack = self.stack and held + self:elsewhere(name) + weight > share_of(self, name, self.stack, total, active)
@@ -173,13 +175,18 @@ function Shares:fits(name, weight, capacity, now)
       kept = kept + self:headroom(other, capacity, now, beyond_stack, total, active)
     end
   end
-  return busy + weight + kept <= capacity
+  if busy + weight + kept <= capacity then
+    return true
+  end
+  return false, whole
 end
 
---- Take `weight` slots for `name` if they fit; false otherwise (the caller waits or refuses).
+--- Take `weight` slots for `name` if they fit; false and the key's whole share otherwise (the
+--- caller waits or refuses).
 function Shares:admit(name, weight, capacity, now)
-  if not self:fits(name, weight, capacity, now) then
-    return false
+  local fits, whole = self:fits(name, weight, capacity, now)
+  if not fits then
+    return false, whole
   end
   local held = self.store:incr("held:" .. name, weight, 0)
   self:note_peak(name, held, now)
