@@ -17,7 +17,7 @@ import pytest
 
 from components.config import build_stack_config
 from tests.front_rig import SERVED
-from tests.metered_front import MeteredFront, metered_front
+from tests.metered_front import MeteredFront, metered_front, run_in_nginx_lua
 
 KEY = "sk-queue-5d1e9b3a7c2f40e8"
 CLIENTS = 64
@@ -61,3 +61,57 @@ def test_as_many_clients_as_slots_never_wait_out_the_queue(front: MeteredFront) 
     statuses, slowest, sent = asyncio.run(load(front.base))
     assert statuses == {200: sent}, (statuses, slowest)
     assert slowest < 5.0, (statuses, slowest)  # the queue time is 10 s: none waited it out
+
+
+QUEUE_DRIVER = """
+local queue = require("meter_queue")
+local clock, data = 1000, {}
+ngx.now = function() return clock end
+ngx.update_time = function() end
+ngx.sleep = function(seconds) clock = clock + seconds end
+local dict = {
+  get = function(_, key) return data[key] end,
+  set = function(_, key, value) data[key] = value end,
+  add = function(_, key, value) if data[key] ~= nil then return false end data[key] = value return true end,
+  incr = function(_, key, by, init) data[key] = (data[key] or init) + by return data[key] end,
+  delete = function(_, key) data[key] = nil end,
+}
+local free = 2
+local share = {
+  admit = function(_, name, weight) if free >= weight then free = free - weight return true end return false, 2 end,
+  share = function() return 2 end,
+}
+local function entries()
+  local found = {}
+  for key in pairs(data) do
+    if key:find("^issued:") or key:find("^abandoned:") then found[#found + 1] = key end
+  end
+  table.sort(found)
+  return found
+end
+local said = {}
+for _ = 1, 50 do -- admitted at once, each giving its slot back
+  said[#said + 1] = queue.wait(dict, share, "alice", 1, 2, 1)
+  free = free + 1
+end
+said[#said + 1] = table.concat(entries(), " ")
+free = 0
+said[#said + 1] = queue.wait(dict, share, "alice", 1, 2, 1) -- no slot: waits out its second
+said[#said + 1] = table.concat(entries(), " ")
+-- Tickets 52 and 53 behind it: one given up by its holder, one whose holder's worker died.
+data["ticket:alice"] = 53
+data["issued:alice:52"], data["abandoned:alice:52"] = clock, true
+data["issued:alice:53"] = clock - 5
+free = 1
+said[#said + 1] = queue.wait(dict, share, "alice", 1, 2, 1)
+said[#said + 1] = table.concat(entries(), " ")
+said[#said + 1] = data["turn:alice"]
+reply(said)
+"""
+
+
+def test_a_tickets_entries_leave_the_dict_once_its_turn_has_passed() -> None:
+    """The counters share the dict with each waiting request's ticket: a ticket admitted, refused,
+    given up or left by a dead worker leaves nothing behind, however many went through."""
+    said = run_in_nginx_lua(["meter_queue"], QUEUE_DRIVER, {})
+    assert said == ["admitted"] * 50 + ["", "refused", "", "admitted", "", 55], said

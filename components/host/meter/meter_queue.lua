@@ -22,6 +22,13 @@ function M.unlock(dict)
   dict:delete("lock")
 end
 
+-- A ticket's entries go once its turn has passed: only the waiting tickets' stay in the dict, which
+-- the counters share (a flood's stamps, kept their minute, had filled it towards evicting them).
+local function forget(dict, name, ticket)
+  dict:delete("issued:" .. name .. ":" .. ticket)
+  dict:delete("abandoned:" .. name .. ":" .. ticket)
+end
+
 -- The ticket whose turn it is (under the lock). A ticket given up is skipped; so is one older than
 -- any request waits (its holder's deadline passed: its worker died).
 local function turn(dict, name, now, queue_seconds)
@@ -32,6 +39,7 @@ local function turn(dict, name, now, queue_seconds)
     if not dict:get("abandoned:" .. name .. ":" .. head) and issued and now - issued <= queue_seconds + 1 then
       break
     end
+    forget(dict, name, head)
     head = head + 1
   end
   dict:set("turn:" .. name, head)
@@ -39,6 +47,7 @@ local function turn(dict, name, now, queue_seconds)
 end
 
 local function pass_turn(dict, name, ticket)
+  forget(dict, name, ticket)
   dict:set("turn:" .. name, ticket + 1)
 end
 
