@@ -12,7 +12,7 @@ OPS = scripts/ops.sh
 	k8s-build k8s-start k8s-stop test-k8s
 up:        ## local stack from scratch to a passing smoke gate; STACK=local-k8s: the same on the one-node Kubernetes; STACK=a800: pulumi up of that stack
 	@case "$(STACK)" in local) scripts/up.sh ;; local-k8s) scripts/k8s/up.sh ;; *) $(PULUMI) up -s $(STACK) ;; esac
-test:      ## lint, type check, the whole test suite (what CI runs; 21-25 min on 2 cores, stops 41-42)
+test:      ## lint, type check, the whole test suite (what CI runs; 26-27 min on 2 cores with the cluster's tests, CI of stops 55-57)
 	scripts/test.sh
 test-fast: ## lint, type check, unit, mocks, renderers on real nginx/promtool: after each change (~2 min)
 	scripts/test.sh --fast
