@@ -102,7 +102,7 @@ def test_each_active_key_is_shown_its_share_of_the_slots(front) -> None:
     """docs/front-and-alerts.md, "The fair share": each active key is sure of capacity x weight /
     the active keys' weights. Two keys of weight 1 that both asked lately: half each, as the
     exposition says it once a scrape."""
-    for name, key in KEYS.items():
+    for key in KEYS.values():
         front.client(key).chat.completions.create(
             model=SERVED, messages=[{"role": "user", "content": "hi"}], max_tokens=2
         )
