@@ -32,7 +32,9 @@ def release_conf(deployment: Deployment) -> str:
 def meter_settings(conf: str) -> dict[str, Any]:
     """What nginx.conf hands the meter's configure() (a JSON literal in a Lua long string)."""
     found = re.search(
-        r'require\("meter"\)\.configure\(require\("cjson\.safe"\)\.decode\(\[==\[(.*?)\]==\]\)\)', conf, re.DOTALL
+        r'require\("meter"\)\.configure\(require\("cjson\.safe"\)\.decode\(\[==\[(.*?)\]==\]\)\)',
+        conf,
+        re.DOTALL,
     )
     assert found, "nginx.conf does not configure the meter"
     return json.loads(found[1])
