@@ -29,12 +29,7 @@ local counters = require("meter_counters")
 local input = cjson.decode(io.open(IN):read("*a"))
 local function scrapes(keys, count)
   local data = {}
-  local store = {
-    get = function(_, key) return data[key] end,
-    set = function(_, key, value) data[key] = value end,
-    incr = function(_, key, by, init) data[key] = (data[key] or init) + by; return data[key] end,
-    get_keys = function() local all = {} for key in pairs(data) do all[#all + 1] = key end return all end,
-  }
+  local store = table_dict(data)
   local weights, limits = {}, {}
   for i = 1, keys do
     local name = "key" .. i

@@ -25,11 +25,7 @@ local shares = require("meter_shares")
 local input = cjson.decode(io.open(IN):read("*a"))
 local function decisions(keys, stack, count)
   local data = {}
-  local store = {
-    get = function(_, key) return data[key] end,
-    set = function(_, key, value) data[key] = value end,
-    incr = function(_, key, by, init) data[key] = (data[key] or init) + by; return data[key] end,
-  }
+  local store = table_dict(data)
   local weights = {}
   for i = 1, keys do weights["key" .. i] = 1 end
   local capacity = 4 * keys

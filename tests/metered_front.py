@@ -242,19 +242,37 @@ end
 """
 """How a driver of ``run_in_nginx_lua`` ends: its answer, as JSON, in ``OUT``; nginx's master exits."""
 
+TABLE_DICT = """local function table_dict(data)
+  return {
+    get = function(_, key) return data[key] end,
+    set = function(_, key, value) data[key] = value end,
+    add = function(_, key, value) if data[key] ~= nil then return false end data[key] = value return true end,
+    incr = function(_, key, by, init) data[key] = (data[key] or init) + by return data[key] end,
+    delete = function(_, key) data[key] = nil end,
+    get_keys = function()
+      local keys = {}
+      for key in pairs(data) do keys[#keys + 1] = key end
+      return keys
+    end,
+  }
+end
+"""
+"""``table_dict(data)`` in every driver: ngx.shared.DICT's methods the meter calls, over the Lua table
+``data`` (which the driver may read and set directly); expiry times are ignored."""
+
 
 def run_in_nginx_lua(modules: Sequence[str], driver: str, given: object) -> object:
     """Run ``driver`` (Lua) in the real nginx's LuaJIT, with the meter's ``modules`` preloaded:
     ``init_by_lua`` runs it as the config loads. It reads ``given`` as JSON from the file ``IN`` and
     ends with ``reply(answer)`` (REPLY), which writes the answer as JSON to ``OUT`` and ends the
-    master. Returns the answer."""
+    master; ``table_dict(data)`` (TABLE_DICT) stands in for the shared dict. Returns the answer."""
     directory = nginx_prefix()
     (directory / "in.json").write_text(json.dumps(given))
     preload = "".join(
         f'package.preload["{name}"] = function(...)\n{(METER_DIR / f"{name}.lua").read_text()}end\n'
         for name in modules
     )
-    paths = f'local IN, OUT = "{directory}/in.json", "{directory}/out.json"\n' + REPLY
+    paths = f'local IN, OUT = "{directory}/in.json", "{directory}/out.json"\n' + REPLY + TABLE_DICT
     (directory / "nginx.conf").write_text(
         "include /etc/nginx/modules-enabled/*.conf;\n"
         f"pid {directory}/nginx.pid;\nerror_log stderr;\nevents {{}}\n"

@@ -27,11 +27,7 @@ DRIVER = """
 local cjson = require("cjson")
 local budgets = require("meter_budget")
 local input = cjson.decode(io.open(IN):read("*a"))
-local data = {}
-local store = {
-  get = function(_, key) return data[key] end,
-  incr = function(_, key, by, init) data[key] = (data[key] or init) + by; return data[key] end,
-}
+local store = table_dict({})
 local budget = budgets.new(store, input.config)
 local said, held = {}, {}
 for i, step in ipairs(input.steps) do

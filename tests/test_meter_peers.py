@@ -135,20 +135,7 @@ def test_a_gone_front_still_counts_for_the_rest_of_its_window_and_the_survivor_t
 HELD_DRIVER = """
 local cjson = require("cjson")
 local peers = require("meter_peers")
-local function new_dict()
-  local data = {}
-  return {
-    get = function(_, key) return data[key] end,
-    set = function(_, key, value) data[key] = value end,
-    get_keys = function()
-      local keys = {}
-      for key in pairs(data) do keys[#keys + 1] = key end
-      table.sort(keys)
-      return keys
-    end,
-  }
-end
-local a, b = new_dict(), new_dict()
+local a, b = table_dict({}), table_dict({})
 local front_a, front_b = { name = "front-a", address = "10.0.0.1:8080" }, { name = "front-b" }
 a:set("held:bob", 2)
 a:set("held:alice", 0)

@@ -69,13 +69,7 @@ local clock, data = 1000, {}
 ngx.now = function() return clock end
 ngx.update_time = function() end
 ngx.sleep = function(seconds) clock = clock + seconds end
-local dict = {
-  get = function(_, key) return data[key] end,
-  set = function(_, key, value) data[key] = value end,
-  add = function(_, key, value) if data[key] ~= nil then return false end data[key] = value return true end,
-  incr = function(_, key, by, init) data[key] = (data[key] or init) + by return data[key] end,
-  delete = function(_, key) data[key] = nil end,
-}
+local dict = table_dict(data)
 local free = 2
 local share = {
   admit = function(_, name, weight) if free >= weight then free = free - weight return true end return false, 2 end,

@@ -22,12 +22,7 @@ DRIVER = """
 local cjson = require("cjson")
 local shares = require("meter_shares")
 local input = cjson.decode(io.open(IN):read("*a"))
-local data = {}
-local store = {
-  get = function(_, key) return data[key] end,
-  set = function(_, key, value) data[key] = value end,
-  incr = function(_, key, by, init) data[key] = (data[key] or init) + by; return data[key] end,
-}
+local store = table_dict({})
 local config = input.config
 local share = shares.new(store, config, config.stack)
 local capacity = config.capacity
