@@ -182,14 +182,15 @@ SYSTEM = " ".join(f"rule{i}" for i in range(60))
 """A system prompt every chat shares (four blocks of 16 tokens): the engines' prefix caches hit it."""
 
 
-def _traffic(base: str) -> tuple[dict[str, int], int]:
-    """A few plain and streamed chats from each key; the completion tokens each key received, and the
-    cached prompt tokens the answers reported (usage.prompt_tokens_details)."""
+def _traffic(base: str, requests: range) -> tuple[dict[str, int], int]:
+    """Plain and streamed chats from each key (even ``requests`` plain, odd streamed); the completion
+    tokens each key received, and the cached prompt tokens the answers reported
+    (usage.prompt_tokens_details)."""
     received, cached = {}, 0
     for name, key in KEYS.items():
         client = openai.OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=0, timeout=30)
         received[name] = 0
-        for i in range(TRAFFIC):
+        for i in requests:
             messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Count to {i}."}]
             if i % 2:
                 stream = client.chat.completions.create(
@@ -232,7 +233,13 @@ def test_every_panel_shows_data_in_a_real_browser_with_no_console_error(tmp_path
         ]  # fmt: skip
         stack.enter_context(page_prometheus(tmp_path / "prometheus", scrape, port=prometheus_port))
         _wait_for(prometheus_port, "count(up == 1)", 5)  # every target scraped once before the traffic
-        received, cached = _traffic(base)
+        # A key's series begins at the scrape after its first request, and rate() sees only what
+        # grows after that: the rest of the traffic waits for that scrape, or the hit rate, a rate
+        # of these counters, can find nothing grew (CI: every key's requests fell between two scrapes).
+        received, cached = _traffic(base, range(1))
+        _wait_for(prometheus_port, "count(glm_key_prompt_tokens_total)", len(KEYS))
+        more, more_cached = _traffic(base, range(1, TRAFFIC))
+        received, cached = {name: received[name] + more[name] for name in KEYS}, cached + more_cached
         _wait_for(prometheus_port, "sum(glm_key_requests_total)", 2 * TRAFFIC)
         # The meter counted the cached tokens the answers reported: the page's hit rate comes from it.
         assert cached > 0
