@@ -441,6 +441,7 @@ def test_a_front_pod_deleted_under_load_drops_nothing_and_the_counters_add_up(k8
     key's answers (every front pod's series, the deleted one's final scrape included) is what the
     clients got."""
     from components.render.nginx_meter import METRICS_PATH
+    from components.render.usage_queries import whole
     from tests.multihost import LoadLoop
     from tests.multihost_keys import API_KEY as LOAD_KEY
 
@@ -459,6 +460,9 @@ def test_a_front_pod_deleted_under_load_drops_nothing_and_the_counters_add_up(k8
         assert time.monotonic() < deadline, "Prometheus has not scraped the front pods in 30 s"
         time.sleep(1)
     before = prometheus(f"sum({answered})")
+    # The usage table's count (components/render/usage_queries.py): the pods' own and inherited series.
+    table = "sum(" + whole("requests_total", ',client="load",status="200"') + ")"
+    table_before = prometheus(table)
     started = time.monotonic()
     victim = fronts[0]["metadata"]["name"]
     with LoadLoop(FRONT_URL, LOAD_KEY) as load:
@@ -483,11 +487,14 @@ def test_a_front_pod_deleted_under_load_drops_nothing_and_the_counters_add_up(k8
     window = math.ceil(time.monotonic() - started) + 10
     counted = prometheus(f"sum(max_over_time({answered}[{window}s]))") - before
     REPORT["front_pod_deleted"]["meter_counted"] = counted
-    # What the usage table (its instant sum: components/render/usage_queries.py) shows of it now: the
-    # deleted pod's series are stale (docs/scaling.md, "Usage, exact across pods"). Printed only.
-    REPORT["front_pod_deleted"]["usage_table_counts"] = prometheus(f"sum({answered})") - before
+    # What the usage table shows of it now: the deleted pod's series are stale, and the pod that took
+    # its counts as it left shows them (docs/scaling.md, "Usage, exact across pods"); its own series
+    # alone (before the handoff, 2026-12-06: 149 of 365) are printed beside it.
+    REPORT["front_pod_deleted"]["usage_table_counts"] = prometheus(table) - table_before
+    REPORT["front_pod_deleted"]["own_series_counts"] = prometheus(f"sum({answered})") - before
     got_200 = load.answered + len(load.wrong) + load.cut_streams
     assert counted == got_200, (counted, got_200, figures)
+    assert REPORT["front_pod_deleted"]["usage_table_counts"] == got_200, REPORT["front_pod_deleted"]
 
 
 def test_a_front_change_rolls_its_pods_under_load_dropping_nothing(

@@ -52,6 +52,8 @@ FRONT_QUIT = one_line_script(
 """The front's preStop: out of its Service first, then nginx's graceful quit (SIGTERM is a fast one)."""
 METER_DRAIN_SECONDS = 40
 """How long a metered front pod's preStop waits for its last request before the final scrape."""
+HANDOFF_SECONDS = 5
+"""How long it then waits for the meter to hand its counts to a pod that stays (meter_handoff.lua)."""
 ROUTES_DIR = "/run/glm53-routes"
 """Where a metered front pod's ``routes`` lister writes the serving pods, and nginx reads them."""
 ROUTES_FILE = f"{ROUTES_DIR}/pods"
@@ -70,6 +72,7 @@ def metered_quit(scrape_seconds: int) -> str:
     return one_line_script("nginx-quit-metered.sh", values={
         "PAUSE_SECONDS": str(FRONT_DRAIN_SECONDS), "DRAIN_FILE": DRAIN_FILE,
         "DRAIN_SECONDS": str(METER_DRAIN_SECONDS), "SCRAPE_SECONDS": str(scrape_seconds),
+        "HANDOFF_SECONDS": str(HANDOFF_SECONDS),
         "CONF": f"{FRONT_DIR}/{CONF_FILE}",
     })  # fmt: skip
 
@@ -319,7 +322,11 @@ def _front_pod(args: KubernetesFrontArgs, selector: dict[str, str]) -> dict[str,
             {"name": "routes-script", "configMap": {"name": "glm53-front-routes"}},
             API_TOKEN[0],
         ]
-    grace = FRONT_DRAIN_SECONDS + METER_DRAIN_SECONDS + args.scrape_seconds + 20 if metered else 60
+    grace = (
+        FRONT_DRAIN_SECONDS + METER_DRAIN_SECONDS + args.scrape_seconds + HANDOFF_SECONDS + 20
+        if metered
+        else 60
+    )
     return restricted({
         "terminationGracePeriodSeconds": grace,
         # One pod per node where there are several: a node lost takes one door, not all.

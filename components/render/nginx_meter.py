@@ -30,6 +30,7 @@ LUA_MODULES = (
     "meter_budget",
     "meter_counters",
     "meter_peers",
+    "meter_handoff",
     "meter_route",
     "meter_pods",
     "meter_replicas",
@@ -54,8 +55,11 @@ decoded whole); larger ones are scanned from nginx's temporary file (meter_reque
 
 PEERS_PATH = "/meter/peers"
 """Where a front pod tells the others what each key used (meter_peers.lua), on the status port."""
+INHERIT_PATH = "/meter/inherit"
+"""Where a front pod takes a leaving one's counts (meter_handoff.lua), on the status port."""
 DRAIN_FILE = "/tmp/glm53-front.draining"
-"""A front pod's preStop writes it; the meter answers with ``<it>.done`` once nothing is in flight."""
+"""A front pod's preStop writes it; the meter answers with ``<it>.done`` once nothing is in flight,
+then hands the pod's counts to another at ``<it>.handoff`` (``<it>.handoff.done``: what happened)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class MeterPeers:
     """This pod's name and address: read from /etc/hostname and /etc/hosts when None (a pod); set
     by a harness running two fronts on one machine."""
     address: str | None = None
+    drain_file: str = DRAIN_FILE
+    """Where the preStop says the pod is leaving: one a front for a harness's two on one machine."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +203,7 @@ def meter_settings(front: FrontConfig, meter: MeterRoute) -> str:
         "weights": dict(sorted(front.usage_meter.weights.items())),
     }
     if meter.peers is not None:
-        peers = {"discovery": meter.peers.discovery, "port": meter.peers.port, "drain_file": DRAIN_FILE,
+        peers = {"discovery": meter.peers.discovery, "port": meter.peers.port, "drain_file": meter.peers.drain_file,
                  "name": meter.peers.name, "address": meter.peers.address}  # fmt: skip
         settings["peers"] = {field: value for field, value in peers.items() if value is not None}
     return json.dumps(settings, sort_keys=True, indent=2)
@@ -258,5 +264,5 @@ def meter_conf(
     )
     metrics = render_file("nginx-meter-metrics.conf", {"path": METRICS_PATH})
     if meter.peers is not None:
-        metrics += render_file("nginx-meter-peers.conf", {"path": PEERS_PATH})
+        metrics += render_file("nginx-meter-peers.conf", {"path": PEERS_PATH, "inherit_path": INHERIT_PATH})
     return MeterConf(http, located, metrics)

@@ -7,13 +7,27 @@ from __future__ import annotations
 
 WINDOW = "1h"
 """The latency quantiles are over the last hour."""
+
+
+def whole(counter: str, matchers: str = "") -> str:
+    """Each key's ``glm_key_<counter>`` as it is now, with what front pods that left handed on
+    (``glm_key_inherited_<counter>``, components/host/meter/meter_handoff.lua): the totals of a
+    table, never a rate (the inherited series jump by a whole pod's history at once).
+
+    >>> whole("prompt_tokens_total")
+    'sum by (client) ({__name__=~"glm_key_prompt_tokens_total|glm_key_inherited_prompt_tokens_total"})'
+    """
+    names = f"glm_key_{counter}|glm_key_inherited_{counter}"
+    return f'sum by (client) ({{__name__=~"{names}"{matchers}}})'
+
+
 QUERIES = {
-    "requests": "sum by (client) (glm_key_requests_total)",
-    "errors": 'sum by (client) (glm_key_requests_total{status=~"[45]..|0"})',
-    "tokens in": "sum by (client) (glm_key_prompt_tokens_total)",
+    "requests": whole("requests_total"),
+    "errors": whole("requests_total", ',status=~"[45]..|0"'),
+    "tokens in": whole("prompt_tokens_total"),
     # Of the tokens in, those the engine found in its prefix cache (usage's cached_tokens).
-    "cached in": "sum by (client) (glm_key_cached_prompt_tokens_total)",
-    "tokens out": "sum by (client) (glm_key_completion_tokens_total)",
+    "cached in": whole("cached_prompt_tokens_total"),
+    "tokens out": whole("completion_tokens_total"),
     **{
         f"{what} p{q}": f"histogram_quantile(0.{q}, sum by (client, le) (rate(glm_key_{series}_bucket[{WINDOW}])))"
         for what, series in (("ttft", "time_to_first_token_seconds"), ("total", "request_duration_seconds"))

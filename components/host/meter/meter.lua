@@ -24,6 +24,7 @@ local shares = require("meter_shares")
 local budgets = require("meter_budget")
 local counters = require("meter_counters")
 local peers = require("meter_peers")
+local handoff = require("meter_handoff")
 local route = require("meter_route")
 local serving_pods = require("meter_pods")
 local queue = require("meter_queue")
@@ -108,16 +109,24 @@ local function reclaim_dead_workers()
   queue.unlock(dict)
 end
 
--- Draining (the pod's preStop wrote config.peers.drain_file): once no request is in flight, say so
--- (drain_file .. ".done"), so the preStop lets the stack's Prometheus read the final counts before
--- nginx quits (components/kubernetes/front.py).
+local function exists(path)
+  local file = path and io.open(path, "r")
+  if file then
+    file:close()
+  end
+  return file ~= nil
+end
+
+-- Draining (the pod's preStop wrote config.peers.drain_file): the pod is leaving (no pod hands it
+-- its counts now), and once no request is in flight it says so (drain_file .. ".done"), so the
+-- preStop lets the stack's Prometheus read the final counts before nginx quits
+-- (components/kubernetes/front.py).
 local function drain_done()
   local marker = config.peers.drain_file
-  local asked = marker and io.open(marker, "r")
-  if not asked then
+  if not exists(marker) then
     return
   end
-  asked:close()
+  dict:set("leaving", true)
   for _, key in ipairs(dict:get_keys(0)) do
     if key:find("^flight:") then
       return
@@ -126,6 +135,22 @@ local function drain_done()
   local done = io.open(marker .. ".done", "w")
   if done then
     done:close()
+  end
+end
+
+-- Then, its final counts scraped, the preStop asks (drain_file .. ".handoff") that they go to a pod
+-- that stays (meter_handoff), once, and waits for the answer (".handoff.done", what happened).
+local function hand_off()
+  local marker = config.peers.drain_file .. ".handoff"
+  if not exists(marker) or not dict:add("handing_off", true) then
+    return
+  end
+  local done, said = handoff.hand_off(dict, config.me, peers.heirs(dict))
+  ngx.log(done and ngx.NOTICE or ngx.ERR, "usage meter: ", config.me.name, " ", said)
+  local file = io.open(marker .. ".done", "w")
+  if file then
+    file:write(said, "\n")
+    file:close()
   end
 end
 
@@ -166,6 +191,7 @@ function M.init_worker()
         ngx.log(ngx.ERR, "usage meter: reading the other front pods failed: ", tostring(result))
       end
       drain_done()
+      hand_off()
     end)
   end
 end
@@ -489,6 +515,28 @@ end
 function M.peers()
   ngx.header["Content-Type"] = "application/json"
   ngx.print(peers.report(dict, config.me, ngx.now()))
+end
+
+--- A leaving front pod's counts (meter_handoff), from a pod alive only; refused while this one is
+--- leaving itself (the sender tries another).
+function M.inherit()
+  if not peers.is_peer(dict, ngx.var.remote_addr) then
+    return ngx.exit(ngx.HTTP_FORBIDDEN)
+  end
+  if dict:get("leaving") then
+    return ngx.exit(ngx.HTTP_CONFLICT)
+  end
+  ngx.req.read_body()
+  local sent = cjson.decode(ngx.req.get_body_data() or "")
+  local ok, said = handoff.inherit(dict, type(sent) == "table" and sent.from, type(sent) == "table" and sent.totals,
+    function(name)
+      sharing():note_name(name)
+    end)
+  ngx.log(ok and ngx.NOTICE or ngx.ERR, "usage meter: ", said)
+  if not ok then
+    return ngx.exit(ngx.HTTP_BAD_REQUEST)
+  end
+  ngx.say(said)
 end
 
 function M.metrics()

@@ -9,7 +9,7 @@ M.TTFT_BUCKETS = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 
 M.DURATION_BUCKETS = { 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 60.0, 120.0, 240.0, 480.0, 960.0 }
 local KEPT = {
   "requests", "prompt", "completion", "cached", "refused", "seen", "ttft", "duration", "unmetered", "budget_day",
-  "budget_refused",
+  "budget_refused", "inherited_requests", "inherited_prompt", "inherited_completion", "inherited_cached",
 }
 -- The counters a restart keeps (slots held, recent activity and the minute budgets start again).
 
@@ -151,6 +151,44 @@ local function routing(dict, lines)
   end
 end
 
+-- What the pod inherited from front pods that left (meter_handoff.lua): the usage table adds these
+-- to the pods' own; rates must not (they jump by a whole pod's history at once). Shown only where
+-- a key has some: a Docker front never does.
+local INHERITED = {
+  { "glm_key_inherited_requests_total", "requests",
+    "Requests that front pods which left counted, by API key name and status (their last counts)." },
+  { "glm_key_inherited_prompt_tokens_total", "prompt", "Prompt tokens that front pods which left counted." },
+  { "glm_key_inherited_completion_tokens_total", "completion",
+    "Completion tokens that front pods which left counted." },
+  { "glm_key_inherited_cached_prompt_tokens_total", "cached",
+    "Cached prompt tokens that front pods which left counted." },
+}
+
+local function inherited(dict, lines, keys)
+  if #keys == 0 then
+    return
+  end
+  table.sort(keys)
+  for _, family in ipairs(INHERITED) do
+    local metric, prefix = family[1], "inherited_" .. family[2] .. ":"
+    lines[#lines + 1] = "# HELP " .. metric .. " " .. family[3]
+    lines[#lines + 1] = "# TYPE " .. metric .. " counter"
+    for _, key in ipairs(keys) do
+      if key:sub(1, #prefix) == prefix then
+        local rest = key:sub(#prefix + 1)
+        local name, status = rest, nil
+        if family[2] == "requests" then
+          name, status = rest:match("^(.+):(%d+)$")
+        end
+        if name then
+          lines[#lines + 1] = string.format("%s{%s%s} %s", metric, 'client="' .. escape_label(name) .. '"',
+            status and (',status="' .. status .. '"') or "", tostring(dict:get(key) or 0))
+        end
+      end
+    end
+  end
+end
+
 -- The families that are one counter of the dict a key: the counter's prefix.
 local COUNTED = {
   glm_key_prompt_tokens_total = "prompt",
@@ -165,12 +203,14 @@ function M.exposition(dict, share, budget, capacity, now)
   local names = share:names()
   -- Weighed once a scrape: a share per key, each weighing every key, was quadratic in the keys.
   local shares = capacity > 0 and share:shares(capacity, now) or {}
-  local statuses = {}
+  local statuses, inheritances = {}, {}
   for _, key in ipairs(dict:get_keys(0)) do
     local name, status = key:match("^requests:(.+):(%d+)$")
     if name then
       statuses[name] = statuses[name] or {}
       table.insert(statuses[name], tonumber(status))
+    elseif key:find("^inherited_") then
+      inheritances[#inheritances + 1] = key
     end
   end
   local lines = { "# HELP glm_fair_share_capacity The engine's slots the keys share now.",
@@ -211,6 +251,7 @@ function M.exposition(dict, share, budget, capacity, now)
       end
     end
   end
+  inherited(dict, lines, inheritances)
   routing(dict, lines)
   return table.concat(lines, "\n") .. "\n"
 end

@@ -54,7 +54,8 @@ local function origins(dict)
   return cjson.decode(dict:get("peer_origins") or "[]") or {}
 end
 
---- What this pod tells the others: itself (version, address, its windows) and every pod it knows.
+--- What this pod tells the others: itself (version, address, its windows, whether it is leaving:
+--- its preStop began, dict "leaving") and every pod it knows.
 function M.report(dict, me, now)
   local windows, held = {}, {}
   for _, key in ipairs(dict:get_keys(0)) do
@@ -71,7 +72,10 @@ function M.report(dict, me, now)
   for _, origin in ipairs(origins(dict)) do
     fronts[origin] = cjson.decode(dict:get("peer:" .. origin) or "null") or nil
   end
-  fronts[me.name] = { v = math.floor(now * 1000), address = me.address, windows = windows, held = held }
+  fronts[me.name] = {
+    v = math.floor(now * 1000), address = me.address, windows = windows, held = held,
+    leaving = dict:get("leaving") or nil,
+  }
   return cjson.encode({ origin = me.name, fronts = fronts })
 end
 
@@ -158,6 +162,30 @@ function M.alive(dict, my_name)
     end
   end
   return count, place
+end
+
+--- The pods a leaving pod may hand its counts to (meter_handoff): alive, not leaving, by name.
+function M.heirs(dict)
+  local heirs = {}
+  for _, origin in ipairs(origins(dict)) do
+    local entry = cjson.decode(dict:get("peer:" .. origin) or "null")
+    local address = dict:get("peer_addr:" .. origin)
+    if dict:get("peer_live:" .. origin) and address and type(entry) == "table" and not entry.leaving then
+      heirs[#heirs + 1] = { name = origin, address = address }
+    end
+  end
+  return heirs
+end
+
+--- Whether `ip` is the address of a front pod alive (what may hand this pod its counts).
+function M.is_peer(dict, ip)
+  for _, origin in ipairs(origins(dict)) do
+    local address = dict:get("peer_live:" .. origin) and dict:get("peer_addr:" .. origin)
+    if address and address:match("^(.+):%d+$") == ip then
+      return true
+    end
+  end
+  return false
 end
 
 local function fetch(address)

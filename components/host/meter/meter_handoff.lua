@@ -1,0 +1,145 @@
+-- A leaving front pod's counts, handed to a front pod that stays (Kubernetes; docs/scaling.md
+-- "Usage, exact across pods"). Each pod's counters are its own series, and a pod that left has
+-- none now: the usage table, which sums the series as they are now, would lose all it counted.
+-- So once its last request is done and scraped (its preStop, components/kubernetes/front.py), a
+-- leaving pod sends its totals (what it counted and what it inherited) to one pod alive that is
+-- not leaving. That pod keeps them apart from its own counts ("inherited_<counter>:") and shows
+-- them as glm_key_inherited_*: the usage table adds them (components/render/usage_queries.py);
+-- rates read the pods' own series only, since the inherited ones jump by a whole pod's history.
+--
+-- Once: the heir remembers who it inherited from, so a second send is not a second count. A send
+-- whose answer never came may have counted: it is not sent again elsewhere, and the log says so.
+local cjson = require("cjson.safe")
+
+local M = {}
+
+M.PATH = "/meter/inherit"
+M.COUNTERS = { "prompt", "completion", "cached" }
+-- The token counters the usage table shows; beside them, the requests by status and the last seen.
+local TIMEOUT_MS = 1000
+local REMEMBERED_SECONDS = 3600
+-- How long an heir remembers a pod it inherited from (a send is retried within seconds).
+
+local function counter_of(family)
+  for _, counter in ipairs(M.COUNTERS) do
+    if family == counter then
+      return counter
+    end
+  end
+  return nil
+end
+
+--- What this pod would hand over now, by key name: `requests` by status, each token counter, and
+--- `seen` (the last request's time), its own counts and those it inherited added.
+function M.totals(dict)
+  local totals = {}
+  local function of(name)
+    totals[name] = totals[name] or { requests = {} }
+    return totals[name]
+  end
+  for _, key in ipairs(dict:get_keys(0)) do
+    local family, rest = key:match("^([%a_]+):(.+)$")
+    local own = family and (family:gsub("^inherited_", ""))
+    local value = family and dict:get(key) or 0
+    if own == "requests" then
+      local name, status = rest:match("^(.+):(%d+)$")
+      if name then
+        local requests = of(name).requests
+        requests[status] = (requests[status] or 0) + value
+      end
+    elseif counter_of(own) then
+      local entry = of(rest)
+      entry[own] = (entry[own] or 0) + value
+    elseif family == "seen" then
+      local entry = of(rest)
+      entry.seen = math.max(entry.seen or 0, value)
+    end
+  end
+  return totals
+end
+
+--- A leaving pod's `totals` (M.totals of `from`), kept apart from this pod's own counts. `note_name`:
+--- how the meter learns a key name it has not seen (meter_shares.note_name), so its series show.
+--- Returns whether they are counted now and what happened.
+function M.inherit(dict, from, totals, note_name)
+  if type(from) ~= "string" or from == "" or type(totals) ~= "table" then
+    return false, "not a handoff"
+  end
+  if dict:get("handed_from:" .. from) then
+    return true, "already inherited from " .. from
+  end
+  local names = 0
+  for name, entry in pairs(totals) do
+    if type(name) == "string" and name ~= "" and type(entry) == "table" then
+      for status, count in pairs(type(entry.requests) == "table" and entry.requests or {}) do
+        if tostring(status):match("^%d+$") and tonumber(count) then
+          dict:incr("inherited_requests:" .. name .. ":" .. status, tonumber(count), 0)
+        end
+      end
+      for _, counter in ipairs(M.COUNTERS) do
+        if tonumber(entry[counter]) then
+          dict:incr("inherited_" .. counter .. ":" .. name, tonumber(entry[counter]), 0)
+        end
+      end
+      if tonumber(entry.seen) and tonumber(entry.seen) > (dict:get("seen:" .. name) or 0) then
+        dict:set("seen:" .. name, tonumber(entry.seen))
+      end
+      note_name(name)
+      names = names + 1
+    end
+  end
+  dict:set("handed_from:" .. from, true, REMEMBERED_SECONDS)
+  return true, string.format("inherited %d keys' counts from %s", names, from)
+end
+
+-- One send: the heir's HTTP status, or nil with why and whether the heir may have counted it.
+local function post(address, body)
+  local host, port = address:match("^(.+):(%d+)$")
+  if not host then
+    return nil, "no address", false
+  end
+  local socket = ngx.socket.tcp()
+  socket:settimeout(TIMEOUT_MS)
+  local ok, err = socket:connect(host, tonumber(port))
+  if not ok then
+    return nil, "cannot connect: " .. tostring(err), false
+  end
+  ok, err = socket:send(table.concat({
+    "POST ", M.PATH, " HTTP/1.0\r\nHost: glm53-front-peers\r\nContent-Type: application/json\r\n",
+    "Content-Length: ", #body, "\r\n\r\n", body,
+  }))
+  if not ok then -- a body cut short is never read whole: not counted
+    socket:close()
+    return nil, "cannot send: " .. tostring(err), false
+  end
+  local response
+  response, err = socket:receive("*a")
+  socket:close()
+  if not response then
+    return nil, "no answer: " .. tostring(err), true
+  end
+  return tonumber(response:match("^HTTP/%d%.%d (%d+)")), nil, false
+end
+
+--- Hands this pod's totals to the first of `heirs` ({name, address}: meter_peers.heirs) that takes
+--- them. Returns whether one did and what happened, for the log.
+function M.hand_off(dict, me, heirs)
+  local body = cjson.encode({ from = me.name, totals = M.totals(dict) })
+  local tried = {}
+  for _, heir in ipairs(heirs) do
+    local status, err, maybe = post(heir.address, body)
+    if status == 200 then
+      return true, "handed its counts to " .. heir.name
+    end
+    if maybe then
+      return false, heir.name .. " may or may not have counted them (" .. err .. "): not sent again"
+    end
+    tried[#tried + 1] = heir.name .. " (" .. (err or ("HTTP " .. tostring(status))) .. ")"
+  end
+  if #tried == 0 then
+    return false, "no front pod alive that is not leaving: the usage table loses this pod's counts"
+  end
+  return false, "no front pod took them: " .. table.concat(tried, ", ")
+end
+
+return M
