@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from components.config import build_stack_config
-from components.render.nginx_meter import METRICS_PATH, MeterPeers
+from components.render.nginx_meter import INHERIT_PATH, METRICS_PATH, MeterPeers
 from components.render.usage_queries import QUERIES
 from tests.engine import free_port
 from tests.metered_front import MeteredFront, metered_front, run_in_nginx_lua
@@ -162,6 +162,13 @@ def counted(status_port: int) -> dict[str, float]:
     return found
 
 
+def inherit(status_port: int, sent: dict, source: str = "127.0.0.1") -> int:
+    """The status of a handoff sent from ``source`` (another loopback address is no front's)."""
+    transport = httpx.HTTPTransport(local_address=source)
+    with httpx.Client(transport=transport, timeout=10) as client:
+        return client.post(f"http://127.0.0.1:{status_port}{INHERIT_PATH}", json=sent).status_code
+
+
 def leave(front_dir: Path) -> str:
     """What the preStop does once the pod's final counts are scraped: ask for the handoff and read
     what happened (components/host/templates/nginx-quit-metered.sh)."""
@@ -174,14 +181,19 @@ def leave(front_dir: Path) -> str:
 
 def test_a_leaving_front_hands_its_counts_to_the_front_that_stays() -> None:
     with fronts_leaving() as (a, b, dirs):
+        assert a.status_port is not None and b.status_port is not None
         assert [ask(a) for _ in range(5)] + [ask(a, "bob") for _ in range(2)] == [200] * 7
         assert [ask(b) for _ in range(3)] == [200] * 3
         time.sleep(4 * PULL_SECONDS)  # each front has heard from the other lately
+        # Counts come only from a front pod's address (both are 127.0.0.1 here), and whole.
+        assert inherit(b.status_port, {"from": "x", "totals": {"alice": {"prompt": 9}}}, "127.0.0.2") == 403
+        assert inherit(b.status_port, {"from": "x"}) == 400
         said = leave(dirs["a"])
         assert said.strip() == "handed its counts to front-b", said
         # Front b's table is the stack's: its own 3 and front a's 5 of alice's, front a's 2 of bob's.
-        assert b.status_port is not None
         assert counted(b.status_port) == {"alice": 3 + 5, "bob": 2}
+        # A leaving front takes none.
+        assert inherit(a.status_port, {"from": "x", "totals": {"alice": {"prompt": 9}}}) == 409
         # A second ask is no second count; a pod that is leaving takes no counts and is no heir.
         (dirs["a"] / "draining.handoff.done").unlink()
         time.sleep(4 * PULL_SECONDS)

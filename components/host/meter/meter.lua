@@ -521,10 +521,10 @@ end
 --- leaving itself (the sender tries another).
 function M.inherit()
   if not peers.is_peer(dict, ngx.var.remote_addr) then
-    return ngx.exit(ngx.HTTP_FORBIDDEN)
+    return ngx.exit(403)
   end
   if dict:get("leaving") then
-    return ngx.exit(ngx.HTTP_CONFLICT)
+    return ngx.exit(409)
   end
   ngx.req.read_body()
   local sent = cjson.decode(ngx.req.get_body_data() or "")
@@ -534,7 +534,7 @@ function M.inherit()
     end)
   ngx.log(ok and ngx.NOTICE or ngx.ERR, "usage meter: ", said)
   if not ok then
-    return ngx.exit(ngx.HTTP_BAD_REQUEST)
+    return ngx.exit(400)
   end
   ngx.say(said)
 end
