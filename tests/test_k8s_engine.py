@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 from benchmarks import fair_share
+from components.render.usage_queries import whole
 from tests.engine import PROJECT, PulumiProject
 from tests.k8s_cluster import (
     API_KEY,
@@ -425,6 +426,22 @@ def prometheus(query: str) -> float:
     return sum(float(r["value"][1]) for r in resp.json()["data"]["result"])
 
 
+LOAD_ANSWERED = 'glm_key_requests_total{client="load",status="200"}'
+"""The load loop's answers as each front pod's meter counts them (its own series)."""
+LOAD_TABLE = "sum(" + whole("requests_total", ',client="load",status="200"') + ")"
+"""The same as the usage table shows them (components/render/usage_queries.py): the pods' own series
+and what pods that left handed on (meter_handoff.lua)."""
+
+
+def scraped_since(since: float) -> None:
+    """Until every front pod's counts were scraped after ``since`` (a run on 2026-12-06 20:38 read
+    the last test's load a scrape early, and counted its last 3 answers as the next test's)."""
+    deadline = time.monotonic() + 30
+    while prometheus(f"count({LOAD_ANSWERED})") and prometheus(f"min(timestamp({LOAD_ANSWERED}))") < since:
+        assert time.monotonic() < deadline, "Prometheus has not scraped the front pods in 30 s"
+        time.sleep(1)
+
+
 def meter_targets_up(kubeconfig: Path) -> set[str]:
     active = httpx.get(
         f"http://127.0.0.1:{PROMETHEUS_PORT}/api/v1/targets", timeout=5, trust_env=False
@@ -441,7 +458,6 @@ def test_a_front_pod_deleted_under_load_drops_nothing_and_the_counters_add_up(k8
     key's answers (every front pod's series, the deleted one's final scrape included) is what the
     clients got."""
     from components.render.nginx_meter import METRICS_PATH
-    from components.render.usage_queries import whole
     from tests.multihost import LoadLoop
     from tests.multihost_keys import API_KEY as LOAD_KEY
 
@@ -452,17 +468,9 @@ def test_a_front_pod_deleted_under_load_drops_nothing_and_the_counters_add_up(k8
     while meter_targets_up(k8s_cluster) != {p["metadata"]["name"] for p in fronts}:
         assert time.monotonic() < deadline, f"Prometheus does not read both front pods' {METRICS_PATH}"
         time.sleep(2)
-    answered = 'glm_key_requests_total{client="load",status="200"}'
-    # `before` holds the last test's load whole: a scrape of each front pod after that load ended (run
-    # 2026-12-06 20:38 read it a scrape early, and counted that load's last 3 answers as this one's).
-    since, deadline = time.time(), time.monotonic() + 30
-    while prometheus(f"count({answered})") and prometheus(f"min(timestamp({answered}))") < since:
-        assert time.monotonic() < deadline, "Prometheus has not scraped the front pods in 30 s"
-        time.sleep(1)
-    before = prometheus(f"sum({answered})")
-    # The usage table's count (components/render/usage_queries.py): the pods' own and inherited series.
-    table = "sum(" + whole("requests_total", ',client="load",status="200"') + ")"
-    table_before = prometheus(table)
+    answered = LOAD_ANSWERED
+    scraped_since(time.time())
+    before, table_before = prometheus(f"sum({answered})"), prometheus(LOAD_TABLE)
     started = time.monotonic()
     victim = fronts[0]["metadata"]["name"]
     with LoadLoop(FRONT_URL, LOAD_KEY) as load:
@@ -490,7 +498,7 @@ def test_a_front_pod_deleted_under_load_drops_nothing_and_the_counters_add_up(k8
     # What the usage table shows of it now: the deleted pod's series are stale, and the pod that took
     # its counts as it left shows them (docs/scaling.md, "Usage, exact across pods"); its own series
     # alone (before the handoff, 2026-12-06: 149 of 365) are printed beside it.
-    REPORT["front_pod_deleted"]["usage_table_counts"] = prometheus(table) - table_before
+    REPORT["front_pod_deleted"]["usage_table_counts"] = prometheus(LOAD_TABLE) - table_before
     REPORT["front_pod_deleted"]["own_series_counts"] = prometheus(f"sum({answered})") - before
     got_200 = load.answered + len(load.wrong) + load.cut_streams
     assert counted == got_200, (counted, got_200, figures)
@@ -514,10 +522,25 @@ def test_a_front_change_rolls_its_pods_under_load_dropping_nothing(
         "-s",
         "local",
     )
+    scraped_since(time.time())
+    table_before = prometheus(LOAD_TABLE)
     figures = roll(project, k8s_cluster, "front_roll")["figures"]
     assert (figures["failed"], figures["cut_streams"], figures["wrong_answers"]) == (0, 0, 0), figures
     after = {p["metadata"]["name"] for p in front_pods(k8s_cluster)}
     assert len(after) == 2 and not after & before, (before, after)
+    # The usage table still has every answer of the roll once both old pods have left (each handed
+    # its counts on as it left: docs/scaling.md, "Usage, exact across pods").
+    deadline = time.monotonic() + 120
+    while before & {
+        p["metadata"]["name"]
+        for p in json.loads(kubectl(k8s_cluster, "get", "pods", "-l", FRONT_PODS, "-o", "json"))["items"]
+    }:
+        assert time.monotonic() < deadline, "the old front pods have not left in 120 s"
+        time.sleep(2)
+    time.sleep(8)  # one scrape after (the local stack scrapes every 5 s)
+    counted = prometheus(LOAD_TABLE) - table_before
+    REPORT["front_roll"]["usage_table_counts"] = counted
+    assert counted == figures["answered_right"], (counted, figures)
 
 
 def test_the_status_page_draws_every_panel_through_the_front_service(k8s_cluster: Path) -> None:
