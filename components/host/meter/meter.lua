@@ -13,7 +13,8 @@
 -- The phases' handlers, read together: what a request holds passes from one phase to the next. The
 -- parts they call live beside them: the body (meter_body.lua), the lock and each key's queue
 -- (meter_queue.lua), the fair share (meter_shares.lua), budgets (meter_budget.lua), the replica
--- (meter_replicas.lua), the answer's events (meter_answer.lua), the counters (meter_counters.lua).
+-- (meter_replicas.lua), the answer's events (meter_answer.lua), the counters (meter_counters.lua),
+-- the other front pods (meter_peers.lua) and what a leaving one counted (meter_handoff.lua).
 -- Past 400 lines, kept whole: the six phases and what they share (the request's record across an
 -- internal redirect, the counting, the dead workers' slots).
 local cjson = require("cjson.safe")
