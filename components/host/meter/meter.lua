@@ -110,51 +110,6 @@ local function reclaim_dead_workers()
   queue.unlock(dict)
 end
 
-local function exists(path)
-  local file = path and io.open(path, "r")
-  if file then
-    file:close()
-  end
-  return file ~= nil
-end
-
--- Draining (the pod's preStop wrote config.peers.drain_file): the pod is leaving (no pod hands it
--- its counts now), and once no request is in flight it says so (drain_file .. ".done"), so the
--- preStop lets the stack's Prometheus read the final counts before nginx quits
--- (components/kubernetes/front.py).
-local function drain_done()
-  local marker = config.peers.drain_file
-  if not exists(marker) then
-    return
-  end
-  dict:set("leaving", true)
-  for _, key in ipairs(dict:get_keys(0)) do
-    if key:find("^flight:") then
-      return
-    end
-  end
-  local done = io.open(marker .. ".done", "w")
-  if done then
-    done:close()
-  end
-end
-
--- Then, its final counts scraped, the preStop asks (drain_file .. ".handoff") that they go to a pod
--- that stays (meter_handoff), once, and waits for the answer (".handoff.done", what happened).
-local function hand_off()
-  local marker = config.peers.drain_file .. ".handoff"
-  if not exists(marker) or not dict:add("handing_off", true) then
-    return
-  end
-  local done, said = handoff.hand_off(dict, config.me, peers.heirs(dict))
-  ngx.log(done and ngx.NOTICE or ngx.ERR, "usage meter: ", config.me.name, " ", said)
-  local file = io.open(marker .. ".done", "w")
-  if file then
-    file:write(said, "\n")
-    file:close()
-  end
-end
-
 function M.init_worker()
   dict = ngx.shared.glm_meter
   -- In a timer, not here: the lock may wait (ngx.sleep), which a worker's start-up may not.
@@ -191,8 +146,8 @@ function M.init_worker()
       else
         ngx.log(ngx.ERR, "usage meter: reading the other front pods failed: ", tostring(result))
       end
-      drain_done()
-      hand_off()
+      handoff.drain(dict, config.peers.drain_file)
+      handoff.when_asked(dict, config.me, config.peers.drain_file, peers.heirs)
     end)
   end
 end
@@ -357,7 +312,7 @@ function M.access()
   local ctx = { name = name, prompt = 0, completion = 0, cached = 0, held = 0 }
   ngx.ctx.meter = ctx
   if config.peers then
-    dict:set("flight:" .. request_id(), true, 3600) -- a draining pod waits for these (drain_done)
+    dict:set("flight:" .. request_id(), true, 3600) -- a draining pod waits for these (meter_handoff.drain)
   end
   dict:set("seen:" .. name, ngx.time())
   if ngx.req.get_method() ~= "POST" or not GENERATION[ngx.var.uri] then
@@ -518,26 +473,11 @@ function M.peers()
   ngx.print(peers.report(dict, config.me, ngx.now()))
 end
 
---- A leaving front pod's counts (meter_handoff), from a pod alive only; refused while this one is
---- leaving itself (the sender tries another).
+--- A leaving front pod's counts (meter_handoff.serve), on the status port.
 function M.inherit()
-  if not peers.is_peer(dict, ngx.var.remote_addr) then
-    return ngx.exit(403)
-  end
-  if dict:get("leaving") then
-    return ngx.exit(409)
-  end
-  ngx.req.read_body()
-  local sent = cjson.decode(ngx.req.get_body_data() or "")
-  local ok, said = handoff.inherit(dict, type(sent) == "table" and sent.from, type(sent) == "table" and sent.totals,
-    function(name)
-      sharing():note_name(name)
-    end)
-  ngx.log(ok and ngx.NOTICE or ngx.ERR, "usage meter: ", said)
-  if not ok then
-    return ngx.exit(400)
-  end
-  ngx.say(said)
+  handoff.serve(dict, peers.is_peer(dict, ngx.var.remote_addr), function(name)
+    sharing():note_name(name)
+  end)
 end
 
 function M.metrics()

@@ -1,5 +1,5 @@
--- A leaving front pod's counts, handed to a front pod that stays (Kubernetes; docs/scaling.md
--- "Usage, exact across pods"). Each pod's counters are its own series, and a pod that left has
+-- A leaving front pod (Kubernetes; docs/scaling.md "Usage, exact across pods"): its drain, and its
+-- counts handed to a front pod that stays. Each pod's counters are its own series, and a pod that left has
 -- none now: the usage table, which sums the series as they are now, would lose all it counted.
 -- So once its last request is done and scraped (its preStop, components/kubernetes/front.py), a
 -- leaving pod sends its totals (what it counted and what it inherited) to one pod alive that is
@@ -140,6 +140,69 @@ function M.hand_off(dict, me, heirs)
     return false, "no front pod alive that is not leaving: the usage table loses this pod's counts"
   end
   return false, "no front pod took them: " .. table.concat(tried, ", ")
+end
+
+local function exists(path)
+  local file = path and io.open(path, "r")
+  if file then
+    file:close()
+  end
+  return file ~= nil
+end
+
+--- Draining (the pod's preStop wrote `drain_file`): the pod is leaving (it takes no counts now), and
+--- once no request is in flight (meter.lua's "flight:" entries) it says so (drain_file .. ".done"),
+--- so the preStop lets the stack's Prometheus read the final counts (components/kubernetes/front.py).
+function M.drain(dict, drain_file)
+  if not exists(drain_file) then
+    return
+  end
+  dict:set("leaving", true)
+  for _, key in ipairs(dict:get_keys(0)) do
+    if key:find("^flight:") then
+      return
+    end
+  end
+  local done = io.open(drain_file .. ".done", "w")
+  if done then
+    done:close()
+  end
+end
+
+--- Then, its final counts scraped, the preStop asks (drain_file .. ".handoff") that they go to a pod
+--- that stays, once, and waits for what happened (".handoff.done"). `heirs_of`: meter_peers.heirs.
+function M.when_asked(dict, me, drain_file, heirs_of)
+  local marker = drain_file .. ".handoff"
+  if not exists(marker) or not dict:add("handing_off", true) then
+    return
+  end
+  local done, said = M.hand_off(dict, me, heirs_of(dict))
+  ngx.log(done and ngx.NOTICE or ngx.ERR, "usage meter: ", me.name, " ", said)
+  local file = io.open(marker .. ".done", "w")
+  if file then
+    file:write(said, "\n")
+    file:close()
+  end
+end
+
+--- The heir's side, on the status port: counts from a front pod alive only (`from_peer`), and none
+--- while this pod is leaving itself (the sender tries another).
+function M.serve(dict, from_peer, note_name)
+  if not from_peer then
+    return ngx.exit(403)
+  end
+  if dict:get("leaving") then
+    return ngx.exit(409)
+  end
+  ngx.req.read_body()
+  local sent = cjson.decode(ngx.req.get_body_data() or "")
+  sent = type(sent) == "table" and sent or {}
+  local ok, said = M.inherit(dict, sent.from, sent.totals, note_name)
+  ngx.log(ok and ngx.NOTICE or ngx.ERR, "usage meter: ", said)
+  if not ok then
+    return ngx.exit(400)
+  end
+  ngx.say(said)
 end
 
 return M
