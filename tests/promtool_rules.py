@@ -97,3 +97,31 @@ def run_promtool_tests(
     document = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": tests}
     (directory / "rules_test.yml").write_text(yaml.safe_dump(document, sort_keys=False))
     return promtool("test", "rules", "rules_test.yml", cwd=directory)
+
+
+def promql_at(tmp: Path, series: dict[str, str], expr: str, at: str, expected: dict[str, float]) -> str:
+    """``promtool test rules``: ``expr`` over ``series`` (name -> values every 15 s) at ``at``
+    equals ``expected`` (labels -> value). Returns promtool's output; asserts it passed."""
+    test = {
+        "rule_files": [],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": [{"series": name, "values": values} for name, values in series.items()],
+                "promql_expr_test": [
+                    {
+                        "expr": expr,
+                        "eval_time": at,
+                        "exp_samples": [{"labels": labels, "value": v} for labels, v in expected.items()],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp / "test.yml").write_text(yaml.safe_dump(test))
+    done = subprocess.run(
+        [PROMTOOL, "test", "rules", str(tmp / "test.yml")], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout

@@ -16,13 +16,11 @@ from pathlib import Path
 
 import httpx
 
-from components.config import build_stack_config
-from components.render.nginx_meter import INHERIT_PATH, METRICS_PATH, MeterPeers
+from components.render.nginx_meter import INHERIT_PATH, METRICS_PATH
 from components.render.usage_queries import QUERIES
-from tests.engine import free_port
-from tests.metered_front import MeteredFront, metered_front, run_in_nginx_lua
-from tests.test_meter_peers import KEYS, PULL_SECONDS, SLOTS, ask, wait_for
-from tests.test_status_page import _promtool_test
+from tests.front_peers import PULL_SECONDS, ask, two_fronts, wait_for
+from tests.metered_front import MeteredFront, run_in_nginx_lua
+from tests.promtool_rules import promql_at
 
 MODULES = ["meter_handoff", "meter_counters", "meter_shares", "meter_budget"]
 
@@ -116,37 +114,22 @@ def test_the_usage_table_adds_the_inherited_counts_to_the_pods_own(tmp_path: Pat
         f'glm_key_inherited_requests_total{{{meter},host="front-b",status="429"}}': "_ _ _ 2 2",
     }
     before = {'{client="alice"}': 30 + 2 + 7}
-    _promtool_test(tmp_path, series, QUERIES["requests"], "30s", before)
-    _promtool_test(tmp_path, series, QUERIES["requests"], "45s", {'{client="alice"}': 8 + 30 + 2})
-    _promtool_test(tmp_path, series, QUERIES["requests"], "60s", {'{client="alice"}': 9 + 30 + 2})
-    _promtool_test(tmp_path, series, QUERIES["errors"], "60s", {'{client="alice"}': 2})
+    promql_at(tmp_path, series, QUERIES["requests"], "30s", before)
+    promql_at(tmp_path, series, QUERIES["requests"], "45s", {'{client="alice"}': 8 + 30 + 2})
+    promql_at(tmp_path, series, QUERIES["requests"], "60s", {'{client="alice"}': 9 + 30 + 2})
+    promql_at(tmp_path, series, QUERIES["errors"], "60s", {'{client="alice"}': 2})
 
 
 @contextlib.contextmanager
 def fronts_leaving() -> Iterator[tuple[MeteredFront, MeteredFront, dict[str, Path]]]:
-    """Two fronts over one simulator, each the other's peer, each with its own drain file in a
-    folder its workers (nobody, when the master is root) may write to: ``dirs[name]/draining``."""
-    config = build_stack_config({"hardware": "local", "front": {"rateLimit": {"enabled": False}}})
-    ports = {"a": free_port(), "b": free_port()}
-    dirs = {name: Path(tempfile.mkdtemp(prefix=f"glm53-leaving-{name}-")) for name in ports}
+    """Two fronts (tests/front_peers.py), each with its drain file in a folder its workers (nobody,
+    when the master is root) may write to: ``dirs[name]/draining``."""
+    dirs = {name: Path(tempfile.mkdtemp(prefix=f"glm53-leaving-{name}-")) for name in ("a", "b")}
     for folder in dirs.values():
         os.chmod(folder, 0o777)
-
-    def peers(name: str, other: str) -> MeterPeers:
-        return MeterPeers(
-            discovery=f"127.0.0.1:{ports[other]}", port=ports[name], name=f"front-{name}",
-            address=f"127.0.0.1:{ports[name]}", drain_file=str(dirs[name] / "draining"),
-        )  # fmt: skip
-
     try:
-        with metered_front(
-            config, KEYS, max_num_seqs=SLOTS, status_port=ports["a"], peers=peers("a", "b")
-        ) as a:
-            engine = a.engine.removeprefix("http://")
-            with metered_front(
-                config, KEYS, max_num_seqs=SLOTS, status_port=ports["b"], peers=peers("b", "a"), engines=[engine]
-            ) as b:  # fmt: skip
-                yield a, b, dirs
+        with two_fronts({}, (str(dirs["a"] / "draining"), str(dirs["b"] / "draining"))) as (a, b):
+            yield a, b, dirs
     finally:
         for folder in dirs.values():
             shutil.rmtree(folder, ignore_errors=True)

@@ -32,9 +32,8 @@ from components.render.status_page import (
 )
 from tests.engine import free_port
 from tests.front_rig import KEYS, METRICS, NGINX, Front, nginx_argv, running, runtime_dir, wait_for_port
+from tests.promtool_rules import PROMTOOL, promql_at
 from tests.status_page_rig import page_prometheus
-
-PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 
 def test_the_page_shows_what_the_issue_asks_for() -> None:
@@ -242,34 +241,6 @@ def test_prometheus_down_is_a_json_503_that_says_so() -> None:
             assert down.headers["retry-after"] == "10"
 
 
-def _promtool_test(tmp: Path, series: dict[str, str], expr: str, at: str, expected: dict[str, float]) -> str:
-    """``promtool test rules``: ``expr`` over ``series`` (name -> values every 15 s) at ``at``
-    equals ``expected`` (labels -> value). Returns promtool's output; asserts it passed."""
-    test = {
-        "rule_files": [],
-        "evaluation_interval": "15s",
-        "tests": [
-            {
-                "interval": "15s",
-                "input_series": [{"series": name, "values": values} for name, values in series.items()],
-                "promql_expr_test": [
-                    {
-                        "expr": expr,
-                        "eval_time": at,
-                        "exp_samples": [{"labels": labels, "value": v} for labels, v in expected.items()],
-                    }
-                ],
-            }
-        ],
-    }
-    (tmp / "test.yml").write_text(yaml.safe_dump(test))
-    done = subprocess.run(
-        [PROMTOOL, "test", "rules", str(tmp / "test.yml")], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
 def test_in_rotation_follows_the_engine_as_prometheus_sees_it(tmp_path: Path) -> None:
     """Issue 47 item 9: the chart said "in rotation: yes" through the minute the container was
     stopped (a `docker stop` changes no rotation state). In rotation is the rotation's state and
@@ -288,10 +259,10 @@ def test_in_rotation_follows_the_engine_as_prometheus_sees_it(tmp_path: Path) ->
         'up{job="vllm",instance="10.0.0.3:8000",host="box3"}': "1x8",
     }
     at_start = {'{host="box1"}': 1, '{host="box2"}': 1, '{host="box3"}': 0}
-    _promtool_test(tmp_path, several, in_rotation, "15s", at_start)
+    promql_at(tmp_path, several, in_rotation, "15s", at_start)
     stopped = {'{host="box1"}': 1, '{host="box2"}': 0, '{host="box3"}': 0}
-    _promtool_test(tmp_path, several, in_rotation, "45s", stopped)
-    _promtool_test(
+    promql_at(tmp_path, several, in_rotation, "45s", stopped)
+    promql_at(
         tmp_path, several, engine_up, "45s", {'{host="box1"}': 1, '{host="box2"}': 0, '{host="box3"}': 1}
     )
     # One replica (the local stack): its vLLM target has no host label; the rotation names it.
@@ -299,6 +270,6 @@ def test_in_rotation_follows_the_engine_as_prometheus_sees_it(tmp_path: Path) ->
         'glm_rotation_in{job="front-rotation",instance="front:9",host="local"}': "1x8",
         'up{job="vllm",instance="glm53-flash-local:8000"}': "1 1 0x6",
     }
-    _promtool_test(tmp_path, one, in_rotation, "15s", {'{host="local"}': 1})
-    _promtool_test(tmp_path, one, in_rotation, "45s", {'{host="local"}': 0})
-    _promtool_test(tmp_path, one, engine_up, "45s", {'{host="local"}': 0})
+    promql_at(tmp_path, one, in_rotation, "15s", {'{host="local"}': 1})
+    promql_at(tmp_path, one, in_rotation, "45s", {'{host="local"}': 0})
+    promql_at(tmp_path, one, engine_up, "45s", {'{host="local"}': 0})
