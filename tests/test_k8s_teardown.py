@@ -17,6 +17,7 @@ from pulumi.runtime.mocks import MockMonitor
 
 from components.config import KubernetesTargetConfig
 from components.kubernetes.teardown import pods_gone_script
+from tests.conftest import unwrap
 from tests.k8s_urns import KINDS
 
 TARGET = KubernetesTargetConfig.model_validate(
@@ -139,3 +140,30 @@ def test_every_component_with_pods_is_deleted_before_the_wait(kind: str) -> None
         ("glm:k8s_serving:JitCache", "local-jit-cache"),
         ("glm:k8s_probe:KubernetesSemanticProbe", "local-semantic-probe"),
     }
+
+
+def test_the_wait_outlasts_the_slowest_pods_grace_a_metered_front_with_a_long_scrape_included() -> None:
+    """A metered front pod's preStop waits for a final scrape and the handoff of its counts: with a
+    60 s scrape interval its grace (131 s) is longer than the serving pods'. Destroy's wait must
+    outlast it, or it fails while the pod still hands on its counts (it waited 60 s + the serving
+    grace, and a fixed 60 s for the front, before)."""
+    from tests.conftest import run_program
+    from tests.k8s_rendered import DEPLOYMENT, k8s_target
+
+    deployment = run_program(
+        "local",
+        {
+            "glm:target": k8s_target(frontNodePort=30080),
+            "glm:front": {"allowPlainHttp": True},
+            "glm:monitoring": {"scrapeInterval": "60s"},
+        },
+    )
+    graces = {
+        # Kubernetes' default where a pod sets none: 30 s.
+        r.name: unwrap(r.inputs)["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
+        for r in deployment.resources
+        if r.type == DEPLOYMENT
+    }
+    assert graces["local-front"] == max(graces.values()) > 60 + 60, graces
+    [wait] = [r for r in deployment.resources if r.name == "local-pods-gone-wait"]
+    assert f"WAIT_SECONDS={int(graces['local-front']) + 60}\n" in wait.inputs["delete"]

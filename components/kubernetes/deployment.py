@@ -14,7 +14,6 @@ them (server-side apply).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Any
 
@@ -31,10 +30,16 @@ from components.config import (
     semantic_probe_runs,
     usage_meter_runs,
 )
-from components.config.values import duration_seconds
 from components.front_tls import front_tls
 from components.gate.tls import EndpointTls
-from components.kubernetes.front import ROUTES_FILE, KubernetesFront, KubernetesFrontArgs, upstream_conf
+from components.kubernetes.front import (
+    ROUTES_FILE,
+    KubernetesFront,
+    KubernetesFrontArgs,
+    final_scrape_seconds,
+    front_grace_seconds,
+    upstream_conf,
+)
 from components.kubernetes.guard import GUARD_PORT, PodGuard, PodGuardArgs, pod_serving
 from components.kubernetes.images import ClusterImages, ClusterImagesArgs, build_engine
 from components.kubernetes.monitoring import KubernetesScrape, KubernetesScrapeArgs, alert_look_at
@@ -75,7 +80,11 @@ def deploy_kubernetes(config: StackConfig, secrets: Secrets, stack: str) -> dict
     serving = pod_serving(unbound)  # vLLM on the pod's loopback, behind its guard
     images = _cluster_images(config, k8s_target, stack)
     pod = PodConfig.of(config)
-    in_ns = _in_namespace(k8s_target, stack, grace_seconds(pod, k8s_target))
+    # destroy waits for the slowest pod to stop: a serving pod, or a front pod handing on its counts.
+    front_grace = front_grace_seconds(
+        usage_meter_runs(config), final_scrape_seconds(config.monitoring.scrape_interval)
+    )
+    in_ns = _in_namespace(k8s_target, stack, max(grace_seconds(pod, k8s_target), front_grace))
     cache = JitCache(f"{stack}-jit-cache", k8s_target, stack, opts=in_ns)
     guard = PodGuard(stack, PodGuardArgs(config.front, serving.port, k8s_target, stack), opts=in_ns)
     named = config_keys(config, container_keys(config))  # what the roll's failures name
@@ -247,7 +256,7 @@ def _front_args(
         after=images.loaded,
         meter=meter,
         prometheus=prometheus,
-        scrape_seconds=math.ceil(duration_seconds(scrape_interval)) + 1,
+        scrape_seconds=final_scrape_seconds(scrape_interval),
         lister_image=images.gate,
         serving_port=GUARD_PORT,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.config import FrontConfig, KubernetesTargetConfig
+from components.config.values import duration_seconds
 from components.kubernetes import workload
 from components.kubernetes.pod_security import (
     FRONT_SCRATCH,
@@ -64,6 +66,20 @@ choice within about this and the meter's read (0.25 s), as it leaves the Service
 ROUTES_ACCOUNT = "glm53-front"
 """The front pods' service account: it may list the namespace's pods (the ``routes`` lister's token)."""
 API_TOKEN = api_token_volume()
+
+
+def final_scrape_seconds(scrape_interval: str) -> int:
+    """How long a metered front pod's preStop waits for the final scrape of its counts: the stack's
+    scrape interval (``glm:monitoring.scrapeInterval``) and one."""
+    return math.ceil(duration_seconds(scrape_interval)) + 1
+
+
+def front_grace_seconds(metered: bool, scrape_seconds: int) -> int:
+    """A front pod's ``terminationGracePeriodSeconds``: with the meter, its preStop's longest (the
+    pause, the last requests, the final scrape, the handoff) and 20 s for nginx's graceful quit."""
+    if not metered:
+        return 60
+    return FRONT_DRAIN_SECONDS + METER_DRAIN_SECONDS + scrape_seconds + HANDOFF_SECONDS + 20
 
 
 def metered_quit(scrape_seconds: int) -> str:
@@ -322,13 +338,8 @@ def _front_pod(args: KubernetesFrontArgs, selector: dict[str, str]) -> dict[str,
             {"name": "routes-script", "configMap": {"name": "glm53-front-routes"}},
             API_TOKEN[0],
         ]
-    grace = (
-        FRONT_DRAIN_SECONDS + METER_DRAIN_SECONDS + args.scrape_seconds + HANDOFF_SECONDS + 20
-        if metered
-        else 60
-    )
     return restricted({
-        "terminationGracePeriodSeconds": grace,
+        "terminationGracePeriodSeconds": front_grace_seconds(metered, args.scrape_seconds),
         # One pod per node where there are several: a node lost takes one door, not all.
         "topologySpreadConstraints": [{
             "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",

@@ -28,8 +28,6 @@ from components.template import host_script
 
 MARGIN_SECONDS = 60
 """Beyond the longest grace period: the kubelet's own pace in stopping and removing the pods."""
-FRONT_GRACE_SECONDS = 60
-"""The front pods' ``terminationGracePeriodSeconds`` (components/kubernetes/front.py)."""
 
 
 def instance_selector(stack: str) -> str:
@@ -38,7 +36,8 @@ def instance_selector(stack: str) -> str:
 
 
 def pods_gone_script(k8s_target: KubernetesTargetConfig, stack: str, grace_seconds: int) -> str:
-    """The delete command: waits for the stack's pods, at most the longest grace plus a margin."""
+    """The delete command: waits for the stack's pods, at most ``grace_seconds`` (the longest of
+    the pods' grace periods) plus a margin."""
     kubeconfig = os.path.expanduser(k8s_target.kubeconfig) if k8s_target.kubeconfig else None
     props = {"kubeconfig": kubeconfig, "context": k8s_target.context, "namespace": k8s_target.namespace}
     kubectl = kubectl_argv(props)
@@ -47,7 +46,7 @@ def pods_gone_script(k8s_target: KubernetesTargetConfig, stack: str, grace_secon
         "KUBECTL": shlex.quote(shlex.join(kubectl)),
         "SELECTOR": shlex.quote(selector),
         "SERVING": shlex.quote(SERVING_NAME),
-        "WAIT_SECONDS": str(max(grace_seconds, FRONT_GRACE_SECONDS) + MARGIN_SECONDS),
+        "WAIT_SECONDS": str(grace_seconds + MARGIN_SECONDS),
         "WATCH": shlex.quote(shlex.join([*kubectl, "get", "pods", "-l", selector, "--watch"])),
     }
     return host_script("k8s-pods-gone.sh", values=values)
