@@ -100,12 +100,28 @@ free = 1
 said[#said + 1] = queue.wait(dict, share, "alice", 1, 2, 1)
 said[#said + 1] = table.concat(entries(), " ")
 said[#said + 1] = data["turn:alice"]
+-- Ticket 55 waits; its worker stalls 3 s in its sleep, and meanwhile another request's turn() skips
+-- 55 as stale (its worker taken for dead) and is admitted. 55 then gives up at its deadline.
+free = 0
+local stalled = false
+ngx.sleep = function(seconds)
+  clock = clock + seconds
+  if not stalled then
+    stalled, clock, free = true, clock + 3, 1
+    local other = queue.wait(dict, share, "alice", 1, 2, 1)
+    said[#said + 1] = other
+  end
+end
+local given_up = queue.wait(dict, share, "alice", 1, 2, 1)
+said[#said + 1] = given_up
+said[#said + 1] = table.concat(entries(), " ")
 reply(said)
 """
 
 
 def test_a_tickets_entries_leave_the_dict_once_its_turn_has_passed() -> None:
     """The counters share the dict with each waiting request's ticket: a ticket admitted, refused,
-    given up or left by a dead worker leaves nothing behind, however many went through."""
+    given up, left by a dead worker, or skipped as stale and given up after leaves nothing behind,
+    however many went through."""
     said = run_in_nginx_lua(["meter_queue"], QUEUE_DRIVER, {})
-    assert said == ["admitted"] * 50 + ["", "refused", "", "admitted", "", 55], said
+    assert said == ["admitted"] * 50 + ["", "refused", "", "admitted", "", 55, "admitted", "refused", ""], said

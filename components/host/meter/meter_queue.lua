@@ -51,10 +51,13 @@ local function pass_turn(dict, name, ticket)
   dict:set("turn:" .. name, ticket + 1)
 end
 
+-- Under the lock. A ticket whose turn already passed (skipped as stale while its worker stalled)
+-- has nothing left to mark.
 local function give_up(dict, name, ticket, queue_seconds)
-  if (dict:get("turn:" .. name) or 1) == ticket then
+  local head = dict:get("turn:" .. name) or 1
+  if head == ticket then
     pass_turn(dict, name, ticket)
-  else
+  elseif head < ticket then
     dict:set("abandoned:" .. name .. ":" .. ticket, true, queue_seconds + 60)
   end
 end
