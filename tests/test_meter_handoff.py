@@ -181,6 +181,9 @@ def test_a_leaving_front_hands_its_counts_to_the_front_that_stays() -> None:
         (dirs["a"] / "draining.handoff.done").unlink()
         time.sleep(4 * PULL_SECONDS)
         assert not (dirs["a"] / "draining.handoff.done").exists()
+        # With no heir it tries again each pull for 4 s (meter_handoff.TRY_SECONDS), then says so.
+        started = time.monotonic()
         said = leave(dirs["b"])
         assert said.strip().startswith("no front pod alive that is not leaving"), said
+        assert time.monotonic() - started > 3.5
         assert counted(b.status_port) == {"alice": 8, "bob": 2}

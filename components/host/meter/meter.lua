@@ -147,7 +147,7 @@ function M.init_worker()
         ngx.log(ngx.ERR, "usage meter: reading the other front pods failed: ", tostring(result))
       end
       handoff.drain(dict, config.peers.drain_file)
-      handoff.when_asked(dict, config.me, config.peers.drain_file, peers.heirs)
+      handoff.when_asked(dict, config.me, config.peers.drain_file, peers.heirs, ngx.now())
     end)
   end
 end

@@ -122,25 +122,30 @@ local function post(address, body)
 end
 
 --- Hands this pod's totals to the first of `heirs` ({name, address}: meter_peers.heirs) that takes
---- them. Returns whether one did and what happened, for the log.
+--- them. Returns whether one did, what happened (for the log), and whether none can have counted
+--- them (so they may be sent again).
 function M.hand_off(dict, me, heirs)
   local body = cjson.encode({ from = me.name, totals = M.totals(dict) })
   local tried = {}
   for _, heir in ipairs(heirs) do
     local status, err, maybe = post(heir.address, body)
     if status == 200 then
-      return true, "handed its counts to " .. heir.name
+      return true, "handed its counts to " .. heir.name, false
     end
     if maybe then
-      return false, heir.name .. " may or may not have counted them (" .. err .. "): not sent again"
+      return false, heir.name .. " may or may not have counted them (" .. err .. "): not sent again", false
     end
     tried[#tried + 1] = heir.name .. " (" .. (err or ("HTTP " .. tostring(status))) .. ")"
   end
   if #tried == 0 then
-    return false, "no front pod alive that is not leaving: the usage table loses this pod's counts"
+    return false, "no front pod alive that is not leaving: the usage table loses this pod's counts", true
   end
-  return false, "no front pod took them: " .. table.concat(tried, ", ")
+  return false, "no front pod took them: " .. table.concat(tried, ", "), true
 end
+
+M.TRY_SECONDS = 4
+-- How long a leaving pod tries again, each pull, while no pod took its counts and none can have:
+-- a pod's liveness lapses after 2 s without a pull (a busy node), and the preStop waits 5 s.
 
 local function exists(path)
   local file = path and io.open(path, "r")
@@ -170,13 +175,19 @@ function M.drain(dict, drain_file)
 end
 
 --- Then, its final counts scraped, the preStop asks (drain_file .. ".handoff") that they go to a pod
---- that stays, once, and waits for what happened (".handoff.done"). `heirs_of`: meter_peers.heirs.
-function M.when_asked(dict, me, drain_file, heirs_of)
+--- that stays, and waits for what happened (".handoff.done"): once, or each pull for TRY_SECONDS
+--- while none can have counted them. `heirs_of`: meter_peers.heirs.
+function M.when_asked(dict, me, drain_file, heirs_of, now)
   local marker = drain_file .. ".handoff"
-  if not exists(marker) or not dict:add("handing_off", true) then
+  if dict:get("handed_off") or not exists(marker) then
     return
   end
-  local done, said = M.hand_off(dict, me, heirs_of(dict))
+  dict:add("handoff_since", now)
+  local done, said, again = M.hand_off(dict, me, heirs_of(dict))
+  if again and now - dict:get("handoff_since") < M.TRY_SECONDS then
+    return
+  end
+  dict:set("handed_off", true)
   ngx.log(done and ngx.NOTICE or ngx.ERR, "usage meter: ", me.name, " ", said)
   local file = io.open(marker .. ".done", "w")
   if file then
