@@ -1,11 +1,12 @@
 -- A leaving front pod (Kubernetes; docs/scaling.md "Usage, exact across pods"): its drain, and its
--- counts handed to a front pod that stays. Each pod's counters are its own series, and a pod that left has
--- none now: the usage table, which sums the series as they are now, would lose all it counted.
--- So once its last request is done and scraped (its preStop, components/kubernetes/front.py), a
--- leaving pod sends its totals (what it counted and what it inherited) to one pod alive that is
--- not leaving. That pod keeps them apart from its own counts ("inherited_<counter>:") and shows
--- them as glm_key_inherited_*: the usage table adds them (components/render/usage_queries.py);
--- rates read the pods' own series only, since the inherited ones jump by a whole pod's history.
+-- counts handed to a front pod that stays. Each pod's counters are its own series, and a pod that
+-- left has none now: the usage table, which sums the series as they are now, would lose all it
+-- counted. So once its last request is done and scraped (its preStop,
+-- components/kubernetes/front.py), a leaving pod sends its totals (what it counted and what it
+-- inherited) to one pod alive that is not leaving. That pod keeps them apart from its own counts
+-- ("inherited_<counter>:") and shows them as glm_key_inherited_*: the usage table adds them
+-- (components/render/usage_queries.py); rates read the pods' own series only, since the inherited
+-- ones jump by a whole pod's history.
 --
 -- Once: the heir remembers who it inherited from, so a second send is not a second count. A send
 -- whose answer never came may have counted: it is not sent again elsewhere, and the log says so.
