@@ -101,3 +101,24 @@ def test_each_front_learns_the_slots_the_other_fronts_alive_hold_for_each_key() 
     no pod that is not alive."""
     said = run_in_nginx_lua(["meter_peers"], HELD_DRIVER, {})
     assert said == {"bob": 2, "alice": None, "bob_after": 0}
+
+
+RELAY_DRIVER = """
+local cjson = require("cjson")
+local peers = require("meter_peers")
+local a, b = table_dict({}), table_dict({})
+local front_a, front_b = { name = "front-a", address = "10.0.0.1:8080" }, { name = "front-b" }
+-- Front a relays front c, which front b never asked itself (out of the Service: a leaving pod).
+local report = cjson.decode(peers.report(a, front_a, 100))
+report.fronts["front-c"] = { v = 7, address = "10.0.0.3:8080", windows = {}, held = {} }
+peers.merge(b, front_b, report)
+reply({ a = b:get("peer_addr:front-a"), c = b:get("peer_addr:front-c") })
+"""
+
+
+def test_a_front_learns_the_address_of_a_front_another_one_relays() -> None:
+    """A new pod finds the others through the Service, which a leaving pod has left: it learns that
+    pod's address from another's report, asks it by address, and so takes its counts as it leaves
+    (meter_handoff; a front roll lost them before, 2026-12-06: the table rose by 29 for 261)."""
+    said = run_in_nginx_lua(["meter_peers"], RELAY_DRIVER, {})
+    assert said == {"a": "10.0.0.1:8080", "c": "10.0.0.3:8080"}

@@ -93,6 +93,12 @@ function M.merge(dict, me, report)
         and entry.v > (dict:get("peer_v:" .. origin) or 0) then
       dict:set("peer:" .. origin, cjson.encode(entry), KEPT_SECONDS)
       dict:set("peer_v:" .. origin, entry.v, KEPT_SECONDS)
+      -- A pod another one relays is asked by its address too: a new pod knows a leaving one (out
+      -- of the Service) by then, and takes its counts (meter_handoff). A gone pod's version stops
+      -- rising, so its address is not renewed and goes after FORGET_SECONDS.
+      if type(entry.address) == "string" and not dict:get("peer_addr:" .. origin) then
+        dict:set("peer_addr:" .. origin, entry.address, FORGET_SECONDS)
+      end
       if not known[origin] then
         known[origin], changed = true, true
       end
