@@ -143,8 +143,8 @@ def test_every_component_with_pods_is_deleted_before_the_wait(kind: str) -> None
 
 
 def test_the_wait_outlasts_the_slowest_pods_grace_a_metered_front_with_a_long_scrape_included() -> None:
-    """A metered front pod's preStop waits for a final scrape and the handoff of its counts: with a
-    60 s scrape interval its grace (131 s) is longer than the serving pods'. Destroy's wait must
+    """A metered front pod's preStop waits for a final scrape, the handoff of its counts and a scrape
+    of the heir's copy: with a 60 s scrape interval its grace (192 s) is longer than the serving pods'. Destroy's wait must
     outlast it, or it fails while the pod still hands on its counts (it waited 60 s + the serving
     grace, and a fixed 60 s for the front, before)."""
     from tests.conftest import run_program

@@ -48,7 +48,8 @@ LEAVING = {
     "requests:alice:200": 2, "requests:alice:429": 1, "prompt:alice": 30, "completion:alice": 12,
     "cached:alice": 16, "seen:alice": 1000,
     "requests:bob:200": 1, "prompt:bob": 10, "completion:bob": 4, "seen:bob": 1100,
-    "inherited_requests:alice:200": 5, "inherited_prompt:alice": 50, "inherited_completion:alice": 20,
+    "inherited_requests:front-z:alice:200": 5, "inherited_prompt:front-z:alice": 50,
+    "inherited_completion:front-z:alice": 20,
     # Not handed on: the latency histograms, refusals of the fair share, budgets, slots held.
     "ttft:alice:3": 1, "refused:alice": 2, "budget_day:alice:tokens:20000": 42, "held:alice": 1,
 }  # fmt: skip
@@ -78,10 +79,12 @@ def test_the_heir_shows_what_the_leaving_pod_counted_apart_from_its_own_and_only
     assert said["junk"] == [False, "not a handoff"]
     text = said["text"]
     inherited = {
-        ("requests", 'client="alice",status="200"'): 7, ("requests", 'client="alice",status="429"'): 1,
-        ("requests", 'client="bob",status="200"'): 1,
-        ("prompt_tokens", 'client="alice"'): 80, ("prompt_tokens", 'client="bob"'): 10,
-        ("completion_tokens", 'client="alice"'): 32, ("cached_prompt_tokens", 'client="alice"'): 16,
+        ("requests", 'client="alice",from="front-a",status="200"'): 7,
+        ("requests", 'client="alice",from="front-a",status="429"'): 1,
+        ("requests", 'client="bob",from="front-a",status="200"'): 1,
+        ("prompt_tokens", 'client="alice",from="front-a"'): 80, ("prompt_tokens", 'client="bob",from="front-a"'): 10,
+        ("completion_tokens", 'client="alice",from="front-a"'): 32,
+        ("cached_prompt_tokens", 'client="alice",from="front-a"'): 16,
     }  # fmt: skip
     for (counter, labels), value in inherited.items():
         assert sample(text, f"glm_key_inherited_{counter}_total", labels) == value, (counter, labels)
@@ -102,16 +105,17 @@ def test_a_front_with_nothing_inherited_shows_no_inherited_series() -> None:
 
 
 def test_the_usage_table_adds_the_inherited_counts_to_the_pods_own(tmp_path: Path) -> None:
-    """Real promtool: front-a counted alice's 30 answers and left (its series stale from 45 s);
-    front-b inherited them at 45 s. The table's requests and errors add both; without the handoff
-    they would have dropped to front-b's own (8, then 9)."""
+    """Real promtool: front-a counted alice's 32 answers (2 of them 429s), handed them to front-b,
+    whose scrape at 30 s reads them, and left (its series stale from 45 s, a scrape later). The
+    table counts them once throughout: front-a's own while they last (not both at 30 s, which would
+    be 71), then front-b's copy; without the handoff it would drop to front-b's own (8, then 9)."""
     meter = 'job="usage-meter",client="alice"'
     series = {
         f'glm_key_requests_total{{{meter},host="front-a",status="200"}}': "10 20 30 stale",
         f'glm_key_requests_total{{{meter},host="front-a",status="429"}}': "1 2 2 stale",
         f'glm_key_requests_total{{{meter},host="front-b",status="200"}}': "5 6 7 8 9",
-        f'glm_key_inherited_requests_total{{{meter},host="front-b",status="200"}}': "_ _ _ 30 30",
-        f'glm_key_inherited_requests_total{{{meter},host="front-b",status="429"}}': "_ _ _ 2 2",
+        f'glm_key_inherited_requests_total{{{meter},host="front-b",from="front-a",status="200"}}': "_ _ 30 30 30",
+        f'glm_key_inherited_requests_total{{{meter},host="front-b",from="front-a",status="429"}}': "_ _ 2 2 2",
     }
     before = {'{client="alice"}': 30 + 2 + 7}
     promql_at(tmp_path, series, QUERIES["requests"], "30s", before)
@@ -140,7 +144,8 @@ def counted(status_port: int) -> dict[str, float]:
     text = httpx.get(f"http://127.0.0.1:{status_port}{METRICS_PATH}", timeout=10).text
     found: dict[str, float] = {}
     for metric in ("glm_key_requests_total", "glm_key_inherited_requests_total"):
-        for name, value in re.findall(rf'^{metric}{{client="([^"]+)",status="\d+"}} (\S+)$', text, re.M):
+        labels = r'client="([^"]+)",(?:from="[^"]+",)?status="\d+"'
+        for name, value in re.findall(rf"^{metric}{{{labels}}} (\S+)$", text, re.M):
             found[name] = found.get(name, 0) + float(value)
     return found
 

@@ -76,10 +76,11 @@ def final_scrape_seconds(scrape_interval: str) -> int:
 
 def front_grace_seconds(metered: bool, scrape_seconds: int) -> int:
     """A front pod's ``terminationGracePeriodSeconds``: with the meter, its preStop's longest (the
-    pause, the last requests, the final scrape, the handoff) and 20 s for nginx's graceful quit."""
+    pause, the last requests, the final scrape, the handoff, a scrape of the heir's copy) and 20 s
+    for nginx's graceful quit."""
     if not metered:
         return 60
-    return FRONT_DRAIN_SECONDS + METER_DRAIN_SECONDS + scrape_seconds + HANDOFF_SECONDS + 20
+    return FRONT_DRAIN_SECONDS + METER_DRAIN_SECONDS + scrape_seconds + HANDOFF_SECONDS + scrape_seconds + 20
 
 
 def metered_quit(scrape_seconds: int) -> str:

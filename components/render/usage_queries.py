@@ -11,14 +11,18 @@ WINDOW = "1h"
 
 def whole(counter: str, matchers: str = "") -> str:
     """Each key's ``glm_key_<counter>`` as it is now, with what front pods that left handed on
-    (``glm_key_inherited_<counter>``, components/host/meter/meter_handoff.lua): the totals of a
-    table, never a rate (the inherited series jump by a whole pod's history at once).
+    (``glm_key_inherited_<counter>{from=<pod>}``, components/host/meter/meter_handoff.lua): the
+    totals of a table, never a rate (the inherited series jump by a whole pod's history at once).
+    What a pod handed on counts once its own series are gone (``unless on (from)`` the front pods
+    that still have series, by their ``host`` label), so never twice: the leaving pod waits a scrape
+    after the handoff, and its heir's series are read before its own go stale.
 
-    >>> whole("prompt_tokens_total")
-    'sum by (client) ({__name__=~"glm_key_prompt_tokens_total|glm_key_inherited_prompt_tokens_total"})'
+    >>> print(whole("prompt_tokens_total"))
+    sum by (client) ({__name__=~"glm_key_prompt_tokens_total|glm_key_inherited_prompt_tokens_total"} unless on (from) label_replace(group by (host) ({__name__=~"glm_key_prompt_tokens_total|glm_key_inherited_prompt_tokens_total",host!=""}), "from", "$1", "host", "(.+)"))
     """
-    names = f"glm_key_{counter}|glm_key_inherited_{counter}"
-    return f'sum by (client) ({{__name__=~"{names}"{matchers}}})'
+    names = f'__name__=~"glm_key_{counter}|glm_key_inherited_{counter}"'
+    pods = f'label_replace(group by (host) ({{{names},host!=""}}), "from", "$1", "host", "(.+)")'
+    return f"sum by (client) ({{{names}{matchers}}} unless on (from) {pods})"
 
 
 QUERIES = {

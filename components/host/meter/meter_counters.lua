@@ -151,9 +151,9 @@ local function routing(dict, lines)
   end
 end
 
--- What the pod inherited from front pods that left (meter_handoff.lua): the usage table adds these
--- to the pods' own; rates must not (they jump by a whole pod's history at once). Shown only where
--- a key has some: a Docker front never does.
+-- What the pod inherited from front pods that left (meter_handoff.lua), by the pod (`from`): the
+-- usage table adds these to the pods' own once that pod's own series are gone; rates must not (they
+-- jump by a whole pod's history at once). Shown only where a key has some: a Docker front never does.
 local INHERITED = {
   { "glm_key_inherited_requests_total", "requests",
     "Requests that front pods which left counted, by API key name and status (their last counts)." },
@@ -175,14 +175,14 @@ local function inherited(dict, lines, keys)
     lines[#lines + 1] = "# TYPE " .. metric .. " counter"
     for _, key in ipairs(keys) do
       if key:sub(1, #prefix) == prefix then
-        local rest = key:sub(#prefix + 1)
-        local name, status = rest, nil
-        if family[2] == "requests" then
-          name, status = rest:match("^(.+):(%d+)$")
+        local from, name = key:sub(#prefix + 1):match("^([^:]+):(.+)$")
+        local status
+        if name and family[2] == "requests" then
+          name, status = name:match("^(.+):(%d+)$")
         end
         if name then
-          lines[#lines + 1] = string.format("%s{%s%s} %s", metric, 'client="' .. escape_label(name) .. '"',
-            status and (',status="' .. status .. '"') or "", tostring(dict:get(key) or 0))
+          lines[#lines + 1] = string.format('%s{client="%s",from="%s"%s} %s', metric, escape_label(name),
+            escape_label(from), status and (',status="' .. status .. '"') or "", tostring(dict:get(key) or 0))
         end
       end
     end

@@ -4,9 +4,10 @@
 -- counted. So once its last request is done and scraped (its preStop,
 -- components/kubernetes/front.py), a leaving pod sends its totals (what it counted and what it
 -- inherited) to one pod alive that is not leaving. That pod keeps them apart from its own counts
--- ("inherited_<counter>:") and shows them as glm_key_inherited_*: the usage table adds them
--- (components/render/usage_queries.py); rates read the pods' own series only, since the inherited
--- ones jump by a whole pod's history.
+-- ("inherited_<counter>:<from>:") and shows them as glm_key_inherited_*{from="<the leaving pod>"}:
+-- the usage table adds them once the leaving pod's own series are gone (it waits a scrape after the
+-- handoff, so Prometheus reads them before), and never both (components/render/usage_queries.py);
+-- rates read the pods' own series only, since the inherited ones jump by a whole pod's history.
 --
 -- Once: the heir remembers who it inherited from, so a second send is not a second count. A send
 -- whose answer never came may have counted: it is not sent again elsewhere, and the log says so.
@@ -41,7 +42,10 @@ function M.totals(dict)
   for _, key in ipairs(dict:get_keys(0)) do
     local family, rest = key:match("^([%a_]+):(.+)$")
     local own = family and (family:gsub("^inherited_", ""))
-    local value = family and dict:get(key) or 0
+    if family and own ~= family then -- inherited: "<from>:<the rest as its own counter has it>"
+      rest = rest:match("^[^:]+:(.+)$")
+    end
+    local value = family and rest and dict:get(key) or 0
     if own == "requests" then
       local name, status = rest:match("^(.+):(%d+)$")
       if name then
@@ -63,9 +67,10 @@ end
 --- how the meter learns a key name it has not seen (meter_shares.note_name), so its series show.
 --- Returns whether they are counted now and what happened.
 function M.inherit(dict, from, totals, note_name)
-  if type(from) ~= "string" or from == "" or type(totals) ~= "table" then
+  if type(from) ~= "string" or not from:match("^[^:\"\\\n]+$") or type(totals) ~= "table" then
     return false, "not a handoff"
   end
+  local tag = ":" .. from .. ":" -- the key names the pod it came from
   if dict:get("handed_from:" .. from) then
     return true, "already inherited from " .. from
   end
@@ -74,12 +79,12 @@ function M.inherit(dict, from, totals, note_name)
     if type(name) == "string" and name ~= "" and type(entry) == "table" then
       for status, count in pairs(type(entry.requests) == "table" and entry.requests or {}) do
         if tostring(status):match("^%d+$") and tonumber(count) then
-          dict:incr("inherited_requests:" .. name .. ":" .. status, tonumber(count), 0)
+          dict:incr("inherited_requests" .. tag .. name .. ":" .. status, tonumber(count), 0)
         end
       end
       for _, counter in ipairs(M.COUNTERS) do
         if tonumber(entry[counter]) then
-          dict:incr("inherited_" .. counter .. ":" .. name, tonumber(entry[counter]), 0)
+          dict:incr("inherited_" .. counter .. tag .. name, tonumber(entry[counter]), 0)
         end
       end
       if tonumber(entry.seen) and tonumber(entry.seen) > (dict:get("seen:" .. name) or 0) then

@@ -5,8 +5,9 @@
 # is left in flight (<drain file>.done, meter.lua), or DRAIN_SECONDS pass; then the stack's
 # Prometheus gets one more scrape of the final counts and the other front pods one more pull of the
 # budgets; then the meter hands the pod's counts to a front pod that stays (meter_handoff.lua) and
-# says what happened (<drain file>.handoff.done), or HANDOFF_SECONDS pass; then nginx's graceful
-# quit, as nginx-quit.sh. One statement a line (one_line_script).
+# says what happened (<drain file>.handoff.done), or HANDOFF_SECONDS pass; then one more scrape, so
+# the heir's copy is read before this pod's series go stale (the usage table counts it from then);
+# then nginx's graceful quit, as nginx-quit.sh. One statement a line (one_line_script).
 sleep {{PAUSE_SECONDS}};
 touch {{DRAIN_FILE}};
 waited=0;
@@ -15,5 +16,6 @@ sleep {{SCRAPE_SECONDS}};
 touch {{DRAIN_FILE}}.handoff;
 waited=0;
 while [ ! -e {{DRAIN_FILE}}.handoff.done ] && [ "$waited" -lt {{HANDOFF_SECONDS}} ]; do sleep 1; waited=$((waited + 1)); done;
+sleep {{SCRAPE_SECONDS}};
 nginx -c {{CONF}} -s quit;
 while [ -e /tmp/nginx.pid ]; do sleep 1; done
