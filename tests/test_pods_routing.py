@@ -188,16 +188,7 @@ local cjson = require("cjson")
 local replicas = require("meter_replicas")
 local input = cjson.decode(io.open(IN):read("*a"))
 local data = input.store
-local store = {
-  get = function(_, key) return data[key] end,
-  set = function(_, key, value) data[key] = value end,
-  delete = function(_, key) data[key] = nil end,
-  get_keys = function()
-    local keys = {}
-    for key in pairs(data) do keys[#keys + 1] = key end
-    return keys
-  end,
-}
+local store = table_dict(data)
 local said = {}
 for _, step in ipairs(input.steps) do
   if step.set then
