@@ -22,7 +22,7 @@ from tests.front_peers import PULL_SECONDS, ask, two_fronts, wait_for
 from tests.metered_front import MeteredFront, run_in_nginx_lua
 from tests.promtool_rules import promql_at
 
-MODULES = ["meter_handoff", "meter_counters", "meter_shares", "meter_budget"]
+MODULES = ["meter_handoff", "meter_peers", "meter_counters", "meter_shares", "meter_budget"]
 
 DRIVER = """
 local cjson = require("cjson")

@@ -12,6 +12,7 @@
 -- Once: the heir remembers who it inherited from, so a second send is not a second count. A send
 -- whose answer never came may have counted: it is not sent again elsewhere, and the log says so.
 local cjson = require("cjson.safe")
+local peers = require("meter_peers")
 
 local M = {}
 
@@ -100,29 +101,12 @@ end
 
 -- One send: the heir's HTTP status, or nil with why and whether the heir may have counted it.
 local function post(address, body)
-  local host, port = address:match("^(.+):(%d+)$")
-  if not host then
-    return nil, "no address", false
-  end
-  local socket = ngx.socket.tcp()
-  socket:settimeout(TIMEOUT_MS)
-  local ok, err = socket:connect(host, tonumber(port))
-  if not ok then
-    return nil, "cannot connect: " .. tostring(err), false
-  end
-  ok, err = socket:send(table.concat({
+  local response, err, maybe = peers.exchange(address, table.concat({
     "POST ", M.PATH, " HTTP/1.0\r\nHost: glm53-front-peers\r\nContent-Type: application/json\r\n",
     "Content-Length: ", #body, "\r\n\r\n", body,
-  }))
-  if not ok then -- a body cut short is never read whole: not counted
-    socket:close()
-    return nil, "cannot send: " .. tostring(err), false
-  end
-  local response
-  response, err = socket:receive("*a")
-  socket:close()
+  }), TIMEOUT_MS)
   if not response then
-    return nil, "no answer: " .. tostring(err), true
+    return nil, err, maybe
   end
   return tonumber(response:match("^HTTP/%d%.%d (%d+)")), nil, false
 end

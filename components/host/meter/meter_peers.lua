@@ -194,20 +194,35 @@ function M.is_peer(dict, ip)
   return false
 end
 
-local function fetch(address)
+--- One HTTP/1.0 exchange with another front pod's status port at `address` (host:port): its whole
+--- response, or nil, why, and whether the request was sent whole (the pod may have acted on it).
+function M.exchange(address, request, timeout_ms)
   local host, port = address:match("^(.+):(%d+)$")
   if not host then
-    return nil
+    return nil, "no address", false
   end
   local socket = ngx.socket.tcp()
-  socket:settimeout(TIMEOUT_MS)
-  local ok = socket:connect(host, tonumber(port))
+  socket:settimeout(timeout_ms)
+  local ok, err = socket:connect(host, tonumber(port))
   if not ok then
-    return nil
+    return nil, "cannot connect: " .. tostring(err), false
   end
-  socket:send("GET /meter/peers HTTP/1.0\r\nHost: glm53-front-peers\r\n\r\n")
-  local response = socket:receive("*a")
+  ok, err = socket:send(request)
+  if not ok then -- a request cut short is never read whole
+    socket:close()
+    return nil, "cannot send: " .. tostring(err), false
+  end
+  local response
+  response, err = socket:receive("*a")
   socket:close()
+  if not response then
+    return nil, "no answer: " .. tostring(err), true
+  end
+  return response
+end
+
+local function fetch(address)
+  local response = M.exchange(address, "GET /meter/peers HTTP/1.0\r\nHost: glm53-front-peers\r\n\r\n", TIMEOUT_MS)
   return cjson.decode((response or ""):match("\r\n\r\n(.*)$") or "")
 end
 
